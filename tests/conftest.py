@@ -1,0 +1,170 @@
+"""Shared pytest fixtures: private Redis servers, clients, unique key prefixes, waiting.
+
+Tests never touch the machine's own Redis on 6379: unless ``REDIS_URL`` is set, everything runs
+against ``redis-server`` processes started (and removed) by :mod:`delayq.testing`.
+
+This file is deliberately generic: it imports nothing from ``delayq`` except
+:mod:`delayq.testing`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, Protocol
+
+import pytest
+import redis.asyncio as aioredis
+
+from delayq.testing import RedisServer, find_redis_server_binary, wait_for
+
+# --------------------------------------------------------------------------- spark marker
+
+
+def _java_available() -> bool:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and os.access(os.path.join(java_home, "bin", "java"), os.X_OK):
+        return True
+    return shutil.which("java") is not None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip ``@pytest.mark.spark`` tests when Java or pyspark is missing."""
+    spark_items = [item for item in items if item.get_closest_marker("spark")]
+    if not spark_items:
+        return
+    missing = []
+    if not _java_available():
+        missing.append("Java (no `java` on PATH or in $JAVA_HOME)")
+    if importlib.util.find_spec("pyspark") is None:
+        missing.append("pyspark (pip install -e '.[spark]')")
+    if missing:
+        skip = pytest.mark.skip(reason="spark test needs " + " and ".join(missing))
+        for item in spark_items:
+            item.add_marker(skip)
+
+
+# --------------------------------------------------------------------------- redis servers
+
+
+def _binary_or_skip() -> None:
+    """Skip (when REDIS_URL is set) or fail clearly if no redis-server can be found."""
+    try:
+        find_redis_server_binary()
+    except RuntimeError as exc:
+        if os.environ.get("REDIS_URL"):
+            pytest.skip(f"needs its own redis-server process but none is available: {exc}")
+        raise
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """A private ``redis-server`` process shared by the whole session.
+
+    Tests must isolate their keys with the ``prefix`` fixture and must not kill, freeze or
+    reconfigure this server (use ``private_server`` for that). Most tests should depend on
+    ``redis_url`` instead, which also honours ``REDIS_URL``.
+    """
+    _binary_or_skip()
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def redis_url(request: pytest.FixtureRequest) -> str:
+    """URL of the Redis shared by the session.
+
+    ``REDIS_URL`` if set (point it only at a disposable database), otherwise the URL of the
+    session's ``redis_server``.
+    """
+    env_url = os.environ.get("REDIS_URL")
+    if env_url:
+        return env_url
+    server: RedisServer = request.getfixturevalue("redis_server")
+    return server.url
+
+
+@pytest.fixture
+def prefix() -> str:
+    """A unique key prefix/namespace such as ``t-1a2b3c4d`` so tests never collide."""
+    return f"t-{uuid.uuid4().hex[:8]}"
+
+
+class RedisServerFactory(Protocol):
+    """Signature of the ``redis_server_factory`` fixture."""
+
+    def __call__(
+        self, config: dict[str, str] | None = None, *, start: bool = True, **kwargs: Any
+    ) -> RedisServer:
+        """Create (and by default start) a RedisServer that is closed after the test."""
+        ...
+
+
+@pytest.fixture
+def redis_server_factory() -> Iterator[RedisServerFactory]:
+    """Factory for extra private servers, all closed when the test ends.
+
+    ``redis_server_factory({"appendonly": "yes"})`` returns a started :class:`RedisServer`;
+    pass ``start=False`` to get it unstarted, and any other :class:`RedisServer` keyword.
+    """
+    _binary_or_skip()
+    servers: list[RedisServer] = []
+
+    def make(
+        config: dict[str, str] | None = None, *, start: bool = True, **kwargs: Any
+    ) -> RedisServer:
+        server = RedisServer(config=config, **kwargs)
+        servers.append(server)
+        if start:
+            server.start()
+        return server
+
+    try:
+        yield make
+    finally:
+        for server in reversed(servers):
+            server.close()
+
+
+@pytest.fixture
+def private_server(
+    request: pytest.FixtureRequest, redis_server_factory: RedisServerFactory
+) -> RedisServer:
+    """A fresh, started ``redis-server`` for this test only: kill, restart, freeze at will.
+
+    Config items come from ``@pytest.mark.redis_config(appendonly="yes", ...)`` on the test
+    (underscores in names become dashes). Skipped when ``REDIS_URL`` is set and no
+    ``redis-server`` binary is available.
+    """
+    marker = request.node.get_closest_marker("redis_config")
+    config = {}
+    if marker is not None:
+        config = {key.replace("_", "-"): str(value) for key, value in marker.kwargs.items()}
+    return redis_server_factory(config)
+
+
+@pytest.fixture
+async def redis_client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    """An async ``redis.asyncio.Redis`` (RESP2) on ``redis_url``, closed after the test."""
+    client = aioredis.Redis.from_url(redis_url, protocol=2)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+WaitFor = Callable[..., Awaitable[Any]]
+
+
+@pytest.fixture(name="wait_for")
+def wait_for_fixture() -> WaitFor:
+    """``await wait_for(predicate, timeout=10, interval=0.01, message=None)``.
+
+    Polls a plain or async ``predicate`` until it returns something truthy and returns it;
+    raises ``delayq.testing.WaitTimeout`` (an ``AssertionError``) after ``timeout`` seconds.
+    Use it instead of fixed sleeps. Same as :func:`delayq.testing.wait_for`.
+    """
+    return wait_for
