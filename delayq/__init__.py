@@ -1,0 +1,39 @@
+"""delayq: delayed events for asyncio services, on the Redis they already run.
+
+    await service.enqueue_with_delay(PaymentCheck(id="order-42", order_id=42), timedelta(hours=3))
+
+See the README for the guide and every option.
+"""
+
+from .codec import Serializer
+from .context import Delivery, current_delivery, event_context
+from .errors import DecodeError, DelayqError
+from .events import Event, event_name
+from .metrics import InMemoryMetrics, Metrics, NoopMetrics
+from .options import Options
+from .retry import Backoff, exponential, fixed
+from .service import DeadLetter, EventService
+from .store import QueueCounts
+
+__all__ = [
+    "Backoff",
+    "DeadLetter",
+    "DecodeError",
+    "DelayqError",
+    "Delivery",
+    "Event",
+    "EventService",
+    "InMemoryMetrics",
+    "Metrics",
+    "NoopMetrics",
+    "Options",
+    "QueueCounts",
+    "Serializer",
+    "current_delivery",
+    "event_context",
+    "event_name",
+    "exponential",
+    "fixed",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,314 @@
+"""One consumer per event type: BRPOP, bounded concurrency, handler, ack or retry.
+
+A consumer only pops when a handler slot is free. After a BRPOP wakes it, one
+``claim`` script call leases that entry and drains up to the remaining free
+slots from the ready list. While handlers run their leases are renewed;
+successful events are acked in batches by one task, so a busy consumer sends
+one ack call for many events.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from .codec import Codec
+from .context import Delivery, _set_delivery
+from .errors import DecodeError
+from .events import Event
+from .metrics import Metrics
+from .retry import Backoff, delay_seconds
+from .store import Claimed, Store
+
+__all__ = ["Consumer", "ConsumerSettings", "Handler"]
+
+log = logging.getLogger("delayq.consumer")
+
+Handler = Callable[[Any], Awaitable[Any]]
+
+_MAX_BACKOFF = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerSettings:
+    """The service options a consumer needs."""
+
+    visibility_ms: int
+    polling_timeout: float
+    retry_attempts: int
+    retry_backoff: Backoff
+    handler_timeout: float | None
+    shutdown_grace: float
+
+
+class Consumer:
+    """Fetches ready events of one type and runs ``handler`` on at most ``concurrency`` at once."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        codec: Codec,
+        event_type: type[Event],
+        handler: Handler,
+        concurrency: int,
+        settings: ConsumerSettings,
+        metrics: Metrics,
+    ):
+        self.event_type = event_type
+        self.type_name = event_type.event_name
+        self.handler = handler
+        self.concurrency = concurrency
+        self._store = store
+        self._codec = codec
+        self._s = settings
+        self._metrics = metrics
+        self._stopping = False
+        self._fetch_scope: anyio.CancelScope | None = None
+        self._running = 0
+        # (id, token) of every delivery whose lease we hold, acked or not yet
+        self._leased: set[tuple[bytes, bytes]] = set()
+        self._acks: list[tuple[bytes, bytes]] = []
+        self._slot_freed: anyio.Event | None = None
+        self._ack_wanted: anyio.Event | None = None
+        self._finished: anyio.Event | None = None
+
+    @property
+    def running_handlers(self) -> int:
+        """Handlers running right now."""
+        return self._running
+
+    def stop(self) -> None:
+        """Stop fetching; in-flight handlers get ``shutdown_grace`` to finish."""
+        self._stopping = True
+        if self._fetch_scope is not None:
+            self._fetch_scope.cancel()
+
+    async def wait_finished(self) -> None:
+        """Wait until :meth:`run` has returned."""
+        while self._finished is None:
+            await anyio.sleep(0.01)
+        await self._finished.wait()
+
+    async def run(self) -> None:
+        """Consume until :meth:`stop`; owns the handler, ack and renewal tasks."""
+        self._finished = anyio.Event()
+        self._slot_freed = anyio.Event()
+        self._ack_wanted = anyio.Event()
+        try:
+            async with anyio.create_task_group() as helpers:
+                helpers.start_soon(self._renew_loop)
+                helpers.start_soon(self._ack_loop)
+                async with anyio.create_task_group() as handlers:
+                    with anyio.CancelScope() as self._fetch_scope:
+                        await self._fetch_loop(handlers)
+                    with anyio.move_on_after(self._s.shutdown_grace):
+                        while self._running:
+                            await self._wait_for_slot()
+                    if self._running:
+                        log.warning(
+                            "%s: %d handlers still running after shutdown_grace; cancelling "
+                            "them, their events come back when their leases expire",
+                            self.type_name,
+                            self._running,
+                        )
+                    handlers.cancel_scope.cancel()
+                with anyio.move_on_after(self._s.shutdown_grace):
+                    await self._flush_acks()
+                helpers.cancel_scope.cancel()
+        finally:
+            self._finished.set()
+
+    # -- fetching --------------------------------------------------------------
+
+    async def _wait_for_slot(self) -> None:
+        assert self._slot_freed is not None
+        await self._slot_freed.wait()
+        self._slot_freed = anyio.Event()
+
+    async def _fetch_loop(self, handlers: anyio.abc.TaskGroup) -> None:
+        backoff = 0.05
+        popped: list[bytes] = []  # a BRPOP'd entry whose claim has not gone through yet
+        drain = False  # the last claim filled every slot: more may be waiting
+        block = max(0.05, self._s.polling_timeout)
+        while not self._stopping:
+            free = self.concurrency - self._running
+            if free <= 0:
+                await self._wait_for_slot()
+                continue
+            try:
+                if not popped and not drain:
+                    entry = await self._store.pop_ready(self.type_name, block)
+                    if entry is None:
+                        continue
+                    popped.append(entry)
+                # A claim that ran must be read to the end, or its events wait
+                # a whole lease for nothing: never cancel it half-way.
+                with anyio.CancelScope(shield=True):
+                    now_us, claimed = await self._store.claim(
+                        self.type_name, popped, free - len(popped), self._s.visibility_ms
+                    )
+                    popped = []
+                    drain = len(claimed) >= free
+                    for c in claimed:
+                        self._running += 1
+                        self._leased.add((c.raw_id, c.token))
+                        handlers.start_soon(self._handle, c, now_us)
+                if claimed:
+                    self._metrics.increment("delivered", len(claimed), event_type=self.type_name)
+                    self._metrics.gauge("in_flight", self._running, event_type=self.type_name)
+                backoff = 0.05
+            except Exception as exc:  # Redis down, connection killed, ...: back off, go on
+                drain = False
+                self._metrics.increment("redis_errors", event_type=self.type_name)
+                log.warning(
+                    "%s: fetching failed (%s: %s); retrying in %.2fs",
+                    self.type_name,
+                    type(exc).__name__,
+                    exc,
+                    backoff,
+                )
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, _MAX_BACKOFF)
+
+    # -- handling --------------------------------------------------------------
+
+    async def _handle(self, c: Claimed, now_us: int) -> None:
+        try:
+            try:
+                event, context = self._codec.decode(c.envelope, self.event_type)
+            except DecodeError as exc:
+                self._metrics.increment("decode_errors", event_type=self.type_name)
+                log.error("%s %r: %s; moving it to dead letters", self.type_name, c.id, exc)
+                await self._fail(c, f"DecodeError: {exc}", dead=True)
+                return
+            delivery = Delivery(self.type_name, c.id, c.attempt, c.due_ms, now_us, context)
+            _set_delivery(delivery)
+            if delivery.lateness_ms is not None:
+                self._metrics.gauge("lateness_ms", delivery.lateness_ms, event_type=self.type_name)
+            failure = await self._call_handler(event, c)
+            if failure is None:
+                self._acks.append((c.raw_id, c.token))
+                assert self._ack_wanted is not None
+                self._ack_wanted.set()
+            else:
+                await self._fail(c, failure, dead=c.attempt > self._s.retry_attempts)
+        finally:
+            self._running -= 1
+            assert self._slot_freed is not None
+            self._slot_freed.set()
+
+    async def _call_handler(self, event: Event, c: Claimed) -> str | None:
+        """Run the handler; return None on success, else the failure as "Type: message"."""
+        try:
+            with anyio.CancelScope() as scope:
+                if self._s.handler_timeout is not None:
+                    scope.deadline = anyio.current_time() + self._s.handler_timeout
+                result = await self.handler(event)
+            if scope.cancelled_caught:
+                return f"HandlerTimeout: handler ran longer than {self._s.handler_timeout}s"
+        except Exception as exc:
+            log.warning(
+                "%s %r: handler failed on attempt %d: %s: %s",
+                self.type_name,
+                c.id,
+                c.attempt,
+                type(exc).__name__,
+                exc,
+                exc_info=log.isEnabledFor(logging.DEBUG),
+            )
+            return f"{type(exc).__name__}: {exc}"
+        if result is False:
+            return "ReturnedFalse: the handler returned False"
+        return None
+
+    async def _fail(self, c: Claimed, error: str, *, dead: bool) -> None:
+        delay_ms = 0
+        if not dead:
+            try:
+                delay_ms = math.ceil(1000 * delay_seconds(self._s.retry_backoff(c.attempt)))
+            except Exception:
+                log.exception("%s: retry_backoff(%d) failed; retrying in 1s", self.type_name,
+                              c.attempt)
+                delay_ms = 1000
+        backoff = 0.05
+        for _ in range(5):
+            try:
+                code = await self._store.fail(
+                    self.type_name, c, dead=dead, delay_ms=delay_ms, error=error[:4000]
+                )
+                break
+            except Exception as exc:
+                log.warning("%s %r: recording the failure failed (%s); retrying", self.type_name,
+                            c.id, exc)
+                await anyio.sleep(backoff)
+                backoff *= 2
+        else:
+            # The lease runs out and the event comes back; the attempt still counts.
+            log.error("%s %r: could not record the failure; its lease will expire", self.type_name,
+                      c.id)
+            code = -1
+        self._leased.discard((c.raw_id, c.token))
+        self._metrics.increment("failed", event_type=self.type_name)
+        if code == 2:
+            self._metrics.increment("dead_lettered", event_type=self.type_name)
+            log.error("%s %r: dead letter after %d deliveries: %s", self.type_name, c.id,
+                      c.attempt, error)
+        elif code == 1:
+            self._metrics.increment("retried", event_type=self.type_name)
+
+    # -- acks and leases ---------------------------------------------------------
+
+    async def _flush_acks(self) -> None:
+        backoff = 0.05
+        while self._acks:
+            batch, self._acks = self._acks, []
+            try:
+                await self._store.ack(self.type_name, batch)
+            except Exception as exc:
+                self._acks = batch + self._acks
+                self._metrics.increment("redis_errors", event_type=self.type_name)
+                log.warning("%s: ack failed (%s); retrying in %.2fs", self.type_name, exc, backoff)
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, _MAX_BACKOFF)
+                continue
+            self._leased.difference_update(batch)
+            self._metrics.increment("succeeded", len(batch), event_type=self.type_name)
+
+    async def _ack_loop(self) -> None:
+        # Acks that arrive while one call is under way go together in the next.
+        while True:
+            assert self._ack_wanted is not None
+            await self._ack_wanted.wait()
+            self._ack_wanted = anyio.Event()
+            await self._flush_acks()
+
+    async def _renew_loop(self) -> None:
+        period = self._s.visibility_ms / 3000
+        while True:
+            await anyio.sleep(period)
+            if not self._leased:
+                continue
+            try:
+                lost = await self._store.renew(
+                    self.type_name, list(self._leased), self._s.visibility_ms
+                )
+            except Exception as exc:
+                self._metrics.increment("redis_errors", event_type=self.type_name)
+                log.warning("%s: renewing leases failed (%s)", self.type_name, exc)
+                continue
+            if lost:
+                self._metrics.increment("leases_lost", len(lost), event_type=self.type_name)
+                log.warning(
+                    "%s: lost the lease of %d events (expired, cancelled or replaced): %s",
+                    self.type_name,
+                    len(lost),
+                    [i.decode("utf-8", "replace") for i in lost[:10]],
+                )
+                gone = set(lost)
+                self._leased = {p for p in self._leased if p[0] not in gone}

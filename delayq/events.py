@@ -1,0 +1,103 @@
+"""The ``Event`` base class and the names event types have on the wire.
+
+An event type's wire name is part of every Redis key of that type, so it must
+stay stable across deploys. It defaults to the class's ``__qualname__`` and can
+be pinned with a class keyword (``class PaymentCheck(Event, event_name="payment-check")``)
+or a class variable (``event_name = "payment-check"``), so a class can be renamed
+or moved without orphaning the events already queued under the old name.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+
+import msgspec
+
+__all__ = ["Event", "EventMeta", "event_name", "validate_name"]
+
+log = logging.getLogger("delayq.events")
+
+_StructMeta: type = type(msgspec.Struct)
+
+# wire name -> class; guards against two different classes sharing a name.
+_registry: dict[str, type[Event]] = {}
+
+_MAX_NAME_LENGTH = 200
+
+
+def validate_name(name: object, what: str = "event type name") -> str:
+    """Return ``name`` if it can be used inside a Redis hash tag, else raise ``ValueError``.
+
+    Braces would break the ``{prefix:type}`` hash tag that keeps a type's keys in
+    one cluster slot, so they are refused, as are empty and very long names.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"{what} must be a str, not {type(name).__name__}")
+    if not name or len(name) > _MAX_NAME_LENGTH:
+        raise ValueError(f"{what} must be 1 to {_MAX_NAME_LENGTH} characters long: {name!r}")
+    if "{" in name or "}" in name or any(ch.isspace() or not ch.isprintable() for ch in name):
+        raise ValueError(f"{what} may not contain braces, whitespace or control characters: {name!r}")
+    return name
+
+
+class EventMeta(_StructMeta):  # type: ignore[misc, valid-type]
+    """Metaclass of :class:`Event`: resolves each subclass's wire name and registers it."""
+
+    def __new__(
+        mcls, clsname: str, bases: tuple[type, ...], namespace: dict[str, Any], **kwargs: Any
+    ) -> EventMeta:
+        explicit = kwargs.pop("event_name", None)
+        if explicit is None:
+            # Only this class's own namespace counts: a subclass must not inherit
+            # its parent's explicit name, or the two would share one queue.
+            explicit = namespace.pop("event_name", None)
+        cls = super().__new__(mcls, clsname, bases, namespace, **kwargs)
+        is_base = not any(isinstance(b, EventMeta) for b in bases)
+        name = validate_name(explicit if explicit is not None else cls.__qualname__)
+        type.__setattr__(cls, "event_name", name)
+        if not is_base:
+            _register(name, cls)  # type: ignore[arg-type]
+        return cls
+
+
+def _register(name: str, cls: type[Event]) -> None:
+    existing = _registry.get(name)
+    if existing is not None and existing is not cls:
+        same_place = (existing.__module__, existing.__qualname__) == (
+            cls.__module__,
+            cls.__qualname__,
+        )
+        if not same_place:
+            raise TypeError(
+                f"event type name {name!r} of {cls.__module__}.{cls.__qualname__} is already "
+                f"used by {existing.__module__}.{existing.__qualname__}; give one of them an "
+                f"explicit name with `event_name=...`"
+            )
+        # The same class defined again (a module reload, a test run twice): the
+        # newer definition takes over the name.
+        log.debug("event type %r redefined in %s", name, cls.__module__)
+    _registry[name] = cls
+
+
+class Event(msgspec.Struct, kw_only=True, metaclass=EventMeta):
+    """Base class of every delayq event: a msgspec Struct with an ``id``.
+
+    ``(type, id)`` identifies an event: enqueueing the same id again while the
+    first is still pending keeps the first (or replaces it with ``replace=True``).
+    Subclasses add typed fields::
+
+        class PaymentCheck(Event, event_name="payment-check"):
+            order_id: int
+    """
+
+    id: str
+    event_name: ClassVar[str]
+
+
+def event_name(event_type: type[Event] | Event) -> str:
+    """Return the wire name of an event class or instance."""
+    cls = event_type if isinstance(event_type, type) else type(event_type)
+    if not (isinstance(cls, type) and issubclass(cls, Event)) or cls is Event:
+        raise TypeError(f"expected a subclass of delayq.Event, got {cls!r}")
+    return cls.event_name

@@ -1,0 +1,138 @@
+"""The Redis key layout.
+
+Every key of one event type shares the hash tag ``{prefix:type}``, so each Lua
+script touches one cluster slot and no script spans two types. Keys that
+belong to the whole prefix use the tag ``{prefix}``.
+
+Per type (``{p:T}:...``):
+
+========== ====== ===========================================================
+events     HASH   id -> envelope (payload, context, enqueue time)
+scheduled  ZSET   id -> due time (ms, Redis clock)
+ready      LIST   ``"<due ms>:<id>"`` entries, pushed left, popped right
+queued     ZSET   id -> push sequence number (>0) for ids in the ready list,
+                  or -(ms when noticed popped but unclaimed)
+inflight   ZSET   id -> lease deadline (ms)
+leases     HASH   id -> claim token of the current delivery
+attempts   HASH   id -> deliveries so far
+errors     HASH   id -> last failure ("Type: message")
+dead       ZSET   id -> time it became a dead letter (ms)
+meta       HASH   ``pushed`` counter, ``claims`` counter, ``wake`` mark
+========== ====== ===========================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .events import validate_name
+
+__all__ = ["PrefixKeys", "TypeKeys"]
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixKeys:
+    """Keys and channels shared by all event types under one prefix."""
+
+    prefix: str
+
+    def __post_init__(self) -> None:
+        validate_name(self.prefix, "prefix")
+
+    @property
+    def types(self) -> str:
+        """SET of the event type names that have ever been used under this prefix."""
+        return f"{{{self.prefix}}}:types"
+
+    @property
+    def scheduler_lock(self) -> str:
+        """STRING holding the token of the scheduler currently moving due events."""
+        return f"{{{self.prefix}}}:scheduler-lock"
+
+    @property
+    def wakeup_channel(self) -> str:
+        """Pub/sub channel on which enqueues wake the scheduler early."""
+        return f"{{{self.prefix}}}:wakeup"
+
+    def for_type(self, type_name: str) -> TypeKeys:
+        """The keys of one event type."""
+        return TypeKeys(self.prefix, type_name)
+
+
+@dataclass(frozen=True, slots=True)
+class TypeKeys:
+    """Keys of one event type; all share the hash tag ``{prefix:type}``."""
+
+    prefix: str
+    type_name: str
+
+    def __post_init__(self) -> None:
+        validate_name(self.type_name)
+
+    def _key(self, suffix: str) -> str:
+        return f"{{{self.prefix}:{self.type_name}}}:{suffix}"
+
+    @property
+    def events(self) -> str:
+        """HASH id -> envelope."""
+        return self._key("events")
+
+    @property
+    def scheduled(self) -> str:
+        """ZSET id -> due time in ms."""
+        return self._key("scheduled")
+
+    @property
+    def ready(self) -> str:
+        """LIST of ready entries."""
+        return self._key("ready")
+
+    @property
+    def queued(self) -> str:
+        """ZSET of ids in the ready list that no consumer has claimed yet."""
+        return self._key("queued")
+
+    @property
+    def inflight(self) -> str:
+        """ZSET id -> lease deadline in ms."""
+        return self._key("inflight")
+
+    @property
+    def leases(self) -> str:
+        """HASH id -> claim token."""
+        return self._key("leases")
+
+    @property
+    def attempts(self) -> str:
+        """HASH id -> number of deliveries so far."""
+        return self._key("attempts")
+
+    @property
+    def errors(self) -> str:
+        """HASH id -> last failure."""
+        return self._key("errors")
+
+    @property
+    def dead(self) -> str:
+        """ZSET id -> dead-letter time in ms."""
+        return self._key("dead")
+
+    @property
+    def meta(self) -> str:
+        """HASH of counters and the scheduler's wake mark."""
+        return self._key("meta")
+
+    def all(self) -> tuple[str, ...]:
+        """Every key of the type, in the order the Lua scripts that need all of them expect."""
+        return (
+            self.events,
+            self.scheduled,
+            self.ready,
+            self.queued,
+            self.inflight,
+            self.leases,
+            self.attempts,
+            self.errors,
+            self.dead,
+            self.meta,
+        )

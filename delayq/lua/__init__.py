@@ -1,0 +1,39 @@
+"""Loads the Lua scripts that make every multi-key state change atomic.
+
+Each ``.lua`` file opens with a comment listing its KEYS, ARGV, return value
+and guarantees. Per-type scripts get ``_prelude.lua`` prepended (key names and
+the helpers they share); the lock scripts work on one key and stand alone.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+__all__ = ["PER_TYPE", "source"]
+
+PER_TYPE = (
+    "enqueue",
+    "move_due",
+    "claim",
+    "ack",
+    "renew",
+    "fail",
+    "cancel",
+    "dead_list",
+    "dead_requeue",
+    "dead_purge",
+)
+STANDALONE = ("lock_take", "lock_release")
+
+
+@cache
+def source(name: str) -> str:
+    """Return the full source of the script ``name`` as sent to Redis."""
+    if name not in PER_TYPE and name not in STANDALONE:
+        raise KeyError(f"no Lua script named {name!r}")
+    here = resources.files(__name__)
+    body = (here / f"{name}.lua").read_text(encoding="utf-8")
+    if name in PER_TYPE:
+        return (here / "_prelude.lua").read_text(encoding="utf-8") + "\n" + body
+    return body

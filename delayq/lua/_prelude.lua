@@ -1,0 +1,42 @@
+-- Prelude: prepended by delayq/lua/__init__.py to every per-type script.
+-- KEYS are always the ten keys of ONE event type (delayq.keys.TypeKeys.all()),
+-- which share the hash tag {prefix:type}, so a script touches one cluster slot.
+local K_EVENTS, K_SCHEDULED, K_READY, K_QUEUED, K_INFLIGHT = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local K_LEASES, K_ATTEMPTS, K_ERRORS, K_DEAD, K_META = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+
+-- Redis's own clock decides every due time and lease: client clocks may be off.
+local function clock_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Appends ids to the ready list, first id first out, and records each in
+-- `queued` with the next sequence numbers. Entries are "<due ms>:<id>" so a
+-- consumer can measure lateness. Because the list is only pushed on the left
+-- and popped on the right, `pushed - LLEN` tells which sequence numbers have
+-- been popped: that is how move_due finds entries a dead consumer popped.
+local function push_ready(ids, dues)
+  local n = #ids
+  if n == 0 then return end
+  local seq = redis.call('HINCRBY', K_META, 'pushed', n) - n
+  local entries, scored = {}, {}
+  for i = 1, n do
+    entries[i] = string.format('%.0f', dues[i]) .. ':' .. ids[i]
+    scored[2 * i - 1] = seq + i
+    scored[2 * i] = ids[i]
+  end
+  redis.call('LPUSH', K_READY, unpack(entries))
+  redis.call('ZADD', K_QUEUED, unpack(scored))
+end
+
+-- Adds id to the schedule. When it becomes earlier than the time the scheduler
+-- last said it would look at this type again, publishes a wake-up. Pub/sub only
+-- makes moves faster; the scheduler's timed sweep is what guarantees them.
+local function schedule(id, due, channel, type_name)
+  redis.call('ZADD', K_SCHEDULED, due, id)
+  local wake = tonumber(redis.call('HGET', K_META, 'wake'))
+  if wake == nil or due < wake then
+    redis.call('HSET', K_META, 'wake', string.format('%.0f', due))
+    redis.call('PUBLISH', channel, type_name)
+  end
+end

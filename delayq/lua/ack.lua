@@ -1,0 +1,21 @@
+-- ack: handlers succeeded; their events leave Redis.
+--
+-- KEYS: the ten keys of the type (see _prelude.lua).
+-- ARGV: pairs id, token (the claim token of the delivery that succeeded)
+-- Returns: how many events were removed.
+-- Guarantees: only the current delivery removes an event. A stale ack (the
+-- lease expired and the event was redelivered, replaced or cancelled) is a
+-- no-op, so a newer delivery or a replaced payload is never lost.
+local removed = 0
+for i = 1, #ARGV, 2 do
+  local id = ARGV[i]
+  if redis.call('HGET', K_LEASES, id) == ARGV[i + 1] then
+    redis.call('HDEL', K_EVENTS, id)
+    redis.call('HDEL', K_LEASES, id)
+    redis.call('HDEL', K_ATTEMPTS, id)
+    redis.call('HDEL', K_ERRORS, id)
+    redis.call('ZREM', K_INFLIGHT, id)
+    removed = removed + 1
+  end
+end
+return removed

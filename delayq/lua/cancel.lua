@@ -1,0 +1,18 @@
+-- cancel: remove an event that has not been handled successfully yet.
+--
+-- KEYS: the ten keys of the type (see _prelude.lua).
+-- ARGV[1] id
+-- Returns: 1 removed, 0 no such pending event (unknown, or a dead letter:
+--          dead letters are removed with dead_purge).
+-- Guarantees: the event is gone from every state at once; a stale ready
+-- entry is skipped by claim, and a running handler's ack becomes a no-op.
+local id = ARGV[1]
+if redis.call('ZSCORE', K_DEAD, id) then return 0 end
+if redis.call('HDEL', K_EVENTS, id) == 0 then return 0 end
+redis.call('ZREM', K_SCHEDULED, id)
+redis.call('ZREM', K_QUEUED, id)
+redis.call('ZREM', K_INFLIGHT, id)
+redis.call('HDEL', K_LEASES, id)
+redis.call('HDEL', K_ATTEMPTS, id)
+redis.call('HDEL', K_ERRORS, id)
+return 1

@@ -1,0 +1,26 @@
+-- fail: a delivery failed; retry the event later or make it a dead letter.
+--
+-- KEYS: the ten keys of the type (see _prelude.lua).
+-- ARGV[1] id, ARGV[2] claim token, ARGV[3] 'retry' or 'dead'
+-- ARGV[4] retry delay in ms, ARGV[5] error text ("Type: message")
+-- ARGV[6] wake-up channel, ARGV[7] type name
+-- Returns: 1 retried, 2 dead-lettered, 0 stale token (nothing changed).
+-- Guarantees: the event keeps its envelope and attempt count; the error is
+-- kept for the dead-letter view.
+local id, token = ARGV[1], ARGV[2]
+if redis.call('HGET', K_LEASES, id) ~= token then return 0 end
+local now = clock_ms()
+redis.call('ZREM', K_INFLIGHT, id)
+redis.call('HDEL', K_LEASES, id)
+redis.call('HSET', K_ERRORS, id, ARGV[5])
+if ARGV[3] == 'dead' then
+  redis.call('ZADD', K_DEAD, now, id)
+  return 2
+end
+local delay = tonumber(ARGV[4])
+if delay <= 0 then
+  push_ready({id}, {now})
+else
+  schedule(id, now + delay, ARGV[6], ARGV[7])
+end
+return 1

@@ -1,0 +1,99 @@
+-- move_due: the scheduler's step for one type, bounded by a batch size.
+--
+-- KEYS: the ten keys of the type (see _prelude.lua).
+-- ARGV[1] batch: the most ids handled per category in this call
+-- ARGV[2] visibility timeout in ms (how long a popped entry may stay unclaimed)
+-- ARGV[3] max deliveries: an event whose lease expires after this many
+--         deliveries becomes a dead letter instead of going back to ready
+-- Returns: {moved, more, next_ms, now_ms, dead, missing_id...}
+--   moved   ids pushed to the ready list (due, lease expired or orphaned)
+--   more    1 when a category filled its batch: call again at once
+--   next_ms when this type next needs a look (-1: nothing pending)
+--   dead    leases that expired on their last delivery
+--   missing scheduled ids without an envelope (dropped; the caller logs them)
+-- Guarantees: an id is moved at most once per due time; nothing is lost: an
+-- expired lease or an entry popped by a consumer that died before claiming
+-- it goes back to the ready list.
+local now = clock_ms()
+local batch = tonumber(ARGV[1])
+local vt = tonumber(ARGV[2])
+local max_deliveries = tonumber(ARGV[3])
+local ids, dues, missing = {}, {}, {}
+local more, dead = 0, 0
+
+local function take(id, due)
+  if redis.call('HEXISTS', K_EVENTS, id) == 1 then
+    ids[#ids + 1] = id
+    dues[#dues + 1] = due
+  else
+    missing[#missing + 1] = id
+  end
+end
+
+-- 1. Orphans. Entries with sequence <= pushed - LLEN have left the list; if
+-- their id is still in `queued`, no claim has run for them yet. Mark them with
+-- the time we noticed (a negative score) and give them back after vt.
+local llen = redis.call('LLEN', K_READY)
+local pushed = tonumber(redis.call('HGET', K_META, 'pushed')) or 0
+local popped_max = pushed - llen
+if llen == 0 then popped_max = '+inf' end
+local suspects = redis.call('ZRANGEBYSCORE', K_QUEUED, 1, popped_max, 'LIMIT', 0, batch)
+for _, id in ipairs(suspects) do
+  redis.call('ZADD', K_QUEUED, 'XX', -now, id)
+end
+if #suspects == batch then more = 1 end
+local orphans = redis.call('ZRANGEBYSCORE', K_QUEUED, -(now - vt), '(0', 'LIMIT', 0, batch)
+for _, id in ipairs(orphans) do
+  redis.call('ZREM', K_QUEUED, id)
+  take(id, now)
+end
+if #orphans == batch then more = 1 end
+
+-- 2. Due events.
+local due = redis.call('ZRANGEBYSCORE', K_SCHEDULED, '-inf', now, 'WITHSCORES', 'LIMIT', 0, batch)
+for i = 1, #due, 2 do
+  redis.call('ZREM', K_SCHEDULED, due[i])
+  take(due[i], tonumber(due[i + 1]))
+end
+if #due == 2 * batch then more = 1 end
+
+-- 3. Expired leases: the worker died or stalled past its visibility timeout.
+local expired = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', now, 'LIMIT', 0, batch)
+for _, id in ipairs(expired) do
+  redis.call('ZREM', K_INFLIGHT, id)
+  redis.call('HDEL', K_LEASES, id)
+  redis.call('HSET', K_ERRORS, id,
+    'LeaseExpired: the handler neither finished nor renewed its lease (worker died or stalled)')
+  local n = tonumber(redis.call('HGET', K_ATTEMPTS, id)) or 0
+  if n >= max_deliveries then
+    redis.call('ZADD', K_DEAD, now, id)
+    dead = dead + 1
+  else
+    take(id, now)
+  end
+end
+if #expired == batch then more = 1 end
+
+push_ready(ids, dues)
+
+-- When to look again: the earliest due time, lease deadline or orphan check.
+local next_ms = nil
+local function earliest(t)
+  if t and (next_ms == nil or t < next_ms) then next_ms = t end
+end
+local first = redis.call('ZRANGE', K_SCHEDULED, 0, 0, 'WITHSCORES')
+if first[2] then earliest(tonumber(first[2])) end
+first = redis.call('ZRANGE', K_INFLIGHT, 0, 0, 'WITHSCORES')
+if first[2] then earliest(tonumber(first[2])) end
+first = redis.call('ZREVRANGEBYSCORE', K_QUEUED, '(0', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+if first[2] then earliest(vt - tonumber(first[2])) end
+if next_ms == nil then
+  redis.call('HDEL', K_META, 'wake')
+  next_ms = -1
+else
+  redis.call('HSET', K_META, 'wake', string.format('%.0f', next_ms))
+end
+
+local result = {#ids, more, next_ms, now, dead}
+for _, id in ipairs(missing) do result[#result + 1] = id end
+return result

@@ -1,0 +1,104 @@
+"""The service's options: defaults, validation, and the clear errors bad values get."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .codec import Serializer
+from .metrics import Metrics, NoopMetrics
+from .retry import Backoff, delay_seconds, exponential
+
+__all__ = ["Options"]
+
+
+def _seconds(name: str, value: Any, *, low: float, high: float) -> float:
+    seconds = delay_seconds(value, name)
+    if not low <= seconds <= high:
+        raise ValueError(f"{name} must be between {low} and {high} seconds, not {value!r}")
+    return seconds
+
+
+def _int(name: str, value: Any, *, low: int, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, not {value!r}")
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be between {low} and {high}, not {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Options:
+    """Validated options of an :class:`~delayq.EventService` (see the README for each)."""
+
+    prefix: str = "delayq"
+    retry_attempts: int = 3
+    retry_backoff: Backoff = field(default_factory=exponential)
+    visibility_timeout: float = 15.0
+    handler_timeout: float | None = None
+    scheduling_interval: float = 1.0
+    scheduling_batch_size: int = 500
+    enable_scheduling: bool = True
+    polling_timeout: float = 5.0
+    lock_timeout: float = 10.0
+    serializer: Serializer = "json"
+    max_payload_bytes: int = 512 * 1024
+    metrics: Metrics = field(default_factory=NoopMetrics)
+    shutdown_grace: float = 10.0
+
+    @classmethod
+    def build(cls, **kwargs: Any) -> Options:
+        """Validate keyword options; raise ``TypeError``/``ValueError`` naming the bad one."""
+        names = set(cls.__dataclass_fields__)
+        unknown = set(kwargs) - names
+        if unknown:
+            raise TypeError(f"unknown EventService options: {sorted(unknown)}; known: {sorted(names)}")
+        opts: dict[str, Any] = {k: v for k, v in kwargs.items() if v is not None or k == "handler_timeout"}
+        from .events import validate_name
+
+        if "prefix" in opts:
+            validate_name(opts["prefix"], "prefix")
+        if "retry_attempts" in opts:
+            _int("retry_attempts", opts["retry_attempts"], low=0, high=1000)
+        if "retry_backoff" in opts and not callable(opts["retry_backoff"]):
+            raise TypeError("retry_backoff must be a callable attempt -> seconds or timedelta")
+        for name, low, high in (
+            ("visibility_timeout", 1.0, 24 * 3600.0),
+            ("scheduling_interval", 0.01, 3600.0),
+            ("polling_timeout", 0.05, 300.0),
+            ("lock_timeout", 0.5, 3600.0),
+            ("shutdown_grace", 0.0, 3600.0),
+        ):
+            if name in opts:
+                opts[name] = _seconds(name, opts[name], low=low, high=high)
+        if opts.get("handler_timeout") is not None:
+            opts["handler_timeout"] = _seconds(
+                "handler_timeout", opts["handler_timeout"], low=0.001, high=7 * 24 * 3600.0
+            )
+        if "scheduling_batch_size" in opts:
+            _int("scheduling_batch_size", opts["scheduling_batch_size"], low=1, high=2000)
+        if "max_payload_bytes" in opts:
+            _int("max_payload_bytes", opts["max_payload_bytes"], low=64, high=512 * 1024 * 1024)
+        if "enable_scheduling" in opts and not isinstance(opts["enable_scheduling"], bool):
+            raise TypeError("enable_scheduling must be a bool")
+        if opts.get("serializer", "json") not in ("json", "msgpack"):
+            raise ValueError(f"serializer must be 'json' or 'msgpack', not {opts['serializer']!r}")
+        metrics = opts.get("metrics")
+        if metrics is not None and not isinstance(metrics, Metrics):
+            raise TypeError("metrics must have increment(name, value, *, event_type) and "
+                            "gauge(name, value, *, event_type) methods")
+        built = cls(**opts)
+        if built.lock_timeout <= built.scheduling_interval and "lock_timeout" in opts:
+            raise ValueError("lock_timeout must be longer than scheduling_interval")
+        return built
+
+    @property
+    def visibility_ms(self) -> int:
+        """The visibility timeout in whole ms."""
+        return math.ceil(self.visibility_timeout * 1000)
+
+    @property
+    def lock_ms(self) -> int:
+        """The scheduler lock's time to live in ms, never shorter than two sweeps."""
+        return math.ceil(max(self.lock_timeout, 2 * self.scheduling_interval) * 1000)

@@ -1,0 +1,200 @@
+"""The scheduler: moves due events of every type to their ready lists.
+
+One scheduler per prefix is active at a time, the holder of a short-TTL lock;
+the others retry the lock every ``scheduling_interval``. The lock only saves
+work: each move is one atomic script, so two schedulers moving at once never
+move an event twice.
+
+The active scheduler sleeps until the earliest time any type needs a look (a
+due time, a lease deadline, an orphan check), at most ``scheduling_interval``,
+and wakes early when an enqueue publishes that it made an earlier due time.
+Every ``scheduling_interval`` it sweeps all types, so a lost wake-up only
+delays, never strands, an event.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import uuid
+from dataclasses import dataclass
+
+import anyio
+
+from .metrics import Metrics
+from .store import Store, WakeupListener
+
+__all__ = ["Scheduler", "SchedulerSettings"]
+
+log = logging.getLogger("delayq.scheduler")
+
+_MAX_BACKOFF = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerSettings:
+    """The service options the scheduler needs."""
+
+    interval: float
+    batch_size: int
+    visibility_ms: int
+    max_deliveries: int
+    lock_ms: int
+
+
+class Scheduler:
+    """The loop that moves due events; run it with :meth:`run`, end it with :meth:`stop`."""
+
+    def __init__(self, store: Store, settings: SchedulerSettings, metrics: Metrics):
+        self._store = store
+        self._s = settings
+        self._metrics = metrics
+        self.token = uuid.uuid4().hex
+        self.is_leader = False
+        self._stopping = False
+        self._scope: anyio.CancelScope | None = None
+        self._wake: anyio.Event | None = None
+        self._woken: set[str] = set()
+        self._types: set[str] = set()
+        self._next: dict[str, float] = {}  # type -> monotonic time it needs a look
+        self._last_sweep = -math.inf
+        self._lock_taken_at = -math.inf
+
+    def stop(self) -> None:
+        """End :meth:`run` and release the lock."""
+        self._stopping = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    def wake(self, type_name: str | None = None) -> None:
+        """Look at ``type_name`` (or sweep all types) now rather than at the next planned time."""
+        if type_name is None:
+            self._last_sweep = -math.inf
+        else:
+            self._woken.add(type_name)
+        if self._wake is not None:
+            self._wake.set()
+
+    async def run(self) -> None:
+        """Move due events until :meth:`stop`."""
+        self._wake = anyio.Event()
+        try:
+            with anyio.CancelScope() as self._scope:
+                if self._stopping:
+                    return
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._listen)
+                    await self._loop()
+                    tg.cancel_scope.cancel()
+        finally:
+            if self.is_leader:
+                self.is_leader = False
+                with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                    try:
+                        await self._store.release_lock(self.token)
+                    except Exception as exc:
+                        log.debug("releasing the scheduler lock failed: %s", exc)
+
+    async def _loop(self) -> None:
+        backoff = 0.1
+        while not self._stopping:
+            sleep_for = self._s.interval
+            try:
+                if await self._take_lock():
+                    sleep_for = await self._pass()
+                backoff = 0.1
+            except Exception as exc:  # loops never die: log, back off, go on
+                self._metrics.increment("redis_errors")
+                log.warning(
+                    "scheduler pass failed (%s: %s); retrying in %.2fs",
+                    type(exc).__name__,
+                    exc,
+                    backoff,
+                )
+                sleep_for = backoff
+                backoff = min(backoff * 2, _MAX_BACKOFF)
+            assert self._wake is not None
+            if sleep_for > 0 and not self._woken:
+                with anyio.move_on_after(sleep_for):
+                    await self._wake.wait()
+            self._wake = anyio.Event()
+
+    async def _take_lock(self) -> bool:
+        held = await self._store.take_lock(self.token, self._s.lock_ms)
+        self._lock_taken_at = time.monotonic()
+        if held != self.is_leader:
+            log.info("scheduler %s %s the lock", self.token[:8], "took" if held else "lost")
+            if held:
+                self._last_sweep = -math.inf  # a new leader looks at everything first
+        self.is_leader = held
+        return held
+
+    async def _pass(self) -> float:
+        """Move what is due; return how long to sleep before the next pass."""
+        now = time.monotonic()
+        if now - self._last_sweep >= self._s.interval:
+            self._types = await self._store.known_types()
+            self._last_sweep = now
+            todo = set(self._types)
+        else:
+            todo = {t for t, at in self._next.items() if at <= now}
+        todo |= self._woken
+        self._types |= self._woken
+        self._woken.clear()
+        for type_name in sorted(todo):
+            await self._move(type_name)
+        now = time.monotonic()
+        nearest = min((self._next.get(t, math.inf) for t in self._types), default=math.inf)
+        return max(0.0, min(nearest - now, self._last_sweep + self._s.interval - now))
+
+    async def _move(self, type_name: str) -> None:
+        while True:
+            r = await self._store.move_due(
+                type_name, self._s.batch_size, self._s.visibility_ms, self._s.max_deliveries
+            )
+            if r.moved:
+                self._metrics.increment("moved", r.moved, event_type=type_name)
+            if r.dead:
+                self._metrics.increment("dead_lettered", r.dead, event_type=type_name)
+                log.error("%s: %d events became dead letters after their last lease expired",
+                          type_name, r.dead)
+            if r.missing:
+                log.warning(
+                    "%s: dropped %d scheduled ids that have no stored event: %s",
+                    type_name,
+                    len(r.missing),
+                    [m.decode("utf-8", "replace") for m in r.missing[:10]],
+                )
+            if not r.more or self._stopping:
+                break
+            # A long drain keeps the lock fresh and lets this process's consumers run.
+            if time.monotonic() - self._lock_taken_at > self._s.lock_ms / 3000:
+                if not await self._take_lock():
+                    return
+            await anyio.sleep(0)
+        if r.next_ms is None:
+            self._next.pop(type_name, None)
+        else:
+            self._next[type_name] = time.monotonic() + max(0, r.next_ms - r.now_ms) / 1000
+
+    async def _listen(self) -> None:
+        """Turn wake-up messages into early passes; resubscribe after disconnects."""
+        backoff = 0.1
+        while True:
+            listener: WakeupListener = self._store.wakeups()
+            try:
+                await listener.subscribe()
+                self.wake()  # messages may have been missed while unsubscribed
+                backoff = 0.1
+                while True:
+                    name = await listener.next(timeout=30.0)
+                    if name and self.is_leader:
+                        self.wake(name)
+            except Exception as exc:
+                log.info("wake-up subscription dropped (%s); resubscribing in %.2fs", exc, backoff)
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, _MAX_BACKOFF)
+            finally:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+                    await listener.aclose()

@@ -1,0 +1,336 @@
+"""The only module that talks to Redis: every queue operation is one command or one script.
+
+``store`` knows key names and scripts but nothing of handlers or loops; the
+scheduler, the consumers and the service call it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
+
+from . import lua
+from .events import validate_name
+from .keys import PrefixKeys, TypeKeys
+
+__all__ = ["Claimed", "DeadRecord", "MoveResult", "QueueCounts", "Store", "WakeupListener"]
+
+log = logging.getLogger("delayq.store")
+
+# Enqueue sends at most this many events per script call: keeps each call
+# well under a millisecond of Redis time.
+ENQUEUE_CHUNK = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """An event a consumer claimed: it holds the lease until ack, fail or expiry."""
+
+    raw_id: bytes
+    envelope: bytes
+    attempt: int
+    due_ms: int | None
+    token: bytes
+
+    @property
+    def id(self) -> str:
+        """The event id as text."""
+        return self.raw_id.decode("utf-8", "replace")
+
+
+@dataclass(frozen=True, slots=True)
+class MoveResult:
+    """What one ``move_due`` call did for one type."""
+
+    moved: int
+    more: bool
+    next_ms: int | None
+    now_ms: int
+    dead: int
+    missing: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class DeadRecord:
+    """A dead letter as stored."""
+
+    raw_id: bytes
+    failed_at_ms: int
+    envelope: bytes | None
+    attempts: int
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounts:
+    """How many events of one type are in each state."""
+
+    scheduled: int
+    ready: int
+    in_flight: int
+    dead: int
+
+
+def _int(value: Any) -> int:
+    return int(value) if value not in (None, False, b"") else 0
+
+
+class Store:
+    """Queue operations on one Redis for one prefix.
+
+    ``redis`` serves ordinary commands and scripts; ``blocking`` (default: the
+    same client) serves BRPOP and pub/sub, which hold a connection while they
+    wait. Both must return bytes (``decode_responses=False``).
+    """
+
+    def __init__(self, redis: Redis, prefix: str, *, blocking: Redis | None = None):
+        self.redis = redis
+        self.blocking = blocking if blocking is not None else redis
+        self.keys = PrefixKeys(prefix)
+        self._type_keys: dict[str, tuple[str, ...]] = {}
+        self._scripts = {
+            name: redis.register_script(lua.source(name))
+            for name in (*lua.PER_TYPE, *lua.STANDALONE)
+        }
+        self._known_types: set[str] = set()
+
+    def _k(self, type_name: str) -> tuple[str, ...]:
+        keys = self._type_keys.get(type_name)
+        if keys is None:
+            keys = self._type_keys[type_name] = TypeKeys(self.keys.prefix, type_name).all()
+        return keys
+
+    async def _run(self, script: str, type_name: str, args: Sequence[Any], client: Any = None) -> Any:
+        return await self._scripts[script](keys=self._k(type_name), args=args, client=client)
+
+    # -- producers -----------------------------------------------------------
+
+    async def register_type(self, type_name: str) -> None:
+        """Record ``type_name`` in the prefix's type set (once per process)."""
+        if type_name not in self._known_types:
+            await self.redis.sadd(self.keys.types, type_name)
+            self._known_types.add(type_name)
+
+    async def enqueue(
+        self,
+        type_name: str,
+        items: Sequence[tuple[str, bytes, int]],
+        *,
+        absolute: bool,
+        replace: bool,
+    ) -> list[int]:
+        """Add ``(id, envelope, ms)`` items of one type; return a code per item.
+
+        Codes: 1 added, 0 kept (the id exists), 2 replaced. ``ms`` is a delay
+        or, with ``absolute``, a unix time in ms. Chunks are pipelined.
+        """
+        await self.register_type(type_name)
+        head = ["at" if absolute else "delay", "1" if replace else "0", self.keys.wakeup_channel,
+                type_name]
+        chunks = [items[i : i + ENQUEUE_CHUNK] for i in range(0, len(items), ENQUEUE_CHUNK)]
+        if len(chunks) == 1:
+            args = head + [x for item in chunks[0] for x in item]
+            return [int(c) for c in await self._run("enqueue", type_name, args)]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for chunk in chunks:
+                args = head + [x for item in chunk for x in item]
+                await self._run("enqueue", type_name, args, client=pipe)
+            replies = await pipe.execute()
+        return [int(c) for reply in replies for c in reply]
+
+    async def cancel(self, type_name: str, event_id: str) -> bool:
+        """Remove a pending event; True when it existed and was not a dead letter."""
+        return bool(await self._run("cancel", type_name, [event_id]))
+
+    # -- scheduler -----------------------------------------------------------
+
+    async def known_types(self) -> set[str]:
+        """Every type name used under the prefix."""
+        members = await self.redis.smembers(self.keys.types)
+        names = set()
+        for member in members:
+            name = member.decode("utf-8", "replace") if isinstance(member, bytes) else member
+            try:
+                validate_name(name)
+            except (TypeError, ValueError):
+                log.warning("ignoring invalid event type name %r in %s", name, self.keys.types)
+                continue
+            names.add(name)
+        return names
+
+    async def take_lock(self, token: str, ttl_ms: int) -> bool:
+        """Take or renew the scheduler lock; True when ``token`` holds it."""
+        return bool(
+            await self._scripts["lock_take"](keys=[self.keys.scheduler_lock], args=[token, ttl_ms])
+        )
+
+    async def release_lock(self, token: str) -> bool:
+        """Release the scheduler lock if ``token`` holds it."""
+        return bool(
+            await self._scripts["lock_release"](keys=[self.keys.scheduler_lock], args=[token])
+        )
+
+    async def move_due(
+        self, type_name: str, batch: int, visibility_ms: int, max_deliveries: int
+    ) -> MoveResult:
+        """Move due, expired and orphaned events of one type to its ready list."""
+        r = await self._run("move_due", type_name, [batch, visibility_ms, max_deliveries])
+        next_ms = int(r[2])
+        return MoveResult(
+            moved=int(r[0]),
+            more=bool(int(r[1])),
+            next_ms=None if next_ms < 0 else next_ms,
+            now_ms=int(r[3]),
+            dead=int(r[4]),
+            missing=list(r[5:]),
+        )
+
+    def wakeups(self) -> WakeupListener:
+        """A subscription to the prefix's wake-up channel."""
+        return WakeupListener(self.blocking.pubsub(), self.keys.wakeup_channel)
+
+    # -- consumers -----------------------------------------------------------
+
+    async def pop_ready(self, type_name: str, timeout: float) -> bytes | None:
+        """Block up to ``timeout`` seconds for one ready entry (BRPOP)."""
+        reply = await self.blocking.brpop([self._k(type_name)[2]], timeout=timeout)
+        return None if reply is None else reply[1]
+
+    async def claim(
+        self, type_name: str, popped: Sequence[bytes], more: int, visibility_ms: int
+    ) -> tuple[int, list[Claimed]]:
+        """Claim ``popped`` entries plus up to ``more`` from the ready list.
+
+        Returns Redis's time in µs and the events now leased to the caller.
+        """
+        r = await self._run("claim", type_name, [visibility_ms, more, *popped])
+        claimed = [
+            Claimed(
+                raw_id=r[i],
+                envelope=r[i + 1],
+                attempt=int(r[i + 2]),
+                due_ms=int(r[i + 3]) if r[i + 3] else None,
+                token=r[i + 4],
+            )
+            for i in range(1, len(r), 5)
+        ]
+        return int(r[0]), claimed
+
+    async def ack(self, type_name: str, done: Iterable[tuple[bytes, bytes]]) -> int:
+        """Remove events whose handlers succeeded; stale tokens are ignored."""
+        args = [x for pair in done for x in pair]
+        return int(await self._run("ack", type_name, args)) if args else 0
+
+    async def renew(
+        self, type_name: str, leases: Iterable[tuple[bytes, bytes]], visibility_ms: int
+    ) -> list[bytes]:
+        """Extend leases; return the ids whose lease was lost."""
+        args = [x for pair in leases for x in pair]
+        if not args:
+            return []
+        return list(await self._run("renew", type_name, [visibility_ms, *args]))
+
+    async def fail(
+        self, type_name: str, claimed: Claimed, *, dead: bool, delay_ms: int, error: str
+    ) -> int:
+        """Retry after ``delay_ms`` or dead-letter; 0 when the lease was no longer ours."""
+        args = [
+            claimed.raw_id,
+            claimed.token,
+            "dead" if dead else "retry",
+            delay_ms,
+            error,
+            self.keys.wakeup_channel,
+            type_name,
+        ]
+        return int(await self._run("fail", type_name, args))
+
+    # -- dead letters and stats ------------------------------------------------
+
+    async def dead_letters(self, type_name: str, offset: int, limit: int) -> list[DeadRecord]:
+        """Dead letters of one type, oldest first."""
+        r = await self._run("dead_list", type_name, [offset, limit])
+        return [
+            DeadRecord(
+                raw_id=r[i],
+                failed_at_ms=int(float(r[i + 1])),
+                envelope=r[i + 2] or None,
+                attempts=_int(r[i + 3]),
+                error=(r[i + 4] or b"").decode("utf-8", "replace"),
+            )
+            for i in range(0, len(r), 5)
+        ]
+
+    async def dead_ids(self, type_name: str, count: int) -> list[bytes]:
+        """The ``count`` oldest dead-letter ids."""
+        return list(await self.redis.zrange(self._k(type_name)[8], 0, count - 1))
+
+    async def requeue_dead(
+        self, type_name: str, ids: Sequence[str | bytes], delay_ms: int
+    ) -> int:
+        """Schedule dead letters again after ``delay_ms``; return how many."""
+        if not ids:
+            return 0
+        args = [delay_ms, self.keys.wakeup_channel, type_name, *ids]
+        return int(await self._run("dead_requeue", type_name, args))
+
+    async def purge_dead(self, type_name: str, ids: Sequence[str | bytes]) -> int:
+        """Delete dead letters; return how many."""
+        return int(await self._run("dead_purge", type_name, list(ids))) if ids else 0
+
+    async def counts(self, type_names: Iterable[str]) -> dict[str, QueueCounts]:
+        """Per-type counts of scheduled, ready, in-flight and dead events."""
+        names = sorted(type_names)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for name in names:
+                k = self._k(name)
+                pipe.zcard(k[1])
+                pipe.zcard(k[3])
+                pipe.zcard(k[4])
+                pipe.zcard(k[8])
+            replies = await pipe.execute()
+        return {
+            name: QueueCounts(*(int(x) for x in replies[4 * i : 4 * i + 4]))
+            for i, name in enumerate(names)
+        }
+
+    async def eviction_policy(self) -> str | None:
+        """Redis's ``maxmemory-policy``, or None when CONFIG is not allowed."""
+        try:
+            reply = await self.redis.config_get("maxmemory-policy")
+        except Exception:  # ACLs or managed Redis may forbid CONFIG
+            return None
+        value = reply.get(b"maxmemory-policy", reply.get("maxmemory-policy"))
+        return value.decode() if isinstance(value, bytes) else value
+
+
+class WakeupListener:
+    """Receives the type names that enqueues publish to wake the scheduler."""
+
+    def __init__(self, pubsub: PubSub, channel: str):
+        self._pubsub = pubsub
+        self._channel = channel
+
+    async def subscribe(self) -> None:
+        """Start listening (again, after a disconnect)."""
+        await self._pubsub.subscribe(self._channel)
+
+    async def next(self, timeout: float) -> str | None:
+        """The next woken type name, or None when ``timeout`` passes first."""
+        msg = await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=timeout)
+        if msg is None or msg.get("type") != "message":
+            return None
+        data = msg["data"]
+        return data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
+
+    async def aclose(self) -> None:
+        """Unsubscribe and give the connection back."""
+        try:
+            await self._pubsub.aclose()
+        except Exception:  # closing a broken connection may fail; nothing to keep
+            log.debug("closing the wake-up subscription failed", exc_info=True)
