@@ -1,0 +1,161 @@
+"""The web framework examples, run for real: a server process, HTTP requests, a real Redis.
+
+Each app runs in its own process (as a user would start it), pointed at the test Redis with
+a unique prefix. The test enqueues through the HTTP API, waits for the handler to have run
+(seen through the app's own GET endpoint), checks that the request's ``X-Request-ID`` reached
+the handler as event context, and stops the server with SIGTERM, expecting a clean exit.
+
+Separate processes also keep the examples' ``PaymentCheck`` classes out of the test process,
+where they could clash with other tests' event types of the same name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from delayq.testing import free_port
+
+httpx = pytest.importorskip("httpx")
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+WaitFor = Callable[..., Awaitable[Any]]
+
+# What each example needs installed, and how to start it on a port (see examples/README.md).
+NEEDS = {"fastapi": ("fastapi", "uvicorn"), "aiohttp": ("aiohttp",)}
+COMMANDS: dict[str, Callable[[int], tuple[list[str], dict[str, str]]]] = {
+    "fastapi": lambda port: (
+        [sys.executable, "-m", "uvicorn", "fastapi_app:app", "--app-dir", str(EXAMPLES),
+         "--host", "127.0.0.1", "--port", str(port)],
+        {},
+    ),
+    "aiohttp": lambda port: (
+        [sys.executable, str(EXAMPLES / "aiohttp_app.py")],
+        {"HOST": "127.0.0.1", "PORT": str(port)},
+    ),
+}  # fmt: skip
+
+STARTUP_TIMEOUT = 60.0  # imports and startup on a busy 2-core machine
+SHUTDOWN_TIMEOUT = 30.0  # shutdown_grace is 10 s by default; nothing runs at shutdown here
+
+
+def _read(path: Path) -> str:
+    return path.read_text(errors="replace")
+
+
+@asynccontextmanager
+async def serve(
+    app: str, env: dict[str, str], log_path: Path, wait_for: WaitFor
+) -> AsyncIterator[httpx.AsyncClient]:
+    """Start the example ``app``; yield an httpx client on it once it answers; stop it."""
+    for _ in range(3):  # free_port() can race with another process grabbing the port
+        port = free_port()
+        argv, extra_env = COMMANDS[app](port)
+        with log_path.open("wb") as log:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=ROOT,
+                env={**os.environ, **env, **extra_env, "PYTHONUNBUFFERED": "1"},
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+            )
+        try:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+
+                async def ready(
+                    client: httpx.AsyncClient = client, proc: asyncio.subprocess.Process = proc
+                ) -> bool:
+                    if proc.returncode is not None:
+                        return True  # exited: reported below
+                    try:
+                        return (await client.get("/stats")).status_code == 200
+                    except httpx.TransportError:
+                        return False
+
+                await wait_for(ready, timeout=STARTUP_TIMEOUT, interval=0.05,
+                               message=f"{app} example answering on port {port}")  # fmt: skip
+                if proc.returncode is not None:
+                    output = _read(log_path)
+                    if "address already in use" in output.lower():
+                        continue
+                    pytest.fail(f"{app} example exited with {proc.returncode}:\n{output}")
+
+                yield client
+
+            proc.send_signal(signal.SIGTERM)  # what a process manager sends
+            try:
+                code = await asyncio.wait_for(proc.wait(), SHUTDOWN_TIMEOUT)
+            except asyncio.TimeoutError:
+                pytest.fail(f"{app} example did not exit after SIGTERM:\n{_read(log_path)}")
+            # uvicorn re-raises the signal once it has shut down cleanly; aiohttp exits with 0.
+            assert code in (0, -signal.SIGTERM), _read(log_path)
+            return
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    pytest.fail(f"{app} example could not get a free port:\n{_read(log_path)}")
+
+
+@pytest.mark.parametrize("app", ["fastapi", "aiohttp"])
+async def test_example_app(
+    app: str, redis_url: str, prefix: str, tmp_path: Path, wait_for: WaitFor
+) -> None:
+    """POST an order, see its delayed check handled with the request's id; then /stats."""
+    for module in NEEDS[app]:
+        pytest.importorskip(module)
+    env = {"REDIS_URL": redis_url, "DELAYQ_PREFIX": prefix}
+    log_path = tmp_path / f"{app}.log"
+    async with serve(app, env, log_path, wait_for) as client:
+        response = await client.post(
+            "/orders/42", params={"delay": 0.2}, headers={"X-Request-ID": "req-42"}
+        )
+        assert response.status_code == 202, response.text
+        assert response.json() == {
+            "order_id": 42, "scheduled": True, "delay": 0.2, "request_id": "req-42",
+        }  # fmt: skip
+
+        # An order checked only in an hour, posted twice: the second POST keeps the first
+        # check (same event id). Without X-Request-ID the app makes up a request id.
+        first = (await client.post("/orders/7", params={"delay": 3600})).json()
+        assert first["scheduled"] is True and first["request_id"]
+        again = (await client.post("/orders/7", params={"delay": 3600})).json()
+        assert again["scheduled"] is False
+
+        assert (await client.post("/orders/8", params={"delay": -1})).status_code in (400, 422)
+
+        async def checks() -> list[dict]:
+            return (await client.get("/checks")).json()
+
+        done = await wait_for(checks, timeout=15, interval=0.05, message="order 42 checked")
+        assert len(done) == 1, done
+        check = done[0]
+        assert check["order_id"] == 42
+        assert check["request_id"] == "req-42"  # the header travelled as event context
+        assert check["attempt"] == 1
+        assert check["lateness_ms"] >= 0  # never before its due time (Redis's clock)
+
+        # Once acked, only order 7 is left, still scheduled.
+        expected = {"PaymentCheck": {"scheduled": 1, "ready": 0, "in_flight": 0, "dead": 0}}
+
+        async def stats_settled() -> bool:
+            return (await client.get("/stats")).json() == expected
+
+        await wait_for(stats_settled, timeout=15, interval=0.05, message=f"/stats == {expected}")
+
+        assert await checks() == done  # order 7 is not due for an hour
+
+    output = _read(log_path)
+    assert "checked payment of order 42 (request req-42)" in output
+    assert "delayq service closed" in output  # the lifespan / cleanup_ctx ran to the end
