@@ -9,6 +9,7 @@ one ack call for many events.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Awaitable, Callable
@@ -76,7 +77,8 @@ class Consumer:
         self._acks: list[tuple[bytes, bytes]] = []
         self._slot_freed: anyio.Event | None = None
         self._ack_wanted: anyio.Event | None = None
-        self._finished: anyio.Event | None = None
+        # asyncio's Event needs no running loop to be created: add_handler may run before one
+        self._finished = asyncio.Event()
 
     @property
     def running_handlers(self) -> int:
@@ -91,13 +93,10 @@ class Consumer:
 
     async def wait_finished(self) -> None:
         """Wait until :meth:`run` has returned."""
-        while self._finished is None:
-            await anyio.sleep(0.01)
         await self._finished.wait()
 
     async def run(self) -> None:
         """Consume until :meth:`stop`; owns the handler, ack and renewal tasks."""
-        self._finished = anyio.Event()
         self._slot_freed = anyio.Event()
         self._ack_wanted = anyio.Event()
         try:
@@ -233,8 +232,9 @@ class Consumer:
             try:
                 delay_ms = math.ceil(1000 * delay_seconds(self._s.retry_backoff(c.attempt)))
             except Exception:
-                log.exception("%s: retry_backoff(%d) failed; retrying in 1s", self.type_name,
-                              c.attempt)
+                log.exception(
+                    "%s: retry_backoff(%d) failed; retrying in 1s", self.type_name, c.attempt
+                )
                 delay_ms = 1000
         backoff = 0.05
         for _ in range(5):
@@ -244,21 +244,24 @@ class Consumer:
                 )
                 break
             except Exception as exc:
-                log.warning("%s %r: recording the failure failed (%s); retrying", self.type_name,
-                            c.id, exc)
+                log.warning(
+                    "%s %r: recording the failure failed (%s); retrying", self.type_name, c.id, exc
+                )
                 await anyio.sleep(backoff)
                 backoff *= 2
         else:
             # The lease runs out and the event comes back; the attempt still counts.
-            log.error("%s %r: could not record the failure; its lease will expire", self.type_name,
-                      c.id)
+            log.error(
+                "%s %r: could not record the failure; its lease will expire", self.type_name, c.id
+            )
             code = -1
         self._leased.discard((c.raw_id, c.token))
         self._metrics.increment("failed", event_type=self.type_name)
         if code == 2:
             self._metrics.increment("dead_lettered", event_type=self.type_name)
-            log.error("%s %r: dead letter after %d deliveries: %s", self.type_name, c.id,
-                      c.attempt, error)
+            log.error(
+                "%s %r: dead letter after %d deliveries: %s", self.type_name, c.id, c.attempt, error
+            )
         elif code == 1:
             self._metrics.increment("retried", event_type=self.type_name)
 

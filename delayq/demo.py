@@ -67,8 +67,14 @@ def _redis_url(url: str | None) -> Iterator[str]:
         yield server.url
 
 
-async def run_demo(url: str, *, events: int = 30, spread: float = 4.0, prefix: str | None = None,
-                   seed: int | None = None) -> int:
+async def run_demo(
+    url: str,
+    *,
+    events: int = 30,
+    spread: float = 4.0,
+    prefix: str | None = None,
+    seed: int | None = None,
+) -> int:
     """Run the demo against ``url``; return 0 when every event ended as expected."""
     rng = random.Random(seed)
     prefix = prefix or f"demo-{os.getpid()}-{int(time.time())}"
@@ -89,22 +95,34 @@ async def run_demo(url: str, *, events: int = 30, spread: float = 4.0, prefix: s
             outcome = "delivered"
         else:
             outcome = "failed on purpose"
-        _out(f"  {event.id}  attempt {delivery.attempt}  late {late:6.2f} ms  "
-             f"to {event.user:<6} ({event_context().get('source', '-')}): {outcome}")
+        _out(
+            f"  {event.id}  attempt {delivery.attempt}  late {late:6.2f} ms  "
+            f"to {event.user:<6} ({event_context().get('source', '-')}): {outcome}"
+        )
         if len(tally.delivered) >= tally.expected:
             tally.done.set()
         return outcome == "delivered"
 
-    async with EventService.from_url(url, prefix=prefix, retry_attempts=2,
-                                     retry_backoff=fixed(0.3), metrics=metrics) as service:
+    async with EventService.from_url(
+        url, prefix=prefix, retry_attempts=2, retry_backoff=fixed(0.3), metrics=metrics
+    ) as service:
         service.add_handler(Reminder, send_reminder, concurrency=8)
         items = []
         for i in range(events):
             rid = f"r-{i:03d}"
             fail = 99 if rid == always_fails else (1 if rid in fails_once else 0)
             delay = round(rng.uniform(0.1, spread), 3)
-            items.append((Reminder(id=rid, user=rng.choice(["ada", "linus", "grace"]),
-                                   text="your order shipped", fail_times=fail), delay))
+            items.append(
+                (
+                    Reminder(
+                        id=rid,
+                        user=rng.choice(["ada", "linus", "grace"]),
+                        text="your order shipped",
+                        fail_times=fail,
+                    ),
+                    delay,
+                )
+            )
         _out(f"enqueueing {events} reminders with delays between 0.1 s and {spread} s ...")
         for event, delay in items:
             await service.enqueue_with_delay(event, delay, context={"source": "demo"})
@@ -117,7 +135,8 @@ async def run_demo(url: str, *, events: int = 30, spread: float = 4.0, prefix: s
             return (await service.stats_for(Reminder)).dead
 
         deadline = time.monotonic() + 10
-        while await dead_count() < 1 and time.monotonic() < deadline:
+        # the dead letter is written just after the last failed attempt returns
+        while await dead_count() < 1 and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         dead = await service.dead_letters(Reminder)
         stats = await service.stats_for(Reminder)
@@ -127,14 +146,20 @@ async def run_demo(url: str, *, events: int = 30, spread: float = 4.0, prefix: s
     _out("")
     _out("summary")
     _out(f"  delivered      {len(tally.delivered)} of {tally.expected} expected")
-    _out(f"  lateness       p50 {_percentile(tally.lateness_ms, 0.5):.2f} ms, "
-         f"p99 {_percentile(tally.lateness_ms, 0.99):.2f} ms, "
-         f"max {max(tally.lateness_ms, default=float('nan')):.2f} ms (Redis clock)")
+    _out(
+        f"  lateness       p50 {_percentile(tally.lateness_ms, 0.5):.2f} ms, "
+        f"p99 {_percentile(tally.lateness_ms, 0.99):.2f} ms, "
+        f"max {max(tally.lateness_ms, default=float('nan')):.2f} ms (Redis clock)"
+    )
     _out(f"  handler runs   {tally.attempts} (retries {retries})")
-    _out(f"  dead letters   {len(dead)}" + "".join(
-        f"\n    {d.id}: {d.error} after {d.attempts} attempts" for d in dead))
-    _out(f"  left in Redis  scheduled {stats.scheduled}, ready {stats.ready}, "
-         f"in flight {stats.in_flight}")
+    _out(
+        f"  dead letters   {len(dead)}"
+        + "".join(f"\n    {d.id}: {d.error} after {d.attempts} attempts" for d in dead)
+    )
+    _out(
+        f"  left in Redis  scheduled {stats.scheduled}, ready {stats.ready}, "
+        f"in flight {stats.in_flight}"
+    )
     ok = len(tally.delivered) == tally.expected and [d.id for d in dead] == [always_fails]
     _out("  result         " + ("OK" if ok else "UNEXPECTED"))
     return 0 if ok else 1
@@ -145,11 +170,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m delayq", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run the demo (starts a private Redis unless given a URL)")
-    demo.add_argument("--redis-url", default=os.environ.get("REDIS_URL"),
-                      help="Redis to use (default: $REDIS_URL, else a private redis-server)")
+    demo.add_argument(
+        "--redis-url",
+        default=os.environ.get("REDIS_URL"),
+        help="Redis to use (default: $REDIS_URL, else a private redis-server)",
+    )
     demo.add_argument("--events", type=int, default=30, help="how many reminders (default 30)")
-    demo.add_argument("--spread", type=float, default=4.0,
-                      help="delays are spread over this many seconds (default 4)")
+    demo.add_argument(
+        "--spread",
+        type=float,
+        default=4.0,
+        help="delays are spread over this many seconds (default 4)",
+    )
     demo.add_argument("--seed", type=int, default=None, help="random seed for the delays")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

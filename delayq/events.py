@@ -37,7 +37,9 @@ def validate_name(name: object, what: str = "event type name") -> str:
     if not name or len(name) > _MAX_NAME_LENGTH:
         raise ValueError(f"{what} must be 1 to {_MAX_NAME_LENGTH} characters long: {name!r}")
     if "{" in name or "}" in name or any(ch.isspace() or not ch.isprintable() for ch in name):
-        raise ValueError(f"{what} may not contain braces, whitespace or control characters: {name!r}")
+        raise ValueError(
+            f"{what} may not contain braces, whitespace or control characters: {name!r}"
+        )
     return name
 
 

@@ -53,8 +53,12 @@ class Options:
         names = set(cls.__dataclass_fields__)
         unknown = set(kwargs) - names
         if unknown:
-            raise TypeError(f"unknown EventService options: {sorted(unknown)}; known: {sorted(names)}")
-        opts: dict[str, Any] = {k: v for k, v in kwargs.items() if v is not None or k == "handler_timeout"}
+            raise TypeError(
+                f"unknown EventService options: {sorted(unknown)}; known: {sorted(names)}"
+            )
+        opts: dict[str, Any] = {
+            k: v for k, v in kwargs.items() if v is not None or k == "handler_timeout"
+        }
         from .events import validate_name
 
         if "prefix" in opts:
@@ -86,8 +90,10 @@ class Options:
             raise ValueError(f"serializer must be 'json' or 'msgpack', not {opts['serializer']!r}")
         metrics = opts.get("metrics")
         if metrics is not None and not isinstance(metrics, Metrics):
-            raise TypeError("metrics must have increment(name, value, *, event_type) and "
-                            "gauge(name, value, *, event_type) methods")
+            raise TypeError(
+                "metrics must have increment(name, value, *, event_type) and "
+                "gauge(name, value, *, event_type) methods"
+            )
         built = cls(**opts)
         if built.lock_timeout <= built.scheduling_interval and "lock_timeout" in opts:
             raise ValueError("lock_timeout must be longer than scheduling_interval")

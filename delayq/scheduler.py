@@ -21,6 +21,7 @@ import uuid
 from dataclasses import dataclass
 
 import anyio
+import anyio.lowlevel
 
 from .metrics import Metrics
 from .store import Store, WakeupListener
@@ -157,8 +158,11 @@ class Scheduler:
                 self._metrics.increment("moved", r.moved, event_type=type_name)
             if r.dead:
                 self._metrics.increment("dead_lettered", r.dead, event_type=type_name)
-                log.error("%s: %d events became dead letters after their last lease expired",
-                          type_name, r.dead)
+                log.error(
+                    "%s: %d events became dead letters after their last lease expired",
+                    type_name,
+                    r.dead,
+                )
             if r.missing:
                 log.warning(
                     "%s: dropped %d scheduled ids that have no stored event: %s",
@@ -172,7 +176,7 @@ class Scheduler:
             if time.monotonic() - self._lock_taken_at > self._s.lock_ms / 3000:
                 if not await self._take_lock():
                     return
-            await anyio.sleep(0)
+            await anyio.lowlevel.checkpoint()
         if r.next_ms is None:
             self._next.pop(type_name, None)
         else:

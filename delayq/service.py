@@ -200,8 +200,10 @@ class EventService:
             or inspect.iscoroutinefunction(getattr(handler, "__call__", None))  # noqa: B004
         ):
             raise TypeError(f"handler for {name!r} must be an async function, got {handler!r}")
-        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or not (
-            1 <= concurrency <= 10_000
+        if (
+            not isinstance(concurrency, int)
+            or isinstance(concurrency, bool)
+            or not (1 <= concurrency <= 10_000)
         ):
             raise ValueError(f"concurrency must be an int from 1 to 10000, not {concurrency!r}")
         if name in self._consumers:
@@ -330,7 +332,7 @@ class EventService:
                 results[index] = code != 0
         return results
 
-    async def cancel(self, event_type: type[Event], id: str) -> bool:  # noqa: A002
+    async def cancel(self, event_type: type[Event], id: str) -> bool:
         """Remove a pending (scheduled, ready or in-flight) event; True when one was removed.
 
         Dead letters are not touched: use :meth:`purge_dead_letters`.
@@ -380,8 +382,10 @@ class EventService:
         return [given[i : i + _BULK_PAGE] for i in range(0, len(given), _BULK_PAGE)]
 
     async def requeue_dead_letters(
-        self, event_type: type[Event], ids: Iterable[str] | None = None,
-        delay: float | timedelta = 0
+        self,
+        event_type: type[Event],
+        ids: Iterable[str] | None = None,
+        delay: float | timedelta = 0,
     ) -> int:
         """Schedule dead letters (all, or those in ``ids``) again after ``delay``; return how many.
 

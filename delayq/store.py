@@ -105,7 +105,9 @@ class Store:
             keys = self._type_keys[type_name] = TypeKeys(self.keys.prefix, type_name).all()
         return keys
 
-    async def _run(self, script: str, type_name: str, args: Sequence[Any], client: Any = None) -> Any:
+    async def _run(
+        self, script: str, type_name: str, args: Sequence[Any], client: Any = None
+    ) -> Any:
         return await self._scripts[script](keys=self._k(type_name), args=args, client=client)
 
     # -- producers -----------------------------------------------------------
@@ -130,8 +132,12 @@ class Store:
         or, with ``absolute``, a unix time in ms. Chunks are pipelined.
         """
         await self.register_type(type_name)
-        head = ["at" if absolute else "delay", "1" if replace else "0", self.keys.wakeup_channel,
-                type_name]
+        head = [
+            "at" if absolute else "delay",
+            "1" if replace else "0",
+            self.keys.wakeup_channel,
+            type_name,
+        ]
         chunks = [items[i : i + ENQUEUE_CHUNK] for i in range(0, len(items), ENQUEUE_CHUNK)]
         if len(chunks) == 1:
             args = head + [x for item in chunks[0] for x in item]
@@ -270,9 +276,7 @@ class Store:
         """The ``count`` oldest dead-letter ids."""
         return list(await self.redis.zrange(self._k(type_name)[8], 0, count - 1))
 
-    async def requeue_dead(
-        self, type_name: str, ids: Sequence[str | bytes], delay_ms: int
-    ) -> int:
+    async def requeue_dead(self, type_name: str, ids: Sequence[str | bytes], delay_ms: int) -> int:
         """Schedule dead letters again after ``delay_ms``; return how many."""
         if not ids:
             return 0

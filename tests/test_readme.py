@@ -18,7 +18,7 @@ def _python_blocks() -> list[str]:
 async def _run(source: str) -> dict[str, object]:
     namespace: dict[str, object] = {"__name__": "readme_example"}
     code = compile(source, str(README), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-    result = eval(code, namespace)  # noqa: S307 - our own README's code, not a payload
+    result = eval(code, namespace)  # our own README, never a payload
     if result is not None:
         await result
     return namespace
