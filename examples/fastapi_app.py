@@ -77,7 +77,8 @@ app = FastAPI(title="delayq FastAPI example", lifespan=lifespan)
 
 def get_service(request: Request) -> EventService:
     """The app's EventService, as a dependency."""
-    return request.app.state.service
+    service: EventService = request.app.state.service
+    return service
 
 
 Service = Annotated[EventService, Depends(get_service)]

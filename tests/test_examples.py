@@ -20,11 +20,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+import redis.asyncio as aioredis
 
 from delayq.testing import free_port
-
-httpx = pytest.importorskip("httpx")
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -79,12 +79,12 @@ async def serve(
                     if proc.returncode is not None:
                         return True  # exited: reported below
                     try:
-                        return (await client.get("/stats")).status_code == 200
+                        return (await client.get("/stats")).status_code == httpx.codes.OK
                     except httpx.TransportError:
                         return False
 
-                await wait_for(ready, timeout=STARTUP_TIMEOUT, interval=0.05,
-                               message=f"{app} example answering on port {port}")  # fmt: skip
+                message = f"{app} example answering on port {port}"
+                await wait_for(ready, timeout=STARTUP_TIMEOUT, interval=0.05, message=message)
                 if proc.returncode is not None:
                     output = _read(log_path)
                     if "address already in use" in output.lower():
@@ -110,12 +110,27 @@ async def serve(
 
 @pytest.mark.parametrize("app", ["fastapi", "aiohttp"])
 async def test_example_app(
-    app: str, redis_url: str, prefix: str, tmp_path: Path, wait_for: WaitFor
+    app: str,
+    redis_url: str,
+    prefix: str,
+    tmp_path: Path,
+    wait_for: WaitFor,
+    redis_client: aioredis.Redis,
 ) -> None:
     """POST an order, see its delayed check handled with the request's id; then /stats."""
     for module in NEEDS[app]:
         pytest.importorskip(module)
-    env = {"REDIS_URL": redis_url, "DELAYQ_PREFIX": prefix}
+    try:
+        await _exercise(app, {"REDIS_URL": redis_url, "DELAYQ_PREFIX": prefix}, tmp_path, wait_for)
+    finally:
+        # Drop the hour-long event (and everything else under the prefix) in case REDIS_URL
+        # points at a longer-lived Redis; every key starts with "{<prefix>".
+        keys = [key async for key in redis_client.scan_iter(match=f"{{{prefix}*", count=1000)]
+        if keys:
+            await redis_client.delete(*keys)
+
+
+async def _exercise(app: str, env: dict[str, str], tmp_path: Path, wait_for: WaitFor) -> None:
     log_path = tmp_path / f"{app}.log"
     async with serve(app, env, log_path, wait_for) as client:
         response = await client.post(
@@ -135,8 +150,9 @@ async def test_example_app(
 
         assert (await client.post("/orders/8", params={"delay": -1})).status_code in (400, 422)
 
-        async def checks() -> list[dict]:
-            return (await client.get("/checks")).json()
+        async def checks() -> list[dict[str, Any]]:
+            done: list[dict[str, Any]] = (await client.get("/checks")).json()
+            return done
 
         done = await wait_for(checks, timeout=15, interval=0.05, message="order 42 checked")
         assert len(done) == 1, done
@@ -150,7 +166,7 @@ async def test_example_app(
         expected = {"PaymentCheck": {"scheduled": 1, "ready": 0, "in_flight": 0, "dead": 0}}
 
         async def stats_settled() -> bool:
-            return (await client.get("/stats")).json() == expected
+            return bool((await client.get("/stats")).json() == expected)
 
         await wait_for(stats_settled, timeout=15, interval=0.05, message=f"/stats == {expected}")
 
