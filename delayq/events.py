@@ -18,7 +18,6 @@ __all__ = ["Event", "EventMeta", "event_name", "validate_name"]
 
 log = logging.getLogger("delayq.events")
 
-_StructMeta: type = type(msgspec.Struct)
 
 # wire name -> class; guards against two different classes sharing a name.
 _registry: dict[str, type[Event]] = {}
@@ -43,7 +42,7 @@ def validate_name(name: object, what: str = "event type name") -> str:
     return name
 
 
-class EventMeta(_StructMeta):  # type: ignore[misc, valid-type]
+class EventMeta(msgspec.StructMeta):
     """Metaclass of :class:`Event`: resolves each subclass's wire name and registers it."""
 
     def __new__(

@@ -8,8 +8,9 @@ move an event twice.
 The active scheduler sleeps until the earliest time any type needs a look (a
 due time, a lease deadline, an orphan check), at most ``scheduling_interval``,
 and wakes early when an enqueue publishes that it made an earlier due time.
-Every ``scheduling_interval`` it sweeps all types, so a lost wake-up only
-delays, never strands, an event.
+Every ``scheduling_interval`` it looks at every type with events pending, and
+every ten intervals at all types, so a lost wake-up only delays, never
+strands, an event.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ __all__ = ["Scheduler", "SchedulerSettings"]
 log = logging.getLogger("delayq.scheduler")
 
 _MAX_BACKOFF = 5.0
+# Every this many scheduling intervals, all known types get a look, even idle ones.
+_FULL_SWEEP = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +62,9 @@ class Scheduler:
         self._woken: set[str] = set()
         self._types: set[str] = set()
         self._next: dict[str, float] = {}  # type -> monotonic time it needs a look
+        self._active: set[str] = set()  # types with anything scheduled, ready or in flight
         self._last_sweep = -math.inf
+        self._last_full = -math.inf
         self._lock_taken_at = -math.inf
 
     def stop(self) -> None:
@@ -71,7 +76,7 @@ class Scheduler:
     def wake(self, type_name: str | None = None) -> None:
         """Look at ``type_name`` (or sweep all types) now rather than at the next planned time."""
         if type_name is None:
-            self._last_sweep = -math.inf
+            self._last_full = -math.inf
         else:
             self._woken.add(type_name)
         if self._wake is not None:
@@ -102,7 +107,7 @@ class Scheduler:
         while not self._stopping:
             sleep_for = self._s.interval
             try:
-                if await self._take_lock():
+                if await self._hold_lock():
                     sleep_for = await self._pass()
                 backoff = 0.1
             except Exception as exc:  # loops never die: log, back off, go on
@@ -121,32 +126,45 @@ class Scheduler:
                     await self._wake.wait()
             self._wake = anyio.Event()
 
+    async def _hold_lock(self) -> bool:
+        """Take the lock, or renew it once a third of its time to live has passed."""
+        if self.is_leader and time.monotonic() - self._lock_taken_at < self._s.lock_ms / 3000:
+            return True
+        return await self._take_lock()
+
     async def _take_lock(self) -> bool:
         held = await self._store.take_lock(self.token, self._s.lock_ms)
         self._lock_taken_at = time.monotonic()
         if held != self.is_leader:
             log.info("scheduler %s %s the lock", self.token[:8], "took" if held else "lost")
             if held:
-                self._last_sweep = -math.inf  # a new leader looks at everything first
+                self._last_full = -math.inf  # a new leader looks at everything first
         self.is_leader = held
         return held
 
     async def _pass(self) -> float:
-        """Move what is due; return how long to sleep before the next pass."""
+        """Move what is due; return how long to sleep before the next pass.
+
+        Types with something pending get a look every ``interval``; every
+        ``_FULL_SWEEP`` intervals all known types do. A type with nothing
+        pending needs no polling: its next enqueue publishes a wake-up.
+        """
         now = time.monotonic()
-        if now - self._last_sweep >= self._s.interval:
+        todo = {t for t, at in self._next.items() if at <= now}
+        if now - self._last_full >= _FULL_SWEEP * self._s.interval:
             self._types = await self._store.known_types()
+            self._last_full = self._last_sweep = now
+            todo |= self._types
+        elif now - self._last_sweep >= self._s.interval:
             self._last_sweep = now
-            todo = set(self._types)
-        else:
-            todo = {t for t, at in self._next.items() if at <= now}
+            todo |= self._active
         todo |= self._woken
         self._types |= self._woken
         self._woken.clear()
         for type_name in sorted(todo):
             await self._move(type_name)
         now = time.monotonic()
-        nearest = min((self._next.get(t, math.inf) for t in self._types), default=math.inf)
+        nearest = min(self._next.values(), default=math.inf)
         return max(0.0, min(nearest - now, self._last_sweep + self._s.interval - now))
 
     async def _move(self, type_name: str) -> None:
@@ -177,6 +195,10 @@ class Scheduler:
                 if not await self._take_lock():
                     return
             await anyio.lowlevel.checkpoint()
+        if r.next_ms is None and not r.queued:
+            self._active.discard(type_name)
+        else:
+            self._active.add(type_name)
         if r.next_ms is None:
             self._next.pop(type_name, None)
         else:

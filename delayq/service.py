@@ -148,9 +148,7 @@ class EventService:
         try:
             service._setup(commands, blocking, options)
         except BaseException:
-            for c in (commands, blocking):
-                c.connection_pool.reset()  # nothing connected yet; drop the pools
-            raise
+            raise  # the clients never connected: nothing to close
         service._owned = [commands, blocking]
         return service
 
@@ -354,7 +352,9 @@ class EventService:
             raise ValueError(f"limit must be a positive int, not {limit!r}")
         items = []
         for record in await self._store.dead_letters(name, offset, limit):
-            event, context, problem = None, {}, None
+            event: Event | None = None
+            context: Mapping[str, str] = {}
+            problem: str | None = None
             if record.envelope is None:
                 problem = "the stored event is missing"
             else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
@@ -52,6 +52,7 @@ class MoveResult:
     next_ms: int | None
     now_ms: int
     dead: int
+    queued: int
     missing: list[bytes]
 
 
@@ -193,7 +194,8 @@ class Store:
             next_ms=None if next_ms < 0 else next_ms,
             now_ms=int(r[3]),
             dead=int(r[4]),
-            missing=list(r[5:]),
+            queued=int(r[5]),
+            missing=list(r[6:]),
         )
 
     def wakeups(self) -> WakeupListener:
@@ -205,7 +207,7 @@ class Store:
     async def pop_ready(self, type_name: str, timeout: float) -> bytes | None:
         """Block up to ``timeout`` seconds for one ready entry (BRPOP)."""
         reply = await self.blocking.brpop([self._k(type_name)[2]], timeout=timeout)
-        return None if reply is None else reply[1]
+        return None if reply is None else cast(bytes, reply[1])
 
     async def claim(
         self, type_name: str, popped: Sequence[bytes], more: int, visibility_ms: int
@@ -274,7 +276,7 @@ class Store:
 
     async def dead_ids(self, type_name: str, count: int) -> list[bytes]:
         """The ``count`` oldest dead-letter ids."""
-        return list(await self.redis.zrange(self._k(type_name)[8], 0, count - 1))
+        return cast(list[bytes], await self.redis.zrange(self._k(type_name)[8], 0, count - 1))
 
     async def requeue_dead(self, type_name: str, ids: Sequence[str | bytes], delay_ms: int) -> int:
         """Schedule dead letters again after ``delay_ms``; return how many."""
@@ -306,10 +308,10 @@ class Store:
     async def eviction_policy(self) -> str | None:
         """Redis's ``maxmemory-policy``, or None when CONFIG is not allowed."""
         try:
-            reply = await self.redis.config_get("maxmemory-policy")
+            reply: dict[Any, Any] = await self.redis.config_get("maxmemory-policy")
         except Exception:  # ACLs or managed Redis may forbid CONFIG
             return None
-        value = reply.get(b"maxmemory-policy", reply.get("maxmemory-policy"))
+        value: Any = reply.get(b"maxmemory-policy") or reply.get("maxmemory-policy")
         return value.decode() if isinstance(value, bytes) else value
 
 
@@ -335,6 +337,6 @@ class WakeupListener:
     async def aclose(self) -> None:
         """Unsubscribe and give the connection back."""
         try:
-            await self._pubsub.aclose()
+            await self._pubsub.aclose()  # type: ignore[no-untyped-call]
         except Exception:  # closing a broken connection may fail; nothing to keep
             log.debug("closing the wake-up subscription failed", exc_info=True)

@@ -5,11 +5,13 @@
 -- ARGV[2] visibility timeout in ms (how long a popped entry may stay unclaimed)
 -- ARGV[3] max deliveries: an event whose lease expires after this many
 --         deliveries becomes a dead letter instead of going back to ready
--- Returns: {moved, more, next_ms, now_ms, dead, missing_id...}
+-- Returns: {moved, more, next_ms, now_ms, dead, queued, missing_id...}
 --   moved   ids pushed to the ready list (due, lease expired or orphaned)
 --   more    1 when a category filled its batch: call again at once
 --   next_ms when this type next needs a look (-1: nothing pending)
 --   dead    leases that expired on their last delivery
+--   queued  ids waiting in the ready list (they need a look now and then:
+--           a consumer may die between popping one and claiming it)
 --   missing scheduled ids without an envelope (dropped; the caller logs them)
 -- Guarantees: an id is moved at most once per due time; nothing is lost: an
 -- expired lease or an entry popped by a consumer that died before claiming
@@ -94,6 +96,6 @@ else
   redis.call('HSET', K_META, 'wake', string.format('%.0f', next_ms))
 end
 
-local result = {#ids, more, next_ms, now, dead}
+local result = {#ids, more, next_ms, now, dead, redis.call('ZCARD', K_QUEUED)}
 for _, id in ipairs(missing) do result[#result + 1] = id end
 return result
