@@ -85,6 +85,11 @@ class Consumer:
         """Handlers running right now."""
         return self._running
 
+    @property
+    def stopping(self) -> bool:
+        """True once :meth:`stop` has been called."""
+        return self._stopping
+
     def stop(self) -> None:
         """Stop fetching; in-flight handlers get ``shutdown_grace`` to finish."""
         self._stopping = True
@@ -97,6 +102,7 @@ class Consumer:
 
     async def run(self) -> None:
         """Consume until :meth:`stop`; owns the handler, ack and renewal tasks."""
+        self._finished.clear()
         self._slot_freed = anyio.Event()
         self._ack_wanted = anyio.Event()
         try:

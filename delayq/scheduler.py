@@ -67,6 +67,11 @@ class Scheduler:
         self._last_full = -math.inf
         self._lock_taken_at = -math.inf
 
+    @property
+    def stopping(self) -> bool:
+        """True once :meth:`stop` has been called."""
+        return self._stopping
+
     def stop(self) -> None:
         """End :meth:`run` and release the lock."""
         self._stopping = True

@@ -219,7 +219,7 @@ class EventService:
         )
         self._consumers[name] = consumer
         if self._task_group is not None:
-            self._task_group.start_soon(consumer.run)
+            self._task_group.start_soon(self._keep_running, consumer)
 
     async def remove_handler(self, event_type: type[Event]) -> bool:
         """Stop handling ``event_type`` once its in-flight handlers finish; False if none."""
@@ -460,9 +460,9 @@ class EventService:
             async with anyio.create_task_group() as tg:
                 self._task_group = tg
                 if self._scheduler is not None:
-                    tg.start_soon(self._scheduler.run)
+                    tg.start_soon(self._keep_running, self._scheduler)
                 for consumer in self._consumers.values():
-                    tg.start_soon(consumer.run)
+                    tg.start_soon(self._keep_running, consumer)
                 started.set_result(None)
                 await self._closing.wait()
                 for consumer in self._consumers.values():
@@ -473,6 +473,20 @@ class EventService:
             self._task_group = None
             if not started.done():
                 started.set_result(None)
+
+    async def _keep_running(self, loop: Consumer | Scheduler) -> None:
+        """Run a loop; should a bug make it raise, log and start it again."""
+        delay = 0.5
+        while True:
+            try:
+                await loop.run()
+                return
+            except Exception:
+                if loop.stopping:
+                    return
+                log.exception("%s crashed; restarting it in %.1fs", type(loop).__name__, delay)
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 30.0)
 
     async def aclose(self) -> None:
         """Stop fetching, give in-flight handlers ``shutdown_grace``, release everything.
