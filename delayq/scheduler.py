@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import anyio
 import anyio.lowlevel
+from redis.exceptions import ResponseError
 
 from .metrics import Metrics
 from .store import Store, WakeupListener
@@ -167,7 +168,14 @@ class Scheduler:
         self._types |= self._woken
         self._woken.clear()
         for type_name in sorted(todo):
-            await self._move(type_name)
+            try:
+                await self._move(type_name)
+            except ResponseError as exc:
+                # Redis refused this type's script (say, a key of the wrong type
+                # written by someone else): the other types must still move.
+                self._metrics.increment("redis_errors", event_type=type_name)
+                log.error("%s: moving due events failed: %s; trying again later", type_name, exc)
+                self._next[type_name] = time.monotonic() + 10 * self._s.interval
         now = time.monotonic()
         nearest = min(self._next.values(), default=math.inf)
         return max(0.0, min(nearest - now, self._last_sweep + self._s.interval - now))
