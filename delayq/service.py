@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -28,11 +29,20 @@ from .retry import delay_seconds
 from .scheduler import Scheduler, SchedulerSettings
 from .store import QueueCounts, Store
 
-__all__ = ["DeadLetter", "EventService"]
+__all__ = ["Client", "DeadLetter", "EventService"]
+
+Client = Redis | RedisCluster
+"""The redis.asyncio clients delayq works with: a single Redis or a Redis Cluster."""
 
 log = logging.getLogger("delayq.service")
 
 _BULK_PAGE = 500
+
+
+def _connection_kwargs(client: Client) -> dict[str, Any]:
+    if isinstance(client, RedisCluster):
+        return client.connection_kwargs
+    return client.connection_pool.connection_kwargs
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,18 +78,20 @@ class EventService:
     works without starting (a producer-only process); handlers run once started.
     """
 
-    def __init__(self, redis: Redis, **options: Any):
+    def __init__(self, redis: Client, **options: Any):
         self._setup(redis, None, options)
 
-    def _setup(self, redis: Redis, blocking: Redis | None, options: dict[str, Any]) -> None:
+    def _setup(self, redis: Client, blocking: Client | None, options: dict[str, Any]) -> None:
         self._options = Options.build(**options)
         opts = self._options
-        if not isinstance(redis, Redis):
-            raise TypeError(f"redis must be a redis.asyncio.Redis, not {type(redis).__name__}")
-        if redis.connection_pool.connection_kwargs.get("decode_responses"):
+        if not isinstance(redis, (Redis, RedisCluster)):
+            raise TypeError(
+                f"redis must be a redis.asyncio Redis or RedisCluster, not {type(redis).__name__}"
+            )
+        if _connection_kwargs(redis).get("decode_responses"):
             raise ValueError("delayq needs a Redis client with decode_responses=False")
         self._redis = redis
-        self._owned: list[Redis] = []
+        self._owned: list[Client] = []
         self._store = Store(redis, opts.prefix, blocking=blocking)
         self._codec = Codec(opts.serializer, opts.max_payload_bytes)
         self._metrics = opts.metrics
@@ -111,27 +123,30 @@ class EventService:
         self._closing: asyncio.Event | None = None
         self._closed = False
 
-    def _block_time(self, redis: Redis) -> float:
+    def _block_time(self, redis: Client) -> float:
         # BRPOP must return before the client's socket timeout fires, or every
         # idle wait would look like a broken connection.
         block = self._options.polling_timeout
-        socket_timeout = redis.connection_pool.connection_kwargs.get("socket_timeout")
+        socket_timeout = _connection_kwargs(redis).get("socket_timeout")
         if socket_timeout:
             block = min(block, max(0.05, socket_timeout - 1, socket_timeout / 2))
         return block
 
     @classmethod
-    def from_url(cls, url: str, **options: Any) -> EventService:
+    def from_url(cls, url: str, *, cluster: bool = False, **options: Any) -> EventService:
         """Connect to the Redis at ``url`` (``redis://``, ``rediss://``, ``unix://``).
 
-        Creates two clients owned (and closed) by the service: one for commands
-        and scripts, one for BRPOP and pub/sub with a socket timeout above the
-        block time. Both speak RESP2 and retry connection errors with backoff.
+        With ``cluster=True``, ``url`` names any node of a Redis Cluster and the
+        other nodes are discovered from it. Creates two clients owned (and
+        closed) by the service: one for commands and scripts, one for BRPOP and
+        pub/sub with a socket timeout above the block time. Both speak RESP2
+        and retry connection errors with backoff.
         """
         polling = delay_seconds(options.get("polling_timeout") or 5.0, "polling_timeout")
+        factory: Any = RedisCluster.from_url if cluster else Redis.from_url
 
-        def client(socket_timeout: float) -> Redis:
-            return Redis.from_url(
+        def client(socket_timeout: float) -> Client:
+            return factory(  # type: ignore[no-any-return]
                 url,
                 protocol=2,
                 decode_responses=False,

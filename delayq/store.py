@@ -6,6 +6,7 @@ scheduler, the consumers and the service call it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -13,6 +14,8 @@ from typing import Any, cast
 
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import NoScriptError
 
 from . import lua
 from .events import validate_name
@@ -89,7 +92,13 @@ class Store:
     wait. Both must return bytes (``decode_responses=False``).
     """
 
-    def __init__(self, redis: Redis, prefix: str, *, blocking: Redis | None = None):
+    def __init__(
+        self,
+        redis: Redis | RedisCluster,
+        prefix: str,
+        *,
+        blocking: Redis | RedisCluster | None = None,
+    ):
         self.redis = redis
         self.blocking = blocking if blocking is not None else redis
         self.keys = PrefixKeys(prefix)
@@ -110,6 +119,35 @@ class Store:
         self, script: str, type_name: str, args: Sequence[Any], client: Any = None
     ) -> Any:
         return await self._scripts[script](keys=self._k(type_name), args=args, client=client)
+
+    async def _pipelined(
+        self, script: str, type_name: str, calls: Sequence[Sequence[Any]]
+    ) -> list[Any]:
+        """Run one script several times in one pipeline (one slot: fine on a cluster too).
+
+        Every script is safe to run twice, so after a NOSCRIPT (a restarted or
+        flushed Redis) the script is loaded and the whole pipeline sent again.
+        """
+        if isinstance(self.redis, RedisCluster):
+            # redis-py refuses EVALSHA in cluster pipelines: send a few calls at a time
+            results: list[Any] = []
+            for i in range(0, len(calls), 16):
+                group = [self._run(script, type_name, args) for args in calls[i : i + 16]]
+                results.extend(await asyncio.gather(*group))
+            return results
+        source = self._scripts[script]
+        keys = self._k(type_name)
+        for attempt in (1, 2):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for args in calls:
+                    pipe.evalsha(source.sha, len(keys), *keys, *args)
+                try:
+                    return list(await pipe.execute())
+                except NoScriptError:
+                    if attempt == 2:
+                        raise
+                    await self.redis.script_load(source.script)
+        raise AssertionError("unreachable")
 
     # -- producers -----------------------------------------------------------
 
@@ -143,11 +181,8 @@ class Store:
         if len(chunks) == 1:
             args = head + [x for item in chunks[0] for x in item]
             return [int(c) for c in await self._run("enqueue", type_name, args)]
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for chunk in chunks:
-                args = head + [x for item in chunk for x in item]
-                await self._run("enqueue", type_name, args, client=pipe)
-            replies = await pipe.execute()
+        calls = [head + [x for item in chunk for x in item] for chunk in chunks]
+        replies = await self._pipelined("enqueue", type_name, calls)
         return [int(c) for reply in replies for c in reply]
 
     async def cancel(self, type_name: str, event_id: str) -> bool:
