@@ -46,6 +46,7 @@ class SchedulerSettings:
     visibility_ms: int
     max_deliveries: int
     lock_ms: int
+    listen_timeout: float = 5.0  # below the blocking client's socket timeout
 
 
 class Scheduler:
@@ -227,7 +228,7 @@ class Scheduler:
                 self.wake()  # messages may have been missed while unsubscribed
                 backoff = 0.1
                 while True:
-                    name = await listener.next(timeout=30.0)
+                    name = await listener.next(timeout=self._s.listen_timeout)
                     if name and self.is_leader:
                         self.wake(name)
             except Exception as exc:
