@@ -17,6 +17,8 @@ cannot erase the evidence), under ``rec:{run}:``:
 ``rec:{run}:ready``         HASH   pid -> 1 once its service has started
 ``rec:{run}:tokens``        HASH   scheduler token -> pid
 ``rec:{run}:late``          LIST   lateness (ms, Redis clock) of each first delivery
+``rec:{run}:stalled``       HASH   id -> times it was in progress in a process whose event
+                                   loop a ``Job.block_ms`` handler then blocked
 =========================== ====== ==========================================================
 
 An id still in ``inprog:{pid}`` when ``pid`` dies was *interrupted*: the handler was running,
@@ -43,7 +45,15 @@ import redis.asyncio as aioredis
 
 from delayq import Event
 
-__all__ = ["WORKER", "Job", "Reconciliation", "WorkerPool", "read_records", "reconcile"]
+__all__ = [
+    "WORKER",
+    "Job",
+    "Reconciliation",
+    "WorkerPool",
+    "read_counter",
+    "read_records",
+    "reconcile",
+]
 
 WORKER = str(Path(__file__).with_name("faultworker.py"))
 
@@ -207,6 +217,12 @@ async def read_records(rec: aioredis.Redis, run: str) -> Records:
         return {k.decode(): int(v) for k, v in raw.items()}
 
     return Records(await counts("start"), await counts("end"), await counts("fail"))
+
+
+async def read_counter(rec: aioredis.Redis, run: str, what: str) -> collections.Counter[str]:
+    """Read the hash ``rec:{run}:{what}`` as a Counter."""
+    raw = await rec.hgetall(rec_key(run, what))
+    return collections.Counter({k.decode(): int(v) for k, v in raw.items()})
 
 
 @dataclass

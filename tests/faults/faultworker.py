@@ -119,6 +119,13 @@ async def main(args: argparse.Namespace) -> None:
         if job.sleep_ms:
             await asyncio.sleep(job.sleep_ms / 1000)
         if job.block_ms:
+            # everything in progress here stalls with the event loop: remember what
+            stalled = await rec.smembers(inprog)
+            if stalled:
+                async with rec.pipeline(transaction=False) as pipe:
+                    for i in stalled:
+                        pipe.hincrby(rec_key(run, "stalled"), i, 1)
+                    await pipe.execute()
             time.sleep(job.block_ms / 1000)  # blocks the event loop on purpose
         if attempt <= job.fail_times:
             await rec.hincrby(rec_key(run, "fail"), job.id, 1)
