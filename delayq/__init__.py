@@ -7,7 +7,7 @@ See the README for the guide and every option.
 
 from .codec import Serializer
 from .context import Delivery, current_delivery, event_context
-from .errors import DecodeError, DelayqError
+from .errors import DecodeError, DelayqError, QueueFullError
 from .events import Event, event_name
 from .metrics import InMemoryMetrics, Metrics, NoopMetrics
 from .options import Options
@@ -28,6 +28,7 @@ __all__ = [
     "NoopMetrics",
     "Options",
     "QueueCounts",
+    "QueueFullError",
     "Serializer",
     "current_delivery",
     "event_context",

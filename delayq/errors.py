@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-__all__ = ["DecodeError", "DelayqError"]
+from redis.exceptions import OutOfMemoryError
+
+__all__ = ["DecodeError", "DelayqError", "QueueFullError"]
 
 
 class DelayqError(Exception):
@@ -11,3 +13,11 @@ class DelayqError(Exception):
 
 class DecodeError(DelayqError):
     """A stored envelope could not be decoded into its event type."""
+
+
+class QueueFullError(DelayqError, OutOfMemoryError):
+    """Redis refused an enqueue because it reached ``maxmemory`` (policy ``noeviction``).
+
+    Nothing of the refused events was written. It is also a
+    ``redis.exceptions.OutOfMemoryError`` (and so a ``ResponseError``).
+    """

@@ -15,9 +15,10 @@ from typing import Any, cast
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from . import lua
+from .errors import QueueFullError
 from .events import validate_name
 from .keys import PrefixKeys, TypeKeys
 
@@ -170,20 +171,32 @@ class Store:
         Codes: 1 added, 0 kept (the id exists), 2 replaced. ``ms`` is a delay
         or, with ``absolute``, a unix time in ms. Chunks are pipelined.
         """
-        await self.register_type(type_name)
-        head = [
-            "at" if absolute else "delay",
-            "1" if replace else "0",
-            self.keys.wakeup_channel,
-            type_name,
-        ]
-        chunks = [items[i : i + ENQUEUE_CHUNK] for i in range(0, len(items), ENQUEUE_CHUNK)]
-        if len(chunks) == 1:
-            args = head + [x for item in chunks[0] for x in item]
-            return [int(c) for c in await self._run("enqueue", type_name, args)]
-        calls = [head + [x for item in chunk for x in item] for chunk in chunks]
-        replies = await self._pipelined("enqueue", type_name, calls)
-        return [int(c) for reply in replies for c in reply]
+        try:
+            await self.register_type(type_name)
+            head = [
+                "at" if absolute else "delay",
+                "1" if replace else "0",
+                self.keys.wakeup_channel,
+                type_name,
+            ]
+            chunks = [items[i : i + ENQUEUE_CHUNK] for i in range(0, len(items), ENQUEUE_CHUNK)]
+            if len(chunks) == 1:
+                args = head + [x for item in chunks[0] for x in item]
+                return [int(c) for c in await self._run("enqueue", type_name, args)]
+            calls = [head + [x for item in chunk for x in item] for chunk in chunks]
+            replies = await self._pipelined("enqueue", type_name, calls)
+            return [int(c) for reply in replies for c in reply]
+        except ResponseError as exc:
+            if "used memory > 'maxmemory'" not in str(exc):
+                raise
+            raise QueueFullError(
+                f"Redis is out of memory (used memory > maxmemory, policy noeviction): "
+                f"{type_name} events were not enqueued"
+                + ("" if len(items) <= ENQUEUE_CHUNK else
+                   f" (each group of {ENQUEUE_CHUNK} is all-or-nothing; earlier groups of "
+                   f"this call may have been enqueued)")
+                + ". Handling queued events frees memory; or raise maxmemory."
+            ) from exc
 
     async def cancel(self, type_name: str, event_id: str) -> bool:
         """Remove a pending event; True when it existed and was not a dead letter."""

@@ -4,6 +4,15 @@
 local K_EVENTS, K_SCHEDULED, K_READY, K_QUEUED, K_INFLIGHT = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local K_LEASES, K_ATTEMPTS, K_ERRORS, K_DEAD, K_META = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 
+-- At maxmemory (noeviction) Redis refuses a script's first write that may grow
+-- memory, unless the script has already written. Scripts that drain the queue
+-- (claim, renew, fail, move_due) call this first, so handling what is queued
+-- goes on while Redis is full; enqueue does not, and fails before writing.
+-- (HDEL of a field that never exists: a write that changes nothing.)
+local function keep_working_when_full()
+  redis.call('HDEL', K_META, '-')
+end
+
 -- Redis's own clock decides every due time and lease: client clocks may be off.
 local function clock_ms()
   local t = redis.call('TIME')

@@ -9,6 +9,7 @@
 -- kept for the dead-letter view.
 local id, token = ARGV[1], ARGV[2]
 if redis.call('HGET', K_LEASES, id) ~= token then return 0 end
+keep_working_when_full()
 local now = clock_ms()
 redis.call('ZREM', K_INFLIGHT, id)
 redis.call('HDEL', K_LEASES, id)

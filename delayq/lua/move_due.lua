@@ -16,6 +16,7 @@
 -- Guarantees: an id is moved at most once per due time; nothing is lost: an
 -- expired lease or an entry popped by a consumer that died before claiming
 -- it goes back to the ready list.
+keep_working_when_full()
 local now = clock_ms()
 local batch = tonumber(ARGV[1])
 local vt = tonumber(ARGV[2])

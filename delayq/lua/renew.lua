@@ -4,6 +4,7 @@
 -- ARGV[1] visibility timeout in ms; ARGV[2..] pairs id, token
 -- Returns: the ids whose lease is no longer held by that token (lost).
 -- Guarantees: a lease is only extended for the delivery that holds it.
+keep_working_when_full()
 local deadline = clock_ms() + tonumber(ARGV[1])
 local lost = {}
 for i = 2, #ARGV, 2 do
