@@ -17,7 +17,8 @@ leases     HASH   id -> claim token of the current delivery
 attempts   HASH   id -> deliveries so far
 errors     HASH   id -> last failure ("Type: message")
 dead       ZSET   id -> time it became a dead letter (ms)
-meta       HASH   ``pushed`` counter, ``claims`` counter, ``wake`` mark
+meta       HASH   ``pushed`` counter, ``claims`` counter, ``wake`` mark, ``enqueue``
+                  (the last enqueue call id: tells a retried call from a new one)
 ========== ====== ===========================================================
 """
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -173,17 +174,17 @@ class Store:
         """
         try:
             await self.register_type(type_name)
-            head = [
-                "at" if absolute else "delay",
-                "1" if replace else "0",
-                self.keys.wakeup_channel,
-                type_name,
-            ]
+            # "<replace>:<call id>:<chunk no>": the call id lets the script tell
+            # a retried chunk from a new call that encoded identical bytes.
+            flags = f"{'1' if replace else '0'}:{uuid.uuid4().hex}"
             chunks = [items[i : i + ENQUEUE_CHUNK] for i in range(0, len(items), ENQUEUE_CHUNK)]
-            if len(chunks) == 1:
-                args = head + [x for item in chunks[0] for x in item]
-                return [int(c) for c in await self._run("enqueue", type_name, args)]
-            calls = [head + [x for item in chunk for x in item] for chunk in chunks]
+            calls = [
+                ["at" if absolute else "delay", f"{flags}:{n}", self.keys.wakeup_channel,
+                 type_name, *(x for item in chunk for x in item)]
+                for n, chunk in enumerate(chunks, 1)
+            ]
+            if len(calls) == 1:
+                return [int(c) for c in await self._run("enqueue", type_name, calls[0])]
             replies = await self._pipelined("enqueue", type_name, calls)
             return [int(c) for reply in replies for c in reply]
         except ResponseError as exc:

@@ -2,20 +2,32 @@
 --
 -- KEYS: the ten keys of the type (see _prelude.lua).
 -- ARGV[1]  'delay' (times are ms from now on Redis's clock) or 'at' (unix ms)
--- ARGV[2]  '1' to replace an existing event with the same id, else '0'
+-- ARGV[2]  '1' to replace an existing event with the same id, else '0'; optionally
+--          followed by ':<call id>:<chunk no>' (a hex id per client call, chunks 1..n)
 -- ARGV[3]  wake-up channel, ARGV[4] type name
 -- ARGV[5..] triples: id, envelope, time
 -- Returns: one code per event: 1 added, 0 kept (an event with that id exists),
 --          2 replaced.
 -- Guarantees: payload, context and due time of an id change together or not
--- at all. An envelope identical to the stored one counts as added: it is this
--- very call, retried after a lost reply. Due times at or before now go
+-- at all. An envelope identical to the stored one counts as added when this
+-- is the same call retried after a lost reply: the call id in ARGV[2] tells a
+-- retry (this chunk already ran) from a new call that happens to encode the
+-- same bytes (same event in the same ms), which is kept like any other.
+-- Without a call id, identical means retried. Due times at or before now go
 -- straight to the ready list.
 local now = clock_ms()
 local absolute = ARGV[1] == 'at'
-local replace = ARGV[2] == '1'
+local replace = string.sub(ARGV[2], 1, 1) == '1'
 local channel, type_name = ARGV[3], ARGV[4]
 local codes, ready_ids, ready_dues = {}, {}, {}
+local retried, written = true, {}
+local call, chunk = string.match(ARGV[2], '^%d:(%x+):(%d+)$')
+if call then
+  local last_call, last_chunk = string.match(redis.call('HGET', K_META, 'enqueue') or '',
+    '^(%x+):(%d+)$')
+  retried = last_call == call and tonumber(last_chunk) >= tonumber(chunk)
+  if not retried then redis.call('HSET', K_META, 'enqueue', call .. ':' .. chunk) end
+end
 
 for i = 5, #ARGV, 3 do
   local id, envelope, t = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
@@ -23,7 +35,7 @@ for i = 5, #ARGV, 3 do
   if not absolute then due = now + t end
   local code = 1
   local existing = redis.call('HGET', K_EVENTS, id)
-  if existing == envelope then
+  if existing == envelope and retried and not written[id] then
     code = -1
   elseif existing then
     if replace then
@@ -41,6 +53,7 @@ for i = 5, #ARGV, 3 do
       code = 0
     end
   end
+  if code ~= 0 then written[id] = true end
   if code > 0 then
     redis.call('HSET', K_EVENTS, id, envelope)
     if due <= now then
