@@ -1,0 +1,114 @@
+"""The scheduler: one leader per prefix, takeover, bounded moves (issue 2, behaviour 4)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from core_support import Recorder, ServicePool, drained
+
+from delayq import Event, InMemoryMetrics
+
+
+class SchedJob(Event, event_name="core-sched-job"):
+    """The event type of these tests."""
+
+    n: int = 0
+
+
+@pytest.fixture
+async def services(redis_url: str, prefix: str):
+    pool = ServicePool(redis_url, prefix)
+    yield pool
+    await pool.aclose()
+
+
+async def test_one_leader_at_a_time_and_takeover(services, redis_client, prefix, wait_for) -> None:
+    a = await services.start()
+    b = await services.start()
+    c = await services.start(enable_scheduling=False)
+    group = [a, b, c]
+    await wait_for(lambda: a.is_scheduler_leader or b.is_scheduler_leader, timeout=10)
+    assert not c.is_scheduler_leader
+    lock = f"{{{prefix}}}:scheduler-lock"
+    # sample for a while (several lock renewals): never two leaders
+    deadline = time.monotonic() + 1.5
+    leaders_seen = set()
+    while time.monotonic() < deadline:
+        leaders = [s for s in group if s.is_scheduler_leader]
+        assert len(leaders) <= 1
+        leaders_seen.update(id(s) for s in leaders)
+        await asyncio.sleep(0.01)  # sampling, not waiting for anything
+        ttl = await redis_client.pttl(lock)
+        assert 0 < ttl <= 1000  # lock_timeout=1.0: a short TTL, always set
+    assert len(leaders_seen) == 1
+    leader, follower = (a, b) if a.is_scheduler_leader else (b, a)
+
+    recorder = Recorder()
+    follower.add_handler(SchedJob, recorder)
+    await leader.aclose()  # releases the lock
+    assert not leader.is_scheduler_leader
+    await wait_for(lambda: follower.is_scheduler_leader, timeout=5)
+    # the new leader moves due events
+    assert await c.enqueue_with_delay(SchedJob(id="after-takeover"), 0.2)
+    await wait_for(recorder.handled(1), timeout=5)
+    assert recorder.deliveries[0].lateness_ms >= 0
+
+
+async def test_takeover_when_the_leader_vanishes_without_release(
+    services, redis_client, prefix, wait_for
+) -> None:
+    """A leader that dies without releasing: the lock's TTL runs out and another takes over."""
+    a = await services.start()
+    await wait_for(lambda: a.is_scheduler_leader, timeout=10)
+    lock = f"{{{prefix}}}:scheduler-lock"
+    token = await redis_client.get(lock)
+    assert token
+    b = await services.start()
+    recorder = Recorder()
+    b.add_handler(SchedJob, recorder)
+    # a's scheduler stops (a crash would do the same), leaving its lock behind
+    a._scheduler.stop()  # type: ignore[union-attr]  # no public way to crash one
+    await redis_client.set(lock, token, px=1000)  # as if a had never released it
+    await wait_for(lambda: b.is_scheduler_leader, timeout=5)
+    assert await redis_client.get(lock) != token
+    assert await b.enqueue_with_delay(SchedJob(id="x"), 0.1)
+    await wait_for(recorder.handled(1), timeout=5)
+
+
+async def test_moves_are_bounded_batches(services, wait_for) -> None:
+    total = 5000
+    metrics = InMemoryMetrics()
+    service = services.make(scheduling_batch_size=100, metrics=metrics)
+    moves: list[int] = []
+    move_due = service.store.move_due
+
+    async def recording_move_due(*args, **kwargs):
+        result = await move_due(*args, **kwargs)
+        moves.append(result.moved)
+        return result
+
+    service.store.move_due = recording_move_due  # observe, don't change
+    recorder = Recorder()
+    service.add_handler(SchedJob, recorder, concurrency=50)
+    await service.start()
+    await wait_for(lambda: service.is_scheduler_leader, timeout=10)
+    results = await service.enqueue_many(
+        [SchedJob(id=f"b{i}", n=i) for i in range(total)], delay=0.3
+    )
+    assert results == [True] * total
+    await wait_for(recorder.handled(total), timeout=60)
+    await wait_for(lambda: drained(service, SchedJob), timeout=10)
+    assert len(recorder.counts) == total
+    assert set(recorder.counts.values()) == {1}
+    assert sum(moves) == total
+    assert max(moves) <= 100
+    assert metrics.total("moved") == total
+    for d in recorder.deliveries:
+        assert d.claimed_us / 1000 >= d.due_ms
+    lateness = sorted(d.lateness_ms for d in recorder.deliveries)
+    print(
+        f"\n{total} events due together, batches of 100: {len([m for m in moves if m])} moves, "
+        f"lateness p50 {lateness[total // 2]:.0f} ms, max {lateness[-1]:.0f} ms"
+    )
