@@ -25,6 +25,7 @@ import anyio
 import anyio.lowlevel
 from redis.exceptions import ResponseError
 
+from .events import validate_name
 from .metrics import Metrics
 from .store import Store, WakeupListener
 
@@ -230,6 +231,11 @@ class Scheduler:
                 while True:
                     name = await listener.next(timeout=self._s.listen_timeout)
                     if name and self.is_leader:
+                        try:
+                            validate_name(name)
+                        except ValueError:  # not from an enqueue: someone else published it
+                            log.debug("ignoring wake-up for invalid type name %r", name)
+                            continue
                         self.wake(name)
             except Exception as exc:
                 log.info("wake-up subscription dropped (%s); resubscribing in %.2fs", exc, backoff)

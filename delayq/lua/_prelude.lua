@@ -4,6 +4,23 @@
 local K_EVENTS, K_SCHEDULED, K_READY, K_QUEUED, K_INFLIGHT = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local K_LEASES, K_ATTEMPTS, K_ERRORS, K_DEAD, K_META = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 
+-- Stops the script before its first write when one of the given KEYS (by
+-- index) holds a value of the wrong Redis type, written by something other
+-- than delayq. Redis does not roll a script back: failing half-way on such a
+-- key could leave an event in no state at all (stranded). Scripts check the
+-- keys they write after their first write; keys read before any write need no
+-- check (the read fails first).
+local KEY_TYPES = {'hash', 'zset', 'list', 'zset', 'zset', 'hash', 'hash', 'hash', 'zset', 'hash'}
+local function check_keys(...)
+  for _, i in ipairs({...}) do
+    local found = redis.call('TYPE', KEYS[i]).ok
+    if found ~= 'none' and found ~= KEY_TYPES[i] then
+      error('WRONGTYPE delayq key ' .. KEYS[i] .. ' holds a ' .. found .. ', not a ' ..
+        KEY_TYPES[i] .. ': something other than delayq wrote it; nothing was changed', 0)
+    end
+  end
+end
+
 -- At maxmemory (noeviction) Redis refuses a script's first write that may grow
 -- memory, unless the script has already written. Scripts that drain the queue
 -- (claim, renew, fail, move_due) call this first, so handling what is queued

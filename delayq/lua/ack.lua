@@ -6,6 +6,7 @@
 -- Guarantees: only the current delivery removes an event. A stale ack (the
 -- lease expired and the event was redelivered, replaced or cancelled) is a
 -- no-op, so a newer delivery or a replaced payload is never lost.
+check_keys(5, 7, 8)  -- written after HDEL events
 local removed = 0
 for i = 1, #ARGV, 2 do
   local id = ARGV[i]

@@ -11,6 +11,7 @@
 -- never both claim one ready entry, and stale entries (cancelled, replaced or
 -- already claimed ids) are skipped. Entries popped here are claimed in the
 -- same atomic step, so only a BRPOP'd entry can be orphaned (see move_due).
+check_keys(5, 6, 7)  -- inflight, leases, attempts: written after ZREM queued
 keep_working_when_full()
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -7,6 +7,7 @@
 -- Guarantees: each requeued event is scheduled with its attempt count and
 -- last error reset; ids that are not dead letters are left alone; a dead
 -- letter without an envelope (written by someone else) is dropped.
+check_keys(1, 2, 3, 4, 7, 8, 9, 10)
 local now = clock_ms()
 local delay = tonumber(ARGV[1])
 local ready_ids, ready_dues = {}, {}

@@ -15,6 +15,8 @@
 -- same bytes (same event in the same ms), which is kept like any other.
 -- Without a call id, identical means retried. Due times at or before now go
 -- straight to the ready list.
+check_keys(2, 3, 4, 10)  -- scheduled, ready, queued, meta
+if string.sub(ARGV[2], 1, 1) == '1' then check_keys(5, 6, 7, 8, 9) end  -- replace: the rest
 local now = clock_ms()
 local absolute = ARGV[1] == 'at'
 local replace = string.sub(ARGV[2], 1, 1) == '1'

@@ -9,6 +9,7 @@
 -- kept for the dead-letter view.
 local id, token = ARGV[1], ARGV[2]
 if redis.call('HGET', K_LEASES, id) ~= token then return 0 end
+check_keys(2, 3, 4, 5, 8, 9, 10)
 keep_working_when_full()
 local now = clock_ms()
 redis.call('ZREM', K_INFLIGHT, id)

@@ -16,6 +16,7 @@
 -- Guarantees: an id is moved at most once per due time; nothing is lost: an
 -- expired lease or an entry popped by a consumer that died before claiming
 -- it goes back to the ready list.
+check_keys(1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 keep_working_when_full()
 local now = clock_ms()
 local batch = tonumber(ARGV[1])
