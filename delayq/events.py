@@ -30,6 +30,8 @@ def validate_name(name: object, what: str = "event type name") -> str:
 
     Braces would break the ``{prefix:type}`` hash tag that keeps a type's keys in
     one cluster slot, so they are refused, as are empty and very long names.
+    Event type names may not contain ``:`` either (prefixes may): type ``b:c``
+    under prefix ``a`` would share every key with type ``c`` under prefix ``a:b``.
     """
     if not isinstance(name, str):
         raise TypeError(f"{what} must be a str, not {type(name).__name__}")
@@ -38,6 +40,11 @@ def validate_name(name: object, what: str = "event type name") -> str:
     if "{" in name or "}" in name or any(ch.isspace() or not ch.isprintable() for ch in name):
         raise ValueError(
             f"{what} may not contain braces, whitespace or control characters: {name!r}"
+        )
+    if what != "prefix" and ":" in name:
+        raise ValueError(
+            f"{what} may not contain ':' (it would share keys with another prefix's type): "
+            f"{name!r}"
         )
     return name
 

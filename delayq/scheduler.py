@@ -160,7 +160,13 @@ class Scheduler:
         now = time.monotonic()
         todo = {t for t, at in self._next.items() if at <= now}
         if now - self._last_full >= _FULL_SWEEP * self._s.interval:
-            self._types = await self._store.known_types()
+            try:
+                self._types = await self._store.known_types()
+            except ResponseError as exc:
+                # the type set is unreadable (a value of the wrong type written by
+                # someone else): sweep the types this process already knows
+                self._metrics.increment("redis_errors")
+                log.error("reading the set of event types failed: %s", exc)
             self._last_full = self._last_sweep = now
             todo |= self._types
         elif now - self._last_sweep >= self._s.interval:

@@ -255,6 +255,8 @@ class EventService:
             raise TypeError(f"expected an instance of a delayq.Event subclass, got {event!r}")
         if not isinstance(event.id, str):
             raise TypeError(f"event id must be a str, not {type(event.id).__name__}")
+        if not event.id:
+            raise ValueError(f"event id must not be empty: {event!r}")
         name = self._register_type(type(event))
         return name, self._codec.encode(event, context)
 
