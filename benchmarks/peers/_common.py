@@ -443,6 +443,10 @@ class Runner:
         """Pids of the worker processes (not helpers)."""
         return [p.pid for p in self.procs]
 
+    def cpu_roots(self) -> list[int]:
+        """Pids whose process trees count as client CPU: workers and helpers."""
+        return [p.pid for p in self.procs + self.helpers]
+
     def wait_records(
         self, predicate: Callable[[], bool], timeout: float, poll: float = 0.02,
         on_poll: Callable[[], None] | None = None,
@@ -496,8 +500,10 @@ class Runner:
             "error": None,
             "notes": list(self.a.describe(self.workload, self.params)),
         }
+        flush = self.params.pop("flush", True)
         try:
-            flushall(self.a.url)
+            if flush:
+                flushall(self.a.url)
             self.a.setup()
             try:
                 getattr(self, f"w_{self.workload}")(**self.params)
@@ -552,7 +558,7 @@ class Runner:
         items = [(f"L{i}", min_delay + spread * rng.random()) for i in range(n)]
         self.start_workers(1, concurrency)
         self.warm_up()
-        cpu0 = tree_cpu(self.worker_roots())
+        cpu0 = tree_cpu(self.cpu_roots())
         t0 = time.time()
         dues = self._enqueue_all(items)
         self.metrics["enqueue_s"] = round(time.time() - t0, 3)
@@ -562,7 +568,7 @@ class Runner:
             timeout=max(0.0, last_due - time.time()) + self.a.lateness_grace,
             poll=0.1,
         )
-        self.metrics["worker_cpu_s"] = round(tree_cpu(self.worker_roots()) - cpu0, 3)
+        self.metrics["worker_cpu_s"] = round(tree_cpu(self.cpu_roots()) - cpu0, 3)
         self._lateness(dues)
 
     def _ids(self) -> set[str]:
@@ -618,7 +624,7 @@ class Runner:
             self.warm_up()
             self.collector.poll()
             count0 = len(self.collector.records)
-            cpu0 = tree_cpu(self.worker_roots())
+            cpu0 = tree_cpu(self.cpu_roots())
             rng = random.Random(2)
             items = [(f"T{i}", 0.5 + spread * rng.random()) for i in range(n)]
             t0 = time.time()
@@ -626,7 +632,7 @@ class Runner:
             self.metrics["enqueue_rate"] = round(n / (time.time() - t0), 1)
             ids = set(dues)
             self.wait_records(lambda: ids <= self._ids(), timeout=spread + cap, poll=0.05)
-            cpu1 = tree_cpu(self.worker_roots())
+            cpu1 = tree_cpu(self.cpu_roots())
             done = [r for r in self.collector.records[count0:] if r[0] in ids]
             first_due = min(dues.values())
             t_last = max((r[1] for r in done), default=first_due)
@@ -656,6 +662,7 @@ class Runner:
         self.start_workers(procs, concurrency)
         state: dict[str, Any] = {}
         roots = self.worker_roots()
+        cpu_roots = self.cpu_roots()
 
         def on_poll() -> None:
             if "t0" in state or not self.collector.records:
@@ -664,14 +671,19 @@ class Runner:
             if len(by_root) >= len(roots):
                 state["t0"] = time.time()
                 state["count0"] = len(self.collector.records)
-                state["cpu0"] = tree_cpu(roots)
+                state["cpu0"] = tree_cpu(cpu_roots)
 
-        self.wait_records(
-            lambda: len(self.collector.records) >= len(dues), timeout=cap + 120, on_poll=on_poll,
+        # start-up (slow on a loaded machine) does not count against the cap
+        if not self.wait_records(lambda: bool(self.collector.records), timeout=120, poll=0.02):
+            raise RuntimeError(f"no event handled within 120 s of start: {self.tail_logs()}")
+        finished = self.wait_records(
+            lambda: len(self.collector.records) >= len(dues), timeout=cap, on_poll=on_poll,
             poll=0.02,
         )  # fmt: skip
+        if not finished:
+            self.notes_add(f"stopped after the {cap}s cap")
         on_poll()
-        cpu1 = tree_cpu(roots)
+        cpu1 = tree_cpu(cpu_roots)
         count = len(self.collector.records)
         t_last = max(r[1] for r in self.collector.records) if count else time.time()
         if "t0" not in state:
@@ -751,10 +763,10 @@ class Runner:
         self.warm_up()
         time.sleep(settle)
         monitor = Monitor(self.a.url)
-        cpu0 = tree_cpu(self.worker_roots())
+        cpu0 = tree_cpu(self.cpu_roots())
         t0 = time.monotonic()
         time.sleep(duration)
-        cpu1 = tree_cpu(self.worker_roots())
+        cpu1 = tree_cpu(self.cpu_roots())
         elapsed = time.monotonic() - t0
         monitor.close()
         self.metrics.update(

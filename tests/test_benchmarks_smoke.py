@@ -1,0 +1,106 @@
+"""The benchmark harness must not rot: run every delayq workload with tiny sizes.
+
+``python -m benchmarks --libraries delayq --profile smoke`` starts its own
+redis-server, runs each workload as a subprocess adapter and writes the JSON
+and Markdown outputs. No peer virtualenvs are built here, and no speed is
+asserted: only that every workload runs to the end and reports sane numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from delayq.testing import find_redis_server_binary
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
+    """One smoke run of the harness; its compact JSON and Markdown."""
+    try:
+        find_redis_server_binary()
+    except RuntimeError as exc:
+        pytest.skip(f"needs a redis-server binary: {exc}")
+    out = tmp_path_factory.mktemp("bench")
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--libraries", "delayq", "--profile", "smoke",
+         "--out-dir", str(out), "--stamp", "smoke", "--no-plots"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads((out / "smoke.json").read_text()), (out / "smoke.md").read_text()
+
+
+def _case(data: dict, name: str) -> dict:
+    (result,) = [r for r in data["results"] if r["case"] == name]
+    assert result["ok"], result["error"]
+    return result["metrics"]
+
+
+def test_every_delayq_workload_ran(smoke_run: tuple[dict, str]) -> None:
+    data, _ = smoke_run
+    cases = {r["case"] for r in data["results"]}
+    assert cases == {
+        "lateness", "sustained", "throughput-1p", "throughput-2p", "throughput-spread",
+        "enqueue", "drain", "crash", "memory", "idle",
+    }  # fmt: skip
+    assert all(r["ok"] for r in data["results"])
+    assert data["redis"]["version"]
+    assert data["machine"]["nproc"] >= 1
+    assert data["versions"]["delayq"]["delayq"]
+
+
+def test_lateness_has_every_event_and_none_early(smoke_run: tuple[dict, str]) -> None:
+    data, _ = smoke_run
+    for case in ("lateness", "sustained"):
+        m = _case(data, case)
+        assert m["missing"] == 0
+        assert m["redis_early"] == 0  # delayq never hands out an event before its due time
+        assert m["redis_count"] == m["count"]
+    (lateness,) = [r for r in data["results"] if r["case"] == "lateness"]
+    assert len(lateness["cdf"]["redis_lateness_ms"]) == 1001
+
+
+def test_throughput_handles_every_event(smoke_run: tuple[dict, str]) -> None:
+    data, _ = smoke_run
+    for case in ("throughput-1p", "throughput-2p", "throughput-spread"):
+        m = _case(data, case)
+        assert m["handled"] == m["n"]
+        assert m["rate"] > 0
+        assert m["cpu_per_event_us"] > 0
+
+
+def test_other_workloads_report_their_figures(smoke_run: tuple[dict, str]) -> None:
+    data, _ = smoke_run
+    enqueue = _case(data, "enqueue")
+    assert enqueue["single_rate"] > 0 and enqueue["many_rate"] > 0
+    drain = _case(data, "drain")
+    assert drain["moves_per_s"] > 0 and drain["script_calls"] >= 1
+    crash = _case(data, "crash")
+    # recovered through the lease, not before it could have expired
+    assert crash["recovery_s"] is not None and crash["recovery_s"] > 1
+    memory = _case(data, "memory")
+    assert memory["bytes_per_event"] > memory["payload_bytes"]
+    idle = _case(data, "idle")
+    assert idle["commands_per_s"] >= 0 and idle["types"] == 3
+
+
+def test_markdown_report(smoke_run: tuple[dict, str]) -> None:
+    _, md = smoke_run
+    assert md.startswith("Command: `python -m benchmarks --libraries delayq")
+    for heading in (
+        "## delayq against its targets",
+        "## Lateness",
+        "## End-to-end throughput",
+        "## Crash recovery",
+        "## Redis memory",
+        "## Idle cost",
+        "## Versions",
+    ):
+        assert heading in md  # fmt: skip
