@@ -82,6 +82,14 @@ class Codec:
             return decoder.decode(env.payload), env.context or {}
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise DecodeError(f"cannot decode {event_type.__name__}: {exc}") from exc
+        except DecodeError:
+            raise
+        except Exception as exc:
+            # UnicodeDecodeError (invalid UTF-8 inside a JSON string), whatever a
+            # user's __post_init__ raises...: a dead letter, never a crashed consumer.
+            raise DecodeError(
+                f"cannot decode {event_type.__name__}: {type(exc).__name__}: {exc}"
+            ) from exc
 
 
 def check_context(context: Mapping[str, str] | None) -> dict[str, str] | None:

@@ -185,6 +185,8 @@ async def test_undecodable_envelopes_become_dead_letters(redis_url, prefix, wait
             "json-truncated": b'[{"id": "x"',
             "msgpack-garbage": b"\x93\xff\xff\xff",
             "pickle": pickle.dumps({"boom": 1}),
+            "json-bad-utf8": b'[{"id": "\xff\xfe"}, null, 0]',
+            "msgpack-bad-utf8": b"\x93\x81\xa2id\xa2\xff\xfe\xc0\x00",
             "payload-not-object": msgspec.json.encode([[1, 2], None, 0]),
             "payload-wrong-field-type": msgspec.json.encode([{"id": "x", "n": "NaN"}, None, 0]),
         }
