@@ -74,6 +74,9 @@ class Consumer:
         self._running = 0
         # (id, token) of every delivery whose lease we hold, acked or not yet
         self._leased: set[tuple[bytes, bytes]] = set()
+        # the subset whose ack or fail call is under way: a renew racing it finds
+        # the lease gone, which is no loss
+        self._settling: set[tuple[bytes, bytes]] = set()
         self._acks: list[tuple[bytes, bytes]] = []
         self._slot_freed: anyio.Event | None = None
         self._ack_wanted: anyio.Event | None = None
@@ -243,6 +246,7 @@ class Consumer:
                 )
                 delay_ms = 1000
         backoff = 0.05
+        self._settling.add((c.raw_id, c.token))
         for _ in range(5):
             try:
                 code = await self._store.fail(
@@ -262,6 +266,7 @@ class Consumer:
             )
             code = -1
         self._leased.discard((c.raw_id, c.token))
+        self._settling.discard((c.raw_id, c.token))
         self._metrics.increment("failed", event_type=self.type_name)
         if code == 2:
             self._metrics.increment("dead_lettered", event_type=self.type_name)
@@ -277,9 +282,11 @@ class Consumer:
         backoff = 0.05
         while self._acks:
             batch, self._acks = self._acks, []
+            self._settling.update(batch)
             try:
                 await self._store.ack(self.type_name, batch)
             except Exception as exc:
+                self._settling.difference_update(batch)
                 self._acks = batch + self._acks
                 self._metrics.increment("redis_errors", event_type=self.type_name)
                 log.warning("%s: ack failed (%s); retrying in %.2fs", self.type_name, exc, backoff)
@@ -287,6 +294,7 @@ class Consumer:
                 backoff = min(backoff * 2, _MAX_BACKOFF)
                 continue
             self._leased.difference_update(batch)
+            self._settling.difference_update(batch)
             self._metrics.increment("succeeded", len(batch), event_type=self.type_name)
 
     async def _ack_loop(self) -> None:
@@ -311,6 +319,9 @@ class Consumer:
                 self._metrics.increment("redis_errors", event_type=self.type_name)
                 log.warning("%s: renewing leases failed (%s)", self.type_name, exc)
                 continue
+            # an ack or fail that ran just before this renew ended the lease itself
+            held = {p[0] for p in self._leased - self._settling}
+            lost = [i for i in lost if i in held]
             if lost:
                 self._metrics.increment("leases_lost", len(lost), event_type=self.type_name)
                 log.warning(

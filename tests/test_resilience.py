@@ -88,6 +88,7 @@ async def test_long_ready_backlog_is_not_delivered_twice(services, wait_for) -> 
     assert [e.n for e in recorder.events] == list(range(total))  # FIFO
     assert max(d.lateness_ms for d in recorder.deliveries) > 1000  # they did wait that long
     assert metrics.total("moved") == 0  # nothing came back through the scheduler
+    assert metrics.total("leases_lost") == 0  # renewals racing acks are no loss
 
 
 async def test_orphaned_ready_entry_is_redelivered(
@@ -295,7 +296,8 @@ async def test_aclose_leaves_unfinished_events_to_their_leases(services, wait_fo
     assert cancelled == ["unfinished"]
     second = await services.start(visibility_timeout=1.0)
     counts = await second.stats_for(ResJob)
-    assert (counts.in_flight, counts.dead) == (1, 0)  # still in Redis, leased
+    # still in Redis: leased, or already given back by the scheduler
+    assert (counts.in_flight + counts.ready, counts.dead) == (1, 0)
     after = Recorder()
     second.add_handler(ResJob, after)
     await wait_for(after.handled(1), timeout=10)

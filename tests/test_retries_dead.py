@@ -170,7 +170,11 @@ async def test_requeue_and_purge_dead_letters(services, redis_client, prefix, wa
     await wait_for(lambda: recorder.finished == 11, timeout=10)
     assert recorder.deliveries[-1].id == "d0"
     assert recorder.deliveries[-1].attempt == 1  # attempts start over
-    assert await service.stats_for(RetJob) == QueueCounts(1, 0, 0, 4)
+
+    async def counts_now() -> bool:  # once the ack went through
+        return await service.stats_for(RetJob) == QueueCounts(1, 0, 0, 4)
+
+    await wait_for(counts_now, timeout=5)
 
     # requeue with a delay
     before = await redis_time_ms(redis_client)
