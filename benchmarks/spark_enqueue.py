@@ -1,0 +1,340 @@
+"""Rows/s of bulk enqueue: Spark (``delayq.spark.enqueue_dataframe``) vs async vs raw Lua.
+
+Three ways to put the same N ``PaymentCheck`` events (due in an hour) into one Redis:
+
+1. ``redis-benchmark`` sending EVALSHA of the library's enqueue script with the
+   same batch shape (``--chunk`` events per call, random 12-digit ids): the rate
+   Redis itself accepts for that script, with nothing else in the way;
+2. ``EventService.enqueue_many`` from one asyncio process, ``--async-batch``
+   events per call (each call pipelines its 200-event script calls);
+3. ``enqueue_dataframe`` on local Spark (``--masters``, default ``local[2]``),
+   from a cached DataFrame, validation pass included.
+
+The Redis is a private ``redis-server`` (delayq.testing.RedisServer) started
+here, flushed between runs. Besides rows/s, the table shows the share of one
+core Redis used during each run (``used_cpu_user + used_cpu_sys`` delta / wall
+time): how busy each path keeps Redis.
+
+    .venv/bin/python benchmarks/spark_enqueue.py --rows 1000000
+    .venv/bin/python benchmarks/spark_enqueue.py --rows 1000000 --masters local[1],local[2]
+
+Writes ``benchmarks/results/spark_enqueue-<time>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from delayq import EventService, lua
+from delayq.codec import Codec
+from delayq.keys import PrefixKeys, TypeKeys
+from delayq.spark_demo import PaymentCheck
+from delayq.testing import RedisServer
+
+HERE = Path(__file__).resolve().parent
+
+
+def redis_cpu(client: redis.Redis) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def sample_event(i: int) -> PaymentCheck:
+    return PaymentCheck(
+        id=f"order-{i}",
+        order_id=i,
+        customer=f"customer-{i % 5000}",
+        amount=round((i * 7919 % 100_000) / 100 + 1, 2),
+        created_at=datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=i % 21_600),
+    )
+
+
+class Measure:
+    """Times a run and the Redis CPU it caused."""
+
+    def __init__(self, client: redis.Redis):
+        self.client = client
+
+    def __enter__(self) -> Measure:
+        self.cpu0 = redis_cpu(self.client)
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self.t0
+        self.redis_cpu = (redis_cpu(self.client) - self.cpu0) / self.seconds
+
+
+# --------------------------------------------------------------------------- 1. redis-benchmark
+
+
+def run_redis_benchmark(
+    server: RedisServer, rows: int, chunk: int, clients: int, pipeline: int
+) -> dict[str, Any]:
+    binary = shutil.which("redis-benchmark")
+    if binary is None:
+        return {"error": "redis-benchmark not found"}
+    client = redis.Redis.from_url(server.url, protocol=2)
+    source = lua.source("enqueue")
+    sha = client.script_load(source)
+    prefix = "bench-raw"
+    keys = TypeKeys(prefix, PaymentCheck.event_name).all()
+    envelope = Codec().encode(sample_event(123456)).decode()
+    args = ["delay", "0", PrefixKeys(prefix).wakeup_channel, PaymentCheck.event_name]
+    for _ in range(chunk):
+        # every __rand_int__ gets its own random 12-digit number per request
+        args += ["order-__rand_int__", envelope, "3600000"]
+    calls = max(1, rows // chunk)
+    cmd = [
+        binary,
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(server.port),
+        "-n",
+        str(calls),
+        "-c",
+        str(clients),
+        "-P",
+        str(pipeline),
+        "-r",
+        "1000000000",
+        "--csv",
+        "EVALSHA",
+        sha,
+        str(len(keys)),
+        *keys,
+        *args,
+    ]
+    with Measure(client) as m:
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    stored = client.hlen(keys[0])
+    client.flushall()
+    rps = None
+    for line in out.splitlines():
+        # "test","rps","avg_latency_ms",...: the test name (the command) may hold commas
+        if line.startswith('"EVALSHA'):
+            rps = float(line.rstrip().split(",")[-7].strip('"'))
+    events_per_s = rps * chunk if rps else calls * chunk / m.seconds
+    return {
+        "name": f"redis-benchmark EVALSHA ({chunk}/call, -c {clients} -P {pipeline})",
+        "rows": calls * chunk,
+        "stored": stored,
+        "seconds": round(m.seconds, 3),
+        "rows_per_s": round(events_per_s),
+        "redis_cpu": round(m.redis_cpu, 2),
+        "command": " ".join(cmd[:14]) + " ... (" + str(len(cmd) - 14) + " more args)",
+    }
+
+
+# --------------------------------------------------------------------------- 2. async enqueue_many
+
+
+async def _async_enqueue(url: str, rows: int, batch: int, client: redis.Redis) -> dict[str, Any]:
+    events = [sample_event(i) for i in range(rows)]
+    service = EventService.from_url(url, prefix="bench-async")
+    try:
+        with Measure(client) as m:
+            for i in range(0, rows, batch):
+                await service.enqueue_many(events[i : i + batch], delay=3600)
+        counts = await service.stats_for(PaymentCheck)
+    finally:
+        await service.aclose()
+    return {
+        "name": f"EventService.enqueue_many (1 process, {batch}/call)",
+        "rows": rows,
+        "stored": counts.scheduled,
+        "seconds": round(m.seconds, 3),
+        "rows_per_s": round(rows / m.seconds),
+        "redis_cpu": round(m.redis_cpu, 2),
+    }
+
+
+def run_async(server: RedisServer, rows: int, batch: int) -> dict[str, Any]:
+    client = redis.Redis.from_url(server.url, protocol=2)
+    try:
+        return asyncio.run(_async_enqueue(server.url, rows, batch, client))
+    finally:
+        client.flushall()
+
+
+# --------------------------------------------------------------------------- 3. spark
+
+
+def run_spark(
+    server: RedisServer, rows: int, master: str, partitions: int, batch_size: int
+) -> dict[str, Any]:
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from delayq.spark import enqueue_dataframe
+
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("delayq-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.memory", "2g")
+        .config("spark.sql.shuffle.partitions", str(partitions))
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    client = redis.Redis.from_url(server.url, protocol=2)
+    try:
+        df = (
+            spark.range(rows, numPartitions=partitions)
+            .select(
+                F.concat(F.lit("order-"), F.col("id").cast("string")).alias("check_id"),
+                F.col("id").alias("order_id"),
+                F.concat(F.lit("customer-"), (F.col("id") % 5000).cast("string")).alias("customer"),
+                F.round((F.col("id") * 7919 % 100_000) / 100 + 1, 2).alias("amount"),
+                (
+                    F.lit(datetime(2026, 1, 1, tzinfo=timezone.utc))
+                    + F.make_interval(secs=F.col("id") % 21_600)
+                ).alias("created_at"),
+                (F.current_timestamp() + F.expr("INTERVAL 1 HOUR")).alias("due_at"),
+            )
+            .cache()
+        )
+        df.count()  # materialize: measure delayq, not data generation
+        # warm-up: JVM JIT and Python workers (a tiny run on another prefix)
+        warm = df.limit(min(rows, 200_000)).cache()
+        warm.count()
+        enqueue_dataframe(
+            warm,
+            PaymentCheck,
+            redis_url=server.url,
+            prefix="bench-warm",
+            id_col="check_id",
+            due_col="due_at",
+            cluster=False,
+        )
+        warm.unpersist()
+        client.flushall()
+        with Measure(client) as m:
+            report = enqueue_dataframe(
+                df,
+                PaymentCheck,
+                redis_url=server.url,
+                prefix="bench-spark",
+                id_col="check_id",
+                due_col="due_at",
+                batch_size=batch_size,
+                cluster=False,
+            )
+        stored = client.zcard(TypeKeys("bench-spark", PaymentCheck.event_name).scheduled)
+        df.unpersist()
+    finally:
+        spark.stop()
+        client.flushall()
+    return {
+        "name": f"enqueue_dataframe on {master} ({partitions} partitions, batch {batch_size})",
+        "rows": rows,
+        "stored": stored,
+        "scheduled": report.scheduled,
+        "seconds": round(m.seconds, 3),
+        "validation_seconds": round(report.validation_seconds, 3),
+        "rows_per_s": round(rows / m.seconds),
+        "redis_cpu": round(m.redis_cpu, 2),
+    }
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--masters", default="local[2]", help="comma-separated Spark masters")
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=1000)
+    parser.add_argument("--chunk", type=int, default=200, help="events per script call (raw)")
+    parser.add_argument("--bench-clients", type=int, default=4, help="redis-benchmark -c")
+    parser.add_argument("--bench-pipeline", type=int, default=4, help="redis-benchmark -P")
+    parser.add_argument("--async-batch", type=int, default=10_000)
+    parser.add_argument("--skip", default="", help="comma-separated: raw,async,spark")
+    args = parser.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    load = os.getloadavg()
+    if load[0] > 2:
+        print(
+            f"warning: load average {load[0]:.2f} > 2: other work shares the CPUs", file=sys.stderr
+        )
+
+    results: list[dict[str, Any]] = []
+    with RedisServer() as server:
+        version = redis.Redis.from_url(server.url).info("server")["redis_version"]
+        if "raw" not in skip:
+            results.append(
+                run_redis_benchmark(
+                    server, args.rows, args.chunk, args.bench_clients, args.bench_pipeline
+                )
+            )
+            print(results[-1], file=sys.stderr)
+        if "async" not in skip:
+            results.append(run_async(server, args.rows, args.async_batch))
+            print(results[-1], file=sys.stderr)
+        if "spark" not in skip:
+            for master in filter(None, args.masters.split(",")):
+                results.append(
+                    run_spark(server, args.rows, master, args.partitions, args.batch_size)
+                )
+                print(results[-1], file=sys.stderr)
+
+    raw = next((r["rows_per_s"] for r in results if r["name"].startswith("redis-benchmark")), None)
+    print()
+    print(
+        f"{args.rows:,} PaymentCheck events, Redis {version}, {os.cpu_count()} CPUs, "
+        f"load before {load[0]:.2f}"
+    )
+    print(f"{'path':<62} {'rows/s':>10} {'seconds':>8} {'redis cpu':>9} {'vs raw':>7}")
+    for r in results:
+        share = f"{r['rows_per_s'] / raw:.0%}" if raw else "-"
+        print(
+            f"{r['name']:<62} {r['rows_per_s']:>10,} {r['seconds']:>8.2f} "
+            f"{r['redis_cpu']:>9.2f} {share:>7}"
+        )
+    out_dir = HERE / "results"
+    out_dir.mkdir(exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = out_dir / f"spark_enqueue-{stamp}.json"
+    path.write_text(
+        json.dumps(
+            {
+                "benchmark": "spark_enqueue",
+                "when": stamp,
+                "argv": sys.argv[1:],
+                "rows": args.rows,
+                "redis_version": version,
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "load_before": load,
+                "results": results,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(f"\nwrote {path.relative_to(HERE.parent)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

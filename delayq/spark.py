@@ -1,0 +1,908 @@
+"""Bulk scheduling from Apache Spark, and queue state read back as a DataFrame.
+
+Install with ``pip install "delayq[spark]"``. Two functions:
+
+* :func:`enqueue_dataframe` turns every row of a DataFrame into one event and
+  schedules it from the executors, partition by partition, with pipelined
+  calls of the very Lua ``enqueue`` script :class:`~delayq.EventService` uses.
+  The dedup rule is therefore the same: re-running a job keeps the events that
+  already exist (unless ``replace=True``), so it never creates duplicates.
+* :func:`read_queue` reads scheduled, ready, in-flight and dead events into a
+  DataFrame, in parallel by type, state and index range.
+
+Executors have no event loop, so they talk to Redis with the synchronous
+``redis.Redis`` (or ``redis.cluster.RedisCluster``) client; every key of one
+event type shares one hash tag, so each script call goes to one cluster node.
+
+The event class travels to the executors inside Spark's task closure, pickled
+by reference: it must be importable there (install the package that defines it
+in the executors' Python, see ``docs/SPARK.md``). Event payloads themselves are
+msgspec JSON or MessagePack, never pickle.
+
+``python -m delayq.spark reconcile ...`` runs the reconciliation example job
+(see :mod:`delayq.spark_demo`).
+
+This module needs a classic (non-Connect) SparkSession: it uses RDDs.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import math
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+import msgspec
+import redis
+from pyspark import StorageLevel
+from pyspark.rdd import RDD
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    IntegerType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+from . import lua
+from .codec import Codec, Serializer
+from .errors import DecodeError, QueueFullError
+from .events import Event, validate_name
+from .keys import PrefixKeys, TypeKeys
+from .store import ENQUEUE_CHUNK
+
+__all__ = [
+    "QUEUE_SCHEMA",
+    "REJECTS_SCHEMA",
+    "STATES",
+    "EnqueueReport",
+    "enqueue_dataframe",
+    "read_queue",
+]
+
+log = logging.getLogger("delayq.spark")
+
+#: Queue states :func:`read_queue` can read, in the order of an event's life.
+STATES = ("scheduled", "ready", "in_flight", "dead")
+
+#: Schema of the rejects of :func:`enqueue_dataframe`.
+REJECTS_SCHEMA = StructType(
+    [
+        StructField("id", StringType(), True),
+        StructField("reason", StringType(), False),
+        StructField("row_json", StringType(), True),
+    ]
+)
+
+#: Schema of the DataFrame returned by :func:`read_queue`.
+QUEUE_SCHEMA = StructType(
+    [
+        StructField("event_type", StringType(), False),
+        StructField("id", StringType(), False),
+        StructField("state", StringType(), False),
+        StructField("due_at", TimestampType(), True),
+        StructField("attempts", IntegerType(), False),
+        StructField("last_error", StringType(), True),
+        StructField("payload_json", StringType(), True),
+        StructField("context_json", StringType(), True),
+        StructField("enqueued_at", TimestampType(), True),
+    ]
+)
+
+_DEFAULT_MAX_PAYLOAD = 512 * 1024
+_READ_PAGE = 5000
+
+
+# --------------------------------------------------------------------------- report
+
+
+@dataclass(frozen=True)
+class EnqueueReport:
+    """What :func:`enqueue_dataframe` did.
+
+    ``scheduled + kept + replaced + rejected`` equals ``rows`` unless the input
+    changed between the validation pass and the write pass.
+    """
+
+    event_type: str
+    """Wire name of the event type."""
+    rows: int
+    """Rows in the DataFrame (counted by the validation pass)."""
+    scheduled: int
+    """Events added (due in the future, or straight to ready when already due)."""
+    kept: int
+    """Rows whose id already existed: the stored event was kept (``replace=False``)."""
+    replaced: int
+    """Rows whose id already existed and replaced the stored event (``replace=True``)."""
+    rejected: int
+    """Rows that failed validation; none of them was written."""
+    written: bool
+    """False when ``strict=True`` and some rows were rejected: nothing was written."""
+    rejects: DataFrame | None
+    """The rejected rows (columns ``id``, ``reason``, ``row_json``), unless written to a path.
+
+    Persisted (memory and disk) when non-empty; call ``rejects.unpersist()`` when done.
+    """
+    rejects_path: str | None
+    """Where the rejects were written as Parquet, if a path was given."""
+    seconds: float
+    """Wall-clock time of the whole call."""
+    validation_seconds: float = 0.0
+    """Part of :attr:`seconds` spent in the validation pass."""
+
+    @property
+    def rows_per_second(self) -> float:
+        """Rows handled per second of wall-clock time."""
+        return self.rows / self.seconds if self.seconds > 0 else 0.0
+
+    def __str__(self) -> str:
+        """A short human-readable summary."""
+        lines = [
+            f"delayq enqueue report for {self.event_type!r}",
+            f"  rows       {self.rows:>12,}",
+            f"  scheduled  {self.scheduled:>12,}",
+            f"  kept       {self.kept:>12,}  (already there)",
+            f"  replaced   {self.replaced:>12,}",
+            f"  rejected   {self.rejected:>12,}",
+            f"  seconds    {self.seconds:>12.2f}  ({self.rows_per_second:,.0f} rows/s; "
+            f"validation {self.validation_seconds:.2f})",
+        ]
+        if not self.written:
+            lines.append("  NOTHING WRITTEN: strict=True and some rows were rejected")
+        if self.rejects_path:
+            lines.append(f"  rejects written to {self.rejects_path}")
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- redis clients
+
+_clients: dict[tuple[str, bool], Any] = {}
+_clients_lock = threading.Lock()
+
+
+def _new_client(url: str, cluster: bool) -> Any:
+    common: dict[str, Any] = {
+        "protocol": 2,
+        "decode_responses": False,
+        "socket_timeout": 30.0,
+        "socket_connect_timeout": 10.0,
+        "socket_keepalive": True,
+    }
+    if cluster:
+        from redis.cluster import RedisCluster
+
+        return RedisCluster.from_url(url, **common)
+    return redis.Redis.from_url(
+        url,
+        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=3),
+        retry_on_error=[RedisConnectionError, RedisTimeoutError, ConnectionResetError],
+        **common,
+    )
+
+
+def _client(url: str, cluster: bool) -> Any:
+    """A synchronous client for ``url``, cached per process (Spark reuses Python workers)."""
+    key = (url, cluster)
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            client = _clients[key] = _new_client(url, cluster)
+        return client
+
+
+def _is_cluster(url: str) -> bool:
+    """Whether the Redis at ``url`` runs in cluster mode (``INFO cluster``)."""
+    client = redis.Redis.from_url(url, protocol=2, socket_connect_timeout=10, socket_timeout=30)
+    try:
+        info = client.info("cluster")
+    finally:
+        client.close()
+    return bool(int(info.get("cluster_enabled", 0) or 0))
+
+
+def _resolve_cluster(url: str, cluster: bool | None) -> bool:
+    if cluster is None:
+        return _is_cluster(url)
+    if not isinstance(cluster, bool):
+        raise TypeError(f"cluster must be True, False or None (detect), not {cluster!r}")
+    return cluster
+
+
+# --------------------------------------------------------------------------- the enqueue script
+
+
+_ENQUEUE_SOURCE = lua.source("enqueue")
+_ENQUEUE_SHA = hashlib.sha1(_ENQUEUE_SOURCE.encode("utf-8")).hexdigest()
+
+
+def _run_enqueue(client: Any, keys: Sequence[str], calls: Sequence[list[Any]]) -> list[list[int]]:
+    """Run the enqueue script once per argument list, all in one pipeline.
+
+    Loads the script (on every primary of a cluster) and runs the calls again
+    when Redis does not know it. Running a call twice is safe: its call id and
+    chunk number tell the script it is a retry.
+    """
+    results: list[list[int] | None] = [None] * len(calls)
+    pending = list(range(len(calls)))
+    for _ in range(3):
+        pipe = client.pipeline(transaction=False)
+        for i in pending:
+            pipe.execute_command("EVALSHA", _ENQUEUE_SHA, len(keys), *keys, *calls[i])
+        replies = pipe.execute(raise_on_error=False)
+        missing = []
+        for i, reply in zip(pending, replies):
+            if isinstance(reply, NoScriptError):
+                missing.append(i)
+            elif isinstance(reply, ResponseError) and "used memory > 'maxmemory'" in str(reply):
+                raise QueueFullError(
+                    f"Redis is out of memory (used memory > maxmemory, policy noeviction): "
+                    f"the Spark task stopped; the events it wrote so far stay ({reply})"
+                ) from reply
+            elif isinstance(reply, Exception):
+                raise reply
+            else:
+                results[i] = [int(code) for code in reply]
+        if not missing:
+            return [r if r is not None else [] for r in results]
+        client.script_load(_ENQUEUE_SOURCE)
+        pending = missing
+    raise RuntimeError("Redis keeps forgetting the enqueue script (SCRIPT FLUSH loop?)")
+
+
+# --------------------------------------------------------------------------- enqueue: rows
+
+
+class _Row(msgspec.Struct):
+    """One prepared input row as the JVM serializes it (``DataFrame.toJSON``)."""
+
+    p: msgspec.Raw = msgspec.Raw(b"{}")  # the event's fields, as a JSON object
+    i: str | None = None  # the event id
+    t: int | float | None = None  # due time (µs since the epoch) or delay (s)
+    c: dict[str, str | None] | None = None  # context
+    r: msgspec.Raw = msgspec.Raw(b"")  # the row's columns that are not in ``p``
+
+
+_Mode = Literal["at", "delay", "now"]
+
+
+@dataclass(frozen=True)
+class _EnqueueJob:
+    """Everything an executor needs to validate and write rows (pickled into tasks)."""
+
+    redis_url: str
+    cluster: bool
+    prefix: str
+    event_type: type[Event]
+    mode: _Mode
+    replace: bool
+    batch_size: int
+    serializer: Serializer
+    max_payload_bytes: int
+    id_col: str
+    time_col: str | None
+    nullable_required: tuple[str, ...]
+    # every column of the input, in order, with its name inside ``p`` when it fills a field
+    row_columns: tuple[tuple[str, str | None], ...]
+
+    @property
+    def type_name(self) -> str:
+        return self.event_type.event_name
+
+
+class _Validator:
+    """Turns prepared rows into ``(id, envelope, ms)`` items, or a reject reason."""
+
+    def __init__(self, job: _EnqueueJob):
+        self.job = job
+        self.rows = msgspec.json.Decoder(_Row)
+        self.payload = msgspec.json.Decoder(job.event_type)
+        self.codec = Codec(job.serializer, job.max_payload_bytes)
+
+    def _decode_payload(self, raw: msgspec.Raw) -> Event:
+        if not self.job.nullable_required:
+            event: Event = self.payload.decode(raw)
+            return event
+        # Spark leaves null fields out of its JSON; a required field that may be
+        # None must still arrive as an explicit null.
+        obj = msgspec.json.decode(raw)
+        if isinstance(obj, dict):
+            for name in self.job.nullable_required:
+                obj.setdefault(name, None)
+        event = self.payload.decode(msgspec.json.encode(obj))
+        return event
+
+    def item(self, row: _Row) -> tuple[tuple[str, bytes, int] | None, str | None]:
+        """``(item, None)`` for a valid row, ``(None, reason)`` for a reject."""
+        job = self.job
+        if row.i is None:
+            return None, f"id column {job.id_col!r} is null"
+        if not row.i:
+            return None, f"id column {job.id_col!r} is empty (event ids must not be empty)"
+        if job.mode == "now":
+            ms = 0
+        elif row.t is None:
+            return None, f"column {job.time_col!r} is null or not a valid time"
+        elif job.mode == "at":
+            ms = -(-int(row.t) // 1000)  # µs -> ms, rounded up like enqueue_at
+        else:
+            delay = float(row.t)
+            if not math.isfinite(delay) or delay < 0:
+                return None, f"delay column {job.time_col!r} must be >= 0 seconds, not {delay!r}"
+            ms = math.ceil(delay * 1000)
+        try:
+            event = self._decode_payload(row.p)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            return None, f"invalid {job.type_name}: {exc}"
+        context = None
+        if row.c:
+            context = {k: v for k, v in row.c.items() if v is not None} or None
+        try:
+            envelope = self.codec.encode(event, context)
+        except (TypeError, ValueError) as exc:
+            return None, str(exc)
+        return (event.id, envelope, ms), None
+
+    def row_json(self, row: _Row) -> str | None:
+        """The input row of a reject as a JSON object (columns in their order)."""
+        try:
+            fields = msgspec.json.decode(row.p) if len(row.p) else {}
+            rest = msgspec.json.decode(row.r) if len(row.r) else {}
+            out = {
+                column: (fields if inner else rest).get(inner or column)
+                for column, inner in self.job.row_columns
+            }
+            return msgspec.json.encode(out).decode("utf-8")
+        except (msgspec.DecodeError, AttributeError, TypeError):
+            return None
+
+    def parse(self, line: str) -> _Row | None:
+        """Decode one prepared row (None if the JVM's JSON is unreadable, which it never is)."""
+        try:
+            return self.rows.decode(line)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            log.exception("unreadable prepared row %.200r", line)
+            return None
+
+
+# A validated row: (True, id, envelope, ms) or, for a reject, (False, id, reason, row_json).
+_Checked = tuple[bool, "str | None", Any, Any]
+
+
+def _validate_partition(job: _EnqueueJob, seen: Any, lines: Iterable[str]) -> Iterator[_Checked]:
+    """Validation pass over one partition: every row becomes an item or a reject."""
+    validator = _Validator(job)
+    n = 0
+    for line in lines:
+        n += 1
+        row = validator.parse(line)
+        if row is None:
+            yield False, None, "unreadable row", line
+            continue
+        item, reason = validator.item(row)
+        if item is not None:
+            yield True, item[0], item[1], item[2]
+        else:
+            yield False, row.i, reason, validator.row_json(row)
+    seen.add(n)
+
+
+def _write_partition(
+    job: _EnqueueJob, checked: Iterable[_Checked]
+) -> Iterator[tuple[int, int, int]]:
+    """Write pass over one partition's valid items; yields one ``(added, kept, replaced)``."""
+    client = _client(job.redis_url, job.cluster)
+    keys = TypeKeys(job.prefix, job.type_name).all()
+    mode = job.mode if job.mode != "now" else "delay"
+    channel = PrefixKeys(job.prefix).wakeup_channel
+    # "<replace>:<call id>:<chunk no>", as Store.enqueue sends: one call per task,
+    # so the script tells a retried chunk from a row that repeats an earlier one
+    flags = f"{'1' if job.replace else '0'}:{uuid.uuid4().hex}"
+    chunk_no = 0
+    counts = [0, 0, 0]
+    registered = False
+
+    def flush(args: list[Any]) -> None:
+        nonlocal registered, chunk_no
+        if not registered:
+            # what Store.register_type does before the service's first enqueue
+            client.sadd(PrefixKeys(job.prefix).types, job.type_name)
+            registered = True
+        step = 3 * ENQUEUE_CHUNK
+        calls = []
+        for i in range(0, len(args), step):
+            chunk_no += 1
+            calls.append([mode, f"{flags}:{chunk_no}", channel, job.type_name, *args[i : i + step]])
+        for codes in _run_enqueue(client, keys, calls):
+            for code in codes:
+                counts[code if code in (0, 1) else 2] += 1
+
+    limit = 3 * job.batch_size
+    args: list[Any] = []
+    for ok, event_id, envelope, ms in checked:
+        if ok:
+            args += (event_id, envelope, ms)
+            if len(args) >= limit:
+                flush(args)
+                args = []
+    if args:
+        flush(args)
+    yield counts[1], counts[0], counts[2]
+
+
+def _json_lines(df: DataFrame) -> RDD[str]:
+    """The rows of ``df`` as JSON strings, serialized by the JVM (no row pickling)."""
+    with warnings.catch_warnings():
+        # Spark 4 warns that toJSON will return a DataFrame one day.
+        warnings.simplefilter("ignore", UserWarning)
+        rdd = df.toJSON()
+    if isinstance(rdd, RDD):
+        return rdd
+    lines: RDD[str] = df.select(F.to_json(F.struct(*df.columns)).alias("v")).rdd.map(lambda r: r[0])
+    return lines
+
+
+def _admits_none(tp: Any) -> bool:
+    info = msgspec.inspect.type_info(tp)
+    if isinstance(info, msgspec.inspect.NoneType):
+        return True
+    if isinstance(info, msgspec.inspect.UnionType):
+        return any(isinstance(t, msgspec.inspect.NoneType) for t in info.types)
+    return False
+
+
+def _check_event_type(event_type: Any) -> type[Event]:
+    if not (isinstance(event_type, type) and issubclass(event_type, Event)) or event_type is Event:
+        raise TypeError(f"event_type must be a subclass of delayq.Event, got {event_type!r}")
+    return event_type
+
+
+def _field_columns(df: DataFrame, event_type: type[Event]) -> dict[str, str]:
+    """Columns that fill a field of ``event_type`` by name -> the field's name in JSON."""
+    columns = set(df.columns)
+    return {
+        f.name: f.encode_name
+        for f in msgspec.structs.fields(event_type)
+        if f.name != "id" and f.name in columns
+    }
+
+
+def _prepare(
+    df: DataFrame,
+    event_type: type[Event],
+    *,
+    id_col: str,
+    time_col: str | None,
+    mode: _Mode,
+    context_cols: Sequence[str],
+) -> DataFrame:
+    """Select what the executors need: payload object, id, time, context, other columns.
+
+    The other columns (``r``) are only needed to show a rejected row whole.
+    """
+    by_column = _field_columns(df, event_type)
+    payload: list[Column] = []
+    missing = []
+    for field in msgspec.structs.fields(event_type):
+        if field.name == "id":
+            payload.append(df[id_col].cast("string").alias(field.encode_name))
+        elif field.name in by_column:
+            payload.append(df[field.name].alias(field.encode_name))
+        elif field.required:
+            missing.append(field.name)
+    if missing:
+        raise ValueError(
+            f"{event_type.__name__} needs field(s) {', '.join(missing)} but the DataFrame has no "
+            f"column of that name (columns: {', '.join(df.columns)})"
+        )
+    selected = [F.struct(*payload).alias("p"), df[id_col].cast("string").alias("i")]
+    if mode == "at":
+        assert time_col is not None
+        selected.append(F.unix_micros(df[time_col].cast("timestamp")).alias("t"))
+    elif mode == "delay":
+        assert time_col is not None
+        selected.append(df[time_col].cast("double").alias("t"))
+    if context_cols:
+        pairs: list[Column] = []
+        for name in context_cols:
+            pairs += [F.lit(name), df[name].cast("string")]
+        selected.append(F.create_map(*pairs).alias("c"))
+    rest = [df[c] for c in df.columns if c not in by_column]
+    if rest:
+        selected.append(F.struct(*rest).alias("r"))
+    return df.select(*selected)
+
+
+def enqueue_dataframe(
+    df: DataFrame,
+    event_type: type[Event],
+    *,
+    redis_url: str,
+    prefix: str,
+    id_col: str = "id",
+    due_col: str | None = None,
+    delay_col: str | None = None,
+    context_cols: Sequence[str] = (),
+    replace: bool = False,
+    batch_size: int = 1000,
+    strict: bool = False,
+    rejects_path: str | None = None,
+    serializer: Serializer = "json",
+    max_payload_bytes: int = _DEFAULT_MAX_PAYLOAD,
+    cluster: bool | None = None,
+) -> EnqueueReport:
+    """Schedule one ``event_type`` event per row of ``df``; return an :class:`EnqueueReport`.
+
+    Columns named like the Struct's fields fill them (other columns are ignored;
+    a null counts as a missing field, so the field's default applies); the event
+    id comes from ``id_col`` (cast to string). Each event is due at ``due_col``
+    (a timestamp, or anything Spark casts to one) or after ``delay_col`` seconds
+    on Redis's clock, or at once when neither is given. ``context_cols`` become
+    the event context (column name -> value as string, nulls left out).
+
+    Runs in two passes. The validation pass checks every row with msgspec
+    against the Struct (and the payload size limit) and collects the rejects:
+    they come back in :attr:`EnqueueReport.rejects`, or are written as Parquet
+    to ``rejects_path``. The write pass then sends only the valid rows, from
+    the executors, ``batch_size`` rows per pipelined round trip, through the
+    library's own Lua ``enqueue`` script: an id that already exists keeps its
+    event (counted as kept) unless ``replace=True``, which swaps payload,
+    context and due time in one step. Each event is written whole or not at
+    all; with ``strict=True`` a single reject means nothing is written.
+
+    ``cluster`` selects ``redis.cluster.RedisCluster`` (True), a plain client
+    (False), or detects it from ``INFO cluster`` on the driver (None).
+    ``serializer`` and ``max_payload_bytes`` mean what they mean for
+    :class:`~delayq.EventService`. Duplicate ids within ``df`` follow the same
+    rule: the first write wins and later rows count as kept (or replaced).
+    """
+    started = time.perf_counter()
+    event_type = _check_event_type(event_type)
+    type_name = event_type.event_name
+    TypeKeys(prefix, type_name)  # validates prefix and name
+    if due_col is not None and delay_col is not None:
+        raise ValueError("give due_col or delay_col, not both")
+    if isinstance(context_cols, str):
+        raise TypeError("context_cols must be a sequence of column names, not one string")
+    for what, name in (("id_col", id_col), ("due_col", due_col), ("delay_col", delay_col)):
+        if name is not None and name not in df.columns:
+            raise ValueError(f"{what}={name!r} is not a column of the DataFrame ({df.columns})")
+    for name in context_cols:
+        if name not in df.columns:
+            raise ValueError(f"context column {name!r} is not a column of the DataFrame")
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, not {batch_size!r}")
+    Codec(serializer, max_payload_bytes)  # validates the serializer
+    mode: _Mode = "at" if due_col else "delay" if delay_col else "now"
+    job = _EnqueueJob(
+        redis_url=redis_url,
+        cluster=_resolve_cluster(redis_url, cluster),
+        prefix=prefix,
+        event_type=event_type,
+        mode=mode,
+        replace=bool(replace),
+        batch_size=batch_size,
+        serializer=serializer,
+        max_payload_bytes=max_payload_bytes,
+        id_col=id_col,
+        time_col=due_col or delay_col,
+        nullable_required=tuple(
+            f.encode_name
+            for f in msgspec.structs.fields(event_type)
+            if f.required and f.name != "id" and _admits_none(f.type)
+        ),
+        row_columns=tuple((c, _field_columns(df, event_type).get(c)) for c in df.columns),
+    )
+    spark = df.sparkSession
+    prepared = _prepare(
+        df,
+        event_type,
+        id_col=id_col,
+        time_col=job.time_col,
+        mode=mode,
+        context_cols=tuple(context_cols),
+    )
+
+    # Pass 1: validate and encode every row. The result (items and rejects) is
+    # kept by Spark, so the write pass reads it instead of converting rows again.
+    rows_seen = spark.sparkContext.accumulator(0)
+    checked = (
+        _json_lines(prepared)
+        .mapPartitions(functools.partial(_validate_partition, job, rows_seen))
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    try:
+        rejects = spark.createDataFrame(
+            checked.filter(lambda c: not c[0]).map(lambda c: c[1:]), REJECTS_SCHEMA
+        ).persist(StorageLevel.MEMORY_AND_DISK)
+        rejected = rejects.count()
+        total = int(rows_seen.value)
+        validated = time.perf_counter()
+        log.info("%s: %d rows, %d rejected by validation", type_name, total, rejected)
+        out_path = None
+        if rejects_path is not None:
+            if rejected:
+                rejects.write.mode("overwrite").parquet(rejects_path)
+                out_path = rejects_path
+            rejects.unpersist()
+            rejects_df: DataFrame | None = None
+        elif rejected == 0:
+            rejects.unpersist()
+            rejects_df = spark.createDataFrame([], REJECTS_SCHEMA)
+        else:
+            rejects_df = rejects
+
+        # Pass 2: write the valid items.
+        added = kept = replaced = 0
+        written = not (strict and rejected)
+        if written and total > rejected:
+            write = functools.partial(_write_partition, job)
+            for a, k, r in checked.mapPartitions(write).collect():
+                added += a
+                kept += k
+                replaced += r
+    finally:
+        checked.unpersist()
+    report = EnqueueReport(
+        event_type=type_name,
+        rows=total,
+        scheduled=added,
+        kept=kept,
+        replaced=replaced,
+        rejected=rejected,
+        written=written,
+        rejects=rejects_df,
+        rejects_path=out_path,
+        seconds=time.perf_counter() - started,
+        validation_seconds=validated - started,
+    )
+    log.info(
+        "%s: %d scheduled, %d kept, %d replaced, %d rejected in %.1fs",
+        type_name,
+        added,
+        kept,
+        replaced,
+        rejected,
+        report.seconds,
+    )
+    return report
+
+
+# --------------------------------------------------------------------------- read_queue
+
+
+class _AnyEnvelope(msgspec.Struct, array_like=True):
+    payload: msgspec.Raw
+    context: dict[str, str] | None = None
+    enqueued_at: int = 0
+
+
+_ENV_JSON = msgspec.json.Decoder(_AnyEnvelope)
+_ENV_MSGPACK = msgspec.msgpack.Decoder(_AnyEnvelope)
+_MSGPACK_STARTS = frozenset({0x91, 0x92, 0x93, 0xDC, 0xDD})
+
+
+def _decode_any(data: bytes) -> tuple[str, dict[str, str], int]:
+    """``(payload_json, context, enqueued_at_ms)`` of an envelope, without its event class."""
+    try:
+        if data[:1] == b"[":
+            env = _ENV_JSON.decode(data)
+            payload = bytes(env.payload).decode("utf-8")
+        elif data[:1] and data[0] in _MSGPACK_STARTS:
+            env = _ENV_MSGPACK.decode(data)
+            payload = msgspec.json.encode(msgspec.msgpack.decode(env.payload)).decode("utf-8")
+        else:
+            raise DecodeError(f"not a delayq envelope (starts with {data[:8]!r})")
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, TypeError) as exc:
+        raise DecodeError(f"cannot decode envelope: {exc}") from exc
+    return payload, env.context or {}, env.enqueued_at
+
+
+def _enqueued_at(data: bytes) -> int:
+    try:
+        return _decode_any(data)[2]
+    except DecodeError:
+        return 0
+
+
+def _utc(ms: float | None) -> datetime | None:
+    if ms is None or ms <= 0:
+        return None
+    return datetime.fromtimestamp(ms / 1000, timezone.utc)
+
+
+@dataclass(frozen=True)
+class _Page:
+    """One slice of one state set of one type: a task of :func:`read_queue`."""
+
+    type_name: str
+    state: str
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True)
+class _ReadJob:
+    redis_url: str
+    cluster: bool
+    prefix: str
+    classes: Mapping[str, type[Event] | None]
+
+
+def _state_key(keys: TypeKeys, state: str) -> str:
+    return {
+        "scheduled": keys.scheduled,
+        "ready": keys.queued,
+        "in_flight": keys.inflight,
+        "dead": keys.dead,
+    }[state]
+
+
+def _read_page(job: _ReadJob, page: _Page) -> Iterator[tuple[Any, ...]]:
+    """Read one page: ZRANGE by index, then HMGET of envelopes, attempts and errors."""
+    client = _client(job.redis_url, job.cluster)
+    keys = TypeKeys(job.prefix, page.type_name)
+    state_key = _state_key(keys, page.state)
+    members = client.zrange(state_key, page.start, page.stop, withscores=True)
+    if not members:
+        return
+    ids = [m for m, _ in members]
+    pipe = client.pipeline(transaction=False)
+    pipe.hmget(keys.events, ids)
+    pipe.hmget(keys.attempts, ids)
+    pipe.hmget(keys.errors, ids)
+    envelopes, attempts, errors = pipe.execute()
+    # An id without an envelope was acked or purged between the two reads, unless
+    # it is still in its state: only then is its envelope really missing.
+    gone: set[bytes] = set()
+    lost = [raw_id for raw_id, env in zip(ids, envelopes) if env is None]
+    if lost:
+        pipe = client.pipeline(transaction=False)
+        for raw_id in lost:
+            pipe.zscore(state_key, raw_id)
+        gone = {raw_id for raw_id, s in zip(lost, pipe.execute()) if s is None}
+    cls = job.classes.get(page.type_name)
+    codec = Codec()
+    for (raw_id, score), env, att, err in zip(members, envelopes, attempts, errors):
+        if raw_id in gone:
+            continue
+        last_error = err.decode("utf-8", "replace") if err else None
+        payload_json = context_json = None
+        enqueued = None
+        problem = None
+        if env is None:
+            problem = "the stored event is missing"
+        else:
+            try:
+                if cls is not None:
+                    event, context = codec.decode(env, cls)
+                    payload_json = msgspec.json.encode(event).decode("utf-8")
+                    enqueued = _utc(_enqueued_at(env))
+                else:
+                    payload_json, context, enqueued_ms = _decode_any(env)
+                    enqueued = _utc(enqueued_ms)
+                context_json = msgspec.json.encode(context).decode("utf-8")
+            except DecodeError as exc:
+                problem = str(exc)
+        if problem is not None:
+            last_error = problem if last_error is None else f"{problem}; last error: {last_error}"
+        due = None if page.state == "ready" else _utc(score)
+        yield (
+            page.type_name,
+            raw_id.decode("utf-8", "replace"),
+            page.state,
+            due,
+            int(att) if att else 0,
+            last_error,
+            payload_json,
+            context_json,
+            enqueued,
+        )
+
+
+def read_queue(
+    spark: SparkSession,
+    *,
+    redis_url: str,
+    prefix: str,
+    event_types: Iterable[type[Event] | str] | None = None,
+    states: Iterable[str] = ("scheduled", "ready", "dead"),
+    page_size: int = _READ_PAGE,
+    cluster: bool | None = None,
+) -> DataFrame:
+    """Read queued events into a DataFrame (schema :data:`QUEUE_SCHEMA`).
+
+    One row per event and state, with columns ``event_type``, ``id``,
+    ``state`` (``scheduled``, ``ready``, ``in_flight`` or ``dead``),
+    ``due_at`` (due time when scheduled, lease deadline when in flight, time
+    of failure when dead, null when ready), ``attempts`` (deliveries so far),
+    ``last_error``, ``payload_json``, ``context_json`` and ``enqueued_at``.
+
+    ``event_types`` are Event classes (payloads are validated against them and
+    an undecodable one gets a null payload and the reason in ``last_error``)
+    or wire names (payloads are converted to JSON as stored); by default every
+    type registered under ``prefix``. The driver counts each state set once
+    (ZCARD) and cuts it into ``page_size`` index ranges; each range is one
+    Spark partition that reads its ids with ZRANGE and their envelopes,
+    attempts and errors with pipelined HMGETs, so no call grows with the queue.
+
+    The result is lazy: Redis is read when an action runs, with the page
+    boundaries counted here. On a live queue an event that moves while it is
+    read may be missed or seen twice; ``.cache()`` the result to analyse one
+    consistent read several times.
+    """
+    if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1:
+        raise ValueError(f"page_size must be a positive int, not {page_size!r}")
+    wanted = tuple(dict.fromkeys(states))
+    for state in wanted:
+        if state not in STATES:
+            raise ValueError(f"unknown state {state!r}; choose from {STATES}")
+    prefix_keys = PrefixKeys(prefix)
+    is_cluster = _resolve_cluster(redis_url, cluster)
+    client = _new_client(redis_url, is_cluster)
+    try:
+        classes: dict[str, type[Event] | None] = {}
+        if event_types is None:
+            for member in client.smembers(prefix_keys.types):
+                name = member.decode("utf-8", "replace")
+                try:
+                    classes[validate_name(name)] = None
+                except (TypeError, ValueError):
+                    log.warning(
+                        "ignoring invalid event type name %r in %s", name, prefix_keys.types
+                    )
+        else:
+            if isinstance(event_types, (str, type)):
+                event_types = [event_types]
+            for item in event_types:
+                if isinstance(item, str):
+                    classes.setdefault(validate_name(item), None)
+                else:
+                    cls = _check_event_type(item)
+                    classes[cls.event_name] = cls
+        names = sorted(classes)
+        pipe = client.pipeline(transaction=False)
+        for name in names:
+            keys = TypeKeys(prefix, name)
+            for state in wanted:
+                pipe.zcard(_state_key(keys, state))
+        sizes = iter(pipe.execute()) if names and wanted else iter(())
+        pages = [
+            _Page(name, state, start, min(start + page_size, size) - 1)
+            for name in names
+            for state in wanted
+            for size in [int(next(sizes))]
+            for start in range(0, size, page_size)
+        ]
+    finally:
+        client.close()
+    log.info("read_queue %s: %d types, %d pages", prefix, len(names), len(pages))
+    if not pages:
+        return spark.createDataFrame([], QUEUE_SCHEMA)
+    job = _ReadJob(redis_url, is_cluster, prefix, classes)
+    rdd = spark.sparkContext.parallelize(pages, len(pages)).flatMap(
+        functools.partial(_read_page, job)
+    )
+    return spark.createDataFrame(rdd, QUEUE_SCHEMA)
+
+
+if __name__ == "__main__":  # python -m delayq.spark reconcile ...
+    import sys
+
+    from .spark_demo import main
+
+    sys.exit(main())

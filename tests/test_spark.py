@@ -1,0 +1,720 @@
+"""delayq.spark on a local SparkSession (local[2]) against real Redis servers.
+
+Every test here is marked ``spark`` (skipped when Java or pyspark is missing;
+deselect with ``-m "not spark"``) and shares one session-scoped SparkSession.
+The event classes below are pickled by reference into Spark tasks, so the
+Python workers import this module: the session puts this directory on their
+PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+import pytest
+import redis
+
+from delayq import Event, EventService, QueueCounts, event_context, fixed
+from delayq.codec import Codec
+from delayq.keys import PrefixKeys, TypeKeys
+from delayq.testing import RedisServer, find_redis_server_binary
+
+pytestmark = pytest.mark.spark
+
+HERE = Path(__file__).resolve().parent
+
+
+class SparkOrder(Event, event_name="spark-order"):
+    order_id: int
+    amount: Annotated[float, msgspec.Meta(ge=0)]
+    customer: str
+    created_at: datetime | None = None
+    note: str | None = None
+
+
+class SparkFailing(Event, event_name="spark-failing"):
+    order_id: int
+
+
+class SparkHeld(Event, event_name="spark-held"):
+    order_id: int
+
+
+class SparkNullable(Event, event_name="spark-nullable"):
+    order_id: int
+    comment: str | None  # required, but may be None
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local[2] SparkSession for every test of this module."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    assert __name__ == "test_spark", "the workers import this module by that name"
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("delayq-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.default.parallelism", "4")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.executorEnv.PYTHONPATH", str(HERE))
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture
+def sync_client(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url, protocol=2)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def orders(
+    spark: Any, n: int, *, start: int = 0, partitions: int = 4, delay_s: int | None = None
+) -> Any:
+    """``n`` orders: id "o-<i>", order_id, amount, customer, created_at, due_at (+1 h + i s)."""
+    from pyspark.sql import functions as F
+
+    base = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    df = spark.range(start, start + n, numPartitions=partitions).select(
+        F.concat(F.lit("o-"), F.col("id").cast("string")).alias("id"),
+        F.col("id").alias("order_id"),
+        ((F.col("id") % 1000) / 4).alias("amount"),
+        F.concat(F.lit("c-"), (F.col("id") % 97).cast("string")).alias("customer"),
+        (F.lit(base) + F.make_interval(secs=F.col("id") % 3600)).alias("created_at"),
+        (F.current_timestamp() + F.make_interval(secs=F.col("id") % 600 + 3600)).alias("due_at"),
+    )
+    if delay_s is not None:
+        df = df.withColumn("delay", F.lit(delay_s))
+    return df
+
+
+def expected_order(i: int) -> SparkOrder:
+    return SparkOrder(
+        id=f"o-{i}",
+        order_id=i,
+        amount=(i % 1000) / 4,
+        customer=f"c-{i % 97}",
+        created_at=datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=i % 3600),
+    )
+
+
+# --------------------------------------------------------------------------- enqueue_dataframe
+
+
+async def test_100k_rows_are_scheduled_and_a_rerun_adds_nothing(
+    spark: Any, redis_url: str, prefix: str, sync_client: redis.Redis
+) -> None:
+    from delayq.spark import enqueue_dataframe
+
+    n = 100_000
+    df = orders(spark, n).cache()
+    df.count()
+    before_ms = time.time() * 1000
+    report = enqueue_dataframe(df, SparkOrder, redis_url=redis_url, prefix=prefix, due_col="due_at")
+    after_ms = time.time() * 1000
+    assert (report.rows, report.scheduled, report.kept, report.replaced, report.rejected) == (
+        n,
+        n,
+        0,
+        0,
+        0,
+    )
+    assert report.written and report.rejects is not None and report.rejects.count() == 0
+
+    keys = TypeKeys(prefix, SparkOrder.event_name)
+    assert sync_client.zcard(keys.scheduled) == n
+    assert sync_client.hlen(keys.events) == n
+    assert sync_client.smembers(PrefixKeys(prefix).types) == {b"spark-order"}
+    codec = Codec()
+    for i in (0, 4321, n - 1):
+        event, context = codec.decode(sync_client.hget(keys.events, f"o-{i}"), SparkOrder)
+        assert event == expected_order(i) and context == {}
+        due = sync_client.zscore(keys.scheduled, f"o-{i}")
+        offset = (i % 600 + 3600) * 1000
+        assert before_ms + offset - 60_000 <= due <= after_ms + offset
+    sample = sync_client.hget(keys.events, "o-777")
+
+    service = EventService.from_url(redis_url, prefix=prefix)
+    try:
+        assert await service.stats_for(SparkOrder) == QueueCounts(n, 0, 0, 0)
+    finally:
+        await service.aclose()
+
+    again = enqueue_dataframe(df, SparkOrder, redis_url=redis_url, prefix=prefix, due_col="due_at")
+    assert (again.rows, again.scheduled, again.kept, again.replaced, again.rejected) == (
+        n,
+        0,
+        n,
+        0,
+        0,
+    )
+    assert sync_client.zcard(keys.scheduled) == n
+    assert sync_client.hget(keys.events, "o-777") == sample  # kept as it was
+    df.unpersist()
+
+
+def test_replace_swaps_payload_and_due_time(
+    spark: Any, private_server: RedisServer, prefix: str
+) -> None:
+    from pyspark.sql import functions as F
+
+    from delayq.spark import enqueue_dataframe
+
+    client = redis.Redis.from_url(private_server.url, protocol=2)
+    keys = TypeKeys(prefix, SparkOrder.event_name)
+    df = orders(spark, 50, delay_s=3600).drop("due_at")
+    first = enqueue_dataframe(
+        df, SparkOrder, redis_url=private_server.url, prefix=prefix, delay_col="delay"
+    )
+    assert first.scheduled == 50
+    due_before = client.zscore(keys.scheduled, "o-7")
+
+    changed = df.withColumn("amount", F.col("amount") + 1000).withColumn("delay", F.lit(7200))
+    kept = enqueue_dataframe(
+        changed, SparkOrder, redis_url=private_server.url, prefix=prefix, delay_col="delay"
+    )
+    assert (kept.scheduled, kept.kept, kept.replaced) == (0, 50, 0)
+    event, _ = Codec().decode(client.hget(keys.events, "o-7"), SparkOrder)
+    assert event.amount == (7 % 1000) / 4
+
+    client.script_flush()  # the executors must load the script again (NOSCRIPT)
+    replaced = enqueue_dataframe(
+        changed,
+        SparkOrder,
+        redis_url=private_server.url,
+        prefix=prefix,
+        delay_col="delay",
+        replace=True,
+    )
+    assert (replaced.scheduled, replaced.kept, replaced.replaced) == (0, 0, 50)
+    event, _ = Codec().decode(client.hget(keys.events, "o-7"), SparkOrder)
+    assert event.amount == (7 % 1000) / 4 + 1000
+    assert client.zscore(keys.scheduled, "o-7") >= due_before + 3_000_000
+    assert client.zcard(keys.scheduled) == 50 and client.hlen(keys.events) == 50
+    client.close()
+
+
+def bad_rows(spark: Any) -> Any:
+    """Four good rows and one bad row per kind of problem."""
+    from pyspark.sql.types import (
+        DoubleType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    now = datetime.now(timezone.utc)
+    later = now + timedelta(hours=1)
+    schema = StructType(
+        [
+            StructField("id", StringType()),
+            StructField("order_id", LongType()),
+            StructField("amount", DoubleType()),
+            StructField("customer", StringType()),
+            StructField("note", StringType()),
+            StructField("due_at", TimestampType()),
+            StructField("region", StringType()),
+        ]
+    )
+    rows = [
+        ("good-1", 1, 10.0, "ann", None, later, "eu"),
+        ("good-2", 2, 0.0, "bob", "gift", later, "us"),
+        ("good-3", 3, 5.5, "cy", None, now - timedelta(minutes=5), "eu"),  # due: straight to ready
+        ("good-4", 4, 1.0, "di", "x" * 100, later, None),
+        (None, 5, 1.0, "eve", None, later, "eu"),  # null id
+        ("", 6, 1.0, "fay", None, later, "eu"),  # empty id
+        ("neg", 7, -3.0, "gus", None, later, "eu"),  # amount < 0
+        ("nocust", 8, 1.0, None, None, later, "eu"),  # required field is null
+        ("nodue", 9, 1.0, "hal", None, None, "eu"),  # no due time
+        ("huge", 10, 1.0, "ivy", "y" * 5000, later, "eu"),  # payload over the limit
+    ]
+    return spark.createDataFrame(rows, schema)
+
+
+def test_bad_rows_are_rejected_with_reasons_and_not_written(
+    spark: Any, redis_url: str, prefix: str, sync_client: redis.Redis, tmp_path: Path
+) -> None:
+    from delayq.spark import enqueue_dataframe
+
+    df = bad_rows(spark)
+    common = dict(
+        redis_url=redis_url, due_col="due_at", context_cols=("region",), max_payload_bytes=2000
+    )
+
+    # strict: one bad row and nothing is written at all
+    strict = enqueue_dataframe(df, SparkOrder, prefix=prefix + "-strict", strict=True, **common)
+    assert (strict.rows, strict.scheduled, strict.rejected, strict.written) == (10, 0, 6, False)
+    assert sync_client.exists(*TypeKeys(prefix + "-strict", SparkOrder.event_name).all()) == 0
+
+    report = enqueue_dataframe(df, SparkOrder, prefix=prefix, **common)
+    assert (report.rows, report.scheduled, report.kept, report.rejected) == (10, 4, 0, 6)
+    assert report.rejects is not None
+    rejects = {(r.id, r.reason): r.row_json for r in report.rejects.collect()}
+    reasons = {rid: reason for rid, reason in rejects}
+    assert reasons[None] == "id column 'id' is null"
+    assert "must not be empty" in reasons[""]
+    assert "Expected `float` >= 0" in reasons["neg"] and "$.amount" in reasons["neg"]
+    assert "missing required field `customer`" in reasons["nocust"]
+    assert reasons["nodue"] == "column 'due_at' is null or not a valid time"
+    assert "max_payload_bytes=2000" in reasons["huge"]
+    row = msgspec.json.decode(rejects[("neg", reasons["neg"])])
+    assert list(row) == df.columns  # the whole input row, columns in order
+    assert (row["order_id"], row["amount"], row["customer"], row["region"]) == (
+        7,
+        -3.0,
+        "gus",
+        "eu",
+    )
+    report.rejects.unpersist()
+
+    keys = TypeKeys(prefix, SparkOrder.event_name)
+    assert sorted(sync_client.hkeys(keys.events)) == [b"good-1", b"good-2", b"good-3", b"good-4"]
+    assert sync_client.zcard(keys.scheduled) == 3 and sync_client.zcard(keys.queued) == 1
+    event, context = Codec().decode(sync_client.hget(keys.events, "good-2"), SparkOrder)
+    assert (event.note, event.customer, context) == ("gift", "bob", {"region": "us"})
+    _, context = Codec().decode(sync_client.hget(keys.events, "good-4"), SparkOrder)
+    assert context == {}  # null context values are left out
+
+    # rejects written to a path instead; the good rows are kept this time
+    out = tmp_path / "rejects"
+    again = enqueue_dataframe(df, SparkOrder, prefix=prefix, rejects_path=str(out), **common)
+    assert (again.scheduled, again.kept, again.rejected, again.rejects) == (0, 4, 6, None)
+    assert again.rejects_path == str(out)
+    assert sorted(
+        "-" if r.id is None else r.id for r in spark.read.parquet(str(out)).collect()
+    ) == [
+        "",
+        "-",
+        "huge",
+        "neg",
+        "nocust",
+        "nodue",
+    ]
+
+
+def test_columns_are_checked_before_any_job(spark: Any, redis_url: str, prefix: str) -> None:
+    from pyspark.sql import functions as F
+
+    from delayq.spark import enqueue_dataframe
+
+    df = orders(spark, 3)
+    with pytest.raises(ValueError, match=r"needs field.*customer"):
+        enqueue_dataframe(df.drop("customer"), SparkOrder, redis_url=redis_url, prefix=prefix)
+    with pytest.raises(ValueError, match="not both"):
+        enqueue_dataframe(
+            df.withColumn("d", F.lit(1)),
+            SparkOrder,
+            redis_url=redis_url,
+            prefix=prefix,
+            due_col="due_at",
+            delay_col="d",
+        )
+    with pytest.raises(ValueError, match="not a column"):
+        enqueue_dataframe(df, SparkOrder, redis_url=redis_url, prefix=prefix, due_col="nope")
+    with pytest.raises(TypeError, match=r"subclass of delayq\.Event"):
+        enqueue_dataframe(df, dict, redis_url=redis_url, prefix=prefix)  # type: ignore[arg-type]
+
+
+def test_nulls_and_type_mismatches(
+    spark: Any, redis_url: str, prefix: str, sync_client: redis.Redis
+) -> None:
+    from delayq.spark import enqueue_dataframe
+
+    df = spark.createDataFrame(
+        [(1, 1, None), (2, 2, "ok")], "k long, order_id long, comment string"
+    )
+    report = enqueue_dataframe(df, SparkNullable, redis_url=redis_url, prefix=prefix, id_col="k")
+    assert (report.scheduled, report.rejected) == (2, 0)
+    keys = TypeKeys(prefix, SparkNullable.event_name)
+    event, _ = Codec().decode(sync_client.hget(keys.events, "1"), SparkNullable)
+    assert event == SparkNullable(id="1", order_id=1, comment=None)  # null -> None, not missing
+    assert sync_client.zcard(keys.queued) == 2  # no due or delay column: due now
+
+    # column types must match the Struct's (msgspec is strict: "3" is not an int)
+    mismatched = spark.createDataFrame([(3, "3", "x")], "k long, order_id string, comment string")
+    report = enqueue_dataframe(
+        mismatched, SparkNullable, redis_url=redis_url, prefix=prefix, id_col="k"
+    )
+    assert (report.scheduled, report.rejected) == (0, 1)
+    assert report.rejects is not None
+    (reject,) = report.rejects.collect()
+    assert reject.id == "3" and "Expected `int`, got `str` - at `$.order_id`" in reject.reason
+    assert msgspec.json.decode(reject.row_json) == {"k": 3, "order_id": "3", "comment": "x"}
+    report.rejects.unpersist()
+
+
+# --------------------------------------------------------------------------- read_queue
+
+
+async def test_read_queue_returns_what_the_service_sees(
+    spark: Any, redis_url: str, prefix: str, wait_for: Any
+) -> None:
+    from pyspark.sql import functions as F
+
+    from delayq.spark import STATES, enqueue_dataframe, read_queue
+
+    release = asyncio.Event()
+
+    async def fail(event: SparkFailing) -> None:
+        raise RuntimeError(f"no payment for {event.order_id}")
+
+    async def hold(event: SparkHeld) -> None:
+        await release.wait()
+
+    service = EventService.from_url(
+        redis_url, prefix=prefix, retry_attempts=1, retry_backoff=fixed(0.01)
+    )
+    async with service:
+        service.add_handler(SparkFailing, fail, concurrency=4)
+        service.add_handler(SparkHeld, hold, concurrency=3)
+        # SparkOrder has no handler here: 30 stay scheduled, 20 become ready
+        df = orders(spark, 50).withColumn(
+            "delay", F.when(F.col("order_id") < 30, F.lit(3600.0)).otherwise(F.lit(0.0))
+        )
+        await asyncio.to_thread(
+            enqueue_dataframe,
+            df,
+            SparkOrder,
+            redis_url=redis_url,
+            prefix=prefix,
+            delay_col="delay",
+            context_cols=("customer",),
+        )
+        await service.enqueue_many([SparkFailing(id=f"f-{i}", order_id=i) for i in range(10)])
+        await service.enqueue_many([SparkHeld(id=f"h-{i}", order_id=i) for i in range(3)])
+        expected = {
+            "spark-order": QueueCounts(30, 20, 0, 0),
+            "spark-failing": QueueCounts(0, 0, 0, 10),
+            "spark-held": QueueCounts(0, 0, 3, 0),
+        }
+        await wait_for(lambda: _stats_equal(service, expected), timeout=30)
+
+        def read() -> list[Any]:
+            frame = read_queue(
+                spark, redis_url=redis_url, prefix=prefix, states=STATES, page_size=7
+            )
+            return frame.collect()
+
+        rows = await asyncio.to_thread(read)
+        typed = await asyncio.to_thread(
+            lambda: read_queue(
+                spark,
+                redis_url=redis_url,
+                prefix=prefix,
+                event_types=[SparkFailing],
+                states=("dead",),
+            ).collect()
+        )
+        dead = await service.dead_letters(SparkFailing, limit=100)
+        stats = await service.stats()
+        release.set()
+
+    counts: dict[tuple[str, str], int] = {}
+    for row in rows:
+        counts[(row.event_type, row.state)] = counts.get((row.event_type, row.state), 0) + 1
+    for name, qc in stats.items():
+        for state, value in zip(STATES, (qc.scheduled, qc.ready, qc.in_flight, qc.dead)):
+            assert counts.get((name, state), 0) == value, (name, state)
+    assert len(rows) == 63 and len({(r.event_type, r.id) for r in rows}) == 63
+
+    by_id = {r.id: r for r in typed}
+    assert len(dead) == 10 and set(by_id) == {d.id for d in dead}
+    for letter in dead:
+        row = by_id[letter.id]
+        assert row.event_type == "spark-failing" and row.state == "dead"
+        assert row.attempts == letter.attempts == 2
+        assert (
+            row.last_error
+            == letter.error
+            == f"RuntimeError: no payment for {letter.event.order_id}"
+        )
+        assert row.due_at.replace(tzinfo=timezone.utc) == letter.failed_at
+        assert msgspec.json.decode(row.payload_json, type=SparkFailing) == letter.event
+        assert row.context_json == "{}"
+
+    now = datetime.now(timezone.utc)
+    for row in rows:
+        if row.event_type == "spark-order":
+            i = int(row.id[2:])
+            assert row.state == ("scheduled" if i < 30 else "ready")
+            assert msgspec.json.decode(row.payload_json, type=SparkOrder) == expected_order(i)
+            assert msgspec.json.decode(row.context_json) == {"customer": f"c-{i % 97}"}
+            if row.state == "scheduled":
+                assert row.due_at.replace(tzinfo=timezone.utc) > now + timedelta(minutes=50)
+            else:
+                assert row.due_at is None
+            assert row.attempts == 0 and row.last_error is None
+        if row.event_type == "spark-held":
+            assert row.state == "in_flight" and row.attempts == 1
+            assert row.due_at.replace(tzinfo=timezone.utc) > now  # the lease deadline
+
+
+async def _stats_equal(service: EventService, expected: dict[str, QueueCounts]) -> bool:
+    stats = await service.stats()
+    return all(stats.get(name) == counts for name, counts in expected.items())
+
+
+def test_read_queue_reports_undecodable_payloads(
+    spark: Any, redis_url: str, prefix: str, sync_client: redis.Redis
+) -> None:
+    from delayq.spark import read_queue
+
+    keys = TypeKeys(prefix, SparkOrder.event_name)
+    good = Codec(serializer="msgpack").encode(expected_order(1), {"k": "v"})
+    sync_client.hset(keys.events, mapping={"o-1": good, "bad": b'[{"id": 5}]', "junk": b"\x00junk"})
+    sync_client.zadd(
+        keys.scheduled, {"o-1": 1_900_000_000_000, "bad": 1_900_000_000_000, "junk": 1}
+    )
+    sync_client.zadd(keys.scheduled, {"gone": 1_900_000_000_000})  # no envelope at all
+    sync_client.hset(keys.errors, "bad", "ValueError: earlier")
+    sync_client.sadd(PrefixKeys(prefix).types, SparkOrder.event_name)
+
+    typed = {
+        r.id: r
+        for r in read_queue(
+            spark, redis_url=redis_url, prefix=prefix, event_types=[SparkOrder]
+        ).collect()
+    }
+    assert msgspec.json.decode(typed["o-1"].payload_json, type=SparkOrder) == expected_order(1)
+    assert typed["o-1"].context_json == '{"k":"v"}' and typed["o-1"].last_error is None
+    assert typed["bad"].payload_json is None
+    assert typed["bad"].last_error.startswith("cannot decode SparkOrder")
+    assert typed["bad"].last_error.endswith("; last error: ValueError: earlier")
+    assert (
+        typed["junk"].payload_json is None and "not a delayq envelope" in typed["junk"].last_error
+    )
+    assert typed["gone"].last_error == "the stored event is missing"
+
+    # by name only (from the type set): payloads as stored, without validation
+    untyped = {r.id: r for r in read_queue(spark, redis_url=redis_url, prefix=prefix).collect()}
+    assert msgspec.json.decode(untyped["bad"].payload_json) == {"id": 5}
+    assert msgspec.json.decode(untyped["o-1"].payload_json)["customer"] == "c-1"
+
+
+# --------------------------------------------------------------------------- delivery
+
+
+async def test_events_scheduled_by_spark_are_delivered(
+    spark: Any, redis_url: str, prefix: str, wait_for: Any
+) -> None:
+    from pyspark.sql import functions as F
+
+    from delayq.spark import enqueue_dataframe
+
+    got: dict[str, tuple[SparkOrder, dict[str, str]]] = {}
+
+    async def handle(event: SparkOrder) -> None:
+        got[event.id] = (event, dict(event_context()))
+
+    n = 300
+    # half already due, half due within the next second
+    df = orders(spark, n).withColumn(
+        "due_at",
+        F.current_timestamp() + F.make_interval(secs=(F.col("order_id") % 2) - 0.5),
+    )
+    async with EventService.from_url(redis_url, prefix=prefix) as service:
+        service.add_handler(SparkOrder, handle, concurrency=8)
+        report = await asyncio.to_thread(
+            enqueue_dataframe,
+            df,
+            SparkOrder,
+            redis_url=redis_url,
+            prefix=prefix,
+            due_col="due_at",
+            context_cols=("customer",),
+        )
+        assert report.scheduled == n
+        await wait_for(lambda: len(got) == n, timeout=30)
+        assert await service.stats_for(SparkOrder) == QueueCounts(0, 0, 0, 0)
+    for i in range(n):
+        event, context = got[f"o-{i}"]
+        assert event == expected_order(i) and context == {"customer": f"c-{i % 97}"}
+
+
+# --------------------------------------------------------------------------- the job
+
+
+async def test_reconciliation_job_and_dead_letter_export(
+    spark: Any, redis_url: str, prefix: str, wait_for: Any, tmp_path: Path
+) -> None:
+    from delayq.spark_demo import PaymentCheck, export_dead, generate_orders, reconcile
+
+    orders_df = generate_orders(spark, 4000).cache()
+    unpaid = orders_df.where("NOT paid")
+    n_unpaid = unpaid.count()
+    n_bad = unpaid.where("amount < 0 OR customer IS NULL").count()
+    n_due = unpaid.where(
+        "amount >= 0 AND customer IS NOT NULL AND "
+        "created_at + INTERVAL 3 HOURS <= current_timestamp()"
+    ).count()
+    assert n_bad > 0 and n_due > 0
+
+    report = await asyncio.to_thread(
+        reconcile, spark, orders_df, redis_url=redis_url, prefix=prefix
+    )
+    assert (report.rows, report.scheduled, report.rejected) == (n_unpaid, n_unpaid - n_bad, n_bad)
+    assert report.rejects is not None
+    reasons = {r.reason for r in report.rejects.collect()}
+    assert any("$.amount" in r for r in reasons) and any("`customer`" in r for r in reasons)
+    report.rejects.unpersist()
+    rerun = await asyncio.to_thread(reconcile, spark, orders_df, redis_url=redis_url, prefix=prefix)
+    assert (rerun.scheduled, rerun.kept) == (0, n_unpaid - n_bad)
+
+    async def unpaid_check(event: PaymentCheck) -> None:
+        raise RuntimeError("still unpaid")
+
+    # the checks already due fail at once and become dead letters
+    async with EventService.from_url(redis_url, prefix=prefix, retry_attempts=0) as service:
+        service.add_handler(PaymentCheck, unpaid_check, concurrency=16)
+        await wait_for(
+            lambda: _stats_equal(
+                service, {"payment-check": QueueCounts(n_unpaid - n_bad - n_due, 0, 0, n_due)}
+            ),
+            timeout=60,
+        )
+    out = tmp_path / "dead.parquet"
+    assert (
+        await asyncio.to_thread(
+            export_dead, spark, redis_url=redis_url, prefix=prefix, out=str(out)
+        )
+        == n_due
+    )
+    exported = spark.read.parquet(str(out))
+    assert exported.count() == n_due
+    row = exported.first()
+    assert row.state == "dead" and row.last_error == "RuntimeError: still unpaid"
+    assert msgspec.json.decode(row.payload_json, type=PaymentCheck).id == row.id
+    orders_df.unpersist()
+
+
+def test_job_runs_from_the_command_line(redis_url: str, prefix: str, tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    data = tmp_path / "orders.csv"
+    base = [sys.executable, "-m", "delayq.spark"]
+    gen = subprocess.run(
+        [*base, "generate", "--out", str(data), "--rows", "3000", "--master", "local[1]"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert gen.returncode == 0, gen.stderr[-3000:]
+    cmd = [
+        *base,
+        "reconcile",
+        "--orders",
+        str(data),
+        "--redis-url",
+        redis_url,
+        "--prefix",
+        prefix,
+        "--master",
+        "local[1]",
+        "--rejects",
+        str(tmp_path / "rejects"),
+        "--export-dead",
+        str(tmp_path / "dead"),
+    ]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "delayq enqueue report for 'payment-check'" in run.stdout
+    assert "wrote 0 dead letters" in run.stdout
+    client = redis.Redis.from_url(redis_url, protocol=2)
+    try:
+        stored = client.hlen(TypeKeys(prefix, "payment-check").events)
+    finally:
+        client.close()
+    scheduled = int(
+        next(
+            line.split()[1].replace(",", "")
+            for line in run.stdout.splitlines()
+            if line.strip().startswith("scheduled")
+        )
+    )
+    assert stored == scheduled > 0
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+@pytest.mark.slow
+def test_redis_cluster(spark: Any, prefix: str) -> None:
+    from redis.cluster import RedisCluster
+    from redis.crc import key_slot
+
+    from delayq.spark import enqueue_dataframe, read_queue
+    from delayq.testing_cluster import RedisClusterServer
+
+    try:
+        find_redis_server_binary()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    types = (SparkOrder, SparkFailing)
+    # a prefix under which the two types hash to slots of different nodes
+    spread = next(
+        p
+        for p in (f"{prefix}-{i}" for i in range(10_000))
+        if len({key_slot(TypeKeys(p, t.event_name).events.encode()) * 3 // 16384 for t in types})
+        == 2
+    )
+    with RedisClusterServer(3) as cluster:
+        df = orders(spark, 2000, delay_s=600)
+        first = enqueue_dataframe(
+            df, SparkOrder, redis_url=cluster.url, prefix=spread, delay_col="delay"
+        )
+        failing = enqueue_dataframe(
+            df.select("id", "order_id"), SparkFailing, redis_url=cluster.url, prefix=spread
+        )
+        assert (first.scheduled, failing.scheduled) == (2000, 2000)
+        again = enqueue_dataframe(
+            df, SparkOrder, redis_url=cluster.url, prefix=spread, delay_col="delay"
+        )
+        assert (again.scheduled, again.kept) == (0, 2000)
+
+        client = RedisCluster.from_url(cluster.url)
+        try:
+            order_keys = TypeKeys(spread, SparkOrder.event_name)
+            failing_keys = TypeKeys(spread, SparkFailing.event_name)
+            assert client.zcard(order_keys.scheduled) == 2000
+            assert client.zcard(failing_keys.queued) == 2000
+            nodes = {client.get_node_from_key(k.events).port for k in (order_keys, failing_keys)}
+            assert len(nodes) == 2
+        finally:
+            client.close()
+
+        rows = read_queue(spark, redis_url=cluster.url, prefix=spread, page_size=500).collect()
+        counts: dict[tuple[str, str], int] = {}
+        for row in rows:
+            counts[(row.event_type, row.state)] = counts.get((row.event_type, row.state), 0) + 1
+        assert counts == {("spark-order", "scheduled"): 2000, ("spark-failing", "ready"): 2000}
