@@ -48,11 +48,15 @@ def ensure(name: str, *, log=print) -> Path:
         shutil.rmtree(venv)
     VENVS.mkdir(parents=True, exist_ok=True)
     subprocess.run([base_python(), "-m", "venv", str(venv)], check=True)
-    subprocess.run(
+    pip = subprocess.run(
         [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
          "-r", str(requirements)],
-        check=True,
+        capture_output=True, text=True,
     )  # fmt: skip
+    if pip.returncode != 0:
+        raise RuntimeError(
+            f"pip install for {name} failed:\n{pip.stdout[-3000:]}{pip.stderr[-3000:]}"
+        )
     marker.write_text(want)
     return python
 

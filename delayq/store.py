@@ -10,7 +10,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from redis.asyncio import Redis
@@ -82,6 +82,16 @@ class QueueCounts:
     dead: int
 
 
+@dataclass(slots=True)
+class _Batch:
+    """Single-event enqueues of one (type, mode) waiting to be sent together."""
+
+    pending: list[tuple[tuple[str, bytes, int], asyncio.Future[int]]] = field(
+        default_factory=list
+    )
+    task: asyncio.Task[None] | None = None
+
+
 def _int(value: Any) -> int:
     return int(value) if value not in (None, False, b"") else 0
 
@@ -110,6 +120,7 @@ class Store:
             for name in (*lua.PER_TYPE, *lua.STANDALONE)
         }
         self._known_types: set[str] = set()
+        self._batches: dict[tuple[str, bool, bool], _Batch] = {}
 
     def _k(self, type_name: str) -> tuple[str, ...]:
         keys = self._type_keys.get(type_name)
@@ -171,7 +182,68 @@ class Store:
 
         Codes: 1 added, 0 kept (the id exists), 2 replaced. ``ms`` is a delay
         or, with ``absolute``, a unix time in ms. Chunks are pipelined.
+
+        Single-event calls made concurrently (say, a hundred request handlers
+        each enqueueing one event) are coalesced: events of one type and mode
+        that arrive while a script call is on its way go together in the next
+        call, one round trip for many. Each caller still gets its own code or
+        exception, and the calls of one task keep their order.
         """
+        if len(items) != 1:
+            return await self._enqueue_now(type_name, items, absolute=absolute, replace=replace)
+        key = (type_name, absolute, replace)
+        batch = self._batches.get(key)
+        if batch is None:
+            batch = self._batches[key] = _Batch()
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        batch.pending.append((items[0], future))
+        if batch.task is None:
+            batch.task = asyncio.create_task(self._flush(key, batch))
+        return [await future]
+
+    async def _flush(self, key: tuple[str, bool, bool], batch: _Batch) -> None:
+        """Send coalesced single-event enqueues until none are waiting."""
+        type_name, absolute, replace = key
+        sending: list[tuple[tuple[str, bytes, int], asyncio.Future[int]]] = []
+        try:
+            await asyncio.sleep(0)  # the callers of this loop iteration join the first call
+            while batch.pending:
+                # a caller cancelled before its event was sent does not enqueue it
+                sending = [p for p in batch.pending[:ENQUEUE_CHUNK] if not p[1].cancelled()]
+                del batch.pending[:ENQUEUE_CHUNK]
+                if not sending:
+                    continue
+                try:
+                    codes = await self._enqueue_now(
+                        type_name, [item for item, _ in sending], absolute=absolute,
+                        replace=replace,
+                    )  # fmt: skip
+                except Exception as exc:
+                    for _, future in sending:
+                        if not future.done():
+                            future.set_exception(exc)
+                else:
+                    for (_, future), code in zip(sending, codes, strict=True):
+                        if not future.done():
+                            future.set_result(code)
+                sending = []
+        finally:
+            batch.task = None
+            # Cancelled (the event loop is closing): no caller may wait forever.
+            for _, future in sending + batch.pending:
+                if not future.done():
+                    future.cancel()
+            batch.pending.clear()
+
+    async def _enqueue_now(
+        self,
+        type_name: str,
+        items: Sequence[tuple[str, bytes, int]],
+        *,
+        absolute: bool,
+        replace: bool,
+    ) -> list[int]:
+        """One script call per chunk of ``ENQUEUE_CHUNK`` items, pipelined."""
         try:
             await self.register_type(type_name)
             # "<replace>:<call id>:<chunk no>": the call id lets the script tell

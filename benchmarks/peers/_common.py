@@ -327,6 +327,8 @@ class Adapter:
     """Seconds to wait past the last due time before calling events missing."""
     enqueue_batch = 100
     """Events handed to one :meth:`enqueue` call by the shared workloads."""
+    bulk_batch = 100
+    """Events per :meth:`enqueue` call when filling Redis (memory workload)."""
 
     def __init__(self, url: str, variant: str):
         self.url = url
@@ -521,10 +523,10 @@ class Runner:
         return result
 
     def _enqueue_all(
-        self, items: Sequence[tuple[str, float]], payload: str = ""
+        self, items: Sequence[tuple[str, float]], payload: str = "", step: int = 0
     ) -> dict[str, float]:
         dues: dict[str, float] = {}
-        step = self.a.enqueue_batch
+        step = step or self.a.enqueue_batch
         for i in range(0, len(items), step):
             chunk = items[i : i + step]
             for (event_id, _), due in zip(chunk, self.a.enqueue(chunk, payload), strict=True):
@@ -744,7 +746,7 @@ class Runner:
         self.a.enqueue([("mem-warm", delay)], text)  # create keys and load scripts first
         before = int(redis_info(self.a.url, "memory")["used_memory"])
         t0 = time.time()
-        self._enqueue_all([(f"M{i:07d}", delay) for i in range(n)], text)
+        self._enqueue_all([(f"M{i:07d}", delay) for i in range(n)], text, self.a.bulk_batch)
         self.metrics["enqueue_rate"] = round(n / (time.time() - t0), 1)
         after = int(redis_info(self.a.url, "memory")["used_memory"])
         per_event = (after - before) / n
