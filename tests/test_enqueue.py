@@ -454,3 +454,17 @@ async def test_a_retried_enqueue_call_reports_its_own_write(redis_client, prefix
     # without a call id (older callers) identical bytes count as a retry
     assert await run("0", ("r", envelope, 60_000)) == [1]
     assert await redis_client.zcard(keys[1]) == 3
+
+
+async def test_concurrent_enqueues_of_one_event_add_it_once(services) -> None:
+    """Many tasks enqueue the same event at once: one True, the rest False (kept)."""
+    service = services.producer()
+    event = EnqJob(id="concurrent", v=1)
+    results = await asyncio.gather(*(service.enqueue_with_delay(event, 30) for _ in range(50)))
+    assert results.count(True) == 1
+    counts = await service.stats_for(EnqJob)
+    assert (counts.scheduled, counts.ready) == (1, 0)
+    results = await asyncio.gather(
+        *(service.enqueue_with_delay(event, 30, replace=True) for _ in range(10))
+    )
+    assert results == [True] * 10
