@@ -65,7 +65,7 @@ class Scheduler:
         self._woken: set[str] = set()
         self._types: set[str] = set()
         self._next: dict[str, float] = {}  # type -> monotonic time it needs a look
-        self._active: set[str] = set()  # types with anything scheduled, ready or in flight
+        self._active: set[str] = set()  # types with entries in their ready lists
         self._last_sweep = -math.inf
         self._last_full = -math.inf
         self._lock_taken_at = -math.inf
@@ -153,9 +153,10 @@ class Scheduler:
     async def _pass(self) -> float:
         """Move what is due; return how long to sleep before the next pass.
 
-        Types with something pending get a look every ``interval``; every
-        ``_FULL_SWEEP`` intervals all known types do. A type with nothing
-        pending needs no polling: its next enqueue publishes a wake-up.
+        Types are looked at when their next due time or lease deadline comes,
+        when an enqueue wakes the scheduler for them, every ``interval`` while
+        their ready list holds entries, and every ``_FULL_SWEEP`` intervals in
+        any case (a wake-up may have been lost).
         """
         now = time.monotonic()
         todo = {t for t, at in self._next.items() if at <= now}
@@ -216,10 +217,12 @@ class Scheduler:
                 if not await self._take_lock():
                     return
             await anyio.lowlevel.checkpoint()
-        if r.next_ms is None and not r.queued:
-            self._active.discard(type_name)
-        else:
+        # Ready entries need a look now and then (a consumer may die between
+        # popping one and claiming it); due times and leases are in _next.
+        if r.queued:
             self._active.add(type_name)
+        else:
+            self._active.discard(type_name)
         if r.next_ms is None:
             self._next.pop(type_name, None)
         else:
