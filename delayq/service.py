@@ -529,6 +529,7 @@ class EventService:
                 await asyncio.wait([task], timeout=remaining)
             if not task.cancelled() and task.exception() is not None:
                 log.error("the service's tasks ended with an error", exc_info=task.exception())
+        await self._store.aclose()
         for client in self._owned:
             await client.aclose()
 

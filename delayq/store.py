@@ -201,6 +201,12 @@ class Store:
             batch.task = asyncio.create_task(self._flush(key, batch))
         return [await future]
 
+    async def aclose(self) -> None:
+        """Wait for coalesced enqueues still on their way (their callers are waiting too)."""
+        tasks = [b.task for b in self._batches.values() if b.task is not None]
+        if tasks:
+            await asyncio.wait(tasks)
+
     async def _flush(self, key: tuple[str, bool, bool], batch: _Batch) -> None:
         """Send coalesced single-event enqueues until none are waiting."""
         type_name, absolute, replace = key
