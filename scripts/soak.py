@@ -76,6 +76,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar=("MIN", "MAX"),
         help="seconds between faults (uniform)",
     )
+    p.add_argument(
+        "--cycle",
+        action="store_true",
+        help="inject the faults in turn (each kind once before any repeats) "
+        "instead of picking at random",
+    )
     p.add_argument("--visibility", type=float, default=10.0)
     p.add_argument("--lock-timeout", type=float, default=2.0)
     p.add_argument("--drain-timeout", type=float, default=240.0)
@@ -195,7 +201,10 @@ class Soak:
                 await asyncio.wait_for(self.stop.wait(), self.rnd.uniform(lo, hi))
             if self.stop.is_set():
                 return
-            fault = self.rnd.choice(self.faults)
+            if self.args.cycle:
+                fault = self.faults[len(self.fault_log) % len(self.faults)]
+            else:
+                fault = self.rnd.choice(self.faults)
             t = time.monotonic()
             entry: dict[str, object] = {"fault": fault, "at": round(t - self.t0, 2)}
             try:
