@@ -21,16 +21,25 @@ STEPS = 1000
 
 def _cdf(ax: Any, results: list[dict[str, Any]], case: str) -> bool:
     drawn = False
+    palette = list(plt.get_cmap("tab10").colors)
+    colors: dict[str, Any] = {}
+    ys = [100 * k / STEPS for k in range(STEPS + 1)]
     for r in results:
         if r.get("case") != case or not r.get("ok"):
             continue
         cdf = r.get("cdf", {})
-        ys = [100 * k / STEPS for k in range(STEPS + 1)]
-        if "redis_lateness_ms" in cdf:
-            ax.plot(cdf["redis_lateness_ms"], ys, label=f"{r['label']} (Redis clock)", lw=2.2)
+        if "redis_lateness_ms" in cdf:  # delayq: its own measure, drawn boldest
+            ax.plot(cdf["redis_lateness_ms"], ys, color="black", lw=2.6,
+                    label=f"{r['label']} (Delivery.lateness_ms, Redis clock)")  # fmt: skip
         if "lateness_ms" in cdf:
-            style = "--" if "redis_lateness_ms" in cdf else "-"
-            ax.plot(cdf["lateness_ms"], ys, style, label=r["label"], lw=1.4)
+            style = (
+                ":" if "redis_lateness_ms" in cdf else ("--" if r["variant"] != "default" else "-")
+            )
+            # one colour per library; its labelled variants dashed in the same colour
+            if r["library"] not in colors:
+                colors[r["library"]] = palette[len(colors) % len(palette)]
+            color = "black" if "redis_lateness_ms" in cdf else colors[r["library"]]
+            ax.plot(cdf["lateness_ms"], ys, style, color=color, label=r["label"], lw=1.5)
         drawn = True
     if drawn:
         ax.set_xscale("symlog", linthresh=1.0)
@@ -79,11 +88,15 @@ def main(argv: list[str]) -> None:
         f"{data['machine']['nproc']} CPUs, Redis {data['redis']['version']}, {data['started'][:10]}"
     )
 
+    params = {r.get("case"): r.get("params", {}) for r in results}
+    lat, sus = params.get("lateness", {}), params.get("sustained", {})
     for case, name, heading in (
-        ("lateness", "lateness-cdf", "Lateness, delays spread over 10 s"),
-        ("sustained", "sustained-cdf", "Lateness at a sustained enqueue rate"),
-    ):
-        fig, ax = plt.subplots(figsize=(9, 5.5))
+        ("lateness", "lateness-cdf",
+         f"Lateness, {lat.get('n', 0):,} events with delays spread over {lat.get('spread')} s"),
+        ("sustained", "sustained-cdf",
+         f"Lateness at {sus.get('rate', 0):,.0f} events/s for {sus.get('duration')} s"),
+    ):  # fmt: skip
+        fig, ax = plt.subplots(figsize=(10, 6))
         if _cdf(ax, results, case):
             ax.set_title(f"{heading} ({title})", fontsize=10)
             fig.tight_layout()
