@@ -76,7 +76,7 @@ contexts = st.none() | st.dictionaries(st.text(max_size=20), st.text(max_size=50
 codecs = {name: Codec(name, 1 << 20) for name in ("json", "msgpack")}
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, derandomize=True, database=None)
 @given(event=events, context=contexts, serializer=st.sampled_from(["json", "msgpack"]))
 def test_codec_round_trip(event, context, serializer):
     data = codecs[serializer].encode(event, context)
@@ -114,19 +114,25 @@ def _decodes_or_decode_error(data: bytes) -> None:
         assert isinstance(ctx, dict)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
 @given(st.binary(max_size=300))
 def test_arbitrary_bytes_only_raise_decode_error(data):
     _decodes_or_decode_error(data)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
 @given(st.binary(max_size=60), st.sampled_from([b"[", b"\x93", b"\x92", b"\xdc\x00\x03"]))
 def test_envelope_like_bytes_only_raise_decode_error(tail, head):
     _decodes_or_decode_error(head + tail)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(
     event=events,
     serializer=st.sampled_from(["json", "msgpack"]),
@@ -460,6 +466,8 @@ def test_queue_state_machine(redis_url):
             max_examples=200,
             stateful_step_count=50,
             deadline=None,
+            derandomize=True,
+            database=None,
             suppress_health_check=[HealthCheck.too_slow],
         ),
     )
