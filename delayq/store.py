@@ -288,11 +288,13 @@ class Store:
         members = await self.redis.smembers(self.keys.types)
         names = set()
         for member in members:
-            name = member.decode("utf-8", "replace") if isinstance(member, bytes) else member
             try:
+                # strict: a name that is not UTF-8 was not written by delayq, and
+                # a replaced character would name other keys than the member's
+                name = member.decode() if isinstance(member, bytes) else member
                 validate_name(name)
-            except (TypeError, ValueError):
-                log.warning("ignoring invalid event type name %r in %s", name, self.keys.types)
+            except (TypeError, ValueError):  # UnicodeDecodeError is a ValueError
+                log.warning("ignoring invalid event type name %r in %s", member, self.keys.types)
                 continue
             names.add(name)
         return names

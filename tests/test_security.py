@@ -47,8 +47,25 @@ ACL_COMMANDS = (
     "evalsha script|load brpop subscribe unsubscribe sadd smembers zcard zrange "
     # called inside the Lua scripts
     "time type get set del pexpire pttl hget hset hdel hincrby hexists llen lpush rpop "
-    "zadd zrem zscore zrangebyscore zrevrangebyscore publish"
+    "zadd zrem zscore zcard zcount zrange zrangebyscore zrevrangebyscore zpopmin publish"
 ).split()
+ACL_COMMANDS = list(dict.fromkeys(ACL_COMMANDS))  # zcard, zrange: both sides
+
+
+def test_acl_commands_cover_the_scripts_and_match_the_docs():
+    """Whoever changes a script or the client's commands must update the documented line."""
+    lua_dir = Path(delayq.__file__).parent / "lua"
+    called = set()
+    for path in lua_dir.glob("*.lua"):
+        called |= {c.lower() for c in re.findall(r"redis\.p?call\('([A-Za-z]+)'", path.read_text())}
+    missing = called - set(ACL_COMMANDS)
+    assert not missing, f"add {sorted(missing)} to ACL_COMMANDS and to docs/RELIABILITY.md"
+    docs = (Path(__file__).parents[1] / "docs" / "RELIABILITY.md").read_text()
+    line = next(x for x in docs.splitlines() if x.startswith("ACL SETUSER myapp "))
+    assert line.split()[3:] == acl_rules("myapp", "CHANGE-ME"), (
+        "the ACL line in docs/RELIABILITY.md differs from acl_rules('myapp', 'CHANGE-ME'):\n"
+        + " ".join(["ACL SETUSER myapp", *acl_rules("myapp", "CHANGE-ME")])
+    )
 
 
 def acl_rules(prefix: str, password: str, commands=ACL_COMMANDS) -> list[str]:
