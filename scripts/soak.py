@@ -126,6 +126,7 @@ class Soak:
     # -- plumbing ----------------------------------------------------------------
 
     def admin(self) -> aioredis.Redis:
+        """A client on the queue Redis that retries through restarts."""
         return aioredis.Redis.from_url(
             self.queue.url,
             protocol=2,
@@ -134,6 +135,7 @@ class Soak:
         )
 
     def worker_args(self) -> list[str]:
+        """Command-line options of every worker process."""
         a = self.args
         return [
             "--concurrency",
@@ -152,12 +154,14 @@ class Soak:
         ]
 
     def say(self, msg: str) -> None:
+        """Print a progress line (unless --quiet)."""
         if not self.args.quiet:
             print(f"[soak {time.monotonic() - self.t0:7.1f}s] {msg}", flush=True)
 
     # -- the parts -----------------------------------------------------------------
 
     async def produce(self, producer: EventService) -> None:
+        """Enqueue at --rate until stopped; remember what was acknowledged."""
         a, rnd = self.args, self.rnd
         n = 0
         tick = 0.1
@@ -188,12 +192,14 @@ class Soak:
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
 
     async def sample(self, rec: aioredis.Redis) -> None:
+        """Record how many events have succeeded, every 0.1 s."""
         key = rec_key(self.run, "end")
         while True:
             self.samples.append((time.monotonic(), await rec.hlen(key)))
             await asyncio.sleep(0.1)
 
     async def inject(self, pool: WorkerPool, rec: aioredis.Redis) -> None:
+        """Inject one fault every --fault-every seconds until stopped."""
         lo, hi = self.args.fault_every
         lock_key = PrefixKeys(self.prefix).scheduler_lock
         while not self.stop.is_set():
@@ -280,6 +286,7 @@ class Soak:
             entry["next_success_after_s"] = round(after[0] - ends, 2) if after else None
 
     async def queued_ids(self) -> set[str]:
+        """Ids still scheduled, ready or in flight."""
         k = TypeKeys(self.prefix, Job.event_name)
         admin = self.admin()
         try:
@@ -291,6 +298,7 @@ class Soak:
             await admin.aclose()
 
     async def dead_ids(self) -> dict[str, str]:
+        """Dead letters: id -> last error."""
         k = TypeKeys(self.prefix, Job.event_name)
         admin = self.admin()
         try:
@@ -303,6 +311,7 @@ class Soak:
     # -- the run -----------------------------------------------------------------
 
     async def main(self) -> dict[str, object]:
+        """Run everything and return the report."""
         a = self.args
         self.queue.start()
         self.recorder.start()

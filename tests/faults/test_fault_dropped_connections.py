@@ -44,7 +44,7 @@ class Harness:
         self.handled: collections.Counter[str] = collections.Counter()
         self.when: dict[str, float] = {}
         self.worker = EventService.from_url(
-            url, prefix=prefix, visibility_timeout=3, scheduling_interval=0.5, lock_timeout=2
+            url, prefix=prefix, visibility_timeout=10, scheduling_interval=0.5, lock_timeout=2
         )
         self.worker.add_handler(Job, self.handle, concurrency=8)
         self.producer = EventService.from_url(url, prefix=prefix, enable_scheduling=False)
@@ -82,14 +82,14 @@ async def test_client_kill_of_every_kind_of_connection(redis_server_factory, pre
         for name, pred in scenarios.items():
             # make sure the connection of that kind exists again before killing it
             await wait_for(lambda p=pred: _kill_count(admin, p), timeout=10, message=name)
-            killed = await _kill(admin, pred)
-            assert killed >= 1, name
+            # (retried: a connection may be replaced between CLIENT LIST and CLIENT KILL)
+            await wait_for(lambda p=pred: _kill(admin, p), timeout=10, message=name)
             t0 = time.monotonic()
             ids = await h.send(20, delay=0.2)  # the producer's connection may be dead too
             sent += ids
             await wait_for(
                 lambda ids=ids: all(h.handled[i] for i in ids),
-                timeout=15,
+                timeout=30,
                 message=f"handled after killing {name}",
             )
             recovery[name] = max(h.when[i] for i in ids) - t0
@@ -115,7 +115,7 @@ async def test_client_kill_of_every_kind_of_connection(redis_server_factory, pre
             tg.start_soon(killer)
         await wait_for(
             lambda: all(h.handled[i] for i in sent),
-            timeout=30,
+            timeout=60,
             message="every event handled after repeated CLIENT KILL",
         )
     await admin.aclose()
@@ -124,8 +124,8 @@ async def test_client_kill_of_every_kind_of_connection(redis_server_factory, pre
         f"client kill: events={len(sent)} lost=0 duplicates={dups} "
         + " ".join(f"{k}={v:.2f}s" for k, v in recovery.items())
     )
-    # a duplicate needs a lease to expire: only when a kill hit a claim reply in transit
-    assert dups <= 5
+    # a duplicate would need a lease (10 s) to expire: an ack held up for that long
+    assert dups == 0
 
 
 async def _kill_count(admin: aioredis.Redis, pred) -> int:
