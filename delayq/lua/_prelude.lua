@@ -47,7 +47,12 @@ local function push_ready(ids, dues)
   local seq = redis.call('HINCRBY', K_META, 'pushed', n) - n
   local entries, scored = {}, {}
   for i = 1, n do
-    entries[i] = string.format('%.0f', dues[i]) .. ':' .. ids[i]
+    -- due times read back from a sorted set are already whole-ms strings
+    local due = dues[i]
+    if type(due) ~= 'string' or not string.find(due, '^%d+$') then
+      due = string.format('%.0f', due)
+    end
+    entries[i] = due .. ':' .. ids[i]
     scored[2 * i - 1] = seq + i
     scored[2 * i] = ids[i]
   end
