@@ -6,16 +6,17 @@
 -- Guarantees: only the current delivery removes an event. A stale ack (the
 -- lease expired and the event was redelivered, replaced or cancelled) is a
 -- no-op, so a newer delivery or a replaced payload is never lost.
-check_keys(5, 7, 8)  -- written after HDEL events
 local removed = 0
 for i = 1, #ARGV, 2 do
   local id = ARGV[i]
   if redis.call('HGET', K_LEASES, id) == ARGV[i + 1] then
-    redis.call('HDEL', K_EVENTS, id)
-    redis.call('HDEL', K_LEASES, id)
-    redis.call('HDEL', K_ATTEMPTS, id)
+    -- the envelope and the lease go last: a key of the wrong type (see
+    -- check_keys in _prelude.lua) stops the script before the event is gone
     redis.call('HDEL', K_ERRORS, id)
+    redis.call('HDEL', K_ATTEMPTS, id)
     redis.call('ZREM', K_INFLIGHT, id)
+    redis.call('HDEL', K_LEASES, id)
+    redis.call('HDEL', K_EVENTS, id)
     removed = removed + 1
   end
 end
