@@ -18,6 +18,10 @@ time): how busy each path keeps Redis.
     .venv/bin/python benchmarks/spark_enqueue.py --rows 1000000
     .venv/bin/python benchmarks/spark_enqueue.py --rows 1000000 --masters local[1],local[2]
 
+With ``--repeat N`` every path runs N times and the fastest run counts (all
+rates and the load average after each run are kept in the JSON): other work
+on a shared machine only ever makes a run slower.
+
 Writes ``benchmarks/results/spark_enqueue-<time>.json``.
 """
 
@@ -82,6 +86,21 @@ class Measure:
 
 
 def run_redis_benchmark(
+    server: RedisServer, rows: int, chunk: int, clients: int, pipeline: int, repeat: int = 1
+) -> dict[str, Any]:
+    runs = [_redis_benchmark_once(server, rows, chunk, clients, pipeline) for _ in range(repeat)]
+    return best(runs)
+
+
+def best(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fastest of several runs, with every run's rate and the load after it."""
+    top = dict(max(runs, key=lambda r: r["rows_per_s"]))
+    top["runs_rows_per_s"] = [r["rows_per_s"] for r in runs]
+    top["runs_load_after"] = [r["load_after"] for r in runs]
+    return top
+
+
+def _redis_benchmark_once(
     server: RedisServer, rows: int, chunk: int, clients: int, pipeline: int
 ) -> dict[str, Any]:
     binary = shutil.which("redis-benchmark")
@@ -93,7 +112,8 @@ def run_redis_benchmark(
     prefix = "bench-raw"
     keys = TypeKeys(prefix, PaymentCheck.event_name).all()
     envelope = Codec().encode(sample_event(123456)).decode()
-    args = ["delay", "0", PrefixKeys(prefix).wakeup_channel, PaymentCheck.event_name]
+    # "<replace>:<call id>:<chunk no>" like Store.enqueue: a new (random) call id per request
+    args = ["delay", "0:__rand_int__:1", PrefixKeys(prefix).wakeup_channel, PaymentCheck.event_name]
     for _ in range(chunk):
         # every __rand_int__ gets its own random 12-digit number per request
         args += ["order-__rand_int__", envelope, "3600000"]
@@ -137,6 +157,7 @@ def run_redis_benchmark(
         "rows_per_s": round(events_per_s),
         "redis_cpu": round(m.redis_cpu, 2),
         "command": " ".join(cmd[:14]) + " ... (" + str(len(cmd) - 14) + " more args)",
+        "load_after": round(os.getloadavg()[0], 2),
     }
 
 
@@ -160,22 +181,26 @@ async def _async_enqueue(url: str, rows: int, batch: int, client: redis.Redis) -
         "seconds": round(m.seconds, 3),
         "rows_per_s": round(rows / m.seconds),
         "redis_cpu": round(m.redis_cpu, 2),
+        "load_after": round(os.getloadavg()[0], 2),
     }
 
 
-def run_async(server: RedisServer, rows: int, batch: int) -> dict[str, Any]:
+def run_async(server: RedisServer, rows: int, batch: int, repeat: int = 1) -> dict[str, Any]:
     client = redis.Redis.from_url(server.url, protocol=2)
-    try:
-        return asyncio.run(_async_enqueue(server.url, rows, batch, client))
-    finally:
-        client.flushall()
+    runs = []
+    for _ in range(repeat):
+        try:
+            runs.append(asyncio.run(_async_enqueue(server.url, rows, batch, client)))
+        finally:
+            client.flushall()
+    return best(runs)
 
 
 # --------------------------------------------------------------------------- 3. spark
 
 
 def run_spark(
-    server: RedisServer, rows: int, master: str, partitions: int, batch_size: int
+    server: RedisServer, rows: int, master: str, partitions: int, batch_size: int, repeat: int = 1
 ) -> dict[str, Any]:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
@@ -225,32 +250,40 @@ def run_spark(
         )
         warm.unpersist()
         client.flushall()
-        with Measure(client) as m:
-            report = enqueue_dataframe(
-                df,
-                PaymentCheck,
-                redis_url=server.url,
-                prefix="bench-spark",
-                id_col="check_id",
-                due_col="due_at",
-                batch_size=batch_size,
-                cluster=False,
+        runs = []
+        for _ in range(repeat):
+            with Measure(client) as m:
+                report = enqueue_dataframe(
+                    df,
+                    PaymentCheck,
+                    redis_url=server.url,
+                    prefix="bench-spark",
+                    id_col="check_id",
+                    due_col="due_at",
+                    batch_size=batch_size,
+                    cluster=False,
+                )
+            stored = client.zcard(TypeKeys("bench-spark", PaymentCheck.event_name).scheduled)
+            client.flushall()
+            runs.append(
+                {
+                    "name": f"enqueue_dataframe on {master} ({partitions} partitions, "
+                    f"batch {batch_size})",
+                    "rows": rows,
+                    "stored": stored,
+                    "scheduled": report.scheduled,
+                    "seconds": round(m.seconds, 3),
+                    "validation_seconds": round(report.validation_seconds, 3),
+                    "rows_per_s": round(rows / m.seconds),
+                    "redis_cpu": round(m.redis_cpu, 2),
+                    "load_after": round(os.getloadavg()[0], 2),
+                }
             )
-        stored = client.zcard(TypeKeys("bench-spark", PaymentCheck.event_name).scheduled)
         df.unpersist()
     finally:
         spark.stop()
         client.flushall()
-    return {
-        "name": f"enqueue_dataframe on {master} ({partitions} partitions, batch {batch_size})",
-        "rows": rows,
-        "stored": stored,
-        "scheduled": report.scheduled,
-        "seconds": round(m.seconds, 3),
-        "validation_seconds": round(report.validation_seconds, 3),
-        "rows_per_s": round(rows / m.seconds),
-        "redis_cpu": round(m.redis_cpu, 2),
-    }
+    return best(runs)
 
 
 # --------------------------------------------------------------------------- main
@@ -267,6 +300,7 @@ def main() -> int:
     parser.add_argument("--bench-pipeline", type=int, default=4, help="redis-benchmark -P")
     parser.add_argument("--async-batch", type=int, default=10_000)
     parser.add_argument("--skip", default="", help="comma-separated: raw,async,spark")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per path; the best counts")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
 
@@ -284,17 +318,24 @@ def main() -> int:
         if "raw" not in skip:
             results.append(
                 run_redis_benchmark(
-                    server, args.rows, args.chunk, args.bench_clients, args.bench_pipeline
+                    server,
+                    args.rows,
+                    args.chunk,
+                    args.bench_clients,
+                    args.bench_pipeline,
+                    args.repeat,
                 )
             )
             print(results[-1], file=sys.stderr)
         if "async" not in skip:
-            results.append(run_async(server, args.rows, args.async_batch))
+            results.append(run_async(server, args.rows, args.async_batch, args.repeat))
             print(results[-1], file=sys.stderr)
         if "spark" not in skip:
             for master in filter(None, args.masters.split(",")):
                 results.append(
-                    run_spark(server, args.rows, master, args.partitions, args.batch_size)
+                    run_spark(
+                        server, args.rows, master, args.partitions, args.batch_size, args.repeat
+                    )
                 )
                 print(results[-1], file=sys.stderr)
 
@@ -304,12 +345,13 @@ def main() -> int:
         f"{args.rows:,} PaymentCheck events, Redis {version}, {os.cpu_count()} CPUs, "
         f"load before {load[0]:.2f}"
     )
-    print(f"{'path':<62} {'rows/s':>10} {'seconds':>8} {'redis cpu':>9} {'vs raw':>7}")
+    print(f"{'path':<62} {'rows/s':>10} {'seconds':>8} {'redis cpu':>9} {'vs raw':>7}  all runs")
     for r in results:
         share = f"{r['rows_per_s'] / raw:.0%}" if raw else "-"
+        runs = ", ".join(f"{x:,}" for x in r.get("runs_rows_per_s", []))
         print(
             f"{r['name']:<62} {r['rows_per_s']:>10,} {r['seconds']:>8.2f} "
-            f"{r['redis_cpu']:>9.2f} {share:>7}"
+            f"{r['redis_cpu']:>9.2f} {share:>7}  {runs}"
         )
     out_dir = HERE / "results"
     out_dir.mkdir(exist_ok=True)

@@ -296,7 +296,9 @@ class _EnqueueJob:
     id_col: str
     time_col: str | None
     nullable_required: tuple[str, ...]
-    # every column of the input, in order, with its name inside ``p`` when it fills a field
+    # every column of the input, in order, with where a reject's row JSON finds it:
+    # its name inside ``p`` when it fills a field, "" for the time column (``t``),
+    # None for the others (``r``)
     row_columns: tuple[tuple[str, str | None], ...]
 
     @property
@@ -362,13 +364,22 @@ class _Validator:
         try:
             fields = msgspec.json.decode(row.p) if len(row.p) else {}
             rest = msgspec.json.decode(row.r) if len(row.r) else {}
-            out = {
-                column: (fields if inner else rest).get(inner or column)
-                for column, inner in self.job.row_columns
-            }
+            out = {}
+            for column, inner in self.job.row_columns:
+                if inner == "":
+                    out[column] = self._time_value(row.t)
+                elif inner is None:
+                    out[column] = rest.get(column)
+                else:
+                    out[column] = fields.get(inner)
             return msgspec.json.encode(out).decode("utf-8")
         except (msgspec.DecodeError, AttributeError, TypeError):
             return None
+
+    def _time_value(self, t: float | None) -> Any:
+        if t is None or self.job.mode != "at":
+            return t  # a delay in seconds (or nothing)
+        return datetime.fromtimestamp(int(t) / 1_000_000, timezone.utc)
 
     def parse(self, line: str) -> _Row | None:
         """Decode one prepared row (None if the JVM's JSON is unreadable, which it never is)."""
@@ -383,22 +394,39 @@ class _Validator:
 _Checked = tuple[bool, "str | None", Any, Any]
 
 
-def _validate_partition(job: _EnqueueJob, seen: Any, lines: Iterable[str]) -> Iterator[_Checked]:
-    """Validation pass over one partition: every row becomes an item or a reject."""
+def _validate_partition(
+    job: _EnqueueJob, seen: Any, bad: Any, lines: Iterable[str]
+) -> Iterator[_Checked]:
+    """Validation pass over one partition: every row becomes an item or a reject.
+
+    ``seen`` and ``bad`` are accumulators of the rows and the rejects.
+    """
     validator = _Validator(job)
-    n = 0
+    n = rejected = 0
     for line in lines:
         n += 1
         row = validator.parse(line)
         if row is None:
+            rejected += 1
             yield False, None, "unreadable row", line
             continue
         item, reason = validator.item(row)
         if item is not None:
             yield True, item[0], item[1], item[2]
         else:
+            rejected += 1
             yield False, row.i, reason, validator.row_json(row)
     seen.add(n)
+    bad.add(rejected)
+
+
+def _materialize(rdd: RDD[Any]) -> None:
+    """Compute and cache a persisted RDD without reading its records back into Python."""
+    jrdd = getattr(rdd, "_jrdd", None)  # the JVM side of a Python RDD
+    if jrdd is not None and hasattr(jrdd, "count"):
+        jrdd.count()  # counts pickled batches in the JVM
+    else:  # pragma: no cover - other PySpark internals
+        rdd.count()
 
 
 def _write_partition(
@@ -521,7 +549,8 @@ def _prepare(
         for name in context_cols:
             pairs += [F.lit(name), df[name].cast("string")]
         selected.append(F.create_map(*pairs).alias("c"))
-    rest = [df[c] for c in df.columns if c not in by_column]
+    # the time column travels as ``t`` (formatting timestamps is the costly part of the JSON)
+    rest = [df[c] for c in df.columns if c not in by_column and c != time_col]
     if rest:
         selected.append(F.struct(*rest).alias("r"))
     return df.select(*selected)
@@ -605,7 +634,10 @@ def enqueue_dataframe(
             for f in msgspec.structs.fields(event_type)
             if f.required and f.name != "id" and _admits_none(f.type)
         ),
-        row_columns=tuple((c, _field_columns(df, event_type).get(c)) for c in df.columns),
+        row_columns=tuple(
+            (c, _field_columns(df, event_type).get(c, "" if c == (due_col or delay_col) else None))
+            for c in df.columns
+        ),
     )
     spark = df.sparkSession
     prepared = _prepare(
@@ -620,31 +652,33 @@ def enqueue_dataframe(
     # Pass 1: validate and encode every row. The result (items and rejects) is
     # kept by Spark, so the write pass reads it instead of converting rows again.
     rows_seen = spark.sparkContext.accumulator(0)
+    rows_bad = spark.sparkContext.accumulator(0)
     checked = (
         _json_lines(prepared)
-        .mapPartitions(functools.partial(_validate_partition, job, rows_seen))
+        .mapPartitions(functools.partial(_validate_partition, job, rows_seen, rows_bad))
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
     try:
-        rejects = spark.createDataFrame(
-            checked.filter(lambda c: not c[0]).map(lambda c: c[1:]), REJECTS_SCHEMA
-        ).persist(StorageLevel.MEMORY_AND_DISK)
-        rejected = rejects.count()
+        _materialize(checked)
         total = int(rows_seen.value)
-        validated = time.perf_counter()
-        log.info("%s: %d rows, %d rejected by validation", type_name, total, rejected)
+        rejected = 0
         out_path = None
-        if rejects_path is not None:
-            if rejected:
+        rejects_df: DataFrame | None = None
+        if rows_bad.value:
+            rejects = spark.createDataFrame(
+                checked.filter(lambda c: not c[0]).map(lambda c: c[1:]), REJECTS_SCHEMA
+            ).persist(StorageLevel.MEMORY_AND_DISK)
+            rejected = rejects.count()
+            if rejects_path is not None:
                 rejects.write.mode("overwrite").parquet(rejects_path)
                 out_path = rejects_path
-            rejects.unpersist()
-            rejects_df: DataFrame | None = None
-        elif rejected == 0:
-            rejects.unpersist()
+                rejects.unpersist()
+            else:
+                rejects_df = rejects
+        elif rejects_path is None:
             rejects_df = spark.createDataFrame([], REJECTS_SCHEMA)
-        else:
-            rejects_df = rejects
+        validated = time.perf_counter()
+        log.info("%s: %d rows, %d rejected by validation", type_name, total, rejected)
 
         # Pass 2: write the valid items.
         added = kept = replaced = 0

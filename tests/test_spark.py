@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import time
@@ -613,6 +614,7 @@ async def test_reconciliation_job_and_dead_letter_export(
     orders_df.unpersist()
 
 
+@pytest.mark.slow  # a second JVM: ~15 s on an idle machine
 def test_job_runs_from_the_command_line(redis_url: str, prefix: str, tmp_path: Path) -> None:
     env = {
         **os.environ,
@@ -620,49 +622,38 @@ def test_job_runs_from_the_command_line(redis_url: str, prefix: str, tmp_path: P
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": "127.0.0.1",
     }
-    data = tmp_path / "orders.csv"
-    base = [sys.executable, "-m", "delayq.spark"]
-    gen = subprocess.run(
-        [*base, "generate", "--out", str(data), "--rows", "3000", "--master", "local[1]"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert gen.returncode == 0, gen.stderr[-3000:]
     cmd = [
-        *base,
-        "reconcile",
-        "--orders",
-        str(data),
-        "--redis-url",
-        redis_url,
-        "--prefix",
-        prefix,
-        "--master",
-        "local[1]",
-        "--rejects",
-        str(tmp_path / "rejects"),
-        "--export-dead",
-        str(tmp_path / "dead"),
-    ]
+        sys.executable, "-m", "delayq.spark", "reconcile", "--generate", "2000",
+        "--redis-url", redis_url, "--prefix", prefix, "--master", "local[1]",
+        "--rejects", str(tmp_path / "rejects"), "--export-dead", str(tmp_path / "dead"),
+    ]  # fmt: skip
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "delayq enqueue report for 'payment-check'" in run.stdout
     assert "wrote 0 dead letters" in run.stdout
+    assert (tmp_path / "rejects").is_dir() and (tmp_path / "dead").is_dir()
     client = redis.Redis.from_url(redis_url, protocol=2)
     try:
         stored = client.hlen(TypeKeys(prefix, "payment-check").events)
     finally:
         client.close()
-    scheduled = int(
-        next(
-            line.split()[1].replace(",", "")
-            for line in run.stdout.splitlines()
-            if line.strip().startswith("scheduled")
+    numbers = {
+        m[1]: int(m[2].replace(",", ""))
+        for m in re.finditer(
+            r"^ +(rows|scheduled|kept|replaced|rejected) +([\d,]+)", run.stdout, re.M
         )
-    )
-    assert stored == scheduled > 0
+    }
+    assert stored == numbers["scheduled"] > 0 and numbers["rejected"] > 0
+
+
+def test_orders_round_trip_through_csv(spark: Any, tmp_path: Path) -> None:
+    from delayq.spark_demo import _read, _write, generate_orders
+
+    orders_df = generate_orders(spark, 500, partitions=2)
+    _write(orders_df, str(tmp_path / "orders.csv"), "csv")
+    back = _read(spark, str(tmp_path / "orders.csv"), "csv")
+    assert back.dtypes == orders_df.dtypes
+    assert sorted(back.collect()) == sorted(orders_df.collect())
 
 
 # --------------------------------------------------------------------------- cluster
@@ -689,32 +680,32 @@ def test_redis_cluster(spark: Any, prefix: str) -> None:
         == 2
     )
     with RedisClusterServer(3) as cluster:
-        df = orders(spark, 2000, delay_s=600)
+        df = orders(spark, 500, delay_s=600)
         first = enqueue_dataframe(
             df, SparkOrder, redis_url=cluster.url, prefix=spread, delay_col="delay"
         )
         failing = enqueue_dataframe(
             df.select("id", "order_id"), SparkFailing, redis_url=cluster.url, prefix=spread
         )
-        assert (first.scheduled, failing.scheduled) == (2000, 2000)
+        assert (first.scheduled, failing.scheduled) == (500, 500)
         again = enqueue_dataframe(
             df, SparkOrder, redis_url=cluster.url, prefix=spread, delay_col="delay"
         )
-        assert (again.scheduled, again.kept) == (0, 2000)
+        assert (again.scheduled, again.kept) == (0, 500)
 
         client = RedisCluster.from_url(cluster.url)
         try:
             order_keys = TypeKeys(spread, SparkOrder.event_name)
             failing_keys = TypeKeys(spread, SparkFailing.event_name)
-            assert client.zcard(order_keys.scheduled) == 2000
-            assert client.zcard(failing_keys.queued) == 2000
+            assert client.zcard(order_keys.scheduled) == 500
+            assert client.zcard(failing_keys.queued) == 500
             nodes = {client.get_node_from_key(k.events).port for k in (order_keys, failing_keys)}
             assert len(nodes) == 2
         finally:
             client.close()
 
-        rows = read_queue(spark, redis_url=cluster.url, prefix=spread, page_size=500).collect()
+        rows = read_queue(spark, redis_url=cluster.url, prefix=spread, page_size=100).collect()
         counts: dict[tuple[str, str], int] = {}
         for row in rows:
             counts[(row.event_type, row.state)] = counts.get((row.event_type, row.state), 0) + 1
-        assert counts == {("spark-order", "scheduled"): 2000, ("spark-failing", "ready"): 2000}
+        assert counts == {("spark-order", "scheduled"): 500, ("spark-failing", "ready"): 500}
