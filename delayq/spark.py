@@ -390,7 +390,9 @@ class _Validator:
             return None
 
 
-# A validated row: (True, id, envelope, ms) or, for a reject, (False, id, reason, row_json).
+# What the validation pass keeps: (True, None, [id, envelope, ms, id, ...], n) for a
+# batch of n valid rows (one round trip of the write pass), or (False, id, reason,
+# row_json) for a reject.
 _Checked = tuple[bool, "str | None", Any, Any]
 
 
@@ -403,6 +405,8 @@ def _validate_partition(
     """
     validator = _Validator(job)
     n = rejected = 0
+    limit = 3 * job.batch_size
+    batch: list[Any] = []
     for line in lines:
         n += 1
         row = validator.parse(line)
@@ -412,10 +416,15 @@ def _validate_partition(
             continue
         item, reason = validator.item(row)
         if item is not None:
-            yield True, item[0], item[1], item[2]
+            batch += item
+            if len(batch) >= limit:
+                yield True, None, batch, len(batch) // 3
+                batch = []
         else:
             rejected += 1
             yield False, row.i, reason, validator.row_json(row)
+    if batch:
+        yield True, None, batch, len(batch) // 3
     seen.add(n)
     bad.add(rejected)
 
@@ -432,7 +441,7 @@ def _materialize(rdd: RDD[Any]) -> None:
 def _write_partition(
     job: _EnqueueJob, checked: Iterable[_Checked]
 ) -> Iterator[tuple[int, int, int]]:
-    """Write pass over one partition's valid items; yields one ``(added, kept, replaced)``."""
+    """Write pass over one partition's valid batches; yields one ``(added, kept, replaced)``."""
     client = _client(job.redis_url, job.cluster)
     keys = TypeKeys(job.prefix, job.type_name).all()
     mode = job.mode if job.mode != "now" else "delay"
@@ -459,16 +468,9 @@ def _write_partition(
             for code in codes:
                 counts[code if code in (0, 1) else 2] += 1
 
-    limit = 3 * job.batch_size
-    args: list[Any] = []
-    for ok, event_id, envelope, ms in checked:
+    for ok, _, batch, _ in checked:
         if ok:
-            args += (event_id, envelope, ms)
-            if len(args) >= limit:
-                flush(args)
-                args = []
-    if args:
-        flush(args)
+            flush(batch)
     yield counts[1], counts[0], counts[2]
 
 
