@@ -501,6 +501,11 @@ def _check_event_type(event_type: Any) -> type[Event]:
     return event_type
 
 
+def _col(name: str) -> Column:
+    """A column by its exact name (dots and backticks in names are no paths)."""
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
 def _field_columns(df: DataFrame, event_type: type[Event]) -> dict[str, str]:
     """Columns that fill a field of ``event_type`` by name -> the field's name in JSON."""
     columns = set(df.columns)
@@ -529,9 +534,9 @@ def _prepare(
     missing = []
     for field in msgspec.structs.fields(event_type):
         if field.name == "id":
-            payload.append(df[id_col].cast("string").alias(field.encode_name))
+            payload.append(_col(id_col).cast("string").alias(field.encode_name))
         elif field.name in by_column:
-            payload.append(df[field.name].alias(field.encode_name))
+            payload.append(_col(field.name).alias(field.encode_name))
         elif field.required:
             missing.append(field.name)
     if missing:
@@ -539,20 +544,20 @@ def _prepare(
             f"{event_type.__name__} needs field(s) {', '.join(missing)} but the DataFrame has no "
             f"column of that name (columns: {', '.join(df.columns)})"
         )
-    selected = [F.struct(*payload).alias("p"), df[id_col].cast("string").alias("i")]
+    selected = [F.struct(*payload).alias("p"), _col(id_col).cast("string").alias("i")]
     if mode == "at":
         assert time_col is not None
-        selected.append(F.unix_micros(df[time_col].cast("timestamp")).alias("t"))
+        selected.append(F.unix_micros(_col(time_col).cast("timestamp")).alias("t"))
     elif mode == "delay":
         assert time_col is not None
-        selected.append(df[time_col].cast("double").alias("t"))
+        selected.append(_col(time_col).cast("double").alias("t"))
     if context_cols:
         pairs: list[Column] = []
         for name in context_cols:
-            pairs += [F.lit(name), df[name].cast("string")]
+            pairs += [F.lit(name), _col(name).cast("string")]
         selected.append(F.create_map(*pairs).alias("c"))
     # the time column travels as ``t`` (formatting timestamps is the costly part of the JSON)
-    rest = [df[c] for c in df.columns if c not in by_column and c != time_col]
+    rest = [_col(c).alias(c) for c in df.columns if c not in by_column and c != time_col]
     if rest:
         selected.append(F.struct(*rest).alias("r"))
     return df.select(*selected)

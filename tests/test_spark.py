@@ -358,7 +358,9 @@ def test_nulls_and_type_mismatches(
     assert sync_client.zcard(keys.queued) == 2  # no due or delay column: due now
 
     # column types must match the Struct's (msgspec is strict: "3" is not an int)
-    mismatched = spark.createDataFrame([(3, "3", "x")], "k long, order_id string, comment string")
+    mismatched = spark.createDataFrame(
+        [(3, "3", "x", 9)], "k long, order_id string, comment string, `x.y` int"
+    )
     report = enqueue_dataframe(
         mismatched, SparkNullable, redis_url=redis_url, prefix=prefix, id_col="k"
     )
@@ -366,7 +368,8 @@ def test_nulls_and_type_mismatches(
     assert report.rejects is not None
     (reject,) = report.rejects.collect()
     assert reject.id == "3" and "Expected `int`, got `str` - at `$.order_id`" in reject.reason
-    assert msgspec.json.decode(reject.row_json) == {"k": 3, "order_id": "3", "comment": "x"}
+    row = msgspec.json.decode(reject.row_json)
+    assert row == {"k": 3, "order_id": "3", "comment": "x", "x.y": 9}
     report.rejects.unpersist()
 
 
