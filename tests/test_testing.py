@@ -105,7 +105,7 @@ def test_explicit_dir_is_kept(tmp_path: Path) -> None:
 
 
 def test_kill_then_restart_with_appendonly_keeps_data() -> None:
-    with RedisServer(config={"appendonly": "yes"}) as server:
+    with RedisServer(config={"appendonly": "yes", "appendfsync": "always"}) as server:
         port = server.port
         client = client_for(server)
         client.set("durable", "yes")
