@@ -363,6 +363,15 @@ class Store:
             )
             for i in range(1, len(r), 5)
         ]
+        if any(c.attempt == 0 for c in claimed):
+            missing = [c.raw_id for c in claimed if c.attempt == 0]
+            log.warning(
+                "%s: dropped %d queued ids that have no stored event: %s",
+                type_name,
+                len(missing),
+                [m.decode("utf-8", "replace") for m in missing[:10]],
+            )
+            claimed = [c for c in claimed if c.attempt != 0]
         return int(r[0]), claimed
 
     async def ack(self, type_name: str, done: Iterable[tuple[bytes, bytes]]) -> int:

@@ -6,7 +6,8 @@
 -- ARGV[3..] entries the consumer already popped with BRPOP
 -- Returns: {now_us, id, envelope, attempt, due_ms, token, id, envelope, ...}
 --   attempt counts this delivery (1 = first); token identifies this claim
---   for ack, renew and fail.
+--   for ack, renew and fail. Attempt 0 (empty envelope and token) reports an
+--   id that was queued without a stored envelope: it was dropped.
 -- Guarantees: an id leaves `queued` exactly once per push, so two consumers
 -- never both claim one ready entry, and stale entries (cancelled, replaced or
 -- already claimed ids) are skipped. Entries popped here are claimed in the
@@ -48,6 +49,14 @@ for _, entry in ipairs(entries) do
       result[#result + 1] = attempt
       result[#result + 1] = due
       result[#result + 1] = tostring(token)
+    else
+      -- queued but no envelope: something other than delayq deleted it; the
+      -- entry is dropped and reported (attempt 0) so the caller can log it
+      result[#result + 1] = id
+      result[#result + 1] = ''
+      result[#result + 1] = 0
+      result[#result + 1] = due
+      result[#result + 1] = ''
     end
   end
 end

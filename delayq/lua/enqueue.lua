@@ -59,13 +59,23 @@ local function flush()
   envs, sched = {}, {}
 end
 
+-- What is stored under each id, read in a few HMGETs rather than one HGET per
+-- event (each redis.call costs about a microsecond of its own)
+local stored = {}
+for i = first, #items, 3000 do
+  local ids = {}
+  for j = i, math.min(#items, i + 2999), 3 do ids[#ids + 1] = items[j] end
+  local got = redis.call('HMGET', K_EVENTS, unpack(ids))
+  for j = 1, #ids do stored[#stored + 1] = got[j] end
+end
+
 for i = first, #items, 3 do
   local id, envelope, t = items[i], items[i + 1], tonumber(items[i + 2])
   local due = t
   if not absolute then due = now + t end
   local code = 1
   local existing = written[id]
-  if existing == nil then existing = redis.call('HGET', K_EVENTS, id) end
+  if existing == nil then existing = stored[(i - first) / 3 + 1] end
   if existing == envelope and retried and not written[id] then
     code = -1
   elseif existing then

@@ -12,7 +12,8 @@
 --   dead    leases that expired on their last delivery
 --   queued  ids waiting in the ready list (they need a look now and then:
 --           a consumer may die between popping one and claiming it)
---   missing scheduled ids without an envelope (dropped; the caller logs them)
+--   missing expired or orphaned ids without an envelope (dropped; the caller
+--           logs them; due ids without one are dropped and reported by claim)
 -- Guarantees: an id is moved at most once per due time; nothing is lost: an
 -- expired lease or an entry popped by a consumer that died before claiming
 -- it goes back to the ready list.
@@ -61,10 +62,15 @@ if n_due > batch then
   n_due = batch
   more = 1
 end
+-- No envelope check here (one call per id): claim skips and reports an id
+-- whose envelope is gone, which only something other than delayq can cause.
 if n_due > 0 then
   local due = redis.call('ZPOPMIN', K_SCHEDULED, n_due)
+  local n = #ids
   for i = 1, #due, 2 do
-    take(due[i], due[i + 1])
+    n = n + 1
+    ids[n] = due[i]
+    dues[n] = due[i + 1]
   end
 end
 
