@@ -1,16 +1,25 @@
 """The stored envelope of an event, to and from bytes.
 
-An envelope is a short array ``[payload, context, enqueued_at_ms]`` in msgspec
-JSON (the default) or MessagePack. Attempts, errors and due times live in
-their own Redis structures, so the envelope never changes after enqueue and
-the Lua scripts never decode it. Decoding detects the format from the first
-byte, so a fleet can switch serializers without draining its queues.
+An envelope is a short array ``[body, enqueued_at_ms]`` (or ``[body,
+enqueued_at_ms, context]`` when there is a context), in MessagePack (the
+default) or msgspec JSON. ``body`` is the event's own encoding *without* its
+``id`` field: the id is already the envelope's hash field in Redis, so storing
+it twice would cost its length again on every event. Decoding puts it back.
+
+An event type whose encoding does not end with its ``id`` (say, an
+``array_like`` Struct) keeps the earlier layout ``[payload, context,
+enqueued_at_ms]`` with the whole payload, which is also how envelopes written
+by delayq 0.1 look; both decode. Attempts, errors and due times live in their
+own Redis structures, so the envelope never changes after enqueue and the Lua
+scripts never decode it. Decoding detects the format from the first byte, so a
+fleet can switch serializers without draining its queues.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import msgspec
@@ -18,12 +27,29 @@ import msgspec
 from .errors import DecodeError
 from .events import Event
 
-__all__ = ["Codec", "Serializer"]
+__all__ = ["Codec", "OpenedEnvelope", "Serializer", "open_envelope"]
 
 Serializer = Literal["json", "msgpack"]
 
 
 class _Envelope(msgspec.Struct, array_like=True):
+    """``[body without the id, enqueued_at_ms, context?]``."""
+
+    body: msgspec.Raw
+    enqueued_at: int
+    context: dict[str, str] | None = None
+
+
+class _BareEnvelope(msgspec.Struct, array_like=True):
+    """``[body without the id, enqueued_at_ms]``: no context, one field shorter."""
+
+    body: msgspec.Raw
+    enqueued_at: int
+
+
+class _WholeEnvelope(msgspec.Struct, array_like=True):
+    """``[payload with the id, context, enqueued_at_ms]`` (delayq 0.1, and types not stripped)."""
+
     payload: msgspec.Raw
     context: dict[str, str] | None = None
     enqueued_at: int = 0
@@ -32,24 +58,112 @@ class _Envelope(msgspec.Struct, array_like=True):
 _JSON_START = ord("[")
 # fixarray of 1..3 elements, array16, array32
 _MSGPACK_STARTS = frozenset({0x91, 0x92, 0x93, 0xDC, 0xDD})
+_DECODERS = {
+    "json": (msgspec.json.Decoder(_Envelope), msgspec.json.Decoder(_WholeEnvelope)),
+    "msgpack": (msgspec.msgpack.Decoder(_Envelope), msgspec.msgpack.Decoder(_WholeEnvelope)),
+}
+_ID_KEY = {"json": b'"id":', "msgpack": b"\xa2id"}
+_ENCODE_STR = {"json": msgspec.json.encode, "msgpack": msgspec.msgpack.encode}
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedEnvelope:
+    """What an envelope holds, with the event's payload whole again."""
+
+    payload: bytes
+    """The event as encoded, id included, in ``serializer``."""
+    serializer: Serializer
+    context: dict[str, str]
+    enqueued_at_ms: int
+
+
+def open_envelope(data: bytes, event_id: str | bytes) -> OpenedEnvelope:
+    """Split envelope bytes stored under ``event_id``; raise :class:`DecodeError` on garbage."""
+    if data[:1] == b"[":
+        fmt: Serializer = "json"
+    elif data[:1] and data[0] in _MSGPACK_STARTS:
+        fmt = "msgpack"
+    else:
+        raise DecodeError(f"not a delayq envelope (starts with {data[:8]!r})")
+    stripped, whole = _DECODERS[fmt]
+    try:
+        try:
+            env = stripped.decode(data)
+        except msgspec.ValidationError:
+            # the second element is a context, not a time: the whole-payload layout
+            old = whole.decode(data)
+            return OpenedEnvelope(bytes(old.payload), fmt, old.context or {}, old.enqueued_at)
+        if isinstance(event_id, bytes):
+            event_id = event_id.decode("utf-8")
+        payload = _with_id(bytes(env.body), fmt, _ENCODE_STR[fmt](event_id))
+        return OpenedEnvelope(payload, fmt, env.context or {}, env.enqueued_at)
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
+        raise DecodeError(f"cannot decode envelope: {exc}") from exc
+
+
+def _without_id(payload: bytes, fmt: Serializer, encoded_id: bytes) -> bytes | None:
+    """``payload`` (a map whose last entry is ``id``) without that entry, or None."""
+    suffix = _ID_KEY[fmt] + encoded_id
+    if not payload.endswith(suffix if fmt == "msgpack" else suffix + b"}"):
+        return None
+    if fmt == "json":
+        rest = payload[: -len(suffix) - 1]  # "{...," or "{"
+        if rest == b"{":
+            return b"{}"
+        return rest[:-1] + b"}" if rest.endswith(b",") else None
+    head, rest = payload[0], payload[: -len(suffix)]
+    if 0x81 <= head <= 0x8F:  # fixmap
+        return bytes([head - 1]) + rest[1:]
+    if head in (0xDE, 0xDF):  # map16, map32: recount (kept in the same width)
+        width = 2 if head == 0xDE else 4
+        n = int.from_bytes(rest[1 : 1 + width], "big")
+        return bytes([head]) + (n - 1).to_bytes(width, "big") + rest[1 + width :]
+    return None
+
+
+def _with_id(body: bytes, fmt: Serializer, encoded_id: bytes) -> bytes:
+    """Undo :func:`_without_id`: append the ``id`` entry to the map ``body``."""
+    entry = _ID_KEY[fmt] + encoded_id
+    if fmt == "json":
+        if body[:1] != b"{" or body[-1:] != b"}":
+            raise DecodeError(f"an envelope's body is not a JSON object: {body[:16]!r}")
+        return b"{" + entry + b"}" if body == b"{}" else body[:-1] + b"," + entry + b"}"
+    head = body[0] if body else -1
+    if 0x80 <= head <= 0x8E:
+        return bytes([head + 1]) + body[1:] + entry
+    if head == 0x8F:  # 15 entries: a 16th needs a map16 header
+        return b"\xde\x00\x10" + body[1:] + entry
+    if head in (0xDE, 0xDF):
+        width = 2 if head == 0xDE else 4
+        n = int.from_bytes(body[1 : 1 + width], "big") + 1
+        if n >= 1 << (8 * width):
+            raise DecodeError("an envelope's body has too many fields")
+        return bytes([head]) + n.to_bytes(width, "big") + body[1 + width :] + entry
+    raise DecodeError(f"an envelope's body is not a MessagePack map: {body[:16]!r}")
+
+
+def _id_is_last(event_type: type[Event]) -> bool:
+    """True when ``event_type`` encodes as a map whose last key is ``id``."""
+    config = event_type.__struct_config__
+    fields = event_type.__struct_encode_fields__
+    return not config.array_like and bool(fields) and fields[-1] == "id"
 
 
 class Codec:
     """Encodes events into envelopes and decodes them back, enforcing the size limit."""
 
-    def __init__(self, serializer: Serializer = "json", max_payload_bytes: int = 512 * 1024):
+    def __init__(self, serializer: Serializer = "msgpack", max_payload_bytes: int = 512 * 1024):
         if serializer == "json":
             self._encode = msgspec.json.Encoder().encode
         elif serializer == "msgpack":
             self._encode = msgspec.msgpack.Encoder().encode
         else:
             raise ValueError(f"serializer must be 'json' or 'msgpack', not {serializer!r}")
-        self.serializer = serializer
+        self.serializer: Serializer = serializer
         self.max_payload_bytes = max_payload_bytes
-        self._json_envelope = msgspec.json.Decoder(_Envelope)
-        self._msgpack_envelope = msgspec.msgpack.Decoder(_Envelope)
         self._json_payload: dict[type, msgspec.json.Decoder[Any]] = {}
         self._msgpack_payload: dict[type, msgspec.msgpack.Decoder[Any]] = {}
+        self._strippable: dict[type, bool] = {}
 
     def encode(self, event: Event, context: Mapping[str, str] | None = None) -> bytes:
         """Return the envelope bytes for ``event``; raise ``ValueError`` when too large."""
@@ -60,26 +174,38 @@ class Codec:
                 f"max_payload_bytes={self.max_payload_bytes}"
             )
         ctx = check_context(context)
-        return self._encode(_Envelope(msgspec.Raw(payload), ctx, time.time_ns() // 1_000_000))
+        now_ms = time.time_ns() // 1_000_000
+        cls = type(event)
+        strippable = self._strippable.get(cls)
+        if strippable is None:
+            strippable = self._strippable[cls] = _id_is_last(cls)
+        body = _without_id(payload, self.serializer, self._encode(event.id)) if strippable else None
+        if body is None:
+            return self._encode(_WholeEnvelope(msgspec.Raw(payload), ctx, now_ms))
+        if ctx is None:
+            return self._encode(_BareEnvelope(msgspec.Raw(body), now_ms))
+        return self._encode(_Envelope(msgspec.Raw(body), now_ms, ctx))
 
-    def decode(self, data: bytes, event_type: type[Event]) -> tuple[Event, dict[str, str]]:
-        """Return ``(event, context)`` from envelope bytes, or raise :class:`DecodeError`."""
+    def decode(
+        self, data: bytes, event_type: type[Event], event_id: str | bytes
+    ) -> tuple[Event, dict[str, str]]:
+        """Return ``(event, context)`` from the envelope stored under ``event_id``.
+
+        Raises :class:`DecodeError` when the bytes are not an envelope of ``event_type``.
+        """
         try:
-            if data[:1] == b"[":
-                env = self._json_envelope.decode(data)
+            opened = open_envelope(data, event_id)
+            if opened.serializer == "json":
                 decoder: Any = self._json_payload.get(event_type)
                 if decoder is None:
                     decoder = self._json_payload[event_type] = msgspec.json.Decoder(event_type)
-            elif data[:1] and data[0] in _MSGPACK_STARTS:
-                env = self._msgpack_envelope.decode(data)
+            else:
                 decoder = self._msgpack_payload.get(event_type)
                 if decoder is None:
                     decoder = self._msgpack_payload[event_type] = msgspec.msgpack.Decoder(
                         event_type
                     )
-            else:
-                raise DecodeError(f"not a delayq envelope (starts with {data[:8]!r})")
-            return decoder.decode(env.payload), env.context or {}
+            return decoder.decode(opened.payload), opened.context
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise DecodeError(f"cannot decode {event_type.__name__}: {exc}") from exc
         except DecodeError:

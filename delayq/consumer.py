@@ -225,7 +225,7 @@ class Consumer:
     async def _handle(self, c: Claimed, now_us: int) -> None:
         try:
             try:
-                event, context = self._codec.decode(c.envelope, self.event_type)
+                event, context = self._codec.decode(c.envelope, self.event_type, c.raw_id)
             except DecodeError as exc:
                 self._metrics.increment("decode_errors", event_type=self.type_name)
                 log.error("%s %r: %s; moving it to dead letters", self.type_name, c.id, exc)

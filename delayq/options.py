@@ -42,7 +42,7 @@ class Options:
     enable_scheduling: bool = True
     polling_timeout: float = 5.0
     lock_timeout: float = 10.0
-    serializer: Serializer = "json"
+    serializer: Serializer = "msgpack"
     max_payload_bytes: int = 512 * 1024
     metrics: Metrics = field(default_factory=NoopMetrics)
     shutdown_grace: float = 10.0
@@ -86,7 +86,7 @@ class Options:
             _int("max_payload_bytes", opts["max_payload_bytes"], low=64, high=512 * 1024 * 1024)
         if "enable_scheduling" in opts and not isinstance(opts["enable_scheduling"], bool):
             raise TypeError("enable_scheduling must be a bool")
-        if opts.get("serializer", "json") not in ("json", "msgpack"):
+        if opts.get("serializer", "msgpack") not in ("json", "msgpack"):
             raise ValueError(f"serializer must be 'json' or 'msgpack', not {opts['serializer']!r}")
         metrics = opts.get("metrics")
         if metrics is not None and not isinstance(metrics, Metrics):

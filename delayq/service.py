@@ -377,7 +377,7 @@ class EventService:
                 problem = "the stored event is missing"
             else:
                 try:
-                    event, context = self._codec.decode(record.envelope, event_type)
+                    event, context = self._codec.decode(record.envelope, event_type, record.raw_id)
                 except DecodeError as exc:
                     problem = str(exc)
             items.append(

@@ -60,7 +60,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from . import lua
-from .codec import Codec, Serializer
+from .codec import Codec, Serializer, open_envelope
 from .errors import DecodeError, QueueFullError
 from .events import Event, validate_name
 from .keys import PrefixKeys, TypeKeys
@@ -577,7 +577,7 @@ def enqueue_dataframe(
     batch_size: int = 1000,
     strict: bool = False,
     rejects_path: str | None = None,
-    serializer: Serializer = "json",
+    serializer: Serializer = "msgpack",
     max_payload_bytes: int = _DEFAULT_MAX_PAYLOAD,
     cluster: bool | None = None,
 ) -> EnqueueReport:
@@ -726,38 +726,17 @@ def enqueue_dataframe(
 # --------------------------------------------------------------------------- read_queue
 
 
-class _AnyEnvelope(msgspec.Struct, array_like=True):
-    payload: msgspec.Raw
-    context: dict[str, str] | None = None
-    enqueued_at: int = 0
-
-
-_ENV_JSON = msgspec.json.Decoder(_AnyEnvelope)
-_ENV_MSGPACK = msgspec.msgpack.Decoder(_AnyEnvelope)
-_MSGPACK_STARTS = frozenset({0x91, 0x92, 0x93, 0xDC, 0xDD})
-
-
-def _decode_any(data: bytes) -> tuple[str, dict[str, str], int]:
+def _decode_any(data: bytes, event_id: bytes) -> tuple[str, dict[str, str], int]:
     """``(payload_json, context, enqueued_at_ms)`` of an envelope, without its event class."""
+    opened = open_envelope(data, event_id)
     try:
-        if data[:1] == b"[":
-            env = _ENV_JSON.decode(data)
-            payload = bytes(env.payload).decode("utf-8")
-        elif data[:1] and data[0] in _MSGPACK_STARTS:
-            env = _ENV_MSGPACK.decode(data)
-            payload = msgspec.json.encode(msgspec.msgpack.decode(env.payload)).decode("utf-8")
+        if opened.serializer == "json":
+            payload = opened.payload.decode("utf-8")
         else:
-            raise DecodeError(f"not a delayq envelope (starts with {data[:8]!r})")
+            payload = msgspec.json.encode(msgspec.msgpack.decode(opened.payload)).decode("utf-8")
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, TypeError) as exc:
         raise DecodeError(f"cannot decode envelope: {exc}") from exc
-    return payload, env.context or {}, env.enqueued_at
-
-
-def _enqueued_at(data: bytes) -> int:
-    try:
-        return _decode_any(data)[2]
-    except DecodeError:
-        return 0
+    return payload, opened.context, opened.enqueued_at_ms
 
 
 def _utc(ms: float | None) -> datetime | None:
@@ -830,11 +809,11 @@ def _read_page(job: _ReadJob, page: _Page) -> Iterator[tuple[Any, ...]]:
         else:
             try:
                 if cls is not None:
-                    event, context = codec.decode(env, cls)
+                    event, context = codec.decode(env, cls, raw_id)
                     payload_json = msgspec.json.encode(event).decode("utf-8")
-                    enqueued = _utc(_enqueued_at(env))
+                    enqueued = _utc(open_envelope(env, raw_id).enqueued_at_ms)
                 else:
-                    payload_json, context, enqueued_ms = _decode_any(env)
+                    payload_json, context, enqueued_ms = _decode_any(env, raw_id)
                     enqueued = _utc(enqueued_ms)
                 context_json = msgspec.json.encode(context).decode("utf-8")
             except DecodeError as exc:

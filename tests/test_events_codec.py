@@ -155,11 +155,11 @@ def test_round_trip(serializer: str) -> None:
     data = codec.encode(event, {"request_id": "r-1", "ü": "✓"})
     assert isinstance(data, bytes)
     assert (data[:1] == b"[") == (serializer == "json")
-    decoded, context = codec.decode(data, CodecJob)
+    decoded, context = codec.decode(data, CodecJob, "ü-1")
     assert decoded == event
     assert context == {"request_id": "r-1", "ü": "✓"}
     # no context: an empty mapping comes back
-    decoded, context = codec.decode(codec.encode(CodecJob(id="x", n=1)), CodecJob)
+    decoded, context = codec.decode(codec.encode(CodecJob(id="x", n=1)), CodecJob, "x")
     assert decoded == CodecJob(id="x", n=1)
     assert context == {}
 
@@ -168,7 +168,7 @@ def test_round_trip(serializer: str) -> None:
 def test_format_is_detected_on_decode(writer: str, reader: str) -> None:
     event = CodecJob(id="cross", n=7, tags=["t"])
     data = Codec(writer).encode(event, {"k": "v"})  # type: ignore[arg-type]
-    assert Codec(reader).decode(data, CodecJob) == (event, {"k": "v"})  # type: ignore[arg-type]
+    assert Codec(reader).decode(data, CodecJob, "cross") == (event, {"k": "v"})  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -189,7 +189,86 @@ def test_format_is_detected_on_decode(writer: str, reader: str) -> None:
 def test_garbage_raises_decode_error(garbage: bytes) -> None:
     for serializer in ("json", "msgpack"):
         with pytest.raises(DecodeError):
-            Codec(serializer).decode(garbage, CodecJob)  # type: ignore[arg-type]
+            Codec(serializer).decode(garbage, CodecJob, "x")  # type: ignore[arg-type]
+
+
+class CodecPositional(Event, event_name="core-codec-positional", array_like=True):
+    """Encodes as an array: its id cannot be cut out, so it keeps the whole payload."""
+
+    n: int
+
+
+class CodecWide(Event, event_name="core-codec-wide"):
+    """Fifteen fields besides the id: the MessagePack map header grows on decode."""
+
+    f1: int = 1
+    f2: int = 2
+    f3: int = 3
+    f4: int = 4
+    f5: int = 5
+    f6: int = 6
+    f7: int = 7
+    f8: int = 8
+    f9: int = 9
+    f10: int = 10
+    f11: int = 11
+    f12: int = 12
+    f13: int = 13
+    f14: int = 14
+    f15: int = 15
+
+
+@pytest.mark.parametrize("serializer", ["json", "msgpack"])
+@pytest.mark.parametrize(
+    "event",
+    [
+        CodecJob(id='q"uote\\ \u2603 \x01', n=1),
+        CodecJob(id="x" * 300, n=2, tags=["id", '"id":"x"}']),
+        CodecWide(id="wide"),
+        CodecOther(id="o", flag=True),
+    ],
+)
+def test_the_id_is_stored_once(serializer: str, event: Event) -> None:
+    """The envelope leaves the id out (it is the hash field) and decoding puts it back."""
+    codec = Codec(serializer)  # type: ignore[arg-type]
+    data = codec.encode(event)
+    whole = msgspec.json.encode(event) if serializer == "json" else msgspec.msgpack.encode(event)
+    id_bytes = msgspec.json.encode(event.id) if serializer == "json" else event.id.encode()
+    assert data.count(id_bytes) == whole.count(id_bytes) - 1
+    for reader in ("json", "msgpack"):
+        decoded, _ = Codec(reader).decode(data, type(event), event.id.encode())  # type: ignore[arg-type]
+        assert decoded == event
+    # decoded under another id, the event has that id: the hash field is the truth
+    assert Codec().decode(data, type(event), "other")[0].id == "other"
+
+
+@pytest.mark.parametrize("serializer", ["json", "msgpack"])
+def test_envelopes_of_the_earlier_layout_still_decode(serializer: str) -> None:
+    """``[payload with id, context, enqueued_at]`` (delayq 0.1) and array_like types."""
+    enc = msgspec.json.encode if serializer == "json" else msgspec.msgpack.encode
+    event = CodecJob(id="old", n=3)
+    for data in (
+        enc([msgspec.Raw(enc(event)), {"k": "v"}, 1_700_000_000_000]),
+        enc([msgspec.Raw(enc(event)), None, 0]),
+        enc([msgspec.Raw(enc(event))]),
+    ):
+        decoded, context = Codec().decode(data, CodecJob, "old")
+        assert decoded == event
+        assert context in ({"k": "v"}, {})
+    positional = CodecPositional(id="p", n=4)
+    data = Codec(serializer).encode(positional, {"k": "v"})  # type: ignore[arg-type]
+    assert Codec().decode(data, CodecPositional, "p") == (positional, {"k": "v"})
+
+
+def test_envelope_size_for_a_100_byte_field() -> None:
+    """What the memory benchmark stores per event (see benchmarks/RESULTS.md)."""
+
+    class Sized(Event, event_name="core-codec-sized"):
+        payload: str = ""
+
+    event = Sized(id="M0000001", payload="x" * 100)
+    assert len(Codec("msgpack").encode(event)) <= 124  # one 128-byte allocation in Redis
+    assert len(Codec("json").encode(event)) < len(Codec("json").encode(event, {"k": "v"}))
 
 
 def test_unknown_serializer_is_refused() -> None:

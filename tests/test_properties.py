@@ -81,7 +81,7 @@ codecs = {name: Codec(name, 1 << 20) for name in ("json", "msgpack")}
 def test_codec_round_trip(event, context, serializer):
     data = codecs[serializer].encode(event, context)
     for reader in codecs.values():  # either codec reads either format
-        decoded, ctx = reader.decode(data, Prop)
+        decoded, ctx = reader.decode(data, Prop, event.id)
         assert decoded == event
         assert ctx == (context or {})
 
@@ -97,17 +97,17 @@ def test_non_finite_floats(serializer):
     for value in (math.nan, math.inf, -math.inf):
         data = codec.encode(Prop(id="x", f=value))
         if serializer == "msgpack":
-            decoded, _ = codec.decode(data, Prop)
+            decoded, _ = codec.decode(data, Prop, "x")
             assert decoded.f == value or (math.isnan(decoded.f) and math.isnan(value))
         else:
             with pytest.raises(DecodeError):
-                codec.decode(data, Prop)
+                codec.decode(data, Prop, "x")
 
 
 def _decodes_or_decode_error(data: bytes) -> None:
     for codec in codecs.values():
         try:
-            event, ctx = codec.decode(data, Prop)
+            event, ctx = codec.decode(data, Prop, "x")
         except DecodeError:
             continue
         assert isinstance(event, Prop)

@@ -152,7 +152,7 @@ async def test_100k_rows_are_scheduled_and_a_rerun_adds_nothing(
     assert sync_client.smembers(PrefixKeys(prefix).types) == {b"spark-order"}
     codec = Codec()
     for i in (0, 4321, n - 1):
-        event, context = codec.decode(sync_client.hget(keys.events, f"o-{i}"), SparkOrder)
+        event, context = codec.decode(sync_client.hget(keys.events, f"o-{i}"), SparkOrder, f"o-{i}")
         assert event == expected_order(i) and context == {}
         due = sync_client.zscore(keys.scheduled, f"o-{i}")
         offset = (i % 600 + 3600) * 1000
@@ -199,7 +199,7 @@ def test_replace_swaps_payload_and_due_time(
         changed, SparkOrder, redis_url=private_server.url, prefix=prefix, delay_col="delay"
     )
     assert (kept.scheduled, kept.kept, kept.replaced) == (0, 50, 0)
-    event, _ = Codec().decode(client.hget(keys.events, "o-7"), SparkOrder)
+    event, _ = Codec().decode(client.hget(keys.events, "o-7"), SparkOrder, "o-7")
     assert event.amount == (7 % 1000) / 4
 
     client.script_flush()  # the executors must load the script again (NOSCRIPT)
@@ -212,7 +212,7 @@ def test_replace_swaps_payload_and_due_time(
         replace=True,
     )
     assert (replaced.scheduled, replaced.kept, replaced.replaced) == (0, 0, 50)
-    event, _ = Codec().decode(client.hget(keys.events, "o-7"), SparkOrder)
+    event, _ = Codec().decode(client.hget(keys.events, "o-7"), SparkOrder, "o-7")
     assert event.amount == (7 % 1000) / 4 + 1000
     assert client.zscore(keys.scheduled, "o-7") >= due_before + 3_000_000
     assert client.zcard(keys.scheduled) == 50 and client.hlen(keys.events) == 50
@@ -297,9 +297,9 @@ def test_bad_rows_are_rejected_with_reasons_and_not_written(
     keys = TypeKeys(prefix, SparkOrder.event_name)
     assert sorted(sync_client.hkeys(keys.events)) == [b"good-1", b"good-2", b"good-3", b"good-4"]
     assert sync_client.zcard(keys.scheduled) == 3 and sync_client.zcard(keys.queued) == 1
-    event, context = Codec().decode(sync_client.hget(keys.events, "good-2"), SparkOrder)
+    event, context = Codec().decode(sync_client.hget(keys.events, "good-2"), SparkOrder, "good-2")
     assert (event.note, event.customer, context) == ("gift", "bob", {"region": "us"})
-    _, context = Codec().decode(sync_client.hget(keys.events, "good-4"), SparkOrder)
+    _, context = Codec().decode(sync_client.hget(keys.events, "good-4"), SparkOrder, "good-4")
     assert context == {}  # null context values are left out
 
     # rejects written to a path instead; the good rows are kept this time
@@ -353,7 +353,7 @@ def test_nulls_and_type_mismatches(
     report = enqueue_dataframe(df, SparkNullable, redis_url=redis_url, prefix=prefix, id_col="k")
     assert (report.scheduled, report.rejected) == (2, 0)
     keys = TypeKeys(prefix, SparkNullable.event_name)
-    event, _ = Codec().decode(sync_client.hget(keys.events, "1"), SparkNullable)
+    event, _ = Codec().decode(sync_client.hget(keys.events, "1"), SparkNullable, "1")
     assert event == SparkNullable(id="1", order_id=1, comment=None)  # null -> None, not missing
     assert sync_client.zcard(keys.queued) == 2  # no due or delay column: due now
 

@@ -686,12 +686,16 @@ class Runner:
         )  # fmt: skip
         if not finished:
             self.notes_add(f"stopped after the {cap}s cap")
-        on_poll()
         cpu1 = tree_cpu(cpu_roots)
         count = len(self.collector.records)
         t_last = max(r[1] for r in self.collector.records) if count else time.time()
         if "t0" not in state:
-            state.update(t0=spawned, count0=0, cpu0=0.0)
+            # the work ended before every worker had handled an event (a small n):
+            # count from the first handled event; CPU then includes start-up
+            t_first = min(r[1] for r in self.collector.records) if count else spawned
+            state.update(t0=t_first, count0=0, cpu0=0.0)
+            self.notes_add("not every worker started before the work ended: rate counted "
+                           "from the first handled event, CPU includes start-up")  # fmt: skip
         self.metrics["handled"] = count
         self.metrics["startup_s"] = round(state["t0"] - spawned, 3)
         window = max(1e-9, t_last - state["t0"])
