@@ -668,7 +668,7 @@ def test_redis_cluster(spark: Any, prefix: str) -> None:
     from redis.crc import key_slot
 
     from delayq.spark import enqueue_dataframe, read_queue
-    from delayq.testing_cluster import RedisClusterServer
+    from delayq.testing.cluster import RedisClusterServer
 
     try:
         find_redis_server_binary()
