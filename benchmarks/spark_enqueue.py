@@ -47,7 +47,7 @@ import redis
 from delayq import EventService, lua
 from delayq.codec import Codec
 from delayq.keys import PrefixKeys, TypeKeys
-from delayq.spark_demo import PaymentCheck
+from delayq.spark.demo import PaymentCheck
 from delayq.testing import RedisServer
 
 HERE = Path(__file__).resolve().parent

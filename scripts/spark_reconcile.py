@@ -9,7 +9,7 @@ delayq must be installed in the Python that runs the driver and the executors
 
 import sys
 
-from delayq.spark_demo import main
+from delayq.spark.demo import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -19,74 +19,11 @@ VENV="${DELAYQ_VENV:-$ROOT/.venv}"
 PYTHON="${PYTHON:-python3}"
 EXTRAS="dev,spark"
 
-log() { printf '[test.sh] %s\n' "$*" >&2; }
-
-# --- privileged helpers -------------------------------------------------------------------------
-can_apt() {
-    [[ "${DELAYQ_NO_APT:-0}" != 1 ]] || return 1
-    command -v apt-get >/dev/null 2>&1 || return 1
-    [[ "$(id -u)" == 0 ]] && return 0
-    command -v sudo >/dev/null 2>&1 && sudo -n true >/dev/null 2>&1
-}
-as_root() {
-    if [[ "$(id -u)" == 0 ]]; then "$@"; else sudo -n "$@"; fi
-}
-APT_UPDATED=0
-apt_install() {
-    if [[ "$APT_UPDATED" == 0 ]]; then
-        log "apt-get update"
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-        APT_UPDATED=1
-    fi
-    log "apt-get install $*"
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
-}
-
-# --- virtualenv ----------------------------------------------------------------------------------
-if ! command -v "$PYTHON" >/dev/null 2>&1; then
-    log "error: $PYTHON not found; install Python >= 3.10"
-    exit 1
-fi
-
-venv_ok() { [[ -x "$VENV/bin/python" ]] && "$VENV/bin/python" -m pip --version >/dev/null 2>&1; }
-
-if [[ -x "$VENV/bin/python" ]] && ! venv_ok; then
-    "$VENV/bin/python" -m ensurepip -q >/dev/null 2>&1 || true
-fi
-if ! venv_ok; then
-    if [[ -e "$VENV" ]]; then
-        log "removing broken virtualenv $VENV"
-        rm -rf "$VENV"
-    fi
-    if ! "$PYTHON" -c 'import ensurepip, venv' >/dev/null 2>&1; then
-        if can_apt; then
-            pyver="$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
-            apt_install python3-venv || apt_install "python${pyver}-venv"
-        else
-            log "error: '$PYTHON -m venv' is unavailable (Debian: apt-get install python3-venv)"
-            exit 1
-        fi
-    fi
-    log "creating virtualenv $VENV"
-    "$PYTHON" -m venv "$VENV"
-    "$VENV/bin/python" -m pip install -q --upgrade pip || log "warning: could not upgrade pip"
-fi
-VPY="$VENV/bin/python"
-
-# --- install the project (only when pyproject.toml changed) --------------------------------------
-STAMP="$VENV/.delayq-installed-${EXTRAS//,/-}"
-# (delayq/__init__.py appearing changes how setuptools maps the editable package: reinstall then)
-want="$( { cat pyproject.toml; "$VPY" -VV; ls delayq/__init__.py 2>/dev/null || true; } |
-    sha256sum | cut -d' ' -f1)"
-if [[ "${DELAYQ_REINSTALL:-0}" == 1 || ! -f "$STAMP" || "$(cat "$STAMP")" != "$want" ]]; then
-    log "pip install -e .[$EXTRAS]"
-    pip_flags=(-q)
-    if [[ -n "${CI:-}" ]]; then pip_flags+=(--progress-bar off); fi
-    "$VPY" -m pip install "${pip_flags[@]}" -e ".[$EXTRAS]"
-    printf '%s\n' "$want" >"$STAMP"
-else
-    log "dependencies up to date (delete $STAMP or set DELAYQ_REINSTALL=1 to reinstall)"
-fi
+LOG_TAG="test.sh"
+# shellcheck source=scripts/_setup.sh
+source "$ROOT/scripts/_setup.sh"
+ensure_venv
+install_project "$EXTRAS"
 
 # --- redis-server ---------------------------------------------------------------------------------
 have_redis() {

@@ -11,7 +11,7 @@ from redis.crc import key_slot
 from delayq import Event, EventService, fixed
 from delayq.keys import TypeKeys
 from delayq.testing import find_redis_server_binary, wait_for
-from delayq.testing_cluster import RedisClusterServer
+from delayq.testing.cluster import RedisClusterServer
 
 
 class ClusterOrder(Event, event_name="cluster-order"):

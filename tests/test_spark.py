@@ -567,7 +567,7 @@ async def test_events_scheduled_by_spark_are_delivered(
 async def test_reconciliation_job_and_dead_letter_export(
     spark: Any, redis_url: str, prefix: str, wait_for: Any, tmp_path: Path
 ) -> None:
-    from delayq.spark_demo import PaymentCheck, export_dead, generate_orders, reconcile
+    from delayq.spark.demo import PaymentCheck, export_dead, generate_orders, reconcile
 
     orders_df = generate_orders(spark, 4000).cache()
     unpaid = orders_df.where("NOT paid")
@@ -650,7 +650,7 @@ def test_job_runs_from_the_command_line(redis_url: str, prefix: str, tmp_path: P
 
 
 def test_orders_round_trip_through_csv(spark: Any, tmp_path: Path) -> None:
-    from delayq.spark_demo import _read, _write, generate_orders
+    from delayq.spark.demo import _read, _write, generate_orders
 
     orders_df = generate_orders(spark, 500, partitions=2)
     _write(orders_df, str(tmp_path / "orders.csv"), "csv")
@@ -668,7 +668,7 @@ def test_redis_cluster(spark: Any, prefix: str) -> None:
     from redis.crc import key_slot
 
     from delayq.spark import enqueue_dataframe, read_queue
-    from delayq.testing_cluster import RedisClusterServer
+    from delayq.testing.cluster import RedisClusterServer
 
     try:
         find_redis_server_binary()

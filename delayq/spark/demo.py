@@ -30,16 +30,16 @@ from typing import TYPE_CHECKING, Annotated
 
 import msgspec
 
-from .events import Event
+from ..events import Event
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from .spark import EnqueueReport
+    from . import EnqueueReport
 
 __all__ = ["PaymentCheck", "generate_orders", "main", "reconcile", "unpaid_orders"]
 
-log = logging.getLogger("delayq.spark_demo")
+log = logging.getLogger("delayq.spark.demo")
 
 
 class PaymentCheck(Event, event_name="payment-check"):
@@ -118,7 +118,7 @@ def reconcile(
     batch_size: int = 1000,
 ) -> EnqueueReport:
     """Schedule a :class:`PaymentCheck` for every unpaid order; return the EnqueueReport."""
-    from .spark import enqueue_dataframe
+    from . import enqueue_dataframe
 
     return enqueue_dataframe(
         unpaid_orders(orders, delay_hours),
@@ -137,7 +137,7 @@ def reconcile(
 
 def export_dead(spark: SparkSession, *, redis_url: str, prefix: str, out: str) -> int:
     """Write the PaymentCheck dead letters to ``out`` as Parquet; return how many."""
-    from .spark import read_queue
+    from . import read_queue
 
     dead = read_queue(
         spark, redis_url=redis_url, prefix=prefix, event_types=[PaymentCheck], states=("dead",)
@@ -194,7 +194,7 @@ def _redis_url(given: str | None) -> Iterator[str]:
     if url:
         yield url
         return
-    from .testing import RedisServer
+    from ..testing import RedisServer
 
     with RedisServer() as server:
         print(

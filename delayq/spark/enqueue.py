@@ -1,112 +1,34 @@
-"""Bulk scheduling from Apache Spark, and queue state read back as a DataFrame.
-
-Install with ``pip install "delayq[spark]"``. Two functions:
-
-* :func:`enqueue_dataframe` turns every row of a DataFrame into one event and
-  schedules it from the executors, partition by partition, with pipelined
-  calls of the very Lua ``enqueue`` script :class:`~delayq.EventService` uses.
-  The dedup rule is therefore the same: re-running a job keeps the events that
-  already exist (unless ``replace=True``), so it never creates duplicates.
-* :func:`read_queue` reads scheduled, ready, in-flight and dead events into a
-  DataFrame, in parallel by type, state and index range.
-
-Executors have no event loop, so they talk to Redis with the synchronous
-``redis.Redis`` (or ``redis.cluster.RedisCluster``) client; every key of one
-event type shares one hash tag, so each script call goes to one cluster node.
-
-The event class travels to the executors inside Spark's task closure, pickled
-by reference: it must be importable there (install the package that defines it
-in the executors' Python, see ``docs/SPARK.md``). Event payloads themselves are
-msgspec JSON or MessagePack, never pickle.
-
-``python -m delayq.spark reconcile ...`` runs the reconciliation example job
-(see :mod:`delayq.spark_demo`).
-
-This module needs a classic (non-Connect) SparkSession: it uses RDDs.
-"""
+"""enqueue_dataframe: one event per DataFrame row, validated on the driver's plan, written from the executors."""
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import math
-import threading
 import time
 import uuid
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
 
 import msgspec
-import redis
 from pyspark import StorageLevel
 from pyspark.rdd import RDD
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import (
-    IntegerType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
-from redis.backoff import ExponentialBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.retry import Retry
 
-from . import lua
-from .codec import Codec, Serializer, open_envelope
-from .errors import DecodeError, QueueFullError
-from .events import Event, validate_name
-from .keys import PrefixKeys, TypeKeys
-from .store import ENQUEUE_CHUNK
-
-__all__ = [
-    "QUEUE_SCHEMA",
-    "REJECTS_SCHEMA",
-    "STATES",
-    "EnqueueReport",
-    "enqueue_dataframe",
-    "read_queue",
-]
+from ..codec import Codec, Serializer
+from ..events import Event
+from ..keys import PrefixKeys, TypeKeys
+from ..store import ENQUEUE_CHUNK
+from .clients import resolve_cluster, run_enqueue, shared_client
+from .schemas import REJECTS_SCHEMA
 
 log = logging.getLogger("delayq.spark")
 
-#: Queue states :func:`read_queue` can read, in the order of an event's life.
-STATES = ("scheduled", "ready", "in_flight", "dead")
-
-#: Schema of the rejects of :func:`enqueue_dataframe`.
-REJECTS_SCHEMA = StructType(
-    [
-        StructField("id", StringType(), True),
-        StructField("reason", StringType(), False),
-        StructField("row_json", StringType(), True),
-    ]
-)
-
-#: Schema of the DataFrame returned by :func:`read_queue`.
-QUEUE_SCHEMA = StructType(
-    [
-        StructField("event_type", StringType(), False),
-        StructField("id", StringType(), False),
-        StructField("state", StringType(), False),
-        StructField("due_at", TimestampType(), True),
-        StructField("attempts", IntegerType(), False),
-        StructField("last_error", StringType(), True),
-        StructField("payload_json", StringType(), True),
-        StructField("context_json", StringType(), True),
-        StructField("enqueued_at", TimestampType(), True),
-    ]
-)
-
 _DEFAULT_MAX_PAYLOAD = 512 * 1024
-_READ_PAGE = 5000
-
 
 # --------------------------------------------------------------------------- report
 
@@ -167,101 +89,6 @@ class EnqueueReport:
         if self.rejects_path:
             lines.append(f"  rejects written to {self.rejects_path}")
         return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------- redis clients
-
-_clients: dict[tuple[str, bool], Any] = {}
-_clients_lock = threading.Lock()
-
-
-def _new_client(url: str, cluster: bool) -> Any:
-    common: dict[str, Any] = {
-        "protocol": 2,
-        "decode_responses": False,
-        "socket_timeout": 30.0,
-        "socket_connect_timeout": 10.0,
-        "socket_keepalive": True,
-    }
-    if cluster:
-        from redis.cluster import RedisCluster
-
-        return RedisCluster.from_url(url, **common)
-    return redis.Redis.from_url(
-        url,
-        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=3),
-        retry_on_error=[RedisConnectionError, RedisTimeoutError, ConnectionResetError],
-        **common,
-    )
-
-
-def _client(url: str, cluster: bool) -> Any:
-    """A synchronous client for ``url``, cached per process (Spark reuses Python workers)."""
-    key = (url, cluster)
-    with _clients_lock:
-        client = _clients.get(key)
-        if client is None:
-            client = _clients[key] = _new_client(url, cluster)
-        return client
-
-
-def _is_cluster(url: str) -> bool:
-    """Whether the Redis at ``url`` runs in cluster mode (``INFO cluster``)."""
-    client = redis.Redis.from_url(url, protocol=2, socket_connect_timeout=10, socket_timeout=30)
-    try:
-        info = client.info("cluster")
-    finally:
-        client.close()
-    return bool(int(info.get("cluster_enabled", 0) or 0))
-
-
-def _resolve_cluster(url: str, cluster: bool | None) -> bool:
-    if cluster is None:
-        return _is_cluster(url)
-    if not isinstance(cluster, bool):
-        raise TypeError(f"cluster must be True, False or None (detect), not {cluster!r}")
-    return cluster
-
-
-# --------------------------------------------------------------------------- the enqueue script
-
-
-_ENQUEUE_SOURCE = lua.source("enqueue")
-_ENQUEUE_SHA = hashlib.sha1(_ENQUEUE_SOURCE.encode("utf-8")).hexdigest()
-
-
-def _run_enqueue(client: Any, keys: Sequence[str], calls: Sequence[list[Any]]) -> list[list[int]]:
-    """Run the enqueue script once per argument list, all in one pipeline.
-
-    Loads the script (on every primary of a cluster) and runs the calls again
-    when Redis does not know it. Running a call twice is safe: its call id and
-    chunk number tell the script it is a retry.
-    """
-    results: list[list[int] | None] = [None] * len(calls)
-    pending = list(range(len(calls)))
-    for _ in range(3):
-        pipe = client.pipeline(transaction=False)
-        for i in pending:
-            pipe.execute_command("EVALSHA", _ENQUEUE_SHA, len(keys), *keys, *calls[i])
-        replies = pipe.execute(raise_on_error=False)
-        missing = []
-        for i, reply in zip(pending, replies):
-            if isinstance(reply, NoScriptError):
-                missing.append(i)
-            elif isinstance(reply, ResponseError) and "used memory > 'maxmemory'" in str(reply):
-                raise QueueFullError(
-                    f"Redis is out of memory (used memory > maxmemory, policy noeviction): "
-                    f"the Spark task stopped; the events it wrote so far stay ({reply})"
-                ) from reply
-            elif isinstance(reply, Exception):
-                raise reply
-            else:
-                results[i] = [int(code) for code in reply]
-        if not missing:
-            return [r if r is not None else [] for r in results]
-        client.script_load(_ENQUEUE_SOURCE)
-        pending = missing
-    raise RuntimeError("Redis keeps forgetting the enqueue script (SCRIPT FLUSH loop?)")
 
 
 # --------------------------------------------------------------------------- enqueue: rows
@@ -442,7 +269,7 @@ def _write_partition(
     job: _EnqueueJob, checked: Iterable[_Checked]
 ) -> Iterator[tuple[int, int, int]]:
     """Write pass over one partition's valid batches; yields one ``(added, kept, replaced)``."""
-    client = _client(job.redis_url, job.cluster)
+    client = shared_client(job.redis_url, job.cluster)
     keys = TypeKeys(job.prefix, job.type_name).all()
     mode = job.mode if job.mode != "now" else "delay"
     channel = PrefixKeys(job.prefix).wakeup_channel
@@ -464,7 +291,7 @@ def _write_partition(
         for i in range(0, len(args), step):
             chunk_no += 1
             calls.append([mode, f"{flags}:{chunk_no}", channel, job.type_name, *args[i : i + step]])
-        for codes in _run_enqueue(client, keys, calls):
+        for codes in run_enqueue(client, keys, calls):
             for code in codes:
                 counts[code if code in (0, 1) else 2] += 1
 
@@ -495,7 +322,8 @@ def _admits_none(tp: Any) -> bool:
     return False
 
 
-def _check_event_type(event_type: Any) -> type[Event]:
+def check_event_type(event_type: Any) -> type[Event]:
+    """Return ``event_type`` if it is a concrete :class:`~delayq.Event` subclass, else raise."""
     if not (isinstance(event_type, type) and issubclass(event_type, Event)) or event_type is Event:
         raise TypeError(f"event_type must be a subclass of delayq.Event, got {event_type!r}")
     return event_type
@@ -607,7 +435,7 @@ def enqueue_dataframe(
     rule: the first write wins and later rows count as kept (or replaced).
     """
     started = time.perf_counter()
-    event_type = _check_event_type(event_type)
+    event_type = check_event_type(event_type)
     type_name = event_type.event_name
     TypeKeys(prefix, type_name)  # validates prefix and name
     if due_col is not None and delay_col is not None:
@@ -626,7 +454,7 @@ def enqueue_dataframe(
     mode: _Mode = "at" if due_col else "delay" if delay_col else "now"
     job = _EnqueueJob(
         redis_url=redis_url,
-        cluster=_resolve_cluster(redis_url, cluster),
+        cluster=resolve_cluster(redis_url, cluster),
         prefix=prefix,
         event_type=event_type,
         mode=mode,
@@ -721,208 +549,3 @@ def enqueue_dataframe(
         report.seconds,
     )
     return report
-
-
-# --------------------------------------------------------------------------- read_queue
-
-
-def _decode_any(data: bytes, event_id: bytes) -> tuple[str, dict[str, str], int]:
-    """``(payload_json, context, enqueued_at_ms)`` of an envelope, without its event class."""
-    opened = open_envelope(data, event_id)
-    try:
-        if opened.serializer == "json":
-            payload = opened.payload.decode("utf-8")
-        else:
-            payload = msgspec.json.encode(msgspec.msgpack.decode(opened.payload)).decode("utf-8")
-    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, TypeError) as exc:
-        raise DecodeError(f"cannot decode envelope: {exc}") from exc
-    return payload, opened.context, opened.enqueued_at_ms
-
-
-def _utc(ms: float | None) -> datetime | None:
-    if ms is None or ms <= 0:
-        return None
-    return datetime.fromtimestamp(ms / 1000, timezone.utc)
-
-
-@dataclass(frozen=True)
-class _Page:
-    """One slice of one state set of one type: a task of :func:`read_queue`."""
-
-    type_name: str
-    state: str
-    start: int
-    stop: int
-
-
-@dataclass(frozen=True)
-class _ReadJob:
-    redis_url: str
-    cluster: bool
-    prefix: str
-    classes: Mapping[str, type[Event] | None]
-
-
-def _state_key(keys: TypeKeys, state: str) -> str:
-    return {
-        "scheduled": keys.scheduled,
-        "ready": keys.queued,
-        "in_flight": keys.inflight,
-        "dead": keys.dead,
-    }[state]
-
-
-def _read_page(job: _ReadJob, page: _Page) -> Iterator[tuple[Any, ...]]:
-    """Read one page: ZRANGE by index, then HMGET of envelopes, attempts and errors."""
-    client = _client(job.redis_url, job.cluster)
-    keys = TypeKeys(job.prefix, page.type_name)
-    state_key = _state_key(keys, page.state)
-    members = client.zrange(state_key, page.start, page.stop, withscores=True)
-    if not members:
-        return
-    ids = [m for m, _ in members]
-    pipe = client.pipeline(transaction=False)
-    pipe.hmget(keys.events, ids)
-    pipe.hmget(keys.attempts, ids)
-    pipe.hmget(keys.errors, ids)
-    envelopes, attempts, errors = pipe.execute()
-    # An id without an envelope was acked or purged between the two reads, unless
-    # it is still in its state: only then is its envelope really missing.
-    gone: set[bytes] = set()
-    lost = [raw_id for raw_id, env in zip(ids, envelopes) if env is None]
-    if lost:
-        pipe = client.pipeline(transaction=False)
-        for raw_id in lost:
-            pipe.zscore(state_key, raw_id)
-        gone = {raw_id for raw_id, s in zip(lost, pipe.execute()) if s is None}
-    cls = job.classes.get(page.type_name)
-    codec = Codec()
-    for (raw_id, score), env, att, err in zip(members, envelopes, attempts, errors):
-        if raw_id in gone:
-            continue
-        last_error = err.decode("utf-8", "replace") if err else None
-        payload_json = context_json = None
-        enqueued = None
-        problem = None
-        if env is None:
-            problem = "the stored event is missing"
-        else:
-            try:
-                if cls is not None:
-                    event, context = codec.decode(env, cls, raw_id)
-                    payload_json = msgspec.json.encode(event).decode("utf-8")
-                    enqueued = _utc(open_envelope(env, raw_id).enqueued_at_ms)
-                else:
-                    payload_json, context, enqueued_ms = _decode_any(env, raw_id)
-                    enqueued = _utc(enqueued_ms)
-                context_json = msgspec.json.encode(context).decode("utf-8")
-            except DecodeError as exc:
-                problem = str(exc)
-        if problem is not None:
-            last_error = problem if last_error is None else f"{problem}; last error: {last_error}"
-        due = None if page.state == "ready" else _utc(score)
-        yield (
-            page.type_name,
-            raw_id.decode("utf-8", "replace"),
-            page.state,
-            due,
-            int(att) if att else 0,
-            last_error,
-            payload_json,
-            context_json,
-            enqueued,
-        )
-
-
-def read_queue(
-    spark: SparkSession,
-    *,
-    redis_url: str,
-    prefix: str,
-    event_types: Iterable[type[Event] | str] | None = None,
-    states: Iterable[str] = ("scheduled", "ready", "dead"),
-    page_size: int = _READ_PAGE,
-    cluster: bool | None = None,
-) -> DataFrame:
-    """Read queued events into a DataFrame (schema :data:`QUEUE_SCHEMA`).
-
-    One row per event and state, with columns ``event_type``, ``id``,
-    ``state`` (``scheduled``, ``ready``, ``in_flight`` or ``dead``),
-    ``due_at`` (due time when scheduled, lease deadline when in flight, time
-    of failure when dead, null when ready), ``attempts`` (deliveries so far),
-    ``last_error``, ``payload_json``, ``context_json`` and ``enqueued_at``.
-
-    ``event_types`` are Event classes (payloads are validated against them and
-    an undecodable one gets a null payload and the reason in ``last_error``)
-    or wire names (payloads are converted to JSON as stored); by default every
-    type registered under ``prefix``. The driver counts each state set once
-    (ZCARD) and cuts it into ``page_size`` index ranges; each range is one
-    Spark partition that reads its ids with ZRANGE and their envelopes,
-    attempts and errors with pipelined HMGETs, so no call grows with the queue.
-
-    The result is lazy: Redis is read when an action runs, with the page
-    boundaries counted here. On a live queue an event that moves while it is
-    read may be missed or seen twice; ``.cache()`` the result to analyse one
-    consistent read several times.
-    """
-    if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1:
-        raise ValueError(f"page_size must be a positive int, not {page_size!r}")
-    wanted = tuple(dict.fromkeys(states))
-    for state in wanted:
-        if state not in STATES:
-            raise ValueError(f"unknown state {state!r}; choose from {STATES}")
-    prefix_keys = PrefixKeys(prefix)
-    is_cluster = _resolve_cluster(redis_url, cluster)
-    client = _new_client(redis_url, is_cluster)
-    try:
-        classes: dict[str, type[Event] | None] = {}
-        if event_types is None:
-            for member in client.smembers(prefix_keys.types):
-                name = member.decode("utf-8", "replace")
-                try:
-                    classes[validate_name(name)] = None
-                except (TypeError, ValueError):
-                    log.warning(
-                        "ignoring invalid event type name %r in %s", name, prefix_keys.types
-                    )
-        else:
-            if isinstance(event_types, (str, type)):
-                event_types = [event_types]
-            for item in event_types:
-                if isinstance(item, str):
-                    classes.setdefault(validate_name(item), None)
-                else:
-                    cls = _check_event_type(item)
-                    classes[cls.event_name] = cls
-        names = sorted(classes)
-        pipe = client.pipeline(transaction=False)
-        for name in names:
-            keys = TypeKeys(prefix, name)
-            for state in wanted:
-                pipe.zcard(_state_key(keys, state))
-        sizes = iter(pipe.execute()) if names and wanted else iter(())
-        pages = [
-            _Page(name, state, start, min(start + page_size, size) - 1)
-            for name in names
-            for state in wanted
-            for size in [int(next(sizes))]
-            for start in range(0, size, page_size)
-        ]
-    finally:
-        client.close()
-    log.info("read_queue %s: %d types, %d pages", prefix, len(names), len(pages))
-    if not pages:
-        return spark.createDataFrame([], QUEUE_SCHEMA)
-    job = _ReadJob(redis_url, is_cluster, prefix, classes)
-    rdd = spark.sparkContext.parallelize(pages, len(pages)).flatMap(
-        functools.partial(_read_page, job)
-    )
-    return spark.createDataFrame(rdd, QUEUE_SCHEMA)
-
-
-if __name__ == "__main__":  # python -m delayq.spark reconcile ...
-    import sys
-
-    from .spark_demo import main
-
-    sys.exit(main())

