@@ -9,7 +9,7 @@ it twice would cost its length again on every event. Decoding puts it back.
 An event type whose encoding does not end with its ``id`` (say, an
 ``array_like`` Struct) keeps the earlier layout ``[payload, context,
 enqueued_at_ms]`` with the whole payload, which is also how envelopes written
-by delayq 0.1 look; both decode. Attempts, errors and due times live in their
+before 2026-11-21 look; both decode. Attempts, errors and due times live in their
 own Redis structures, so the envelope never changes after enqueue and the Lua
 scripts never decode it. Decoding detects the format from the first byte, so a
 fleet can switch serializers without draining its queues.
@@ -48,7 +48,7 @@ class _BareEnvelope(msgspec.Struct, array_like=True):
 
 
 class _WholeEnvelope(msgspec.Struct, array_like=True):
-    """``[payload with the id, context, enqueued_at_ms]`` (delayq 0.1, and types not stripped)."""
+    """``[payload with the id, context, enqueued_at_ms]`` (the earlier layout; types not stripped)."""
 
     payload: msgspec.Raw
     context: dict[str, str] | None = None

@@ -244,7 +244,7 @@ def test_the_id_is_stored_once(serializer: str, event: Event) -> None:
 
 @pytest.mark.parametrize("serializer", ["json", "msgpack"])
 def test_envelopes_of_the_earlier_layout_still_decode(serializer: str) -> None:
-    """``[payload with id, context, enqueued_at]`` (delayq 0.1) and array_like types."""
+    """``[payload with id, context, enqueued_at]`` (the earlier layout) and array_like types."""
     enc = msgspec.json.encode if serializer == "json" else msgspec.msgpack.encode
     event = CodecJob(id="old", n=3)
     for data in (
