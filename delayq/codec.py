@@ -58,7 +58,11 @@ class _WholeEnvelope(msgspec.Struct, array_like=True):
 _JSON_START = ord("[")
 # fixarray of 1..3 elements, array16, array32
 _MSGPACK_STARTS = frozenset({0x91, 0x92, 0x93, 0xDC, 0xDD})
-_DECODERS = {
+_Decoders = tuple[
+    "msgspec.json.Decoder[_Envelope] | msgspec.msgpack.Decoder[_Envelope]",
+    "msgspec.json.Decoder[_WholeEnvelope] | msgspec.msgpack.Decoder[_WholeEnvelope]",
+]
+_DECODERS: dict[str, _Decoders] = {
     "json": (msgspec.json.Decoder(_Envelope), msgspec.json.Decoder(_WholeEnvelope)),
     "msgpack": (msgspec.msgpack.Decoder(_Envelope), msgspec.msgpack.Decoder(_WholeEnvelope)),
 }

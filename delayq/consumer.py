@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +48,7 @@ class _HandlerTasks:
         self._type_name = type_name
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def start_soon(self, func: Callable[..., Awaitable[None]], *args: Any) -> None:
+    def start_soon(self, func: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
         """Start ``func(*args)`` in a new task (it copies the current context, as anyio does)."""
         task = asyncio.get_running_loop().create_task(func(*args))
         self._tasks.add(task)
