@@ -55,7 +55,6 @@ class _WholeEnvelope(msgspec.Struct, array_like=True):
     enqueued_at: int = 0
 
 
-_JSON_START = ord("[")
 # fixarray of 1..3 elements, array16, array32
 _MSGPACK_STARTS = frozenset({0x91, 0x92, 0x93, 0xDC, 0xDD})
 _Decoders = tuple[

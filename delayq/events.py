@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-__all__ = ["Event", "EventMeta", "event_name", "validate_name"]
+__all__ = ["Event", "EventMeta", "check_event_type", "event_name", "validate_name"]
 
 log = logging.getLogger("delayq.events")
 
@@ -103,9 +103,14 @@ class Event(msgspec.Struct, kw_only=True, metaclass=EventMeta):
     event_name: ClassVar[str]
 
 
+def check_event_type(event_type: object) -> type[Event]:
+    """Return ``event_type`` if it is a subclass of :class:`Event` (not Event itself), else raise."""
+    if not (isinstance(event_type, type) and issubclass(event_type, Event)) or event_type is Event:
+        raise TypeError(f"expected a subclass of delayq.Event, got {event_type!r}")
+    return event_type
+
+
 def event_name(event_type: type[Event] | Event) -> str:
     """Return the wire name of an event class or instance."""
     cls = event_type if isinstance(event_type, type) else type(event_type)
-    if not (isinstance(cls, type) and issubclass(cls, Event)) or cls is Event:
-        raise TypeError(f"expected a subclass of delayq.Event, got {cls!r}")
-    return cls.event_name
+    return check_event_type(cls).event_name

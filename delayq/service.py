@@ -23,7 +23,7 @@ from redis.retry import Retry
 from .codec import Codec, check_context
 from .consumer import Consumer, ConsumerSettings, Handler
 from .errors import DecodeError
-from .events import Event
+from .events import Event, check_event_type
 from .options import Options
 from .retry import delay_seconds
 from .scheduler import Scheduler, SchedulerSettings
@@ -186,11 +186,7 @@ class EventService:
     # -- types and handlers ------------------------------------------------------
 
     def _register_type(self, event_type: Any) -> str:
-        if not (isinstance(event_type, type) and issubclass(event_type, Event)) or (
-            event_type is Event
-        ):
-            raise TypeError(f"expected a subclass of delayq.Event, got {event_type!r}")
-        name = event_type.event_name
+        name = check_event_type(event_type).event_name
         known = self._types.get(name)
         if known is None:
             self._types[name] = event_type

@@ -20,7 +20,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from ..codec import Codec, Serializer
-from ..events import Event
+from ..events import Event, check_event_type
 from ..keys import PrefixKeys, TypeKeys
 from ..store import ENQUEUE_CHUNK
 from .clients import resolve_cluster, run_enqueue, shared_client
@@ -320,13 +320,6 @@ def _admits_none(tp: Any) -> bool:
     if isinstance(info, msgspec.inspect.UnionType):
         return any(isinstance(t, msgspec.inspect.NoneType) for t in info.types)
     return False
-
-
-def check_event_type(event_type: Any) -> type[Event]:
-    """Return ``event_type`` if it is a concrete :class:`~delayq.Event` subclass, else raise."""
-    if not (isinstance(event_type, type) and issubclass(event_type, Event)) or event_type is Event:
-        raise TypeError(f"event_type must be a subclass of delayq.Event, got {event_type!r}")
-    return event_type
 
 
 def _col(name: str) -> Column:

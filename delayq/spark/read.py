@@ -14,10 +14,9 @@ from pyspark.sql import DataFrame, SparkSession
 
 from ..codec import Codec, open_envelope
 from ..errors import DecodeError
-from ..events import Event, validate_name
+from ..events import Event, check_event_type, validate_name
 from ..keys import PrefixKeys, TypeKeys
 from .clients import new_client, resolve_cluster, shared_client
-from .enqueue import check_event_type
 from .schemas import QUEUE_SCHEMA, STATES
 
 log = logging.getLogger("delayq.spark")
