@@ -13,7 +13,7 @@ from __future__ import annotations
 import signal
 
 import redis.asyncio as aioredis
-from faultkit import Job, read_records, reconcile, rec_key
+from faultkit import Job, read_records, rec_key, reconcile
 
 from delayq import EventService
 
@@ -59,7 +59,9 @@ async def _run(redis_server_factory, pools, rec, prefix, run_id, wait_for, how: 
             return len(records.end) == N_EVENTS
 
         await wait_for(all_handled, timeout=30, message=pool.logs())
-        result = reconcile([j.id for j, _ in jobs], await read_records(rec, run_id), pool.interrupted)
+        result = reconcile(
+            [j.id for j, _ in jobs], await read_records(rec, run_id), pool.interrupted
+        )
         late = [float(x) for x in await rec.lrange(rec_key(run_id, "late"), 0, -1)]
         print(f"leader {how}: {result}; max lateness {max(late):.0f} ms")
         assert result.lost == [] and result.unexplained == []
