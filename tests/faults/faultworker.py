@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import redis.asyncio as aioredis
-from faultkit import Job, rec_key
+from faultkit import Job, job_types, rec_key
 
 from delayq import EventService, current_delivery, fixed
 
@@ -38,6 +38,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prefix", required=True)
     p.add_argument("--run", required=True)
     p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--types", type=int, default=1, help="handle Job and N-1 more such types")
     p.add_argument("--visibility", type=float, default=15.0)
     p.add_argument("--handler-timeout", type=float, default=None)
     p.add_argument("--retry-attempts", type=int, default=3)
@@ -115,6 +116,9 @@ async def main(args: argparse.Namespace) -> None:
                 and delivery.lateness_ms is not None
             ):
                 pipe.rpush(rec_key(run, "late"), f"{delivery.lateness_ms:.1f}")
+                pipe.rpush(
+                    rec_key(run, "due-late"), f"{delivery.due_ms} {delivery.lateness_ms:.1f}"
+                )
             await pipe.execute()
         if job.sleep_ms:
             await asyncio.sleep(job.sleep_ms / 1000)
@@ -134,7 +138,8 @@ async def main(args: argparse.Namespace) -> None:
         return True
 
     if not args.no_handler:
-        service.add_handler(Job, handle, concurrency=args.concurrency)
+        for job_type in job_types(args.types):
+            service.add_handler(job_type, handle, concurrency=args.concurrency)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
