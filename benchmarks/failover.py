@@ -15,7 +15,8 @@ recorder Redis):
 
 The producer enqueues ``--rate`` events/s spread over ``--types`` types, each due
 ``--delay`` seconds (uniform in the range) after its enqueue; handlers take ``--handler-ms``.
-Lateness is claim time minus due time, both on Redis's clock.
+Lateness is claim time minus due time, both on Redis's clock. ``moves/s/type`` is how many
+``move_due`` script calls per second per type the leader made, and each standby.
 
     python -m benchmarks.failover                       # 60 s per scenario, ~4 minutes
     python -m benchmarks.failover --duration 12 --every 4 --scenarios leader-kill  # short
@@ -101,7 +102,10 @@ class Scenario:
         self.types = job_types(args.types)
 
     def worker_args(self) -> list[str]:
-        return ["--types", str(self.args.types), "--record-lateness", "--concurrency", "16"]
+        return [
+            "--types", str(self.args.types), "--record-lateness", "--count-moves",
+            "--concurrency", "16",
+        ]  # fmt: skip
 
     async def produce(self, producer: EventService, stop: asyncio.Event) -> None:
         """Enqueue ``--rate`` events/s in small batches until ``stop``."""
@@ -192,6 +196,11 @@ class Scenario:
                     break
                 await asyncio.sleep(0.5)
             records = await read_records(rec, self.run)
+            moves = {
+                k.decode(): int(v)
+                for k, v in (await rec.hgetall(rec_key(self.run, "moves"))).items()
+            }
+            seconds = time.monotonic() - started
             due_late = [
                 tuple(float(x) for x in item.split())
                 for item in await rec.lrange(rec_key(self.run, "due-late"), 0, -1)
@@ -223,6 +232,11 @@ class Scenario:
             "duplicates_explained": result.explained,
             "duplicates_unexplained": len(result.unexplained),
             "interrupted_events": result.interrupted_events,
+            # scheduler script calls per second per type: the leader's, and each standby's
+            "moves_per_type_s": {
+                "leader": moves.get("leader", 0) / seconds / a.types,
+                "standby": moves.get("standby", 0) / seconds / a.types / (WORKERS[self.name] - 1),
+            },
             "lateness_ms": {
                 "p50": _pct(late, 0.5), "p99": _pct(late, 0.99), "max": max(late, default=0.0),
                 "mean": statistics.fmean(late) if late else float("nan"),
@@ -268,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     head = (
         f"{'scenario':<12} {'procs':>5} {'faults':>6} {'events':>7} {'lost':>4} {'dup runs':>8} "
         f"{'(explained)':>11} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} "
-        f"{'2s-after p50':>12} {'p99':>7} {'max':>7}  verdict"
+        f"{'2s-after p50':>12} {'p99':>7} {'max':>7} {'moves/s/type':>13}  verdict"
     )
     print(head)
     failed = False
@@ -280,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['scenario']:<12} {r['workers']:>5} {r['faults']:>6} {r['enqueued']:>7} "
             f"{r['lost']:>4} {r['duplicate_runs']:>8} {r['duplicates_explained']:>11} "
             f"{late['p50']:>7.1f} {late['p99']:>7.1f} {late['max']:>7.1f} "
-            f"{after['p50']:>12.1f} {after['p99']:>7.1f} {after['max']:>7.1f}  "
+            f"{after['p50']:>12.1f} {after['p99']:>7.1f} {after['max']:>7.1f} "
+            f"{r['moves_per_type_s']['leader']:>6.1f}/{r['moves_per_type_s']['standby']:<6.1f}  "
             f"{'; '.join(missed) or 'ok'}"
         )
     if not args.no_write:

@@ -18,6 +18,8 @@ cannot erase the evidence), under ``rec:{run}:``:
 ``rec:{run}:tokens``        HASH   scheduler token -> pid
 ``rec:{run}:late``          LIST   lateness (ms, Redis clock) of each first delivery
 ``rec:{run}:due-late``      LIST   ``"<due ms> <lateness ms>"`` of each first delivery
+``rec:{run}:moves``         HASH   leader / standby -> scheduler ``move_due`` calls
+                                   (with ``--count-moves``)
 ``rec:{run}:stalled``       HASH   id -> times it was in progress in a process whose event
                                    loop a ``Job.block_ms`` handler then blocked
 =========================== ====== ==========================================================

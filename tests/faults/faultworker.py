@@ -50,6 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-handler", action="store_true", help="scheduler only")
     p.add_argument("--clock-skew", type=float, default=0.0)
     p.add_argument("--record-lateness", action="store_true")
+    p.add_argument("--count-moves", action="store_true", help="count move_due calls by role")
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
 
@@ -100,6 +101,16 @@ async def main(args: argparse.Namespace) -> None:
         await rec.srem(inprog, claimed.raw_id)
         return code
 
+    real_move = store.move_due
+
+    async def move_due(type_name, *a, **kw):  # type: ignore[no-untyped-def]
+        # who moves how often: the failover benchmark reports the standbys' cost
+        role = "leader" if service.is_scheduler_leader else "standby"
+        await rec.hincrby(rec_key(run, "moves"), role, 1)
+        return await real_move(type_name, *a, **kw)
+
+    if args.count_moves:
+        store.move_due = move_due  # type: ignore[method-assign]
     store.ack = ack  # type: ignore[method-assign]
     store.fail = fail  # type: ignore[method-assign]
 
