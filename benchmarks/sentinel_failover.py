@@ -136,12 +136,14 @@ async def run_fault(
         stop = asyncio.Event()
         old_master = sentinels.master()
         promoted_after = float("nan")
+        before_fault = 0
         try:
             for worker in workers:
                 await worker.start()
             producing = asyncio.create_task(_produce(producer, rate, delay, stop, ok, errors))
             await asyncio.sleep(before)
             fault_at = time.monotonic()
+            before_fault = len(ok)
             if fault == "planned":
                 sentinels.failover()
             elif fault == "kill":
@@ -176,6 +178,7 @@ async def run_fault(
         "fault": fault,
         "min_replicas": min_replicas,
         "enqueued": len(ok),
+        "enqueued_after_fault": len(ok) - before_fault,
         "enqueue_errors": dict(errors),
         "handled": len(recorder.runs),
         "lost": len(lost),
