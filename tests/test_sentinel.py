@@ -11,6 +11,7 @@ benchmark, not asserted here.
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from delayq.testing.sentinel import RedisSentinelSet
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.sentinel_failover import run_fault
+
+README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 class Ping(Event, event_name="sentinel-ping"):
@@ -147,3 +150,25 @@ async def test_workers_follow_a_planned_failover(sentinels, prefix, wait_for) ->
             except Exception:
                 await asyncio.sleep(0.2)
         await wait_for(lambda: "after" in seen, timeout=20)
+
+
+async def test_readme_sentinel_example_runs(sentinels, prefix) -> None:
+    (block,) = [
+        b
+        for b in re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+        if "from_sentinel(" in b
+    ]
+    real = ", ".join(repr(a) for a in sentinels.sentinel_addresses)
+    source = (
+        block.replace('("10.0.0.7", 26379), ("10.0.0.8", 26379), ("10.0.0.9", 26379)', real)
+        .replace('"mymaster"', repr(sentinels.service_name))
+        .replace('"shop"', repr(prefix))
+    )
+    namespace: dict[str, object] = {}
+    exec(compile(source, str(README), "exec"), namespace)  # our own README, not a payload
+    service = namespace["service"]
+    assert isinstance(service, EventService)
+    try:
+        assert await service.enqueue_with_delay(Ping(id="readme"), 60)
+    finally:
+        await service.aclose()
