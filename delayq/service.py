@@ -24,6 +24,7 @@ from .events import Event, check_event_type
 from .options import Options
 from .retry import delay_seconds
 from .scheduler import Scheduler, SchedulerSettings
+from .sentinel import SentinelWatch
 from .store import QueueCounts, Store
 
 __all__ = ["Client", "DeadLetter", "EventService"]
@@ -89,7 +90,7 @@ class EventService:
             raise ValueError("delayq needs a Redis client with decode_responses=False")
         self._redis = redis
         self._owned: list[Any] = []
-        self._watch: connect.SentinelWatch | None = None
+        self._watch: SentinelWatch | None = None
         self._store = Store(
             redis,
             opts.prefix,
@@ -507,8 +508,6 @@ class EventService:
                 self._task_group = tg
                 if self._scheduler is not None:
                     tg.start_soon(self._keep_running, self._scheduler)
-                if self._watch is not None:
-                    tg.start_soon(self._keep_running, self._watch)
                 for consumer in self._consumers.values():
                     tg.start_soon(self._keep_running, consumer)
                 started.set_result(None)
@@ -517,14 +516,12 @@ class EventService:
                     consumer.stop()
                 if self._scheduler is not None:
                     self._scheduler.stop()
-                if self._watch is not None:
-                    self._watch.stop()
         finally:
             self._task_group = None
             if not started.done():
                 started.set_result(None)
 
-    async def _keep_running(self, loop: Consumer | Scheduler | connect.SentinelWatch) -> None:
+    async def _keep_running(self, loop: Consumer | Scheduler) -> None:
         """Run a loop; should a bug make it raise, log and start it again."""
         delay = 0.5
         while True:
@@ -562,6 +559,8 @@ class EventService:
             if not task.cancelled() and task.exception() is not None:
                 log.error("the service's tasks ended with an error", exc_info=task.exception())
         await self._store.aclose()
+        if self._watch is not None:
+            await self._watch.aclose()
         for client in self._owned:
             await client.aclose()
 
