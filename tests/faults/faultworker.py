@@ -89,9 +89,9 @@ async def main(args: argparse.Namespace) -> None:
     store = service.store
     real_ack, real_fail = store.ack, store.fail
 
-    async def ack(type_name, done):  # type: ignore[no-untyped-def]
+    async def ack(type_name, done, **kw):  # type: ignore[no-untyped-def]
         done = list(done)
-        n = await real_ack(type_name, done)
+        n = await real_ack(type_name, done, **kw)
         if done:
             await rec.srem(inprog, *[i for i, _ in done])
         return n
