@@ -51,6 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--clock-skew", type=float, default=0.0)
     p.add_argument("--record-lateness", action="store_true")
     p.add_argument("--count-moves", action="store_true", help="count move_due calls by role")
+    p.add_argument("--group", default=None, help="handle in this delivery group")
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
 
@@ -150,7 +151,7 @@ async def main(args: argparse.Namespace) -> None:
 
     if not args.no_handler:
         for job_type in job_types(args.types):
-            service.add_handler(job_type, handle, concurrency=args.concurrency)
+            service.add_handler(job_type, handle, concurrency=args.concurrency, group=args.group)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
