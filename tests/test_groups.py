@@ -135,7 +135,10 @@ async def test_a_failing_group_dead_letters_without_rerunning_the_other(
     assert all(d.attempts == 3 and d.error == "RuntimeError: nope" for d in dead)
     assert all(d.event == Order(id=d.id) for d in dead)  # the dead letter keeps the envelope
     stats = await service.group_stats(Order)
-    assert stats[failing].dead == len(ids) and stats["audit" if failing == "default" else "default"].dead == 0
+    assert (
+        stats[failing].dead == len(ids)
+        and stats["audit" if failing == "default" else "default"].dead == 0
+    )
 
     # requeue for the failing group alone: it now succeeds; the other group is not re-run
     bad.behaviour = None
