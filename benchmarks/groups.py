@@ -185,13 +185,12 @@ def main(argv: list[str] | None = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         path = args.out / f"groups-{stamp}.json"
-        path.write_text(
-            json.dumps(
-                {"args": {k: str(v) for k, v in vars(args).items()}, "python": platform.python_version(),
-                 "results": results},
-                indent=2,
-            )  # fmt: skip
-        )
+        record = {
+            "args": {k: str(v) for k, v in vars(args).items()},
+            "python": platform.python_version(),
+            "results": results,
+        }
+        path.write_text(json.dumps(record, indent=2))
         print(f"wrote {path}")
     return 0
 

@@ -20,7 +20,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError, ResponseError
 
 from . import lua
-from .errors import QueueFullError
+from .errors import NotReplicatedError, QueueFullError
 from .events import validate_name
 from .keys import DEFAULT_GROUP, PrefixKeys, TypeKeys
 
@@ -120,8 +120,14 @@ class Store:
         prefix: str,
         *,
         blocking: Redis | RedisCluster | None = None,
+        min_replicas: int = 0,
+        replica_timeout_ms: int = 1000,
     ):
+        if min_replicas and isinstance(redis, RedisCluster):
+            raise ValueError("min_replicas is not supported on a Redis Cluster")
         self.redis = redis
+        self.min_replicas = min_replicas
+        self.replica_timeout_ms = replica_timeout_ms
         self.blocking = blocking if blocking is not None else redis
         self.keys = PrefixKeys(prefix)
         self._type_keys: dict[tuple[str, str | None], tuple[str, ...]] = {}
@@ -251,33 +257,73 @@ class Store:
         }
 
     async def _pipelined(
-        self, script: str, type_name: str, calls: Sequence[Sequence[Any]]
+        self,
+        script: str,
+        type_name: str,
+        calls: Sequence[Sequence[Any]],
+        *,
+        wait: bool = False,
+        group: str | None = None,
     ) -> list[Any]:
         """Run one script several times in one pipeline (one slot: fine on a cluster too).
 
         Every script is safe to run twice, so after a NOSCRIPT (a restarted or
         flushed Redis) the script is loaded and the whole pipeline sent again.
+        With ``wait`` and ``min_replicas``, a ``WAIT`` ends the pipeline: it
+        runs on the same connection, so it counts the replicas that have this
+        pipeline's writes (see :meth:`_replicated`).
         """
         if isinstance(self.redis, RedisCluster):
             # redis-py refuses EVALSHA in cluster pipelines: send a few calls at a time
             results: list[Any] = []
             for i in range(0, len(calls), 16):
-                group = [self._run(script, type_name, args) for args in calls[i : i + 16]]
-                results.extend(await asyncio.gather(*group))
+                batch = [
+                    self._run(script, type_name, args, group=group) for args in calls[i : i + 16]
+                ]
+                results.extend(await asyncio.gather(*batch))
             return results
         source = self._scripts[script]
-        keys = self._k(type_name)[: _NKEYS.get(script, 13)]
+        keys = self._k(type_name, group)[: _NKEYS.get(script, 13)]
+        wait = wait and self.min_replicas > 0
         for attempt in (1, 2):
             async with self.redis.pipeline(transaction=False) as pipe:
                 for args in calls:
                     pipe.evalsha(source.sha, len(keys), *keys, *args)
+                if wait:
+                    pipe.execute_command("WAIT", self.min_replicas, self.replica_timeout_ms)
                 try:
-                    return list(await pipe.execute())
+                    replies = list(await pipe.execute())
                 except NoScriptError:
                     if attempt == 2:
                         raise
                     await self.redis.script_load(source.script)
+                    continue
+            if wait:
+                self._replicated(int(replies.pop()), script, type_name)
+            return replies
         raise AssertionError("unreachable")
+
+    async def _run_durable(
+        self, script: str, type_name: str, args: Sequence[Any], *, group: str | None = None
+    ) -> Any:
+        """Run a script; with ``min_replicas``, also wait for that many replicas to have it."""
+        if not self.min_replicas:
+            return await self._run(script, type_name, args, group=group)
+        (reply,) = await self._pipelined(script, type_name, [args], wait=True, group=group)
+        return reply
+
+    def _replicated(self, replicas: int, script: str, type_name: str) -> None:
+        if replicas >= self.min_replicas:
+            return
+        message = (
+            f"{type_name}: only {replicas} of the {self.min_replicas} replicas asked for "
+            f"(min_replicas) confirmed the {script} within {self.replica_timeout_ms} ms; "
+            "a failover now could undo it"
+        )
+        if script == "enqueue":
+            raise NotReplicatedError(message + ". Enqueueing again is safe (same id, same event)")
+        # an ack a failover undoes means the event runs again: at-least-once still holds
+        log.warning("%s", message)
 
     # -- producers -----------------------------------------------------------
 
@@ -388,9 +434,9 @@ class Store:
                 for n, chunk in enumerate(chunks, 1)
             ]
             if len(calls) == 1:
-                codes = [int(c) for c in await self._run("enqueue", type_name, calls[0])]
+                codes = [int(c) for c in await self._run_durable("enqueue", type_name, calls[0])]
             else:
-                replies = await self._pipelined("enqueue", type_name, calls)
+                replies = await self._pipelined("enqueue", type_name, calls, wait=True)
                 codes = [int(c) for reply in replies for c in reply]
             if 3 in codes:  # replaces of events already fanned out to delivery groups
                 for i, code in enumerate(codes):
@@ -557,7 +603,7 @@ class Store:
         The event leaves Redis with the last group that held it.
         """
         args = [x for pair in done for x in pair]
-        return int(await self._run("ack", type_name, args, group=group)) if args else 0
+        return int(await self._run_durable("ack", type_name, args, group=group)) if args else 0
 
     async def renew(
         self,
