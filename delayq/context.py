@@ -28,6 +28,8 @@ class Delivery:
     """When this process claimed it, in µs since the epoch by Redis's clock."""
     context: Mapping[str, str]
     """The context given at enqueue time."""
+    group: str = "default"
+    """The delivery group this delivery is for (see ``add_handler(group=...)``)."""
 
     @property
     def lateness_ms(self) -> float | None:

@@ -21,8 +21,9 @@ from .codec import Codec, check_context
 from .consumer import Consumer, ConsumerSettings, Handler
 from .errors import DecodeError
 from .events import Event, check_event_type
+from .groups import GroupMetrics, Groups, check_group, group_settings
 from .options import Options
-from .retry import delay_seconds
+from .retry import Backoff, delay_seconds
 from .scheduler import Scheduler, SchedulerSettings
 from .sentinel import SentinelWatch
 from .store import QueueCounts, Store
@@ -101,7 +102,9 @@ class EventService:
         self._codec = Codec(opts.serializer, opts.max_payload_bytes)
         self._metrics = opts.metrics
         self._types: dict[str, type[Event]] = {}
-        self._consumers: dict[str, Consumer] = {}
+        # (type name, group; None for the default group) -> its consumer here
+        self._consumers: dict[tuple[str, str | None], Consumer] = {}
+        self._groups = Groups(self._store, 1 + opts.retry_attempts)
         self._consumer_settings = ConsumerSettings(
             visibility_ms=opts.visibility_ms,
             polling_timeout=self._block_time(blocking or redis),
@@ -230,14 +233,32 @@ class EventService:
             )
         return name
 
-    def add_handler(self, event_type: type[Event], handler: Handler, concurrency: int = 1) -> None:
+    def add_handler(
+        self,
+        event_type: type[Event],
+        handler: Handler,
+        concurrency: int = 1,
+        *,
+        group: str | None = None,
+        retry_attempts: int | None = None,
+        retry_backoff: Backoff | None = None,
+    ) -> None:
         """Handle events of ``event_type`` with ``async def handler(event)``.
 
-        At most ``concurrency`` handlers of this type run at once in this
-        process. The handler returns True or None when done; False or an
-        exception means "retry later". Works before and after :meth:`start`.
+        At most ``concurrency`` handlers of this type (and group) run at once
+        in this process. The handler returns True or None when done; False or
+        an exception means "retry later". Works before and after :meth:`start`.
+
+        ``group`` names a delivery group: every group registered for the type
+        gets each event once, with its own retries and dead letters (see the
+        README, "Delivery groups"). The group is registered in Redis when its
+        consumer starts. Without ``group`` the handler joins the default
+        group. ``retry_attempts`` and ``retry_backoff`` override the service's
+        options for this group's deliveries.
         """
         name = self._register_type(event_type)
+        group = check_group(group)
+        settings = group_settings(self._consumer_settings, retry_attempts, retry_backoff)
         if not callable(handler) or not (
             inspect.iscoroutinefunction(handler)
             or inspect.iscoroutinefunction(getattr(handler, "__call__", None))  # noqa: B004
@@ -249,8 +270,12 @@ class EventService:
             or not (1 <= concurrency <= 10_000)
         ):
             raise ValueError(f"concurrency must be an int from 1 to 10000, not {concurrency!r}")
-        if name in self._consumers:
-            raise ValueError(f"{name!r} already has a handler; remove_handler() it first")
+        if (name, group) in self._consumers:
+            raise ValueError(
+                f"{name!r} already has a handler"
+                + ("" if group is None else f" in group {group!r}")
+                + "; remove_handler() it first"
+            )
         if self._closed or (self._closing is not None and self._closing.is_set()):
             raise RuntimeError("the service is closed")
         consumer = Consumer(
@@ -259,23 +284,78 @@ class EventService:
             event_type=event_type,
             handler=handler,
             concurrency=concurrency,
-            settings=self._consumer_settings,
-            metrics=self._metrics,
+            settings=settings,
+            metrics=self._metrics if group is None else GroupMetrics(self._metrics, group),
+            group=group,
         )
-        self._consumers[name] = consumer
+        self._consumers[name, group] = consumer
         if self._task_group is not None:
             self._task_group.start_soon(self._keep_running, consumer)
 
-    async def remove_handler(self, event_type: type[Event]) -> bool:
-        """Stop handling ``event_type`` once its in-flight handlers finish; False if none."""
+    async def remove_handler(self, event_type: type[Event], *, group: str | None = None) -> bool:
+        """Stop handling ``event_type`` (in ``group``) once its in-flight handlers finish.
+
+        False if there was no such handler. The group stays registered: its
+        events wait for it (see :meth:`remove_group`).
+        """
         name = self._register_type(event_type)
-        consumer = self._consumers.pop(name, None)
+        consumer = self._consumers.pop((name, check_group(group)), None)
         if consumer is None:
             return False
         consumer.stop()
         if self._task_group is not None:
             await consumer.wait_finished()
         return True
+
+    # -- delivery groups -------------------------------------------------------------
+
+    async def register_group(
+        self, event_type: type[Event], group: str, *, retry_attempts: int | None = None
+    ) -> bool:
+        """Register a delivery group of ``event_type`` in Redis; True when it is new.
+
+        From the scheduler's next move on, every event of the type that becomes
+        due is delivered to this group too, even while no process handles it
+        (its events wait in its ready list). ``add_handler(..., group=...)``
+        registers its group by itself; this is for registering one ahead of
+        its handlers. ``retry_attempts`` (default: the service's) sets how many
+        times a lease of this group may expire before the event becomes the
+        group's dead letter. Registering the first named group registers the
+        default group with it (remove it if no handler uses it).
+        """
+        name = self._register_type(event_type)
+        checked = check_group(group)
+        return await self._groups.register(name, checked or "default", retry_attempts)
+
+    async def remove_group(self, event_type: type[Event], group: str) -> bool:
+        """Drop a delivery group: its pending deliveries, retries and dead letters.
+
+        Events no other group holds are deleted. This process's handler for
+        the group is stopped; stop the group's handlers in other processes
+        first, or they register it again when they start. Returns False when
+        the group was not registered; raises ``ValueError`` for the type's
+        last group.
+        """
+        name = self._register_type(event_type)
+        checked = check_group(group)
+        consumer = self._consumers.pop((name, checked), None)
+        if consumer is not None:
+            consumer.stop()
+            if self._task_group is not None:
+                await consumer.wait_finished()
+        return await self._groups.remove(name, checked or "default")
+
+    async def groups(self, event_type: type[Event]) -> list[str]:
+        """The delivery groups registered for ``event_type`` (``["default"]`` if none is named)."""
+        return await self._groups.names(self._register_type(event_type))
+
+    async def group_stats(self, event_type: type[Event]) -> dict[str, QueueCounts]:
+        """Counts per delivery group of ``event_type``.
+
+        A group's ``scheduled`` counts the type's events not yet due (each will
+        reach every group) plus the group's own retries waiting.
+        """
+        return await self._groups.counts(self._register_type(event_type))
 
     # -- enqueueing ----------------------------------------------------------------
 
@@ -391,14 +471,20 @@ class EventService:
     # -- dead letters and stats ----------------------------------------------------
 
     async def dead_letters(
-        self, event_type: type[Event], limit: int = 100, offset: int = 0
+        self,
+        event_type: type[Event],
+        limit: int = 100,
+        offset: int = 0,
+        *,
+        group: str | None = None,
     ) -> list[DeadLetter]:
-        """Up to ``limit`` dead letters of ``event_type``, oldest first."""
+        """Up to ``limit`` dead letters of ``event_type`` (in ``group``), oldest first."""
         name = self._register_type(event_type)
+        group = check_group(group)
         if not isinstance(limit, int) or limit < 1:
             raise ValueError(f"limit must be a positive int, not {limit!r}")
         items = []
-        for record in await self._store.dead_letters(name, offset, limit):
+        for record in await self._store.dead_letters(name, offset, limit, group=group):
             event: Event | None = None
             context: Mapping[str, str] = {}
             problem: str | None = None
@@ -433,37 +519,53 @@ class EventService:
         event_type: type[Event],
         ids: Iterable[str] | None = None,
         delay: float | timedelta = 0,
+        *,
+        group: str | None = None,
     ) -> int:
         """Schedule dead letters (all, or those in ``ids``) again after ``delay``; return how many.
 
-        Their attempt counts start over.
+        Their attempt counts start over. With ``group``, that group's dead
+        letters, delivered again to that group alone.
         """
         name = self._register_type(event_type)
+        group = check_group(group)
         ms = math.ceil(delay_seconds(delay) * 1000)
         if ids is not None:
-            return sum([await self._store.requeue_dead(name, p, ms) for p in self._pages(ids)])
+            return sum(
+                [await self._store.requeue_dead(name, p, ms, group=group) for p in self._pages(ids)]
+            )
         # Only what is dead now: a requeued event that fails again must not
         # come round in this same call.
         total, seen = 0, 0
-        limit = (await self.stats_for(event_type)).dead
+        limit = await self._store.dead_count(name, group=group)
         while seen < limit:
-            page = await self._store.dead_ids(name, min(_BULK_PAGE, limit - seen))
+            page = await self._store.dead_ids(name, min(_BULK_PAGE, limit - seen), group=group)
             if not page:
                 break
             seen += len(page)
-            total += await self._store.requeue_dead(name, page, ms)
+            total += await self._store.requeue_dead(name, page, ms, group=group)
         return total
 
     async def purge_dead_letters(
-        self, event_type: type[Event], ids: Iterable[str] | None = None
+        self,
+        event_type: type[Event],
+        ids: Iterable[str] | None = None,
+        *,
+        group: str | None = None,
     ) -> int:
-        """Delete dead letters (all, or those in ``ids``) for good; return how many."""
+        """Delete dead letters (all, or those in ``ids``; of ``group``) for good; return how many.
+
+        An event leaves Redis with the last group that held it.
+        """
         name = self._register_type(event_type)
+        group = check_group(group)
         if ids is not None:
-            return sum([await self._store.purge_dead(name, p) for p in self._pages(ids)])
+            return sum(
+                [await self._store.purge_dead(name, p, group=group) for p in self._pages(ids)]
+            )
         total = 0
-        while page := await self._store.dead_ids(name, _BULK_PAGE):
-            removed = await self._store.purge_dead(name, page)
+        while page := await self._store.dead_ids(name, _BULK_PAGE, group=group):
+            removed = await self._store.purge_dead(name, page, group=group)
             total += removed
             if not removed:
                 break

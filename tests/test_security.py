@@ -44,10 +44,11 @@ class Secured(Event, event_name="security-event"):
 #: Every command delayq sends, directly or from its Lua scripts (ACLs apply inside scripts).
 ACL_COMMANDS = (
     # sent by the client
-    "evalsha script|load brpop subscribe unsubscribe sadd smembers zcard zrange "
+    "evalsha script|load brpop subscribe unsubscribe sadd smembers zcard zrange hkeys hgetall "
     # called inside the Lua scripts
     "time type get set del pexpire pttl hget hmget hset hdel hincrby hexists llen lpush rpop "
-    "zadd zrem zscore zcard zcount zrange zrangebyscore zrevrangebyscore zpopmin publish"
+    "zadd zrem zscore zcard zcount zrange zrangebyscore zrevrangebyscore zpopmin publish "
+    "exists hlen"
 ).split()
 ACL_COMMANDS = list(dict.fromkeys(ACL_COMMANDS))  # zcard, zrange: both sides
 

@@ -1,11 +1,13 @@
 -- move_due: the scheduler's step for one type, bounded by a batch size.
 --
--- KEYS: the ten keys of the type (see _prelude.lua).
+-- KEYS: the ten keys of the type, then groups (see _prelude.lua).
 -- ARGV[1] batch: the most ids handled per category in this call
 -- ARGV[2] visibility timeout in ms (how long a popped entry may stay unclaimed)
 -- ARGV[3] max deliveries: an event whose lease expires after this many
 --         deliveries becomes a dead letter instead of going back to ready
--- Returns: {moved, more, next_ms, now_ms, dead, queued, late, missing_id...}
+-- Returns: {moved, more, next_ms, now_ms, dead, queued, late, missing_id...},
+--   or {'stale', group...} when the type has delivery groups: the caller
+--   runs group_move.lua with the keys of those groups instead.
 --   moved   ids pushed to the ready list (due, lease expired or orphaned)
 --   more    1 when a category filled its batch: call again at once
 --   next_ms when this type next needs a look (-1: nothing pending)
@@ -20,6 +22,7 @@
 -- Guarantees: an id is moved at most once per due time; nothing is lost: an
 -- expired lease or an entry popped by a consumer that died before claiming
 -- it goes back to the ready list.
+if grouped() then return {'stale', unpack(redis.call('HKEYS', K_GROUPS))} end
 check_keys(1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 keep_working_when_full()
 local now = clock_ms()

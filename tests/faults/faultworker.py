@@ -51,6 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--clock-skew", type=float, default=0.0)
     p.add_argument("--record-lateness", action="store_true")
     p.add_argument("--count-moves", action="store_true", help="count move_due calls by role")
+    p.add_argument("--group", default=None, help="handle in this delivery group")
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
 
@@ -89,9 +90,9 @@ async def main(args: argparse.Namespace) -> None:
     store = service.store
     real_ack, real_fail = store.ack, store.fail
 
-    async def ack(type_name, done):  # type: ignore[no-untyped-def]
+    async def ack(type_name, done, **kw):  # type: ignore[no-untyped-def]
         done = list(done)
-        n = await real_ack(type_name, done)
+        n = await real_ack(type_name, done, **kw)
         if done:
             await rec.srem(inprog, *[i for i, _ in done])
         return n
@@ -150,7 +151,7 @@ async def main(args: argparse.Namespace) -> None:
 
     if not args.no_handler:
         for job_type in job_types(args.types):
-            service.add_handler(job_type, handle, concurrency=args.concurrency)
+            service.add_handler(job_type, handle, concurrency=args.concurrency, group=args.group)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
