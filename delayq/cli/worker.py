@@ -255,7 +255,7 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--uvloop/--no-uvloop",
                 help="Use the uvloop event loop. Default: on when uvloop is installed "
-                "(pip install 'delayq[uvloop]').",
+                "(pip install 'delayq\\[uvloop]').",
                 show_default=False,
             ),
         ] = None,
