@@ -37,7 +37,7 @@ async def one_run(url: str, prefix: str, processes: int, uvloop: bool, events: i
     args = [sys.executable, "-m", "delayq", "worker", "benchmarks.cli_bench_app:service",
             "--processes", str(processes), "--uvloop" if uvloop else "--no-uvloop",
             "--health-port", str(port), "--health-host", "127.0.0.1", "--log-level", "warning"]  # fmt: skip
-    proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL)  # noqa: ASYNC220 (returns at once)
     producer = EventService.from_url(url, prefix=prefix, enable_scheduling=False)
     try:
         deadline = time.monotonic() + 60

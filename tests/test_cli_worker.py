@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -272,4 +271,36 @@ def test_python_m_delayq_demo_still_parses():
         timeout=60,
     )  # fmt: skip
     assert result.returncode == 2 and "--events must be at least 4" in result.stderr
-    _ = time
+
+
+
+async def test_reload_restarts_on_change(redis_url, prefix, tmp_path, wait_for):
+    proc = spawn(redis_url, prefix, "--reload", "--reload-dir", str(tmp_path))
+    try:
+        parent = psutil.Process(proc.pid)
+
+        def child():
+            now = [c for c in parent.children() if c.status() != psutil.STATUS_ZOMBIE]
+            return now[0] if len(now) == 1 else None
+
+        first = await wait_for(child, timeout=20)
+        await asyncio.sleep(1.0)  # let the watcher start
+        (tmp_path / "handlers.py").write_text("x = 1\n")
+
+        def replaced():
+            now = child()
+            return now if now is not None and now.pid != first.pid else None
+
+        await wait_for(replaced, timeout=30)
+        proc.send_signal(signal.SIGTERM)
+        code, err = await asyncio.to_thread(finish, proc)
+        assert code == 0, err[-2000:]
+        assert "files changed" in err
+    finally:
+        proc.kill()
+
+
+def test_importing_delayq_imports_no_cli_dependencies():
+    code = "import sys, delayq; print(sorted(m for m in sys.modules if m.split('.')[0] in {'typer', 'rich', 'click', 'watchfiles', 'uvloop'}))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -130,7 +130,9 @@ async def supervise(cfg: Any, early: list[int] | None = None) -> int:
                 del children[child.slot]
                 ran = time.monotonic() - child.started
                 if stop.is_set():
-                    codes.append(code)
+                    # a child that our SIGTERM ended before Python could install its
+                    # handlers had not started anything: a clean stop too
+                    codes.append(0 if code == -signal.SIGTERM else code)
                     log.info("worker %d exited with code %d", child.proc.pid, code)
                 elif child.slot in reloading:
                     reloading.discard(child.slot)
