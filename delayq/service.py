@@ -8,8 +8,7 @@ import logging
 import math
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 import anyio
@@ -19,9 +18,10 @@ from redis.asyncio.cluster import RedisCluster
 from . import connect
 from .codec import Codec, check_context
 from .consumer import Consumer, ConsumerSettings, Handler
-from .errors import DecodeError
-from .events import Event, check_event_type
+from .events import Event, check_event_type, validate_name
 from .groups import GroupMetrics, Groups, check_group, group_settings
+from .health import ServiceHealth
+from .inspection import DeadLetter, EventInfo, EventTypeRef, Inspector, ScheduledEvent
 from .options import Options
 from .retry import Backoff, delay_seconds
 from .scheduler import Scheduler, SchedulerSettings
@@ -42,28 +42,6 @@ def _connection_kwargs(client: Client) -> dict[str, Any]:
     if isinstance(client, RedisCluster):
         return client.connection_kwargs
     return client.connection_pool.connection_kwargs
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """An event that failed on every allowed delivery."""
-
-    id: str
-    """The event id."""
-    event: Event | None
-    """The decoded event, or None when it no longer decodes (see ``decode_error``)."""
-    context: Mapping[str, str]
-    """The context given at enqueue time."""
-    attempts: int
-    """How many deliveries were made."""
-    error: str
-    """The last failure, as ``"ExceptionType: message"``."""
-    failed_at: datetime
-    """When it became a dead letter (UTC, Redis's clock)."""
-    raw: bytes | None
-    """The stored envelope."""
-    decode_error: str | None = None
-    """Why ``event`` is None, if it is."""
 
 
 class EventService:
@@ -105,6 +83,8 @@ class EventService:
         # (type name, group; None for the default group) -> its consumer here
         self._consumers: dict[tuple[str, str | None], Consumer] = {}
         self._groups = Groups(self._store, 1 + opts.retry_attempts)
+        self._inspector = Inspector(self._store, self._codec, self._types)
+        self._running_loops: set[Consumer | Scheduler] = set()
         self._consumer_settings = ConsumerSettings(
             visibility_ms=opts.visibility_ms,
             polling_timeout=self._block_time(blocking or redis),
@@ -232,6 +212,12 @@ class EventService:
                 f"{known.__qualname__} and {event_type.__module__}.{event_type.__qualname__}"
             )
         return name
+
+    def _name(self, event_type: EventTypeRef) -> str:
+        """The wire name of a class (registering it) or of a name given as a str."""
+        if isinstance(event_type, str):
+            return validate_name(event_type)
+        return self._register_type(event_type)
 
     def add_handler(
         self,
@@ -457,12 +443,13 @@ class EventService:
                 results[index] = code != 0
         return results
 
-    async def cancel(self, event_type: type[Event], id: str) -> bool:
+    async def cancel(self, event_type: EventTypeRef, id: str) -> bool:
         """Remove a pending (scheduled, ready or in-flight) event; True when one was removed.
 
-        Dead letters are not touched: use :meth:`purge_dead_letters`.
+        ``event_type`` is the class or its wire name. Dead letters are not
+        touched: use :meth:`purge_dead_letters`.
         """
-        name = self._register_type(event_type)
+        name = self._name(event_type)
         removed = await self._store.cancel(name, id)
         if removed:
             self._metrics.increment("cancelled", event_type=name)
@@ -472,42 +459,31 @@ class EventService:
 
     async def dead_letters(
         self,
-        event_type: type[Event],
+        event_type: EventTypeRef,
         limit: int = 100,
         offset: int = 0,
         *,
         group: str | None = None,
     ) -> list[DeadLetter]:
-        """Up to ``limit`` dead letters of ``event_type`` (in ``group``), oldest first."""
-        name = self._register_type(event_type)
-        group = check_group(group)
-        if not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"limit must be a positive int, not {limit!r}")
-        items = []
-        for record in await self._store.dead_letters(name, offset, limit, group=group):
-            event: Event | None = None
-            context: Mapping[str, str] = {}
-            problem: str | None = None
-            if record.envelope is None:
-                problem = "the stored event is missing"
-            else:
-                try:
-                    event, context = self._codec.decode(record.envelope, event_type, record.raw_id)
-                except DecodeError as exc:
-                    problem = str(exc)
-            items.append(
-                DeadLetter(
-                    id=record.raw_id.decode("utf-8", "replace"),
-                    event=event,
-                    context=context,
-                    attempts=record.attempts,
-                    error=record.error,
-                    failed_at=datetime.fromtimestamp(record.failed_at_ms / 1000, timezone.utc),
-                    raw=record.envelope,
-                    decode_error=problem,
-                )
-            )
-        return items
+        """Up to ``limit`` dead letters of ``event_type`` (class or wire name; in ``group``),
+        oldest first."""
+        if not isinstance(event_type, str):
+            self._register_type(event_type)
+        return await self._inspector.dead_letters(
+            event_type, limit, offset, group=check_group(group)
+        )
+
+    async def inspect(self, event_type: EventTypeRef, id: str) -> EventInfo:
+        """Where one event is (scheduled, ready, in flight, dead, absent) and all Redis holds
+        about it, read in one atomic step. ``event_type`` is the class or its wire name."""
+        return await self._inspector.inspect(event_type, id)
+
+    async def scheduled(
+        self, event_type: EventTypeRef, limit: int = 100, offset: int = 0
+    ) -> list[ScheduledEvent]:
+        """Up to ``limit`` (≤ 1000) scheduled events from position ``offset``, earliest due
+        first. Retries waiting for their backoff are scheduled events too."""
+        return await self._inspector.scheduled(event_type, limit, offset)
 
     @staticmethod
     def _pages(ids: Iterable[str]) -> list[list[str]]:
@@ -516,7 +492,7 @@ class EventService:
 
     async def requeue_dead_letters(
         self,
-        event_type: type[Event],
+        event_type: EventTypeRef,
         ids: Iterable[str] | None = None,
         delay: float | timedelta = 0,
         *,
@@ -524,10 +500,10 @@ class EventService:
     ) -> int:
         """Schedule dead letters (all, or those in ``ids``) again after ``delay``; return how many.
 
-        Their attempt counts start over. With ``group``, that group's dead
-        letters, delivered again to that group alone.
+        Their attempt counts start over. ``event_type`` is the class or its wire name.
+        With ``group``, that group's dead letters, delivered again to that group alone.
         """
-        name = self._register_type(event_type)
+        name = self._name(event_type)
         group = check_group(group)
         ms = math.ceil(delay_seconds(delay) * 1000)
         if ids is not None:
@@ -548,16 +524,17 @@ class EventService:
 
     async def purge_dead_letters(
         self,
-        event_type: type[Event],
+        event_type: EventTypeRef,
         ids: Iterable[str] | None = None,
         *,
         group: str | None = None,
     ) -> int:
         """Delete dead letters (all, or those in ``ids``; of ``group``) for good; return how many.
 
-        An event leaves Redis with the last group that held it.
+        ``event_type`` is the class or its wire name. An event leaves Redis with the last
+        group that held it.
         """
-        name = self._register_type(event_type)
+        name = self._name(event_type)
         group = check_group(group)
         if ids is not None:
             return sum(
@@ -572,14 +549,55 @@ class EventService:
         return total
 
     async def stats(self) -> dict[str, QueueCounts]:
-        """Counts per event type name, for every type that has been used under the prefix."""
+        """Counts per event type name, for every type that has been used under the prefix.
+
+        Each :class:`QueueCounts` also has the next due time and the backlog's age; the
+        cost is one read-only script call per type, all in one pipeline.
+        """
         names = await self._store.known_types()
         return await self._store.counts(names)
 
-    async def stats_for(self, event_type: type[Event]) -> QueueCounts:
-        """Counts of one event type."""
-        name = self._register_type(event_type)
+    async def stats_for(self, event_type: EventTypeRef) -> QueueCounts:
+        """Counts of one event type (class or wire name)."""
+        name = self._name(event_type)
         return (await self._store.counts([name]))[name]
+
+    @property
+    def handled_types(self) -> list[str]:
+        """Wire names of the event types this service has handlers for."""
+        return sorted(self._consumers)
+
+    @property
+    def is_running(self) -> bool:
+        """True from :meth:`start` until the service's tasks have ended (draining included)."""
+        return self._supervisor is not None and not self._supervisor.done()
+
+    async def health(self, timeout: float = 2.0) -> ServiceHealth:
+        """Whether the service runs, Redis answers (within ``timeout`` s) and every loop runs.
+
+        For liveness and readiness probes: see :class:`ServiceHealth`.
+        """
+        redis_error: str | None = None
+        try:
+            with anyio.fail_after(timeout):
+                await self._store.server_time_ms()
+        except TimeoutError:
+            redis_error = f"no answer within {timeout}s"
+        except Exception as exc:
+            redis_error = f"{type(exc).__name__}: {exc}"
+        loops: dict[str, bool] = {}
+        if self._scheduler is not None:
+            loops["scheduler"] = self._scheduler in self._running_loops
+        for name, consumer in self._consumers.items():
+            loops[f"consumer:{name}"] = consumer in self._running_loops
+        started = self.is_running
+        return ServiceHealth(
+            started=started,
+            accepting=started and self._closing is not None and not self._closing.is_set(),
+            redis_ok=redis_error is None,
+            redis_error=redis_error,
+            loops=loops,
+        )
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -627,15 +645,19 @@ class EventService:
         """Run a loop; should a bug make it raise, log and start it again."""
         delay = 0.5
         while True:
+            self._running_loops.add(loop)  # what health() reports
             try:
                 await loop.run()
                 return
             except Exception:
                 if loop.stopping:
                     return
+                self._running_loops.discard(loop)
                 log.exception("%s crashed; restarting it in %.1fs", type(loop).__name__, delay)
                 await anyio.sleep(delay)
                 delay = min(delay * 2, 30.0)
+            finally:
+                self._running_loops.discard(loop)
 
     async def aclose(self) -> None:
         """Stop fetching, give in-flight handlers ``shutdown_grace``, release everything.
