@@ -564,8 +564,8 @@ class EventService:
 
     @property
     def handled_types(self) -> list[str]:
-        """Wire names of the event types this service has handlers for."""
-        return sorted(self._consumers)
+        """Wire names of the event types this service has handlers for (in any group)."""
+        return sorted({name for name, _ in self._consumers})
 
     @property
     def is_running(self) -> bool:
@@ -588,8 +588,8 @@ class EventService:
         loops: dict[str, bool] = {}
         if self._scheduler is not None:
             loops["scheduler"] = self._scheduler in self._running_loops
-        for name, consumer in self._consumers.items():
-            loops[f"consumer:{name}"] = consumer in self._running_loops
+        for consumer in self._consumers.values():
+            loops[f"consumer:{consumer.label}"] = consumer in self._running_loops
         started = self.is_running
         return ServiceHealth(
             started=started,

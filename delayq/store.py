@@ -315,7 +315,12 @@ class Store:
                     pipe.zcard(k[i])
             replies = [int(x) for x in await pipe.execute()]
         return {
-            name: QueueCounts(replies[0] + replies[1 + 4 * i], *replies[2 + 4 * i : 5 + 4 * i])
+            name: QueueCounts(
+                replies[0] + replies[1 + 4 * i],
+                replies[2 + 4 * i],
+                replies[3 + 4 * i],
+                replies[4 + 4 * i],
+            )
             for i, name in enumerate(names)
         }
 
