@@ -46,6 +46,7 @@ class Options:
     enable_scheduling: bool = True
     polling_timeout: float = 5.0
     lock_timeout: float = 10.0
+    takeover_delay: float = 0.5
     serializer: Serializer = "msgpack"
     max_payload_bytes: int = 512 * 1024
     metrics: Metrics = field(default_factory=NoopMetrics)
@@ -77,6 +78,7 @@ class Options:
             ("scheduling_interval", 0.01, 3600.0),
             ("polling_timeout", 0.05, 300.0),
             ("lock_timeout", 0.5, 3600.0),
+            ("takeover_delay", 0.05, 600.0),
             ("shutdown_grace", 0.0, 3600.0),
         ):
             if name in opts:

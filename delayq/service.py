@@ -117,6 +117,7 @@ class EventService:
                     visibility_ms=opts.visibility_ms,
                     max_deliveries=1 + opts.retry_attempts,
                     lock_ms=opts.lock_ms,
+                    takeover_delay=opts.takeover_delay,
                     listen_timeout=self._consumer_settings.polling_timeout,
                 ),
                 self._metrics,

@@ -61,6 +61,7 @@ class MoveResult:
     now_ms: int
     dead: int
     queued: int
+    late_ms: int
     missing: list[bytes]
 
 
@@ -306,16 +307,31 @@ class Store:
             names.add(name)
         return names
 
-    async def take_lock(self, token: str, ttl_ms: int) -> bool:
-        """Take or renew the scheduler lock; True when ``token`` holds it."""
+    async def take_lock(self, token: str, ttl_ms: int) -> tuple[bool, str | None]:
+        """Take or renew the scheduler lock.
+
+        Returns whether ``token`` holds it now, and otherwise the holder's token.
+        """
+        r = await self._scripts["lock_take"](keys=[self.keys.scheduler_lock], args=[token, ttl_ms])
+        if int(r[0]):
+            return True, None
+        holder = r[1] if len(r) > 1 else None
+        return False, holder.decode("utf-8", "replace") if isinstance(holder, bytes) else holder
+
+    async def steal_lock(self, holder: str, token: str, ttl_ms: int) -> bool:
+        """Take the lock if ``holder`` (or nobody) still holds it; True when ``token`` holds it."""
         return bool(
-            await self._scripts["lock_take"](keys=[self.keys.scheduler_lock], args=[token, ttl_ms])
+            await self._scripts["lock_steal"](
+                keys=[self.keys.scheduler_lock], args=[holder, token, ttl_ms]
+            )
         )
 
     async def release_lock(self, token: str) -> bool:
-        """Release the scheduler lock if ``token`` holds it."""
+        """Release the scheduler lock if ``token`` holds it, and tell the standbys so."""
         return bool(
-            await self._scripts["lock_release"](keys=[self.keys.scheduler_lock], args=[token])
+            await self._scripts["lock_release"](
+                keys=[self.keys.scheduler_lock], args=[token, self.keys.wakeup_channel]
+            )
         )
 
     async def move_due(
@@ -331,7 +347,8 @@ class Store:
             now_ms=int(r[3]),
             dead=int(r[4]),
             queued=int(r[5]),
-            missing=list(r[6:]),
+            late_ms=int(r[6]),
+            missing=list(r[7:]),
         )
 
     def wakeups(self) -> WakeupListener:
