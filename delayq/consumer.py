@@ -277,7 +277,13 @@ class Consumer:
                 )
             except DecodeError as exc:
                 self._metrics.increment("decode_errors", event_type=self.type_name)
-                log.error("%s %r: %s; moving it to dead letters", self.type_name, c.id, exc)
+                log.error(
+                    "%s %r: %s; moving it to dead letters",
+                    self.type_name,
+                    c.id,
+                    exc,
+                    extra=self._fields(c),
+                )
                 self._handlers.settling()
                 await self._fail(c, f"DecodeError: {exc}", dead=True)
                 return
@@ -304,6 +310,10 @@ class Consumer:
             assert self._slot_freed is not None
             self._slot_freed.set()
 
+    def _fields(self, c: Claimed) -> dict[str, Any]:
+        """Structured fields of a log record about one delivery (for JSON log formatters)."""
+        return {"event_type": self.type_name, "event_id": c.id, "attempt": c.attempt}
+
     async def _call_handler(self, event: Event, c: Claimed, run: HandlerRun) -> str | None:
         """Run the handler; return None on success, else the failure as "Type: message"."""
         try:
@@ -325,6 +335,7 @@ class Consumer:
                 type(exc).__name__,
                 exc,
                 exc_info=log.isEnabledFor(logging.DEBUG),
+                extra=self._fields(c),
             )
             return f"{type(exc).__name__}: {exc}"
         if result is False:
@@ -358,7 +369,10 @@ class Consumer:
         else:
             # The lease runs out and the event comes back; the attempt still counts.
             log.error(
-                "%s %r: could not record the failure; its lease will expire", self.type_name, c.id
+                "%s %r: could not record the failure; its lease will expire",
+                self.type_name,
+                c.id,
+                extra=self._fields(c),
             )
             code = -1
         self._leased.discard((c.raw_id, c.token))
@@ -367,7 +381,12 @@ class Consumer:
         if code == 2:
             self._metrics.increment("dead_lettered", event_type=self.type_name)
             log.error(
-                "%s %r: dead letter after %d deliveries: %s", self.type_name, c.id, c.attempt, error
+                "%s %r: dead letter after %d deliveries: %s",
+                self.type_name,
+                c.id,
+                c.attempt,
+                error,
+                extra=self._fields(c),
             )
         elif code == 1:
             self._metrics.increment("retried", event_type=self.type_name)

@@ -23,6 +23,9 @@ PER_TYPE = (
     "dead_list",
     "dead_requeue",
     "dead_purge",
+    "inspect",
+    "counts",
+    "scheduled_list",
 )
 STANDALONE = ("lock_take", "lock_steal", "lock_release")
 

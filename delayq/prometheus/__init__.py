@@ -12,7 +12,7 @@ dashboard.
 """
 
 from .app import MetricsApp, MetricsServer, make_asgi_app, serve
-from .depth import QueueDepthCollector, TypeDepth, read_depth
+from .depth import QueueDepthCollector, read_depth
 from .sink import DURATION_BUCKETS, LONG_BUCKETS, PrometheusMetrics
 
 __all__ = [
@@ -22,7 +22,6 @@ __all__ = [
     "MetricsServer",
     "PrometheusMetrics",
     "QueueDepthCollector",
-    "TypeDepth",
     "make_asgi_app",
     "read_depth",
     "serve",
