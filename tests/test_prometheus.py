@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -40,6 +41,8 @@ class PromDead(Event, event_name="obs-prom-dead"):
 class PromIdle(Event, event_name="obs-prom-idle"):
     """Nobody handles it."""
 
+
+ROOT = Path(__file__).resolve().parent.parent
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -341,3 +344,48 @@ def test_sinks_without_observe_keep_working() -> None:
         EventService(aioredis.Redis(), metrics=object())
     memory = InMemoryMetrics()
     assert EventService(aioredis.Redis(), metrics=memory).options.metrics is memory
+
+
+async def test_every_metric_is_documented_and_the_dashboard_uses_real_ones() -> None:
+    import json
+
+    from prometheus_client import generate_latest
+
+    from delayq import QueueCounts
+    from delayq.prometheus import QueueDepthCollector
+
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry)
+    for name in (
+        "enqueued", "kept", "replaced", "cancelled", "moved", "delivered", "succeeded", "failed",
+        "retried", "dead_lettered", "decode_errors", "leases_lost", "redis_errors",
+    ):  # fmt: skip
+        metrics.increment(name, event_type="t")
+    metrics.gauge("in_flight", 1, event_type="t")
+    for name in ("lateness", "handler_duration", "enqueue_to_done"):
+        metrics.observe(name, 0.01, event_type="t", outcome="success")
+
+    async def fake_read(service: Any) -> dict[str, QueueCounts]:
+        return {"t": QueueCounts(1, 2, 3, 4, due=2, backlog_age=1.5)}
+
+    collector = QueueDepthCollector(None, read=fake_read)  # type: ignore[arg-type]
+    registry.register(collector)
+    await collector.refresh()
+    exposition = generate_latest(registry).decode()
+    # (the text format's `_created` samples parse as families of their own)
+    families = {
+        f.name
+        for f in text_string_to_metric_families(exposition)
+        if not f.name.endswith("_created")
+    }
+    doc = (ROOT / "docs" / "OBSERVABILITY.md").read_text()
+    for family in families:
+        documented = family + ("_total" if f"`{family}_total`" in doc else "")
+        assert f"`{documented}`" in doc, family
+    dashboard = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    used = {m for e in exprs for m in re.findall(r"delayq_[a-z_]+", e)}
+    for metric in used:
+        base = re.sub(r"_(total|bucket|count|sum)$", "", metric)
+        assert base in families, metric
+    assert {"delayq_queue_oldest_overdue_seconds", "delayq_lateness_seconds_bucket"} <= used
