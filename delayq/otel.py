@@ -29,13 +29,23 @@ Baggage from the producer is visible to the handler in both modes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from opentelemetry import baggage, propagate, trace
 from opentelemetry import context as otel_context
-from opentelemetry import propagate, trace
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TraceState,
+)
 
 from . import __version__
 from .context import PROPAGATION_KEYS, Delivery, hide_context_keys
@@ -43,6 +53,10 @@ from .context import PROPAGATION_KEYS, Delivery, hide_context_keys
 __all__ = ["OTelTracing"]
 
 _SYSTEM = "delayq"
+_W3C_FIELDS = frozenset({"traceparent", "tracestate", "baggage"})
+# W3C Trace Context: version-trace_id-parent_id-flags; later versions may append fields
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
+_EMPTY = otel_context.Context()
 
 
 class OTelTracing:
@@ -62,6 +76,51 @@ class OTelTracing:
         # the keys the configured propagator writes: they stay out of event_context()
         self._fields = PROPAGATION_KEYS | frozenset(propagate.get_global_textmap().fields)
         hide_context_keys(self._fields)
+        self._textmap: Any = None
+        self._plain_w3c = False
+
+    def _w3c(self) -> bool:
+        """True while the global propagator is W3C Trace Context (and Baggage) only.
+
+        Then delayq writes and reads ``traceparent``/``tracestate`` itself, which
+        costs a fraction of the generic propagator API on every event.
+        """
+        textmap = propagate.get_global_textmap()
+        if textmap is not self._textmap:
+            fields = set(textmap.fields)
+            self._plain_w3c = "traceparent" in fields and fields <= _W3C_FIELDS
+            self._textmap = textmap
+        return self._plain_w3c
+
+    def _inject(self, span: trace.Span, carrier: dict[str, str]) -> None:
+        if self._w3c() and not baggage.get_all():
+            sc = span.get_span_context()
+            carrier["traceparent"] = f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{sc.trace_flags:02x}"
+            if sc.trace_state:
+                carrier["tracestate"] = sc.trace_state.to_header()
+        else:
+            propagate.inject(carrier, context=trace.set_span_in_context(span))
+
+    def _extract(self, ctx: Mapping[str, str]) -> otel_context.Context:
+        """The creation context stored in ``ctx``, in an otherwise empty context."""
+        if self._w3c() and "baggage" not in ctx:
+            match = _TRACEPARENT.fullmatch(ctx.get("traceparent", ""))
+            if match is None or match[1] == "ff" or (match[1] == "00" and match[5]):
+                return _EMPTY
+            trace_id, span_id = int(match[2], 16), int(match[3], 16)
+            if not trace_id or not span_id:
+                return _EMPTY
+            state = ctx.get("tracestate")
+            span_context = SpanContext(
+                trace_id,
+                span_id,
+                is_remote=True,
+                trace_flags=TraceFlags(int(match[4], 16)),
+                trace_state=TraceState.from_header([state]) if state else None,
+            )
+            return trace.set_span_in_context(NonRecordingSpan(span_context), _EMPTY)
+        # extract into an empty context: the consumer's ambient context is not the parent
+        return propagate.extract(ctx, context=otel_context.Context())
 
     # -- producer ----------------------------------------------------------------------
 
@@ -90,7 +149,7 @@ class OTelTracing:
         custom = context is not None and not self._fields.isdisjoint(context)
         if custom:
             assert context is not None
-            given = trace.get_current_span(propagate.extract(context)).get_span_context()
+            given = trace.get_current_span(self._extract(context)).get_span_context()
             links = [Link(given)] if given.is_valid else None
         span = self._tracer.start_span(
             f"send {destination}" if destination else "send",
@@ -98,28 +157,27 @@ class OTelTracing:
             attributes=attributes,
             links=links,
         )
-        with trace.use_span(span, end_on_exit=True):
-            try:
-                if custom or not span.get_span_context().is_valid:
-                    yield context
-                else:
-                    carrier = dict(context) if context else {}
-                    propagate.inject(carrier)
-                    yield carrier
-            except BaseException as exc:
-                _failed(span, type(exc).__qualname__, str(exc), exc)
-                raise
+        token = otel_context.attach(trace.set_span_in_context(span))
+        try:
+            if custom or not span.get_span_context().is_valid:
+                yield context
+            else:
+                carrier = dict(context) if context else {}
+                self._inject(span, carrier)
+                yield carrier
+        except BaseException as exc:
+            _failed(span, type(exc).__qualname__, str(exc), exc)
+            raise
+        finally:
+            otel_context.detach(token)
+            span.end()
 
     # -- consumer ----------------------------------------------------------------------
 
     def handling(self, delivery: Delivery) -> Any:
         """Start the CONSUMER span of one handler run and make it current."""
         ctx = delivery.context
-        if ctx and not self._fields.isdisjoint(ctx):
-            # extract into an empty context: the consumer's ambient context is not the parent
-            extracted = propagate.extract(ctx, context=otel_context.Context())
-        else:
-            extracted = otel_context.Context()
+        extracted = self._extract(ctx) if ctx and not self._fields.isdisjoint(ctx) else _EMPTY
         creation = trace.get_current_span(extracted).get_span_context()
         attributes: dict[str, Any] = {
             "messaging.system": _SYSTEM,

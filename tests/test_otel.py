@@ -297,3 +297,58 @@ print("ok")
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_fast_w3c_extract_matches_the_propagator() -> None:
+    from opentelemetry import context as otel_context
+    from opentelemetry import propagate
+
+    tracing = OTelTracing()
+    trace_id, span_id = uuid.uuid4().hex, uuid.uuid4().hex[:16]
+    carriers = [
+        {"traceparent": f"00-{trace_id}-{span_id}-01"},
+        {"traceparent": f"00-{trace_id}-{span_id}-00", "tracestate": "a=1,b=2"},
+        {"traceparent": f"01-{trace_id}-{span_id}-01-extra"},  # a later version may add fields
+        {"traceparent": f"00-{trace_id}-{span_id}-01-extra"},  # version 00 may not
+        {"traceparent": f"ff-{trace_id}-{span_id}-01"},
+        {"traceparent": f"00-{'0' * 32}-{span_id}-01"},
+        {"traceparent": f"00-{trace_id.upper()}-{span_id}-01"},
+        {"traceparent": "garbage"},
+        {"traceparent": f"00-{trace_id}-{span_id}-01", "baggage": "k=v"},
+    ]
+    for carrier in carriers:
+        ours = trace.get_current_span(tracing._extract(carrier)).get_span_context()
+        theirs = trace.get_current_span(
+            propagate.extract(carrier, context=otel_context.Context())
+        ).get_span_context()
+        assert (ours.is_valid, ours.trace_id, ours.span_id, ours.trace_flags) == (
+            theirs.is_valid, theirs.trace_id, theirs.span_id, theirs.trace_flags,
+        ), carrier  # fmt: skip
+        assert dict(ours.trace_state or {}) == dict(theirs.trace_state or {}), carrier
+
+
+async def test_baggage_reaches_the_handler(
+    redis_url: str, prefix: str, spans: InMemorySpanExporter, wait_for
+) -> None:
+    from opentelemetry import baggage
+    from opentelemetry import context as otel_context
+
+    seen: list[Any] = []
+
+    async def handle(event: TraceJob) -> None:
+        seen.append((baggage.get_baggage("tenant"), sorted(event_context(propagation=True))))
+
+    pool = ServicePool(redis_url, prefix, tracing=True)
+    try:
+        service = await pool.start()
+        service.add_handler(TraceJob, handle)
+        token = otel_context.attach(baggage.set_baggage("tenant", "t-1"))
+        try:
+            with trace.get_tracer("test").start_as_current_span("request"):
+                assert await service.enqueue_with_delay(TraceJob(id="bag"))
+        finally:
+            otel_context.detach(token)
+        await wait_for(lambda: seen, timeout=15)
+    finally:
+        await pool.aclose()
+    assert seen == [("t-1", ["baggage", "traceparent"])]
