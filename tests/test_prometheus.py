@@ -389,3 +389,24 @@ async def test_every_metric_is_documented_and_the_dashboard_uses_real_ones() -> 
         base = re.sub(r"_(total|bucket|count|sum)$", "", metric)
         assert base in families, metric
     assert {"delayq_queue_oldest_overdue_seconds", "delayq_lateness_seconds_bucket"} <= used
+
+
+async def test_serve_answers_only_metrics_and_stops_cleanly() -> None:
+    registry = CollectorRegistry()
+    PrometheusMetrics(registry).increment("enqueued", 3, event_type="t")
+    async with serve(0, host="127.0.0.1", registry=registry) as srv:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{srv.port}", timeout=10) as client:
+            ok = await client.get("/metrics")
+            root = await client.get("/")
+            head = await client.head("/metrics")
+            missing = await client.get("/other")
+            post = await client.post("/metrics")
+        # a client that connects and says nothing is cut off when the server stops
+        reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
+    assert await reader.read() == b""
+    writer.close()
+    assert value(parse(ok.text), "delayq_enqueued_total", event_type="t", outcome="new") == 3
+    assert root.status_code == 200 and root.text == ok.text
+    assert head.status_code == 200 and head.content == b""
+    assert missing.status_code == 404
+    assert post.status_code == 405
