@@ -55,7 +55,7 @@ __all__ = ["OTelTracing"]
 _SYSTEM = "delayq"
 _W3C_FIELDS = frozenset({"traceparent", "tracestate", "baggage"})
 # W3C Trace Context: version-trace_id-parent_id-flags; later versions may append fields
-_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
+_TRACEPARENT = r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?"
 _EMPTY = otel_context.Context()
 
 
@@ -104,7 +104,7 @@ class OTelTracing:
     def _extract(self, ctx: Mapping[str, str]) -> otel_context.Context:
         """The creation context stored in ``ctx``, in an otherwise empty context."""
         if self._w3c() and "baggage" not in ctx:
-            match = _TRACEPARENT.fullmatch(ctx.get("traceparent", ""))
+            match = re.fullmatch(_TRACEPARENT, ctx.get("traceparent", ""))
             if match is None or match[1] == "ff" or (match[1] == "00" and match[5]):
                 return _EMPTY
             trace_id, span_id = int(match[2], 16), int(match[3], 16)

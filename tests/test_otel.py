@@ -31,7 +31,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 )
 from opentelemetry.trace import SpanKind, StatusCode
 
-from delayq import Event, current_delivery, event_context, fixed
+from delayq import Event, current_delivery, event_context, events, fixed
 from delayq.otel import OTelTracing
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,24 +69,33 @@ class TraceJob(Event, event_name="obs-trace-job"):
     n: int = 0
 
 
-def _load_example() -> Any:
+@pytest.fixture
+def example() -> Iterator[Any]:
+    """examples/fastapi_app.py, loaded in this process.
+
+    Its ``PaymentCheck`` takes the wire name "PaymentCheck" in the process-wide registry
+    of event types; the name is handed back afterwards, so that other tests (the README's
+    example) may define a ``PaymentCheck`` of their own.
+    """
+    saved = dict(events._registry)
     spec = importlib.util.spec_from_file_location(
         "fastapi_app", ROOT / "examples" / "fastapi_app.py"
     )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module
+    yield module
+    events._registry.clear()
+    events._registry.update(saved)
 
 
 async def test_fastapi_request_to_handler_in_another_service(
-    redis_url: str, prefix: str, spans: InMemorySpanExporter, wait_for, monkeypatch
+    redis_url: str, prefix: str, spans: InMemorySpanExporter, wait_for, example: Any
 ) -> None:
     from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
-    monkeypatch.setenv("REDIS_URL", redis_url)
-    monkeypatch.setenv("DELAYQ_PREFIX", prefix)
-    example = _load_example()
+    # the example read REDIS_URL and DELAYQ_PREFIX when it was loaded
+    example.REDIS_URL, example.PREFIX = redis_url, prefix
     FastAPIInstrumentor.instrument_app(example.app)
     seen: list[dict[str, Any]] = []
 

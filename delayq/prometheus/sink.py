@@ -98,7 +98,11 @@ _HISTOGRAMS: dict[str, tuple[str, bool, bool]] = {
         True,
     ),
 }
-_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_NAME = r"[a-zA-Z_][a-zA-Z0-9_]*"
+
+
+def _valid(name: str) -> bool:
+    return re.fullmatch(_NAME, name) is not None
 
 
 class PrometheusMetrics:
@@ -122,8 +126,8 @@ class PrometheusMetrics:
         buckets: Sequence[float] = DURATION_BUCKETS,
         long_buckets: Sequence[float] = LONG_BUCKETS,
     ):
-        if not _NAME.match(namespace):
-            raise ValueError(f"namespace must match {_NAME.pattern}, not {namespace!r}")
+        if not _valid(namespace):
+            raise ValueError(f"namespace must match {_NAME}, not {namespace!r}")
         self.registry = REGISTRY if registry is None else registry
         self.namespace = namespace
         self._buckets = tuple(buckets)
@@ -188,7 +192,7 @@ class PrometheusMetrics:
             metric, _, outcome = known
             counter = self._counters[metric]
             child = counter.labels(event_type, outcome) if outcome else counter.labels(event_type)
-        elif _NAME.match(name):  # a counter this version does not know: export it as is
+        elif _valid(name):  # a counter this version does not know: export it as is
             unknown = self._counters.get(name)
             if unknown is None:
                 unknown = self._counters[name] = Counter(
@@ -211,7 +215,7 @@ class PrometheusMetrics:
             return set_
         gauge = self._gauges.get(name)
         if gauge is None:
-            if not _NAME.match(name):
+            if not _valid(name):
                 log.debug("ignoring gauge with an invalid name %r", name)
                 return _ignore
             gauge = self._gauges[name] = Gauge(
@@ -240,7 +244,7 @@ class PrometheusMetrics:
         return histogram, by_outcome
 
     def _bind_histogram(self, name: str, event_type: str, outcome: str) -> Callable[[float], None]:
-        if not _NAME.match(name):
+        if not _valid(name):
             log.debug("ignoring duration with an invalid name %r", name)
             return _ignore
         histogram, by_outcome = self._histogram(name)
