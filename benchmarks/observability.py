@@ -1,26 +1,32 @@
 """Overhead of observability: delayq throughput with Prometheus + OpenTelemetry vs without.
 
-Two modes, alternated round by round in one run against one private redis-server:
+Modes (``--modes``, the first is the baseline), alternated round by round in one run
+against one private redis-server:
 
 * ``plain``: the defaults (no metrics sink, no tracing);
-* ``observed``: ``metrics=PrometheusMetrics(...)`` and ``tracing=OTelTracing(provider)``
-  with the OpenTelemetry SDK recording every span (sampler ``--sample-ratio``,
-  default 1.0 = all) into a ``BatchSpanProcessor`` whose exporter drops the batches
-  (so what is measured is delayq's instrumentation and the SDK, not a network).
+* ``prometheus``: ``metrics=PrometheusMetrics(...)``;
+* ``otel``: ``tracing=OTelTracing(provider)`` with the OpenTelemetry SDK recording
+  spans (sampler ``ParentBased(TraceIdRatioBased(--sample-ratio))``, default 1.0 =
+  every span) into a ``BatchSpanProcessor`` whose exporter drops the batches (what is
+  measured is delayq's instrumentation and the SDK, not a network);
+* ``observed``: both.
 
 Each round, on a fresh prefix:
 
 1. enqueue: ``--events`` single ``enqueue_with_delay`` calls (due now) from
    ``--tasks`` concurrent tasks, in a producer-only service; each is a PRODUCER span
-   when observed;
+   when traced;
 2. handle: a service with a no-op handler (``--concurrency``) is started and the
-   time until every event has run is taken; each run is a CONSUMER span, three
-   histogram observations and the counters when observed.
+   time until every event has run is taken; each run is a CONSUMER span when traced,
+   and three histogram observations and the counters with Prometheus.
 
-The best round of each mode counts (other work on a shared machine only ever slows
-a round down). Prints a table and writes ``benchmarks/results/observability-<time>.json``::
+Redis commands per event (``total_commands_processed`` over both phases, calls inside
+scripts included) show whether a mode adds round trips. The best round of each mode
+counts (other work on a shared machine only ever slows a round down). Prints a table
+and writes ``benchmarks/results/observability-<time>.json``::
 
-    .venv/bin/python benchmarks/observability.py --events 20000 --rounds 5
+    .venv/bin/python benchmarks/observability.py --events 20000 --rounds 5 \
+        --modes plain,prometheus,otel,observed
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import asyncio
 import json
 import os
 import platform
+import statistics
 import time
 import uuid
 from collections.abc import Sequence
@@ -37,6 +44,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import redis.asyncio
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
@@ -86,8 +94,20 @@ def mode_options(
     return options, provider, exporter
 
 
-async def one_round(url: str, options: dict[str, Any], args: argparse.Namespace) -> dict[str, float]:
+async def commands_processed(url: str) -> int:
+    """Redis's ``total_commands_processed`` (script-internal calls included)."""
+    client = redis.asyncio.Redis.from_url(url)
+    try:
+        return int((await client.info("stats"))["total_commands_processed"])
+    finally:
+        await client.aclose()
+
+
+async def one_round(
+    url: str, options: dict[str, Any], args: argparse.Namespace
+) -> dict[str, float]:
     prefix = f"obsbench-{uuid.uuid4().hex[:8]}"
+    commands_before = await commands_processed(url)
     producer = EventService.from_url(url, prefix=prefix, enable_scheduling=False, **options)
     n = args.events
     next_index = 0
@@ -119,7 +139,12 @@ async def one_round(url: str, options: dict[str, Any], args: argparse.Namespace)
     async with service:
         await asyncio.wait_for(all_done.wait(), timeout=300)
         handle_s = time.perf_counter() - start
-    return {"enqueue_per_s": n / enqueue_s, "handle_per_s": n / handle_s}
+    commands = await commands_processed(url) - commands_before
+    return {
+        "enqueue_per_s": n / enqueue_s,
+        "handle_per_s": n / handle_s,
+        "redis_commands_per_event": commands / n,
+    }
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
@@ -140,7 +165,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 result["load1"] = os.getloadavg()[0]
                 rounds[mode].append(result)
                 print(f"round {r + 1} {mode:10} enqueue {result['enqueue_per_s']:9,.0f}/s  "
-                      f"handle {result['handle_per_s']:9,.0f}/s  load {result['load1']:.2f}")  # fmt: skip
+                      f"handle {result['handle_per_s']:9,.0f}/s  Redis commands/event "
+                      f"{result['redis_commands_per_event']:.2f}  load {result['load1']:.2f}")  # fmt: skip
             await asyncio.sleep(0)
     finally:
         server.stop()
@@ -154,12 +180,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         for mode, b in best.items()
     }
     print()
-    print(f"| mode | enqueue (events/s) | vs {modes[0]} | handle (events/s) | vs {modes[0]} |")
-    print("|---|---:|---:|---:|---:|")
+    print(f"| mode | enqueue (events/s) | vs {modes[0]} | handle (events/s) | vs {modes[0]} "
+          "| Redis commands/event |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|")
     for mode in modes:
         b, q = best[mode], ratio[mode]
+        per_event = statistics.median(r["redis_commands_per_event"] for r in rounds[mode])
         print(f"| {mode} | {b['enqueue_per_s']:,.0f} | {100 * q['enqueue_per_s']:.1f} % | "
-              f"{b['handle_per_s']:,.0f} | {100 * q['handle_per_s']:.1f} % |")  # fmt: skip
+              f"{b['handle_per_s']:,.0f} | {100 * q['handle_per_s']:.1f} % | {per_event:.2f} |")  # fmt: skip
     print(f"\nspans exported (observed rounds): {spans:,}")
     return {
         "args": vars(args),
