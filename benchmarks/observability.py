@@ -211,13 +211,15 @@ def cli() -> None:
         default="plain,observed",
         help=f"comma-separated, the first is the baseline; from {', '.join(MODES)}",
     )
+    parser.add_argument("--out", type=Path, default=None, help="JSON path (default: results/)")
     parser.add_argument("--sample-ratio", type=float, default=1.0, help="OTel sampling ratio")
     args = parser.parse_args()
     results = asyncio.run(main(args))
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d-%H%M")
-    out = HERE / "results" / f"observability-{stamp}.json"
+    out = args.out or HERE / "results" / f"observability-{stamp}.json"
+    results["args"]["out"] = str(out)
     out.write_text(json.dumps(results, indent=2))
-    print(f"wrote {out.relative_to(HERE.parent)}")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
