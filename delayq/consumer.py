@@ -288,7 +288,7 @@ class Consumer:
                 await self._fail(c, f"DecodeError: {exc}", dead=True)
                 return
             delivery = Delivery(
-                self.type_name, c.id, c.attempt, c.due_ms, now_us, context, enqueued_ms
+                self.type_name, c.id, c.attempt, c.due_ms, now_us, context, enqueued_ms=enqueued_ms
             )
             _set_delivery(delivery)
             run = self._observer.started(delivery)
