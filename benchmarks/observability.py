@@ -215,8 +215,8 @@ def cli() -> None:
     parser.add_argument("--sample-ratio", type=float, default=1.0, help="OTel sampling ratio")
     args = parser.parse_args()
     results = asyncio.run(main(args))
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d-%H%M")
-    out = args.out or HERE / "results" / f"observability-{stamp}.json"
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d-%H%M%S")
+    out = args.out or HERE / "results" / f"observability-{stamp}-sample{args.sample_ratio:g}.json"
     results["args"]["out"] = str(out)
     out.write_text(json.dumps(results, indent=2))
     print(f"wrote {out}")
