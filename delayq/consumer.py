@@ -24,6 +24,7 @@ from .errors import DecodeError
 from .events import Event
 from .keys import DEFAULT_GROUP
 from .metrics import Metrics
+from .observer import CANCELLED, TIMEOUT_PREFIX, HandlerRun, Observer
 from .retry import Backoff, delay_seconds
 from .store import Claimed, Store
 
@@ -117,6 +118,7 @@ class Consumer:
         settings: ConsumerSettings,
         metrics: Metrics,
         group: str | None = None,
+        observer: Observer | None = None,
     ):
         self.event_type = event_type
         self.type_name = event_type.event_name
@@ -129,6 +131,8 @@ class Consumer:
         self._codec = codec
         self._s = settings
         self._metrics = metrics
+        # times handler runs and opens their spans (shared with the service)
+        self._observer = observer if observer is not None else Observer(metrics)
         self._stopping = False
         self._fetch_scope: anyio.CancelScope | None = None
         self._running = 0
@@ -292,7 +296,9 @@ class Consumer:
     async def _handle(self, c: Claimed, now_us: int) -> None:
         try:
             try:
-                event, context = self._codec.decode(c.envelope, self.event_type, c.raw_id)
+                event, context, enqueued_ms = self._codec.decode_timed(
+                    c.envelope, self.event_type, c.raw_id
+                )
             except DecodeError as exc:
                 self._metrics.increment("decode_errors", event_type=self.type_name)
                 log.error(
@@ -307,12 +313,15 @@ class Consumer:
                 return
             delivery = Delivery(
                 self.type_name, c.id, c.attempt, c.due_ms, now_us, context,
-                self.group or DEFAULT_GROUP,
+                self.group or DEFAULT_GROUP, enqueued_ms=enqueued_ms,
             )  # fmt: skip
             _set_delivery(delivery)
-            if delivery.lateness_ms is not None:
-                self._metrics.gauge("lateness_ms", delivery.lateness_ms, event_type=self.type_name)
-            failure = await self._call_handler(event, c)
+            run = self._observer.started(delivery)
+            failure: str | None = CANCELLED  # unless the handler comes back
+            try:
+                failure = await self._call_handler(event, c, run)
+            finally:
+                self._observer.finished(run, failure)
             self._handlers.settling()
             if failure is None:
                 self._acks.append((c.raw_id, c.token))
@@ -322,6 +331,7 @@ class Consumer:
                 await self._fail(c, failure, dead=c.attempt > self._s.retry_attempts)
         finally:
             self._running -= 1
+            self._metrics.gauge("in_flight", self._running, event_type=self.type_name)
             assert self._slot_freed is not None
             self._slot_freed.set()
 
@@ -329,7 +339,7 @@ class Consumer:
         """Structured fields of a log record about one delivery (for JSON log formatters)."""
         return {"event_type": self.type_name, "event_id": c.id, "attempt": c.attempt}
 
-    async def _call_handler(self, event: Event, c: Claimed) -> str | None:
+    async def _call_handler(self, event: Event, c: Claimed, run: HandlerRun) -> str | None:
         """Run the handler; return None on success, else the failure as "Type: message"."""
         try:
             if self._s.handler_timeout is None:
@@ -339,8 +349,9 @@ class Consumer:
                     scope.deadline = anyio.current_time() + self._s.handler_timeout
                     result = await self.handler(event)
                 if scope.cancelled_caught:
-                    return f"HandlerTimeout: handler ran longer than {self._s.handler_timeout}s"
+                    return f"{TIMEOUT_PREFIX} handler ran longer than {self._s.handler_timeout}s"
         except Exception as exc:
+            run.error = exc
             log.warning(
                 "%s %r: handler failed on attempt %d: %s: %s",
                 self.label,

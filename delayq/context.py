@@ -7,9 +7,17 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from types import MappingProxyType
 
-__all__ = ["Delivery", "current_delivery", "event_context"]
+__all__ = ["PROPAGATION_KEYS", "Delivery", "current_delivery", "event_context"]
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
+
+PROPAGATION_KEYS: frozenset[str] = frozenset({"traceparent", "tracestate", "baggage"})
+"""Context keys that carry trace propagation (W3C Trace Context and Baggage).
+
+Tracing (:mod:`delayq.otel`) writes them at enqueue; :func:`event_context`
+leaves them out unless asked.
+"""
+_hidden: frozenset[str] = PROPAGATION_KEYS
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,9 +35,11 @@ class Delivery:
     claimed_us: int
     """When this process claimed it, in µs since the epoch by Redis's clock."""
     context: Mapping[str, str]
-    """The context given at enqueue time."""
+    """The context given at enqueue time, propagation keys included (see :func:`event_context`)."""
     group: str = "default"
     """The delivery group this delivery is for (see ``add_handler(group=...)``)."""
+    enqueued_ms: int | None = None
+    """When it was enqueued (or last replaced), in ms since the epoch by the producer's clock."""
 
     @property
     def lateness_ms(self) -> float | None:
@@ -42,10 +52,26 @@ class Delivery:
 _current: ContextVar[Delivery | None] = ContextVar("delayq_delivery", default=None)
 
 
-def event_context() -> Mapping[str, str]:
-    """The context mapping given at enqueue time, inside a handler; empty outside one."""
+def event_context(*, propagation: bool = False) -> Mapping[str, str]:
+    """The context mapping given at enqueue time, inside a handler; empty outside one.
+
+    Trace propagation keys (``traceparent``, ``tracestate``, ``baggage`` and
+    any other the configured propagator writes) are left out unless
+    ``propagation=True``.
+    """
     delivery = _current.get()
-    return _EMPTY if delivery is None else delivery.context
+    if delivery is None:
+        return _EMPTY
+    context = delivery.context
+    if propagation or _hidden.isdisjoint(context):
+        return context
+    return MappingProxyType({k: v for k, v in context.items() if k not in _hidden})
+
+
+def hide_context_keys(keys: frozenset[str] | set[str]) -> None:
+    """Also leave ``keys`` out of :func:`event_context` (a propagator's own fields)."""
+    global _hidden
+    _hidden = _hidden | frozenset(keys)
 
 
 def current_delivery() -> Delivery | None:

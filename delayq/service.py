@@ -22,6 +22,7 @@ from .events import Event, check_event_type, validate_name
 from .groups import GroupMetrics, Groups, check_group, group_settings
 from .health import ServiceHealth
 from .inspection import DeadLetter, EventInfo, EventTypeRef, Inspector, ScheduledEvent
+from .observer import Observer
 from .options import Options
 from .retry import Backoff, delay_seconds
 from .scheduler import Scheduler, SchedulerSettings
@@ -79,6 +80,7 @@ class EventService:
         )
         self._codec = Codec(opts.serializer, opts.max_payload_bytes)
         self._metrics = opts.metrics
+        self._observer = Observer(opts.metrics, opts.tracing)
         self._types: dict[str, type[Event]] = {}
         # (type name, group; None for the default group) -> its consumer here
         self._consumers: dict[tuple[str, str | None], Consumer] = {}
@@ -273,6 +275,7 @@ class EventService:
             settings=settings,
             metrics=self._metrics if group is None else GroupMetrics(self._metrics, group),
             group=group,
+            observer=self._observer,
         )
         self._consumers[name, group] = consumer
         if self._task_group is not None:
@@ -358,10 +361,11 @@ class EventService:
     async def _enqueue_one(
         self, event: Event, ms: int, *, absolute: bool, context: Any, replace: bool
     ) -> bool:
-        name, envelope = self._prepare(event, context)
-        (code,) = await self._store.enqueue(
-            name, [(event.id, envelope, ms)], absolute=absolute, replace=replace
-        )
+        with self._observer.sending(event, context) as stored_context:
+            name, envelope = self._prepare(event, stored_context)
+            (code,) = await self._store.enqueue(
+                name, [(event.id, envelope, ms)], absolute=absolute, replace=replace
+            )
         self._count_codes(name, [code])
         return code != 0
 
@@ -420,9 +424,26 @@ class EventService:
         """
         default_ms = math.ceil(delay_seconds(delay) * 1000)
         check_context(context)
+        items = list(events)
+        names = [] if self._observer.tracing is None else self._type_names(items)
+        with self._observer.sending_many(names, len(items), context) as stored_context:
+            return await self._enqueue_items(items, default_ms, stored_context, replace)
+
+    def _type_names(self, items: list[Any]) -> list[str]:
+        return [
+            getattr(type(i[0] if isinstance(i, tuple) else i), "event_name", "") for i in items
+        ]
+
+    async def _enqueue_items(
+        self,
+        items: list[Event | tuple[Event, float | timedelta]],
+        default_ms: int,
+        context: Mapping[str, str] | None,
+        replace: bool,
+    ) -> list[bool]:
         by_type: dict[str, list[tuple[int, tuple[str, bytes, int]]]] = {}
         count = 0
-        for index, item in enumerate(events):
+        for index, item in enumerate(items):
             if isinstance(item, tuple):
                 if len(item) != 2:
                     raise TypeError(f"enqueue_many items are events or (event, delay): {item!r}")
