@@ -231,7 +231,9 @@ class Consumer:
                 log.error("%s %r: %s; moving it to dead letters", self.type_name, c.id, exc)
                 await self._fail(c, f"DecodeError: {exc}", dead=True)
                 return
-            delivery = Delivery(self.type_name, c.id, c.attempt, c.due_ms, now_us, context)
+            delivery = Delivery(
+                self.type_name, c.id, c.attempt, c.due_ms, now_us, context, c.envelope
+            )
             _set_delivery(delivery)
             if delivery.lateness_ms is not None:
                 self._metrics.gauge("lateness_ms", delivery.lateness_ms, event_type=self.type_name)

@@ -53,11 +53,12 @@ PG_USER_ENV = "DELAYQ_PG_USER"
 _LOG_NAME = "postgres.log"
 # settings PostgresServer sets itself
 _RESERVED = frozenset({"port", "listen_addresses", "unix_socket_directories", "data_directory"})
-# a test server needs no durability across an OS crash, and starts faster without it
+# A test server needs no durability across an OS crash: nothing is flushed to disk. Commits
+# still reach the OS before they return (synchronous_commit stays on), so a kill() of the
+# server keeps every committed transaction.
 _DEFAULTS = {
     "fsync": "off",
     "full_page_writes": "off",
-    "synchronous_commit": "off",
     "max_connections": "200",
     "shared_buffers": "64MB",
     "log_min_messages": "warning",
@@ -133,7 +134,8 @@ class PostgresServer:
     The cluster is created by ``initdb`` with the superuser ``postgres`` and ``trust``
     authentication, so :attr:`url` needs no password. ``config`` items become ``-c
     name=value`` settings and override the test-friendly defaults (``fsync=off``,
-    ``synchronous_commit=off``, ``max_connections=200``...). Use it as a context manager, or
+    ``full_page_writes=off``, ``max_connections=200``...; committed transactions survive
+    :meth:`kill`, not an OS crash). Use it as a context manager, or
     :meth:`start` and :meth:`close`. Servers still running at interpreter exit are stopped.
 
     Args:
@@ -187,11 +189,15 @@ class PostgresServer:
     @property
     def pid(self) -> int | None:
         """The server's process id while it runs."""
-        return self._proc.pid if self.running else None
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
 
     @property
     def running(self) -> bool:
         """True while the server process is alive."""
+        return self._alive()
+
+    def _alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
     @property
@@ -250,7 +256,7 @@ class PostgresServer:
         ]  # fmt: skip
         for key, value in self._config.items():
             argv += ["-c", f"{key}={value}"]
-        log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps it
+        log = open(self.log_path, "ab")
         try:
             self._proc = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -262,7 +268,7 @@ class PostgresServer:
             _live.add(self)
         deadline = time.monotonic() + self._startup_timeout
         while not self._ready():
-            if not self.running:
+            if not self._alive():
                 raise RuntimeError(f"postgres exited on start: {self.read_log()[-2000:]}")
             if time.monotonic() > deadline:
                 self._signal(signal.SIGKILL)
