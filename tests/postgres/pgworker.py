@@ -2,6 +2,7 @@
 
     python pgworker.py relay  --db URL --redis URL --prefix P --schema S [--hang-after-send FILE]
     python pgworker.py worker --db URL --redis URL --prefix P --schema S [--hang-after-commit FILE]
+                                                                 [--post-commit-ms MS]
 
 ``relay`` runs an :class:`OutboxRelay`; with ``--hang-after-send`` its first batch is sent to
 Redis, then FILE is written and the process hangs before deleting the rows (a test SIGKILLs
@@ -44,6 +45,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--visibility", type=float, default=2.0)
     p.add_argument("--hang-after-send")
     p.add_argument("--hang-after-commit")
+    p.add_argument("--post-commit-ms", type=float, default=0.0, help="work after the commit")
     return p.parse_args()
 
 
@@ -92,6 +94,9 @@ async def worker(args: argparse.Namespace, stop: asyncio.Event) -> None:
                 f'INSERT INTO "{args.schema}".runs (order_id, first, pid) VALUES ($1, $2, $3)',
                 event.order_id, first, pid,
             )  # fmt: skip
+        if args.post_commit_ms:
+            # say, a notification sent after the commit: a kill here means a redelivery
+            await asyncio.sleep(args.post_commit_ms / 1000)
         if hang:
             Path(hang).write_text(event.id)  # noqa: ASYNC240
             hang = None
