@@ -248,12 +248,49 @@ async def bench_inbox(args: argparse.Namespace, redis_url: str, db_url: str) -> 
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    parts = {
+        "throughput": bench_insert_and_relay,
+        "lateness_ms": bench_lateness,
+        "inbox": bench_inbox,
+    }
     with servers() as (redis_url, db_url):
         return {
-            "throughput": await bench_insert_and_relay(args, redis_url, db_url),
-            "lateness_ms": await bench_lateness(args, redis_url, db_url),
-            "inbox": await bench_inbox(args, redis_url, db_url),
+            name: await bench(args, redis_url, db_url)
+            for name, bench in parts.items()
+            if not args.only or name.startswith(args.only)
         }
+
+
+def report(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    """Print the tables."""
+    if "throughput" in result:
+        t = result["throughput"]
+        rates = ", ".join(f"{r:,.0f}" for r in t["insert_many_rows_per_s"])
+        print(f"outbox insert, enqueue_many ({args.txn_rows}/txn): {rates} rows/s")
+        print(
+            f"outbox insert, one event per transaction, {args.tasks} tasks: "
+            f"{t['insert_single_txn_per_s']:,.0f}/s"
+        )
+        print(
+            f"relay, 1 relay: {t['relay_1_rows_per_s']:,.0f} rows/s; 2 relays: "
+            f"{t['relay_2_rows_per_s']:,.0f} rows/s (split {t['relay_2_split']})"
+        )
+        print(
+            f"direct enqueue_many ({args.batch_size}/call): "
+            f"{t['direct_enqueue_many_rows_per_s']:,.0f} rows/s"
+        )
+    if "lateness_ms" in result:
+        print(f"lateness ({args.events} events/mode at {args.rate}/s, delay {args.delay}s), ms:")
+        print(f"  {'mode':8} {'p50':>8} {'p99':>8} {'max':>8} {'min':>8}")
+        for mode, v in result["lateness_ms"].items():
+            print(f"  {mode:8} {v['p50']:8.2f} {v['p99']:8.2f} {v['max']:8.2f} {v['min']:8.2f}")
+    if "inbox" in result:
+        print(f"inbox ({args.handled} events, concurrency 8), handler µs mean/p50/p99, events/s:")
+        for mode, v in result["inbox"].items():
+            print(
+                f"  {mode:14} {v['handler_us_mean']:8.0f} {v['handler_us_p50']:8.0f} "
+                f"{v['handler_us_p99']:8.0f} {v['events_per_s']:10,.0f}"
+            )
 
 
 def main() -> None:
@@ -268,35 +305,11 @@ def main() -> None:
     p.add_argument("--events", type=int, default=300, help="events per mode for lateness")
     p.add_argument("--rate", type=float, default=30.0, help="events/s per mode for lateness")
     p.add_argument("--delay", type=float, default=0.5, help="seconds each lateness event waits")
+    p.add_argument("--only", choices=["throughput", "lateness", "inbox"], help="run one part")
     p.add_argument("--handled", type=int, default=5_000, help="events per inbox run")
     args = p.parse_args()
     result = asyncio.run(main_async(args))
-    t, late, inbox = result["throughput"], result["lateness_ms"], result["inbox"]
-    print(
-        f"outbox insert, enqueue_many ({args.txn_rows}/txn): "
-        + ", ".join(f"{r:,.0f}" for r in t["insert_many_rows_per_s"])
-        + " rows/s"
-    )
-    print(
-        f"outbox insert, one event per transaction, {args.tasks} tasks: {t['insert_single_txn_per_s']:,.0f}/s"
-    )
-    print(
-        f"relay, 1 relay: {t['relay_1_rows_per_s']:,.0f} rows/s; 2 relays: {t['relay_2_rows_per_s']:,.0f} rows/s "
-        f"(split {t['relay_2_split']})"
-    )
-    print(
-        f"direct enqueue_many ({args.batch_size}/call): {t['direct_enqueue_many_rows_per_s']:,.0f} rows/s"
-    )
-    print(f"lateness ({args.events} events/mode at {args.rate}/s, delay {args.delay}s), ms:")
-    print(f"  {'mode':8} {'p50':>8} {'p99':>8} {'max':>8} {'min':>8}")
-    for mode, v in late.items():
-        print(f"  {mode:8} {v['p50']:8.2f} {v['p99']:8.2f} {v['max']:8.2f} {v['min']:8.2f}")
-    print(f"inbox ({args.handled} events, concurrency 8), handler µs mean/p50/p99, events/s:")
-    for mode, v in inbox.items():
-        print(
-            f"  {mode:14} {v['handler_us_mean']:8.0f} {v['handler_us_p50']:8.0f} {v['handler_us_p99']:8.0f} "
-            f"{v['events_per_s']:10,.0f}"
-        )
+    report(args, result)
     result["args"] = vars(args)
     result["machine"] = {
         "python": sys.version.split()[0],
