@@ -1,9 +1,9 @@
 """``OutboxRelay``: moves committed outbox rows to Redis, then deletes them.
 
-One batch is one PostgreSQL transaction: lock up to ``batch_size`` rows (``FOR UPDATE SKIP
-LOCKED``, so several relays share the table without waiting for each other), enqueue them
-through :meth:`EventService.enqueue_envelopes` (the normal enqueue script: same (type, id)
-dedup, same ``replace`` rule), delete them, commit. A relay that dies between the enqueue and
+One batch is one PostgreSQL transaction: delete up to ``batch_size`` rows, picked with ``FOR
+UPDATE SKIP LOCKED`` so several relays share the table without waiting for each other, and
+get them back (``RETURNING``); enqueue them through :meth:`EventService.enqueue_envelopes`
+(the normal enqueue script: same (type, id) dedup, same ``replace`` rule); commit. A relay that dies between the enqueue and
 the commit leaves its rows in the table, unlocked; the next batch sends them again, and Redis
 keeps the event it already has (counted as ``kept``). A re-sent row carries the very envelope
 of the first send, so even an event that was already handled comes back as the *same version*
@@ -101,15 +101,17 @@ class OutboxRelay:
         self._connect_kwargs = dict(connect_kwargs or {})
         self._channel = channel_name(self.schema)
         table = f'"{self.schema}".outbox'
+        # One statement takes the batch: the rows are deleted (and stay locked) until the
+        # transaction commits after Redis has them; a crash before that rolls the delete back.
         # A row waits while an earlier row of the same event is still there (locked by
         # another relay, say), so one event's rows reach Redis in insertion order.
-        self._select = (
-            "SELECT id, event_type, event_id, envelope, due_ms, absolute, replace_existing "
-            f"FROM {table} o WHERE NOT EXISTS (SELECT 1 FROM {table} p WHERE "
-            "p.event_type = o.event_type AND p.event_id = o.event_id AND p.id < o.id) "
-            "ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED"
+        self._take = (
+            f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} o WHERE NOT EXISTS ("
+            f"SELECT 1 FROM {table} p WHERE p.event_type = o.event_type "
+            "AND p.event_id = o.event_id AND p.id < o.id) "
+            "ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED) "
+            "RETURNING id, event_type, event_id, envelope, due_ms, absolute, replace_existing"
         )
-        self._delete = f"DELETE FROM {table} WHERE id = ANY(CAST($1 AS bigint[]))"
         self._conn: asyncpg.Connection | None = None
         self._listener: asyncpg.Connection | None = None
         self._wake = asyncio.Event()
@@ -171,11 +173,10 @@ class OutboxRelay:
         """Relay one batch: send up to ``batch_size`` committed rows to Redis; return how many."""
         conn = await self._connection()
         async with conn.transaction():
-            rows = await conn.fetch(self._select, self.batch_size)
+            rows = sorted(await conn.fetch(self._take, self.batch_size), key=lambda r: r[0])
             if not rows:
                 return 0
             kept = await self._send(rows)
-            await conn.execute(self._delete, [r[0] for r in rows])
         self.relayed += len(rows)
         self.kept += kept
         self.batches += 1

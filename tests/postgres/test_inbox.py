@@ -177,7 +177,7 @@ async def test_resent_outbox_row_is_the_same_version(service, pg, schema, postgr
         conn = await relay._connection()
         tx = conn.transaction()
         await tx.start()
-        rows = await conn.fetch(relay._select, 10)
+        rows = await conn.fetch(relay._take, 10)
         await relay._send(rows)  # sent to Redis, then the "crash": the delete rolls back
         await tx.rollback()
         await wait_for(lambda: firsts == [True], timeout=10)

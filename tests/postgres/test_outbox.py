@@ -286,3 +286,15 @@ def test_python_m_delayq_postgres_sql(tmp_path):
     )  # fmt: skip
     assert 'CREATE TABLE "app_q".inbox' in out.stdout
     assert Path(tmp_path).exists()
+
+
+def test_importing_delayq_does_not_import_asyncpg_or_sqlalchemy():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, delayq, delayq.testing; "
+        "bad = [m for m in ('asyncpg', 'sqlalchemy') if m in sys.modules]; "
+        "sys.exit(1 if bad else 0)"
+    )
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
