@@ -7,7 +7,7 @@ See the README for the guide and every option.
 
 from .codec import Serializer
 from .context import Delivery, current_delivery, event_context
-from .errors import DecodeError, DelayqError, QueueFullError
+from .errors import DecodeError, DelayqError, NotReplicatedError, QueueFullError
 from .events import Event, event_name
 from .metrics import InMemoryMetrics, Metrics, NoopMetrics
 from .options import Options
@@ -26,6 +26,7 @@ __all__ = [
     "InMemoryMetrics",
     "Metrics",
     "NoopMetrics",
+    "NotReplicatedError",
     "Options",
     "QueueCounts",
     "QueueFullError",

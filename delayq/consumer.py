@@ -33,6 +33,8 @@ log = logging.getLogger("delayq.consumer")
 Handler = Callable[[Any], Awaitable[Any]]
 
 _MAX_BACKOFF = 5.0
+# A stopping consumer gives its last acks at least this long, even with shutdown_grace=0.
+_MIN_ACK_FLUSH = 2.0
 
 
 class _HandlerTasks:
@@ -47,6 +49,8 @@ class _HandlerTasks:
     def __init__(self, type_name: str):
         self._type_name = type_name
         self._tasks: set[asyncio.Task[None]] = set()
+        # tasks whose handler has returned and which are recording the outcome
+        self._settling: set[asyncio.Task[None]] = set()
 
     def start_soon(self, func: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
         """Start ``func(*args)`` in a new task (it copies the current context, as anyio does)."""
@@ -54,19 +58,36 @@ class _HandlerTasks:
         self._tasks.add(task)
         task.add_done_callback(self._done)
 
+    def settling(self) -> None:
+        """Mark the calling task as past its handler: a drain lets it finish recording."""
+        task = asyncio.current_task()
+        if task in self._tasks:
+            self._settling.add(task)
+
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
+        self._settling.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("%s: a handler task failed", self._type_name, exc_info=task.exception())
 
     async def cancel_and_wait(self, timeout: float = 10.0) -> None:
-        """Cancel the tasks still running and wait (up to ``timeout``) until they end."""
+        """Cancel the handlers still running and wait (up to ``timeout``) until all tasks end.
+
+        A task whose handler already returned is not cancelled: the outcome it
+        is recording (a failure and its retry time) must reach Redis. After
+        ``timeout`` every task left is cancelled.
+        """
         if not self._tasks:
             return
-        for task in self._tasks:
+        for task in self._tasks - self._settling:
             task.cancel()
         with anyio.move_on_after(timeout, shield=True):
             await asyncio.wait(set(self._tasks))
+        if self._tasks:
+            for task in self._tasks:
+                task.cancel()
+            with anyio.move_on_after(1.0, shield=True):
+                await asyncio.wait(set(self._tasks))
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +133,9 @@ class Consumer:
         # the lease gone, which is no loss
         self._settling: set[tuple[bytes, bytes]] = set()
         self._acks: list[tuple[bytes, bytes]] = []
+        self._acking: list[tuple[bytes, bytes]] = []  # the batch of the ack call under way
+        self._acks_closing = False
+        self._handlers = _HandlerTasks(self.type_name)
         self._slot_freed: anyio.Event | None = None
         self._ack_wanted: anyio.Event | None = None
         # asyncio's Event needs no running loop to be created: add_handler may run before one
@@ -138,15 +162,23 @@ class Consumer:
         await self._finished.wait()
 
     async def run(self) -> None:
-        """Consume until :meth:`stop`; owns the handler, ack and renewal tasks."""
+        """Consume until :meth:`stop`; owns the handler, ack and renewal tasks.
+
+        On stop: fetching ends, running handlers get ``shutdown_grace`` to
+        finish, and the ack task sends every ack still pending before it ends
+        (a handler that succeeded is acked before this returns, unless Redis
+        stays unreachable for the whole flush; that is logged).
+        """
         self._finished.clear()
         self._slot_freed = anyio.Event()
         self._ack_wanted = anyio.Event()
+        self._acks_closing = False
+        acks_done = anyio.Event()
         try:
             async with anyio.create_task_group() as helpers:
                 helpers.start_soon(self._renew_loop)
-                helpers.start_soon(self._ack_loop)
-                handlers = _HandlerTasks(self.type_name)
+                helpers.start_soon(self._ack_loop, acks_done)
+                handlers = self._handlers = _HandlerTasks(self.type_name)
                 try:
                     with anyio.CancelScope() as self._fetch_scope:
                         await self._fetch_loop(handlers)
@@ -162,8 +194,19 @@ class Consumer:
                         )
                 finally:
                     await handlers.cancel_and_wait()
-                with anyio.move_on_after(self._s.shutdown_grace):
-                    await self._flush_acks()
+                # The ack task sends what is pending, including a batch it may
+                # hold in a call under way right now, then ends by itself.
+                self._acks_closing = True
+                self._ack_wanted.set()
+                with anyio.move_on_after(max(self._s.shutdown_grace, _MIN_ACK_FLUSH)):
+                    await acks_done.wait()
+                if not acks_done.is_set():
+                    log.error(
+                        "%s: Redis did not take the acks of %d finished events during the "
+                        "shutdown; they will run again when their leases expire",
+                        self.type_name,
+                        len(self._acks) + len(self._acking),
+                    )
                 helpers.cancel_scope.cancel()
         finally:
             self._finished.set()
@@ -229,6 +272,7 @@ class Consumer:
             except DecodeError as exc:
                 self._metrics.increment("decode_errors", event_type=self.type_name)
                 log.error("%s %r: %s; moving it to dead letters", self.type_name, c.id, exc)
+                self._handlers.settling()
                 await self._fail(c, f"DecodeError: {exc}", dead=True)
                 return
             delivery = Delivery(
@@ -238,6 +282,7 @@ class Consumer:
             if delivery.lateness_ms is not None:
                 self._metrics.gauge("lateness_ms", delivery.lateness_ms, event_type=self.type_name)
             failure = await self._call_handler(event, c)
+            self._handlers.settling()
             if failure is None:
                 self._acks.append((c.raw_id, c.token))
                 assert self._ack_wanted is not None
@@ -322,6 +367,7 @@ class Consumer:
         backoff = 0.05
         while self._acks:
             batch, self._acks = self._acks, []
+            self._acking = batch
             self._settling.update(batch)
             try:
                 await self._store.ack(self.type_name, batch)
@@ -333,17 +379,25 @@ class Consumer:
                 await anyio.sleep(backoff)
                 backoff = min(backoff * 2, _MAX_BACKOFF)
                 continue
+            finally:
+                self._acking = []
             self._leased.difference_update(batch)
             self._settling.difference_update(batch)
             self._metrics.increment("succeeded", len(batch), event_type=self.type_name)
 
-    async def _ack_loop(self) -> None:
-        # Acks that arrive while one call is under way go together in the next.
-        while True:
-            assert self._ack_wanted is not None
+    async def _ack_loop(self, done: anyio.Event) -> None:
+        """The one task that sends acks, until the consumer closes and none are left.
+
+        Acks that arrive while one call is under way go together in the next.
+        Only this task sends acks, so a batch is never cancelled half-way by a
+        second flush racing it.
+        """
+        assert self._ack_wanted is not None
+        while not (self._acks_closing and not self._acks):
             await self._ack_wanted.wait()
             self._ack_wanted = anyio.Event()
             await self._flush_acks()
+        done.set()
 
     async def _renew_loop(self) -> None:
         period = self._s.visibility_ms / 3000

@@ -42,10 +42,13 @@ class Options:
     enable_scheduling: bool = True
     polling_timeout: float = 5.0
     lock_timeout: float = 10.0
+    takeover_delay: float = 0.5
     serializer: Serializer = "msgpack"
     max_payload_bytes: int = 512 * 1024
     metrics: Metrics = field(default_factory=NoopMetrics)
     shutdown_grace: float = 10.0
+    min_replicas: int = 0
+    replica_timeout: float = 1.0
 
     @classmethod
     def build(cls, **kwargs: Any) -> Options:
@@ -72,7 +75,9 @@ class Options:
             ("scheduling_interval", 0.01, 3600.0),
             ("polling_timeout", 0.05, 300.0),
             ("lock_timeout", 0.5, 3600.0),
+            ("takeover_delay", 0.05, 600.0),
             ("shutdown_grace", 0.0, 3600.0),
+            ("replica_timeout", 0.001, 60.0),
         ):
             if name in opts:
                 opts[name] = _seconds(name, opts[name], low=low, high=high)
@@ -82,6 +87,8 @@ class Options:
             )
         if "scheduling_batch_size" in opts:
             _int("scheduling_batch_size", opts["scheduling_batch_size"], low=1, high=2000)
+        if "min_replicas" in opts:
+            _int("min_replicas", opts["min_replicas"], low=0, high=64)
         if "max_payload_bytes" in opts:
             _int("max_payload_bytes", opts["max_payload_bytes"], low=64, high=512 * 1024 * 1024)
         if "enable_scheduling" in opts and not isinstance(opts["enable_scheduling"], bool):
@@ -103,6 +110,11 @@ class Options:
     def visibility_ms(self) -> int:
         """The visibility timeout in whole ms."""
         return math.ceil(self.visibility_timeout * 1000)
+
+    @property
+    def replica_timeout_ms(self) -> int:
+        """The replica timeout in whole ms (at least 1: ``WAIT`` with 0 would block forever)."""
+        return max(1, math.ceil(self.replica_timeout * 1000))
 
     @property
     def lock_ms(self) -> int:

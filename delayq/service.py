@@ -15,11 +15,8 @@ from typing import Any
 import anyio
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from redis.backoff import ExponentialBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.retry import Retry
 
+from . import connect
 from .codec import Codec, check_context
 from .consumer import Consumer, ConsumerSettings, Handler
 from .errors import DecodeError
@@ -27,6 +24,7 @@ from .events import Event, check_event_type, validate_name
 from .options import Options
 from .retry import delay_seconds
 from .scheduler import Scheduler, SchedulerSettings
+from .sentinel import SentinelWatch
 from .store import QueueCounts, Store
 
 __all__ = ["Client", "DeadLetter", "EventService"]
@@ -91,8 +89,15 @@ class EventService:
         if _connection_kwargs(redis).get("decode_responses"):
             raise ValueError("delayq needs a Redis client with decode_responses=False")
         self._redis = redis
-        self._owned: list[Client] = []
-        self._store = Store(redis, opts.prefix, blocking=blocking)
+        self._owned: list[Any] = []
+        self._watch: SentinelWatch | None = None
+        self._store = Store(
+            redis,
+            opts.prefix,
+            blocking=blocking,
+            min_replicas=opts.min_replicas,
+            replica_timeout_ms=opts.replica_timeout_ms,
+        )
         self._codec = Codec(opts.serializer, opts.max_payload_bytes)
         self._metrics = opts.metrics
         self._types: dict[str, type[Event]] = {}
@@ -115,6 +120,7 @@ class EventService:
                     visibility_ms=opts.visibility_ms,
                     max_deliveries=1 + opts.retry_attempts,
                     lock_ms=opts.lock_ms,
+                    takeover_delay=opts.takeover_delay,
                     listen_timeout=self._consumer_settings.polling_timeout,
                 ),
                 self._metrics,
@@ -138,34 +144,61 @@ class EventService:
         """Connect to the Redis at ``url`` (``redis://``, ``rediss://``, ``unix://``).
 
         With ``cluster=True``, ``url`` names any node of a Redis Cluster and the
-        other nodes are discovered from it. Creates two clients owned (and
-        closed) by the service: one for commands and scripts, one for BRPOP and
-        pub/sub with a socket timeout above the block time. Both speak RESP2
-        and retry connection errors with backoff.
+        other nodes are discovered from it. A ``redis+sentinel://`` URL goes to
+        :meth:`from_sentinel`. Creates two clients owned (and closed) by the
+        service: one for commands and scripts, one for BRPOP and pub/sub with a
+        socket timeout above the block time. Both speak RESP2 and retry
+        connection errors with backoff.
         """
         polling = delay_seconds(options.get("polling_timeout") or 5.0, "polling_timeout")
-        factory: Any = RedisCluster.from_url if cluster else Redis.from_url
+        if url.split("://", 1)[0] in connect.SENTINEL_SCHEMES:
+            if cluster:
+                raise ValueError("a redis+sentinel:// URL cannot be used with cluster=True")
+            sentinels, name, kwargs = connect.parse_sentinel_url(url)
+            return cls.from_sentinel(sentinels, name, **kwargs, **options)
+        return cls._owning(connect.url_clients(url, cluster=cluster, polling=polling), options)
 
-        def client(socket_timeout: float) -> Client:
-            return factory(  # type: ignore[no-any-return]
-                url,
-                protocol=2,
-                decode_responses=False,
-                socket_timeout=socket_timeout,
-                socket_connect_timeout=5,
-                socket_keepalive=True,
-                retry=Retry(ExponentialBackoff(cap=1.0, base=0.02), retries=3),
-                retry_on_error=[RedisConnectionError, RedisTimeoutError, ConnectionResetError],
-            )
+    @classmethod
+    def from_sentinel(
+        cls,
+        sentinels: list[tuple[str, int]],
+        service_name: str,
+        *,
+        password: str | None = None,
+        username: str | None = None,
+        db: int = 0,
+        ssl: bool = False,
+        sentinel_kwargs: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> EventService:
+        """Connect to the master that ``sentinels`` name ``service_name`` (Redis Sentinel).
 
-        commands = client(10.0)
-        blocking = client(polling + 10.0)
+        ``sentinels`` is a list of ``(host, port)``; ``password``/``username``,
+        ``db`` and ``ssl`` are for the data servers, ``sentinel_kwargs`` (e.g.
+        ``{"password": ...}``) for the sentinels. After a failover the service
+        reconnects to the new master by itself. The same as
+        ``from_url("redis+sentinel://host:port,host:port/service_name")``.
+        """
+        polling = delay_seconds(options.get("polling_timeout") or 5.0, "polling_timeout")
+        kwargs: dict[str, Any] = {"db": db}
+        if password is not None:
+            kwargs["password"] = password
+        if username is not None:
+            kwargs["username"] = username
+        if ssl:
+            kwargs["ssl"] = True
+        clients = connect.sentinel_clients(
+            list(sentinels), service_name, polling=polling, sentinel_kwargs=sentinel_kwargs,
+            **kwargs,
+        )  # fmt: skip
+        return cls._owning(clients, options)
+
+    @classmethod
+    def _owning(cls, clients: connect.Clients, options: dict[str, Any]) -> EventService:
         service = cls.__new__(cls)
-        try:
-            service._setup(commands, blocking, options)
-        except BaseException:
-            raise  # the clients never connected: nothing to close
-        service._owned = [commands, blocking]
+        service._setup(clients.commands, clients.blocking, options)  # nothing to close on error
+        service._owned = clients.owned
+        service._watch = clients.watch
         return service
 
     @property
@@ -567,6 +600,8 @@ class EventService:
             if not task.cancelled() and task.exception() is not None:
                 log.error("the service's tasks ended with an error", exc_info=task.exception())
         await self._store.aclose()
+        if self._watch is not None:
+            await self._watch.aclose()
         for client in self._owned:
             await client.aclose()
 

@@ -20,7 +20,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError, ResponseError
 
 from . import lua
-from .errors import QueueFullError
+from .errors import NotReplicatedError, QueueFullError
 from .events import validate_name
 from .keys import PrefixKeys, TypeKeys
 
@@ -61,6 +61,7 @@ class MoveResult:
     now_ms: int
     dead: int
     queued: int
+    late_ms: int
     missing: list[bytes]
 
 
@@ -113,8 +114,14 @@ class Store:
         prefix: str,
         *,
         blocking: Redis | RedisCluster | None = None,
+        min_replicas: int = 0,
+        replica_timeout_ms: int = 1000,
     ):
+        if min_replicas and isinstance(redis, RedisCluster):
+            raise ValueError("min_replicas is not supported on a Redis Cluster")
         self.redis = redis
+        self.min_replicas = min_replicas
+        self.replica_timeout_ms = replica_timeout_ms
         self.blocking = blocking if blocking is not None else redis
         self.keys = PrefixKeys(prefix)
         self._type_keys: dict[str, tuple[str, ...]] = {}
@@ -137,12 +144,15 @@ class Store:
         return await self._scripts[script](keys=self._k(type_name), args=args, client=client)
 
     async def _pipelined(
-        self, script: str, type_name: str, calls: Sequence[Sequence[Any]]
+        self, script: str, type_name: str, calls: Sequence[Sequence[Any]], *, wait: bool = False
     ) -> list[Any]:
         """Run one script several times in one pipeline (one slot: fine on a cluster too).
 
         Every script is safe to run twice, so after a NOSCRIPT (a restarted or
         flushed Redis) the script is loaded and the whole pipeline sent again.
+        With ``wait`` and ``min_replicas``, a ``WAIT`` ends the pipeline: it
+        runs on the same connection, so it counts the replicas that have this
+        pipeline's writes (see :meth:`_replicated`).
         """
         if isinstance(self.redis, RedisCluster):
             # redis-py refuses EVALSHA in cluster pipelines: send a few calls at a time
@@ -153,17 +163,44 @@ class Store:
             return results
         source = self._scripts[script]
         keys = self._k(type_name)
+        wait = wait and self.min_replicas > 0
         for attempt in (1, 2):
             async with self.redis.pipeline(transaction=False) as pipe:
                 for args in calls:
                     pipe.evalsha(source.sha, len(keys), *keys, *args)
+                if wait:
+                    pipe.execute_command("WAIT", self.min_replicas, self.replica_timeout_ms)
                 try:
-                    return list(await pipe.execute())
+                    replies = list(await pipe.execute())
                 except NoScriptError:
                     if attempt == 2:
                         raise
                     await self.redis.script_load(source.script)
+                    continue
+            if wait:
+                self._replicated(int(replies.pop()), script, type_name)
+            return replies
         raise AssertionError("unreachable")
+
+    async def _run_durable(self, script: str, type_name: str, args: Sequence[Any]) -> Any:
+        """Run a script; with ``min_replicas``, also wait for that many replicas to have it."""
+        if not self.min_replicas:
+            return await self._run(script, type_name, args)
+        (reply,) = await self._pipelined(script, type_name, [args], wait=True)
+        return reply
+
+    def _replicated(self, replicas: int, script: str, type_name: str) -> None:
+        if replicas >= self.min_replicas:
+            return
+        message = (
+            f"{type_name}: only {replicas} of the {self.min_replicas} replicas asked for "
+            f"(min_replicas) confirmed the {script} within {self.replica_timeout_ms} ms; "
+            "a failover now could undo it"
+        )
+        if script == "enqueue":
+            raise NotReplicatedError(message + ". Enqueueing again is safe (same id, same event)")
+        # an ack a failover undoes means the event runs again: at-least-once still holds
+        log.warning("%s", message)
 
     # -- producers -----------------------------------------------------------
 
@@ -269,8 +306,8 @@ class Store:
                 for n, chunk in enumerate(chunks, 1)
             ]
             if len(calls) == 1:
-                return [int(c) for c in await self._run("enqueue", type_name, calls[0])]
-            replies = await self._pipelined("enqueue", type_name, calls)
+                return [int(c) for c in await self._run_durable("enqueue", type_name, calls[0])]
+            replies = await self._pipelined("enqueue", type_name, calls, wait=True)
             return [int(c) for reply in replies for c in reply]
         except ResponseError as exc:
             if "used memory > 'maxmemory'" not in str(exc):
@@ -306,16 +343,31 @@ class Store:
             names.add(name)
         return names
 
-    async def take_lock(self, token: str, ttl_ms: int) -> bool:
-        """Take or renew the scheduler lock; True when ``token`` holds it."""
+    async def take_lock(self, token: str, ttl_ms: int) -> tuple[bool, str | None]:
+        """Take or renew the scheduler lock.
+
+        Returns whether ``token`` holds it now, and otherwise the holder's token.
+        """
+        r = await self._scripts["lock_take"](keys=[self.keys.scheduler_lock], args=[token, ttl_ms])
+        if int(r[0]):
+            return True, None
+        holder = r[1] if len(r) > 1 else None
+        return False, holder.decode("utf-8", "replace") if isinstance(holder, bytes) else holder
+
+    async def steal_lock(self, holder: str, token: str, ttl_ms: int) -> bool:
+        """Take the lock if ``holder`` (or nobody) still holds it; True when ``token`` holds it."""
         return bool(
-            await self._scripts["lock_take"](keys=[self.keys.scheduler_lock], args=[token, ttl_ms])
+            await self._scripts["lock_steal"](
+                keys=[self.keys.scheduler_lock], args=[holder, token, ttl_ms]
+            )
         )
 
     async def release_lock(self, token: str) -> bool:
-        """Release the scheduler lock if ``token`` holds it."""
+        """Release the scheduler lock if ``token`` holds it, and tell the standbys so."""
         return bool(
-            await self._scripts["lock_release"](keys=[self.keys.scheduler_lock], args=[token])
+            await self._scripts["lock_release"](
+                keys=[self.keys.scheduler_lock], args=[token, self.keys.wakeup_channel]
+            )
         )
 
     async def move_due(
@@ -331,7 +383,8 @@ class Store:
             now_ms=int(r[3]),
             dead=int(r[4]),
             queued=int(r[5]),
-            missing=list(r[6:]),
+            late_ms=int(r[6]),
+            missing=list(r[7:]),
         )
 
     def wakeups(self) -> WakeupListener:
@@ -377,7 +430,7 @@ class Store:
     async def ack(self, type_name: str, done: Iterable[tuple[bytes, bytes]]) -> int:
         """Remove events whose handlers succeeded; stale tokens are ignored."""
         args = [x for pair in done for x in pair]
-        return int(await self._run("ack", type_name, args)) if args else 0
+        return int(await self._run_durable("ack", type_name, args)) if args else 0
 
     async def renew(
         self, type_name: str, leases: Iterable[tuple[bytes, bytes]], visibility_ms: int
