@@ -19,7 +19,7 @@ from typing import Any
 
 __all__ = ["fetch", "in_transaction", "is_sqlalchemy", "transaction"]
 
-_PARAM = re.compile(r"\$(\d+)")
+_PARAM = r"\$(\d+)"  # a pattern string: re caches it
 
 
 def is_sqlalchemy(conn: Any) -> bool:
@@ -46,7 +46,7 @@ async def fetch(conn: Any, sql: str, *args: Any) -> list[tuple[Any, ...]]:
     if is_sqlalchemy(conn):
         from sqlalchemy import text
 
-        statement = text(_PARAM.sub(lambda m: f":p{m.group(1)}", sql))
+        statement = text(re.sub(_PARAM, lambda m: f":p{m.group(1)}", sql))
         result = await conn.execute(statement, {f"p{i}": v for i, v in enumerate(args, 1)})
         return [tuple(row) for row in result.fetchall()] if result.returns_rows else []
     return [tuple(row) for row in await conn.fetch(sql, *args)]

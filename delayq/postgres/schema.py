@@ -16,8 +16,8 @@ from typing import Any
 
 __all__ = ["Migration", "channel_name", "migrate", "migrations", "schema_sql", "validate_schema"]
 
-_SCHEMA_RE = re.compile(r"[a-z_][a-z0-9_]{0,49}")
-_FILE_RE = re.compile(r"(\d{3})_[a-z0-9_]+\.sql")
+_SCHEMA_RE = r"[a-z_][a-z0-9_]{0,49}"
+_FILE_RE = r"(\d{3})_[a-z0-9_]+\.sql"
 
 
 def validate_schema(schema: object) -> str:
@@ -27,7 +27,7 @@ def validate_schema(schema: object) -> str:
     """
     if not isinstance(schema, str):
         raise TypeError(f"schema must be a str, not {type(schema).__name__}")
-    if not _SCHEMA_RE.fullmatch(schema) or schema.startswith("pg_"):
+    if not re.fullmatch(_SCHEMA_RE, schema) or schema.startswith("pg_"):
         raise ValueError(
             f"schema must match [a-z_][a-z0-9_]* (at most 50 characters, not pg_...): {schema!r}"
         )
@@ -53,7 +53,7 @@ def migrations(schema: str = "delayq") -> list[Migration]:
     schema = validate_schema(schema)
     found = []
     for entry in resources.files("delayq.postgres").joinpath("sql").iterdir():
-        match = _FILE_RE.fullmatch(entry.name)
+        match = re.fullmatch(_FILE_RE, entry.name)
         if match is None:
             continue
         text = entry.read_text(encoding="utf-8")
