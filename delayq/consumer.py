@@ -313,7 +313,7 @@ class Consumer:
                 return
             delivery = Delivery(
                 self.type_name, c.id, c.attempt, c.due_ms, now_us, context,
-                self.group or DEFAULT_GROUP, enqueued_ms=enqueued_ms,
+                self.group or DEFAULT_GROUP, enqueued_ms=enqueued_ms, envelope=c.envelope,
             )  # fmt: skip
             _set_delivery(delivery)
             run = self._observer.started(delivery)

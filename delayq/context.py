@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 __all__ = ["PROPAGATION_KEYS", "Delivery", "current_delivery", "event_context"]
@@ -40,6 +41,34 @@ class Delivery:
     """The delivery group this delivery is for (see ``add_handler(group=...)``)."""
     enqueued_ms: int | None = None
     """When it was enqueued (or last replaced), in ms since the epoch by the producer's clock."""
+    envelope: bytes = field(default=b"", repr=False, compare=False)
+    """The stored envelope (never changes after enqueue; ``version`` is derived from it)."""
+
+    @property
+    def version(self) -> str:
+        """Which version of the event this is: 32 hex digits, the same on every redelivery.
+
+        It is a digest of the stored envelope (payload, context and enqueue time),
+        so an event enqueued again after it was handled, or replaced, is a new
+        version, while retries and redeliveries of one enqueue share it.
+        """
+        return hashlib.blake2b(self.envelope, digest_size=16).hexdigest()
+
+    @property
+    def idempotency_key(self) -> str:
+        """A stable key for this version of this event: ``"dq-"`` and 40 hex digits.
+
+        The same on every redelivery of one enqueue, different for another event
+        or another version of it. Pass it to external APIs that take idempotency
+        keys (Stripe's ``Idempotency-Key`` header, say) so a handler that runs
+        twice charges once.
+        """
+        digest = hashlib.blake2b(digest_size=20)
+        for part in (self.event_type.encode(), self.id.encode("utf-8", "surrogatepass")):
+            digest.update(len(part).to_bytes(4, "big"))
+            digest.update(part)
+        digest.update(self.envelope)
+        return "dq-" + digest.hexdigest()
 
     @property
     def lateness_ms(self) -> float | None:

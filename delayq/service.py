@@ -7,7 +7,7 @@ import inspect
 import logging
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -463,6 +463,47 @@ class EventService:
             for (index, _), code in zip(entries, codes, strict=True):
                 results[index] = code != 0
         return results
+
+    async def enqueue_envelopes(
+        self,
+        event_type: str,
+        items: Sequence[tuple[str, bytes, int]],
+        *,
+        absolute: bool = False,
+        replace: bool = False,
+    ) -> list[int]:
+        """Enqueue events already encoded into envelopes; one code per item, in order.
+
+        For tools that encode elsewhere and send later, such as the transactional
+        outbox of :mod:`delayq.postgres`: ``event_type`` is a wire name, and each
+        item is ``(id, envelope, ms)`` with an envelope made by
+        :class:`delayq.codec.Codec` and ``ms`` a delay in ms or, with
+        ``absolute=True``, a unix time in ms. The same script, dedup and
+        ``replace`` rule as every enqueue apply. Codes: 1 added, 0 kept (the id
+        existed), 2 replaced. Envelopes are not decoded here: one that does not
+        decode becomes a dead letter when it is delivered.
+        """
+        validate_name(event_type)
+        checked = []
+        for item in items:
+            if not (
+                isinstance(item, tuple)
+                and len(item) == 3
+                and isinstance(item[0], str)
+                and item[0]
+                and isinstance(item[1], bytes)
+                and isinstance(item[2], int)
+                and not isinstance(item[2], bool)
+            ):
+                raise TypeError(f"items are (id: str, envelope: bytes, ms: int), not {item!r}")
+            if not absolute and item[2] < 0:
+                raise ValueError(f"a delay in ms must be >= 0: {item!r}")
+            checked.append(item)
+        if not checked:
+            return []
+        codes = await self._store.enqueue(event_type, checked, absolute=absolute, replace=replace)
+        self._count_codes(event_type, codes)
+        return codes
 
     async def cancel(self, event_type: EventTypeRef, id: str) -> bool:
         """Remove a pending (scheduled, ready or in-flight) event; True when one was removed.
