@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +54,7 @@ class Options:
     metrics: Metrics = field(default_factory=NoopMetrics)
     tracing: Tracing | None = None
     shutdown_grace: float = 10.0
+    outbox: Callable[[Any], AbstractAsyncContextManager[Any]] | None = None
     min_replicas: int = 0
     replica_timeout: float = 1.0
 
@@ -65,7 +68,7 @@ class Options:
                 f"unknown EventService options: {sorted(unknown)}; known: {sorted(names)}"
             )
         opts: dict[str, Any] = {
-            k: v for k, v in kwargs.items() if v is not None or k == "handler_timeout"
+            k: v for k, v in kwargs.items() if v is not None or k in ("handler_timeout", "outbox")
         }
         from .events import validate_name
 
@@ -92,6 +95,11 @@ class Options:
             )
         if "scheduling_batch_size" in opts:
             _int("scheduling_batch_size", opts["scheduling_batch_size"], low=1, high=2000)
+        if opts.get("outbox") is not None and not callable(opts["outbox"]):
+            raise TypeError(
+                "outbox must be made by delayq.postgres.outbox_relay(dsn, ...) (a callable "
+                "taking the service and returning an async context manager)"
+            )
         if "min_replicas" in opts:
             _int("min_replicas", opts["min_replicas"], low=0, high=64)
         if "max_payload_bytes" in opts:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import math
@@ -692,8 +693,12 @@ class EventService:
                     tg.start_soon(self._keep_running, self._scheduler)
                 for consumer in self._consumers.values():
                     tg.start_soon(self._keep_running, consumer)
-                started.set_result(None)
-                await self._closing.wait()
+                async with contextlib.AsyncExitStack() as beside:
+                    if self._options.outbox is not None:
+                        # relays stop (finishing their batch) before the loops do
+                        await beside.enter_async_context(self._options.outbox(self))
+                    started.set_result(None)
+                    await self._closing.wait()
                 for consumer in self._consumers.values():
                     consumer.stop()
                 if self._scheduler is not None:

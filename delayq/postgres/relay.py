@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -290,3 +291,23 @@ class OutboxRelay:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+def outbox_relay(dsn: str, **options: Any) -> Callable[[EventService], OutboxRelay]:
+    """For ``EventService(..., outbox=outbox_relay(dsn, schema=...))``: the service runs a relay.
+
+    The relay starts with the service and stops (finishing its batch) when the
+    service closes, before its consumers drain. ``options`` are
+    :class:`OutboxRelay`'s keyword arguments; they are checked now.
+    """
+    allowed = set(inspect.signature(OutboxRelay.__init__).parameters) - {"self", "service", "dsn"}
+    unknown = set(options) - allowed
+    if unknown:
+        raise TypeError(f"unknown OutboxRelay options {sorted(unknown)}; known: {sorted(allowed)}")
+    if not isinstance(dsn, str) or not dsn:
+        raise ValueError(f"dsn must be a postgresql:// URL, not {dsn!r}")
+
+    def make(service: EventService) -> OutboxRelay:
+        return OutboxRelay(service, dsn, **options)
+
+    return make
