@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-__all__ = ["Backoff", "delay_seconds", "exponential", "fixed"]
+__all__ = ["Backoff", "delay_seconds", "due_unix_ms", "exponential", "fixed"]
 
 Backoff = Callable[[int], "float | timedelta"]
 
@@ -27,6 +27,15 @@ def delay_seconds(value: float | timedelta, what: str = "delay") -> float:
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"{what} must be finite and >= 0, not {value!r}")
     return seconds
+
+
+def due_unix_ms(when: datetime) -> int:
+    """``when`` (a timezone-aware datetime) as unix ms, or raise ``TypeError``/``ValueError``."""
+    if not isinstance(when, datetime):
+        raise TypeError(f"when must be a datetime, not {type(when).__name__}")
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise ValueError("when must be timezone-aware, e.g. datetime.now(timezone.utc)")
+    return math.ceil(when.timestamp() * 1000)
 
 
 def fixed(delay: float | timedelta) -> Backoff:

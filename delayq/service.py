@@ -25,7 +25,7 @@ from .health import ServiceHealth
 from .inspection import DeadLetter, EventInfo, EventTypeRef, Inspector, ScheduledEvent
 from .observer import Observer
 from .options import Options
-from .retry import Backoff, delay_seconds
+from .retry import Backoff, delay_seconds, due_unix_ms
 from .scheduler import Scheduler, SchedulerSettings
 from .sentinel import SentinelWatch
 from .store import QueueCounts, Store
@@ -403,11 +403,7 @@ class EventService:
         replace: bool = False,
     ) -> bool:
         """Handle ``event`` at ``when`` (a timezone-aware datetime); past times mean now."""
-        if not isinstance(when, datetime):
-            raise TypeError(f"when must be a datetime, not {type(when).__name__}")
-        if when.tzinfo is None or when.utcoffset() is None:
-            raise ValueError("when must be timezone-aware, e.g. datetime.now(timezone.utc)")
-        ms = math.ceil(when.timestamp() * 1000)
+        ms = due_unix_ms(when)
         return await self._enqueue_one(event, ms, absolute=True, context=context, replace=replace)
 
     async def enqueue_many(

@@ -6,9 +6,22 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
 import redis.asyncio as aioredis
 
+from delayq import events
+
 README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+@pytest.fixture(autouse=True)
+def _hand_back_type_names():
+    """The README's classes (``PaymentCheck``...) take wire names in the process-wide registry;
+    hand them back afterwards so that other tests (the examples) may use those names."""
+    saved = dict(events._registry)
+    yield
+    events._registry.clear()
+    events._registry.update(saved)
 
 
 def _python_blocks() -> list[str]:

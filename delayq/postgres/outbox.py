@@ -15,7 +15,7 @@ from typing import Any
 
 from ..codec import Codec, Serializer
 from ..events import Event
-from ..retry import delay_seconds
+from ..retry import delay_seconds, due_unix_ms
 from . import _db
 from .schema import validate_schema
 
@@ -100,11 +100,7 @@ class Outbox:
         replace: bool = False,
     ) -> None:
         """Insert ``event`` into the outbox, due at ``when`` (timezone-aware; past means now)."""
-        if not isinstance(when, datetime):
-            raise TypeError(f"when must be a datetime, not {type(when).__name__}")
-        if when.tzinfo is None or when.utcoffset() is None:
-            raise ValueError("when must be timezone-aware, e.g. datetime.now(timezone.utc)")
-        ms = math.ceil(when.timestamp() * 1000)
+        ms = due_unix_ms(when)
         await self._write(conn, [(*self._row(event, context), ms)], True, replace)
 
     async def enqueue_many(
