@@ -24,6 +24,7 @@ from .events import Event, check_event_type
 from .groups import GroupMetrics, Groups, check_group, group_settings
 from .options import Options
 from .retry import Backoff, delay_seconds
+from .routing import Router
 from .scheduler import Scheduler, SchedulerSettings
 from .sentinel import SentinelWatch
 from .store import QueueCounts, Store
@@ -99,6 +100,7 @@ class EventService:
             min_replicas=opts.min_replicas,
             replica_timeout_ms=opts.replica_timeout_ms,
         )
+        self._router = Router(self._store)
         self._codec = Codec(opts.serializer, opts.max_payload_bytes)
         self._metrics = opts.metrics
         self._types: dict[str, type[Event]] = {}
@@ -226,6 +228,7 @@ class EventService:
         known = self._types.get(name)
         if known is None:
             self._types[name] = event_type
+            self._store.declare(name, event_type.event_partitions)
         elif known is not event_type:
             raise ValueError(
                 f"event type name {name!r} is used by both {known.__module__}."
@@ -373,8 +376,9 @@ class EventService:
         self, event: Event, ms: int, *, absolute: bool, context: Any, replace: bool
     ) -> bool:
         name, envelope = self._prepare(event, context)
+        shard = self._router.shard(name, event.id, type(event).event_partitions)
         (code,) = await self._store.enqueue(
-            name, [(event.id, envelope, ms)], absolute=absolute, replace=replace
+            shard, [(event.id, envelope, ms)], absolute=absolute, replace=replace
         )
         self._count_codes(name, [code])
         return code != 0
@@ -435,6 +439,7 @@ class EventService:
         default_ms = math.ceil(delay_seconds(delay) * 1000)
         check_context(context)
         by_type: dict[str, list[tuple[int, tuple[str, bytes, int]]]] = {}
+        partitions: dict[str, int] = {}
         count = 0
         for index, item in enumerate(events):
             if isinstance(item, tuple):
@@ -445,12 +450,13 @@ class EventService:
             else:
                 event, ms = item, default_ms
             name, envelope = self._prepare(event, context)
+            partitions[name] = type(event).event_partitions
             by_type.setdefault(name, []).append((index, (event.id, envelope, ms)))
             count = index + 1
         results = [False] * count
         for name, entries in by_type.items():
-            codes = await self._store.enqueue(
-                name, [e for _, e in entries], absolute=False, replace=replace
+            codes = await self._router.enqueue(
+                name, partitions[name], [e for _, e in entries], absolute=False, replace=replace
             )
             self._count_codes(name, codes)
             for (index, _), code in zip(entries, codes, strict=True):
@@ -463,7 +469,7 @@ class EventService:
         Dead letters are not touched: use :meth:`purge_dead_letters`.
         """
         name = self._register_type(event_type)
-        removed = await self._store.cancel(name, id)
+        removed = await self._router.cancel(name, id)
         if removed:
             self._metrics.increment("cancelled", event_type=name)
         return removed
@@ -484,7 +490,7 @@ class EventService:
         if not isinstance(limit, int) or limit < 1:
             raise ValueError(f"limit must be a positive int, not {limit!r}")
         items = []
-        for record in await self._store.dead_letters(name, offset, limit, group=group):
+        for record in await self._router.dead_letters(name, offset, limit, group):
             event: Event | None = None
             context: Mapping[str, str] = {}
             problem: str | None = None
@@ -509,11 +515,6 @@ class EventService:
             )
         return items
 
-    @staticmethod
-    def _pages(ids: Iterable[str]) -> list[list[str]]:
-        given = list(ids)
-        return [given[i : i + _BULK_PAGE] for i in range(0, len(given), _BULK_PAGE)]
-
     async def requeue_dead_letters(
         self,
         event_type: type[Event],
@@ -531,20 +532,24 @@ class EventService:
         group = check_group(group)
         ms = math.ceil(delay_seconds(delay) * 1000)
         if ids is not None:
-            return sum(
-                [await self._store.requeue_dead(name, p, ms, group=group) for p in self._pages(ids)]
+            return await self._router.by_id(
+                name, list(ids), lambda shard, p: self._store.requeue_dead(shard, p, ms, group=group)
             )
-        # Only what is dead now: a requeued event that fails again must not
-        # come round in this same call.
-        total, seen = 0, 0
-        limit = await self._store.dead_count(name, group=group)
-        while seen < limit:
-            page = await self._store.dead_ids(name, min(_BULK_PAGE, limit - seen), group=group)
-            if not page:
-                break
-            seen += len(page)
-            total += await self._store.requeue_dead(name, page, ms, group=group)
-        return total
+
+        async def requeue_all(shard: str) -> int:
+            # Only what is dead now: a requeued event that fails again must not
+            # come round in this same call.
+            total, seen = 0, 0
+            limit = await self._store.dead_count(shard, group=group)
+            while seen < limit:
+                page = await self._store.dead_ids(shard, min(_BULK_PAGE, limit - seen), group=group)
+                if not page:
+                    break
+                seen += len(page)
+                total += await self._store.requeue_dead(shard, page, ms, group=group)
+            return total
+
+        return sum(await self._router.each_shard(name, requeue_all))
 
     async def purge_dead_letters(
         self,
@@ -560,16 +565,20 @@ class EventService:
         name = self._register_type(event_type)
         group = check_group(group)
         if ids is not None:
-            return sum(
-                [await self._store.purge_dead(name, p, group=group) for p in self._pages(ids)]
+            return await self._router.by_id(
+                name, list(ids), lambda shard, p: self._store.purge_dead(shard, p, group=group)
             )
-        total = 0
-        while page := await self._store.dead_ids(name, _BULK_PAGE, group=group):
-            removed = await self._store.purge_dead(name, page, group=group)
-            total += removed
-            if not removed:
-                break
-        return total
+
+        async def purge_all(shard: str) -> int:
+            total = 0
+            while page := await self._store.dead_ids(shard, _BULK_PAGE, group=group):
+                removed = await self._store.purge_dead(shard, page, group=group)
+                total += removed
+                if not removed:
+                    break
+            return total
+
+        return sum(await self._router.each_shard(name, purge_all))
 
     async def stats(self) -> dict[str, QueueCounts]:
         """Counts per event type name, for every type that has been used under the prefix."""

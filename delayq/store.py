@@ -22,7 +22,8 @@ from redis.exceptions import NoScriptError, ResponseError
 from . import lua
 from .errors import NotReplicatedError, QueueFullError
 from .events import validate_name
-from .keys import DEFAULT_GROUP, PrefixKeys, TypeKeys
+from .keys import DEFAULT_GROUP, PrefixKeys
+from .partitions import layout_member, parse_member, parse_shard, shards
 
 __all__ = ["Claimed", "DeadRecord", "MoveResult", "QueueCounts", "Store", "WakeupListener"]
 
@@ -109,7 +110,10 @@ def _int(value: Any) -> int:
 class Store:
     """Queue operations on one Redis for one prefix.
 
-    ``redis`` serves ordinary commands and scripts; ``blocking`` (default: the
+    Per-type operations take a *shard* where they say ``type_name``: the type
+    name itself for an unpartitioned type, or ``"T#k/N"`` for partition ``k``
+    of ``N`` (see :mod:`delayq.partitions`); each shard is one key space on one
+    cluster slot. ``redis`` serves ordinary commands and scripts; ``blocking`` (default: the
     same client) serves BRPOP and pub/sub, which hold a connection while they
     wait. Both must return bytes (``decode_responses=False``).
     """
@@ -139,6 +143,9 @@ class Store:
         # looked yet). Scripts that need every group's keys say when it is stale.
         self._groups: dict[str, tuple[str, ...]] = {}
         self._known_types: set[str] = set()
+        # type -> partition counts it has events in (its layouts), as last read from
+        # {prefix}:types or declared by this process's event classes
+        self._layouts: dict[str, set[int]] = {}
         self._batches: dict[tuple[str, bool, bool], _Batch] = {}
 
     def _k(self, type_name: str, group: str | None = None) -> tuple[str, ...]:
@@ -147,7 +154,7 @@ class Store:
             group = None
         keys = self._type_keys.get((type_name, group))
         if keys is None:
-            keys = TypeKeys(self.keys.prefix, type_name).view(group)
+            keys = self.keys.for_shard(type_name).view(group)
             self._type_keys[type_name, group] = keys
         return keys
 
@@ -175,7 +182,7 @@ class Store:
 
     def _group_call(self, type_name: str, groups: Sequence[str]) -> tuple[list[str], list[Any]]:
         """Keys and leading arguments of a script in ``lua.GROUPED`` for ``groups``."""
-        tk = TypeKeys(self.keys.prefix, type_name)
+        tk = self.keys.for_shard(type_name)
         keys = list(self._k(type_name))
         for group in groups:
             keys.extend(tk.group_keys(group))
@@ -243,7 +250,7 @@ class Store:
     async def group_counts(self, type_name: str, groups: Iterable[str]) -> dict[str, QueueCounts]:
         """Counts per group: ``scheduled`` is the type's schedule plus the group's retries."""
         names = sorted(groups)
-        tk = TypeKeys(self.keys.prefix, type_name)
+        tk = self.keys.for_shard(type_name)
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.zcard(tk.scheduled)
             for name in names:
@@ -328,10 +335,35 @@ class Store:
     # -- producers -----------------------------------------------------------
 
     async def register_type(self, type_name: str) -> None:
-        """Record ``type_name`` in the prefix's type set (once per process)."""
-        if type_name not in self._known_types:
-            await self.redis.sadd(self.keys.types, type_name)
-            self._known_types.add(type_name)
+        """Record the type (layout) of shard ``type_name`` in the prefix's type set, once
+        per process: ``T`` for an unpartitioned type, ``T#N`` for N partitions."""
+        name, _, partitions = parse_shard(type_name)
+        member = layout_member(name, partitions)
+        if member not in self._known_types:
+            await self.redis.sadd(self.keys.types, member)
+            self._known_types.add(member)
+            self.declare(name, partitions)
+
+    def declare(self, type_name: str, partitions: int) -> None:
+        """Note that ``type_name`` has (or may have) events in ``partitions`` partitions."""
+        self._layouts.setdefault(type_name, set()).add(partitions)
+
+    def layouts(self, type_name: str) -> tuple[int, ...]:
+        """The partition counts the type is known to have events in (largest first)."""
+        return tuple(sorted(self._layouts.get(type_name) or {1}, reverse=True))
+
+    def shards(self, type_name: str) -> list[str]:
+        """Every shard of every known layout of the type."""
+        return [s for n in self.layouts(type_name) for s in shards(type_name, n)]
+
+    async def forget_layout(self, type_name: str, partitions: int) -> None:
+        """Drop a layout from the prefix's type set (after it has been emptied)."""
+        member = layout_member(type_name, partitions)
+        await self.redis.srem(self.keys.types, member)
+        self._known_types.discard(member)
+        known = self._layouts.get(type_name)
+        if known is not None:
+            known.discard(partitions)
 
     async def enqueue(
         self,
@@ -484,20 +516,40 @@ class Store:
     # -- scheduler -----------------------------------------------------------
 
     async def known_types(self) -> set[str]:
-        """Every type name used under the prefix."""
+        """Every type name used under the prefix (a partitioned type once).
+
+        Also refreshes the layouts (partition counts) of every type, see :meth:`layouts`.
+        """
         members = await self.redis.smembers(self.keys.types)
         names = set()
+        found: dict[str, set[int]] = {}
         for member in members:
             try:
                 # strict: a name that is not UTF-8 was not written by delayq, and
                 # a replaced character would name other keys than the member's
-                name = member.decode() if isinstance(member, bytes) else member
+                text = member.decode() if isinstance(member, bytes) else member
+                name, partitions = parse_member(text)
                 validate_name(name)
             except (TypeError, ValueError):  # UnicodeDecodeError is a ValueError
                 log.warning("ignoring invalid event type name %r in %s", member, self.keys.types)
                 continue
             names.add(name)
+            found.setdefault(name, set()).add(partitions)
+        for name, layouts in found.items():
+            self._layouts.setdefault(name, set()).update(layouts)
         return names
+
+    async def known_shards(self) -> set[str]:
+        """Every shard of every type (and layout) used under the prefix."""
+        return {s for name in await self.known_types() for s in self.shards(name)}
+
+    async def heartbeat(self, token: str, ttl_ms: int, mode: str = "beat") -> list[str]:
+        """Keep ``token`` in the scheduler membership (``beat``), leave it (``leave``), or
+        evict another member (``evict:<token>``); return the live members, sorted."""
+        reply = await self._scripts["members"](
+            keys=[self.keys.members], args=[token, ttl_ms, mode, self.keys.wakeup_channel]
+        )
+        return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in reply)
 
     async def take_lock(self, token: str, ttl_ms: int) -> tuple[bool, str | None]:
         """Take or renew the scheduler lock.
@@ -693,20 +745,32 @@ class Store:
         return int(await self._run("dead_purge", type_name, list(ids), group=group))
 
     async def counts(self, type_names: Iterable[str]) -> dict[str, QueueCounts]:
-        """Per-type counts of scheduled, ready, in-flight and dead events."""
+        """Per-type counts of scheduled, ready, in-flight and dead events.
+
+        A partitioned type counts as one: the sums over its partitions (of
+        every known layout).
+        """
         names = sorted(type_names)
+        per_name = [self.shards(name) for name in names]
         async with self.redis.pipeline(transaction=False) as pipe:
-            for name in names:
-                k = self._k(name)
-                pipe.zcard(k[1])
-                pipe.zcard(k[3])
-                pipe.zcard(k[4])
-                pipe.zcard(k[8])
-            replies = await pipe.execute()
-        return {
-            name: QueueCounts(*(int(x) for x in replies[4 * i : 4 * i + 4]))
-            for i, name in enumerate(names)
-        }
+            for shard_list in per_name:
+                for shard in shard_list:
+                    k = self._k(shard)
+                    pipe.zcard(k[1])
+                    pipe.zcard(k[3])
+                    pipe.zcard(k[4])
+                    pipe.zcard(k[8])
+            replies = [int(x) for x in await pipe.execute()]
+        result: dict[str, QueueCounts] = {}
+        at = 0
+        for name, shard_list in zip(names, per_name, strict=True):
+            sums = [0, 0, 0, 0]
+            for _ in shard_list:
+                for j in range(4):
+                    sums[j] += replies[at + j]
+                at += 4
+            result[name] = QueueCounts(*sums)
+        return result
 
     async def eviction_policy(self) -> str | None:
         """Redis's ``maxmemory-policy``, or None when CONFIG is not allowed."""

@@ -27,7 +27,7 @@ PER_TYPE = (
     "group_register",
 )
 GROUPED = ("group_move", "group_cancel", "group_replace", "group_remove")
-STANDALONE = ("lock_take", "lock_steal", "lock_release")
+STANDALONE = ("lock_take", "lock_steal", "lock_release", "members")
 
 
 @cache
