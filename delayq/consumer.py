@@ -245,12 +245,27 @@ class Consumer:
     async def _wait_for_slot(self) -> None:
         assert self._slot_freed is not None
         await self._slot_freed.wait()
-        self._slot_freed = anyio.Event()
+
+    def _free_slot(self) -> None:
+        """Wake every fetcher waiting for a slot (the setter replaces the event, so a
+        waiter never waits on one another waiter has already discarded)."""
+        freed, self._slot_freed = self._slot_freed, anyio.Event()
+        assert freed is not None
+        freed.set()
 
     async def _fetch_all(self, handlers: _HandlerTasks) -> None:
         """One fetch loop per shard of the type; shards of a layout that appears later
         (a partition count being changed, as the scheduler's sweeps learn) join."""
         block = max(0.05, self._s.polling_timeout)
+        backoff = 0.05
+        while len(self._store.shards(self.type_name)) > 1 and not self._stopping:
+            try:
+                await self._store.connect()
+                break
+            except Exception as exc:  # loops never die: back off, go on
+                log.warning("%s: connecting failed (%s)", self.label, exc)
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, _MAX_BACKOFF)
         async with anyio.create_task_group() as fetchers:
             started: set[str] = set()
             while not self._stopping:
@@ -302,8 +317,7 @@ class Consumer:
                 finally:
                     self._reserved -= share
                     if self._n_shards > 1:  # a fetcher may wait for slots this claim left
-                        assert self._slot_freed is not None
-                        self._slot_freed.set()
+                        self._free_slot()
                 if claimed:
                     self._metrics.increment("delivered", len(claimed), event_type=self.type_name)
                     self._metrics.gauge("in_flight", self._running, event_type=self.type_name)
@@ -350,8 +364,7 @@ class Consumer:
                 await self._fail(c, shard, failure, dead=c.attempt > self._s.retry_attempts)
         finally:
             self._running -= 1
-            assert self._slot_freed is not None
-            self._slot_freed.set()
+            self._free_slot()
 
     async def _call_handler(self, event: Event, c: Claimed) -> str | None:
         """Run the handler; return None on success, else the failure as "Type: message"."""

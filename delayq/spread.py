@@ -27,10 +27,10 @@ membership (and publishes the same message).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import time
-import zlib
 from collections.abc import Awaitable, Callable, Iterable
 
 import anyio
@@ -49,14 +49,18 @@ Drain = Callable[[str, dict[str, float], set[str]], Awaitable[int]]
 
 
 def owner_of(shard: str, members: Iterable[str]) -> str | None:
-    """The member that owns ``shard``: highest CRC-32 of ``member/shard`` (rendezvous hashing).
+    """The member that owns ``shard``: highest hash of ``member/shard`` (rendezvous hashing).
 
     When a member leaves, only its own shards change owner.
     """
     best: str | None = None
     best_score = -1
     for member in members:
-        score = zlib.crc32(f"{member}/{shard}".encode())
+        # a real mix, not CRC-32: CRC is affine, so two members' CRCs would
+        # compare alike for most shards
+        score = int.from_bytes(
+            hashlib.blake2b(f"{member}/{shard}".encode(), digest_size=8).digest(), "big"
+        )
         if score > best_score or (score == best_score and best is not None and member < best):
             best, best_score = member, score
     return best

@@ -599,6 +599,18 @@ class Store:
             missing=list(r[7:]),
         )
 
+    async def connect(self) -> None:
+        """Discover a cluster's nodes before blocking calls start.
+
+        Several fetchers (one per partition) starting at once on a cluster
+        client that has not loaded its slot map yet each start loading it, and
+        redis-py then replaces node objects under commands already sent: their
+        replies (a popped entry) are lost. Nothing to do on a single Redis.
+        """
+        for client in {id(self.redis): self.redis, id(self.blocking): self.blocking}.values():
+            if isinstance(client, RedisCluster):
+                await client.initialize()
+
     def wakeups(self) -> WakeupListener:
         """A subscription to the prefix's wake-up channel."""
         return WakeupListener(self.blocking.pubsub(), self.keys.wakeup_channel)
