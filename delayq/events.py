@@ -45,8 +45,7 @@ def validate_name(name: object, what: str = "event type name") -> str:
         )
     if what != "prefix" and ":" in name:
         raise ValueError(
-            f"{what} may not contain ':' (it would share keys with another prefix's type): "
-            f"{name!r}"
+            f"{what} may not contain ':' (it would share keys with another prefix's type): {name!r}"
         )
     if what == "event type name" and "#" in name:
         raise ValueError(

@@ -112,7 +112,9 @@ class TypeKeys:
         """The hash tag every key of this type (partition) shares, braces included."""
         if self.partitions == 1:
             return f"{{{self.prefix}:{self.type_name}}}"
-        return "{" + partition_tag(self.prefix, self.type_name, self.partition, self.partitions) + "}"
+        return (
+            "{" + partition_tag(self.prefix, self.type_name, self.partition, self.partitions) + "}"
+        )
 
     def _key(self, suffix: str) -> str:
         return f"{self.tag}:{suffix}"

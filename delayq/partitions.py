@@ -28,11 +28,11 @@ from functools import lru_cache
 
 __all__ = [
     "MAX_PARTITIONS",
-    "partition_tag",
     "layout_member",
     "parse_member",
     "parse_shard",
     "partition_of",
+    "partition_tag",
     "shard_for",
     "shard_name",
     "shards",

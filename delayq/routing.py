@@ -84,9 +84,7 @@ class Router:
         shards = self._store.shards(type_name)
         if len(shards) == 1:
             return await self._store.dead_letters(shards[0], offset, limit, group=group)
-        pages = [
-            await self._store.dead_letters(s, 0, offset + limit, group=group) for s in shards
-        ]
+        pages = [await self._store.dead_letters(s, 0, offset + limit, group=group) for s in shards]
         merged = heapq.merge(*pages, key=lambda r: (r.failed_at_ms, r.raw_id))
         return list(merged)[offset : offset + limit]
 
@@ -113,8 +111,6 @@ class Router:
                 total += await call(shard, shard_ids[i : i + _PAGE])
         return total
 
-    async def each_shard(
-        self, type_name: str, call: Callable[[str], Awaitable[_T]]
-    ) -> list[_T]:
+    async def each_shard(self, type_name: str, call: Callable[[str], Awaitable[_T]]) -> list[_T]:
         """``call(shard)`` for every shard of the type, in order."""
         return [await call(shard) for shard in self._store.shards(type_name)]

@@ -23,6 +23,7 @@ from .errors import DecodeError
 from .events import Event, check_event_type
 from .groups import GroupMetrics, Groups, check_group, group_settings
 from .options import Options
+from .repartition import RepartitionResult, repartition
 from .retry import Backoff, delay_seconds
 from .routing import Router
 from .scheduler import Scheduler, SchedulerSettings
@@ -533,7 +534,9 @@ class EventService:
         ms = math.ceil(delay_seconds(delay) * 1000)
         if ids is not None:
             return await self._router.by_id(
-                name, list(ids), lambda shard, p: self._store.requeue_dead(shard, p, ms, group=group)
+                name,
+                list(ids),
+                lambda shard, p: self._store.requeue_dead(shard, p, ms, group=group),
             )
 
         async def requeue_all(shard: str) -> int:
@@ -590,6 +593,20 @@ class EventService:
         name = self._register_type(event_type)
         return (await self._store.counts([name]))[name]
 
+    async def repartition(
+        self, event_type: type[Event], *, wait: float = 30.0
+    ) -> RepartitionResult:
+        """Move ``event_type``'s events from every other partition count into its declared one.
+
+        Run it once every process runs the new ``partitions=N`` (see the
+        README, "Changing the partition count"). Scheduled events move at
+        once; ready and running ones of the old layout are handled where they
+        are, and passes repeat for up to ``wait`` seconds until the old layout
+        is empty and retired. Safe to run again (it finishes the job).
+        """
+        name = self._register_type(event_type)
+        return await repartition(self._store, name, event_type.event_partitions, wait=wait)
+
     # -- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -605,6 +622,13 @@ class EventService:
                 "keys and lose events; set it to 'noeviction'",
                 policy,
             )
+        if self._consumers:
+            # the partition counts in use (a count being changed has two), so that
+            # the consumers serve every layout their type has events in
+            try:
+                await self._store.known_types()
+            except Exception as exc:  # the scheduler's sweeps read them again
+                log.warning("reading the event types failed: %s", exc)
         self._closing = asyncio.Event()
         started = asyncio.get_running_loop().create_future()
         self._supervisor = asyncio.create_task(self._supervise(started), name="delayq-service")

@@ -36,7 +36,7 @@ ENQUEUE_CHUNK = 200
 # How many keys of a group's view (keys.TypeKeys.view) each script takes:
 # only what it uses, so a type without groups sends what it always sent.
 _NKEYS = {
-    "claim": 10, "renew": 10, "dead_list": 10, "move_due": 11, "cancel": 11,
+    "claim": 10, "renew": 10, "dead_list": 10, "migrate_out": 10, "move_due": 11, "cancel": 11,
     "group_register": 11, "ack": 12, "dead_purge": 12,
 }  # fmt: skip
 _STALE = b"stale"
@@ -611,6 +611,27 @@ class Store:
             if isinstance(client, RedisCluster):
                 await client.initialize()
 
+    async def peek_scheduled(self, shard: str, count: int) -> list[tuple[bytes, bytes, int]]:
+        """Up to ``count`` scheduled events of a shard, earliest first: (id, envelope, due ms)."""
+        k = self._k(shard)
+        reply: list[Any] = await self.redis.zrange(k[1], 0, count - 1, withscores=True)
+        if not reply:
+            return []
+        envelopes: list[Any] = await self.redis.hmget(k[0], [m for m, _ in reply])
+        return [
+            (cast(bytes, m), cast(bytes, env), int(score))
+            for (m, score), env in zip(reply, envelopes, strict=True)
+            if env is not None
+        ]
+
+    async def migrate_out(self, shard: str, event_id: bytes, envelope: bytes) -> bool:
+        """Remove a copied event from a retired layout, if it is still that version."""
+        return bool(await self._run("migrate_out", shard, [event_id, envelope]))
+
+    async def has_groups(self, shard: str) -> bool:
+        """True when the shard's type has named delivery groups."""
+        return bool(await self.redis.exists(self._k(shard)[10]))
+
     def wakeups(self) -> WakeupListener:
         """A subscription to the prefix's wake-up channel."""
         return WakeupListener(self.blocking.pubsub(), self.keys.wakeup_channel)
@@ -783,6 +804,16 @@ class Store:
                 at += 4
             result[name] = QueueCounts(*sums)
         return result
+
+    async def shard_counts(self, shard_list: Sequence[str]) -> list[QueueCounts]:
+        """Counts of each shard on its own."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for shard in shard_list:
+                k = self._k(shard)
+                for i in (1, 3, 4, 8):
+                    pipe.zcard(k[i])
+            replies = [int(x) for x in await pipe.execute()]
+        return [QueueCounts(*replies[4 * i : 4 * i + 4]) for i in range(len(shard_list))]
 
     async def eviction_policy(self) -> str | None:
         """Redis's ``maxmemory-policy``, or None when CONFIG is not allowed."""

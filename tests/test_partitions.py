@@ -192,6 +192,20 @@ async def test_cancel_replace_and_dead_letters_by_id(
         await service.aclose()
 
 
+WORKER = Path(__file__).with_name("partition_worker.py")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _spawn_worker(url: str, prefix: str, logs: Path) -> subprocess.Popen[bytes]:
+    with open(logs / "worker.log", "wb") as log:  # the child keeps its own copy
+        return subprocess.Popen(
+            [sys.executable, str(WORKER), url, prefix, "w1"],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
 class KillJob(Event, event_name="part-kill", partitions=8):
     """Same wire name and shape as tests/partition_worker.py's class."""
 
@@ -214,12 +228,7 @@ async def test_sigkill_of_a_process_hands_its_partitions_over_quickly(
         lateness.setdefault(event.id, delivery.lateness_ms)
         await raw.hincrby(f"{test_key}:count", event.id, 1)
 
-    with open(tmp_path / "worker.log", "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("partition_worker.py")),
-             cluster.url, prefix, "w1"],
-            cwd=Path(__file__).resolve().parents[1], stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+    proc = _spawn_worker(cluster.url, prefix, tmp_path)
     service = _service(cluster, prefix, lock_timeout=10.0)
     try:
         service.add_handler(KillJob, handle, concurrency=4)
@@ -230,7 +239,9 @@ async def test_sigkill_of_a_process_hands_its_partitions_over_quickly(
         # events due over the next 4 s, so the partitions exist and both processes own some
         ids = [f"k-{i}" for i in range(400)]
         enqueued_at = time.monotonic()
-        assert all(await service.enqueue_many([(KillJob(id=i), 0.5 + n / 100) for n, i in enumerate(ids)]))
+        assert all(
+            await service.enqueue_many([(KillJob(id=i), 0.5 + n / 100) for n, i in enumerate(ids)])
+        )
         await wait_for(lambda: len(spread.members) == 2 and 0 < len(spread.owned()) < 8, 15)
         await asyncio.sleep(1.0)
         proc.send_signal(signal.SIGKILL)
@@ -256,3 +267,54 @@ async def test_sigkill_of_a_process_hands_its_partitions_over_quickly(
             proc.kill()
         await service.aclose()
         await raw.aclose()
+
+
+def _resize_type(partitions: int) -> type[Event]:
+    # the same class (module and qualname) redefined with another count: what a deploy does
+    class Resize(Event, event_name="part-resize", partitions=partitions):
+        n: int = 0
+
+    return Resize
+
+
+async def test_changing_the_partition_count_loses_nothing(
+    cluster: RedisClusterServer, prefix: str
+) -> None:
+    """4 -> 8 partitions with events scheduled, ready and dead in the old layout."""
+    old, seen = _resize_type(4), Counter[str]()
+    producer = _service(cluster, prefix, enable_scheduling=False)
+    ids = [f"r-{i}" for i in range(300)]
+    assert all(await producer.enqueue_many([(old(id=i, n=1), 1.0 + (n % 20) / 10) for n, i in
+                                            enumerate(ids)]))  # fmt: skip
+    assert all(await producer.enqueue_many([old(id=f"now-{i}") for i in range(20)]))
+    await producer.aclose()
+    new = _resize_type(8)
+
+    async def handle(event: Event) -> None:
+        seen[event.id] += 1
+
+    service = _service(cluster, prefix)
+    try:
+        service.add_handler(new, handle, concurrency=8)
+        await service.start()
+        # new events go to the new layout; the old one is still served
+        assert await service.enqueue_with_delay(new(id="fresh"), 0.1)
+        result = await service.repartition(new)
+        assert result.retired == (4,) and result.remaining == {}
+        assert 0 < result.moved <= 300
+        await wait_for(lambda: len(seen) == 321, timeout=20)
+        assert set(seen.values()) == {1}
+        assert await service.store.known_types() >= {"part-resize"}
+        assert service.store.layouts("part-resize") == (8,)
+        client = RedisCluster.from_url(cluster.url)
+        try:
+            for shard in shards("part-resize", 4):
+                k = PrefixKeys(prefix).for_shard(shard)
+                # only the counters hash may stay behind (no event in it)
+                assert await client.exists(*k.all()[:-1]) == 0
+        finally:
+            await client.aclose()
+        c = await service.stats_for(new)
+        assert (c.scheduled, c.ready, c.in_flight, c.dead) == (0, 0, 0, 0)
+    finally:
+        await service.aclose()

@@ -25,6 +25,7 @@ PER_TYPE = (
     "dead_requeue",
     "dead_purge",
     "group_register",
+    "migrate_out",
 )
 GROUPED = ("group_move", "group_cancel", "group_replace", "group_remove")
 STANDALONE = ("lock_take", "lock_steal", "lock_release", "members")
