@@ -9,10 +9,12 @@ from .codec import Serializer
 from .context import Delivery, current_delivery, event_context
 from .errors import DecodeError, DelayqError, NotReplicatedError, QueueFullError
 from .events import Event, event_name
+from .health import ServiceHealth
+from .inspection import DeadLetter, EventInfo, EventState, EventTypeRef, ScheduledEvent
 from .metrics import InMemoryMetrics, Metrics, NoopMetrics
 from .options import Options
 from .retry import Backoff, exponential, fixed
-from .service import DeadLetter, EventService
+from .service import EventService
 from .store import QueueCounts
 
 __all__ = [
@@ -22,7 +24,10 @@ __all__ = [
     "DelayqError",
     "Delivery",
     "Event",
+    "EventInfo",
     "EventService",
+    "EventState",
+    "EventTypeRef",
     "InMemoryMetrics",
     "Metrics",
     "NoopMetrics",
@@ -30,7 +35,9 @@ __all__ = [
     "Options",
     "QueueCounts",
     "QueueFullError",
+    "ScheduledEvent",
     "Serializer",
+    "ServiceHealth",
     "current_delivery",
     "event_context",
     "event_name",

@@ -28,6 +28,7 @@ from .errors import DecodeError
 from .events import Event
 from .keys import DEFAULT_GROUP
 from .metrics import Metrics
+from .observer import CANCELLED, TIMEOUT_PREFIX, HandlerRun, Observer
 from .retry import Backoff, delay_seconds
 from .store import Claimed, Store
 
@@ -121,6 +122,7 @@ class Consumer:
         settings: ConsumerSettings,
         metrics: Metrics,
         group: str | None = None,
+        observer: Observer | None = None,
     ):
         self.event_type = event_type
         self.type_name = event_type.event_name
@@ -133,6 +135,8 @@ class Consumer:
         self._codec = codec
         self._s = settings
         self._metrics = metrics
+        # times handler runs and opens their spans (shared with the service)
+        self._observer = observer if observer is not None else Observer(metrics)
         self._stopping = False
         self._fetch_scope: anyio.CancelScope | None = None
         self._running = 0
@@ -340,21 +344,32 @@ class Consumer:
     async def _handle(self, c: Claimed, now_us: int, shard: str) -> None:
         try:
             try:
-                event, context = self._codec.decode(c.envelope, self.event_type, c.raw_id)
+                event, context, enqueued_ms = self._codec.decode_timed(
+                    c.envelope, self.event_type, c.raw_id
+                )
             except DecodeError as exc:
                 self._metrics.increment("decode_errors", event_type=self.type_name)
-                log.error("%s %r: %s; moving it to dead letters", self.label, c.id, exc)
+                log.error(
+                    "%s %r: %s; moving it to dead letters",
+                    self.label,
+                    c.id,
+                    exc,
+                    extra=self._fields(c),
+                )
                 self._handlers.settling()
                 await self._fail(c, shard, f"DecodeError: {exc}", dead=True)
                 return
             delivery = Delivery(
                 self.type_name, c.id, c.attempt, c.due_ms, now_us, context,
-                self.group or DEFAULT_GROUP,
+                self.group or DEFAULT_GROUP, enqueued_ms=enqueued_ms, envelope=c.envelope,
             )  # fmt: skip
             _set_delivery(delivery)
-            if delivery.lateness_ms is not None:
-                self._metrics.gauge("lateness_ms", delivery.lateness_ms, event_type=self.type_name)
-            failure = await self._call_handler(event, c)
+            run = self._observer.started(delivery)
+            failure: str | None = CANCELLED  # unless the handler comes back
+            try:
+                failure = await self._call_handler(event, c, run)
+            finally:
+                self._observer.finished(run, failure)
             self._handlers.settling()
             if failure is None:
                 self._acks.append((shard, c.raw_id, c.token))
@@ -364,9 +379,14 @@ class Consumer:
                 await self._fail(c, shard, failure, dead=c.attempt > self._s.retry_attempts)
         finally:
             self._running -= 1
+            self._metrics.gauge("in_flight", self._running, event_type=self.type_name)
             self._free_slot()
 
-    async def _call_handler(self, event: Event, c: Claimed) -> str | None:
+    def _fields(self, c: Claimed) -> dict[str, Any]:
+        """Structured fields of a log record about one delivery (for JSON log formatters)."""
+        return {"event_type": self.type_name, "event_id": c.id, "attempt": c.attempt}
+
+    async def _call_handler(self, event: Event, c: Claimed, run: HandlerRun) -> str | None:
         """Run the handler; return None on success, else the failure as "Type: message"."""
         try:
             if self._s.handler_timeout is None:
@@ -376,8 +396,9 @@ class Consumer:
                     scope.deadline = anyio.current_time() + self._s.handler_timeout
                     result = await self.handler(event)
                 if scope.cancelled_caught:
-                    return f"HandlerTimeout: handler ran longer than {self._s.handler_timeout}s"
+                    return f"{TIMEOUT_PREFIX} handler ran longer than {self._s.handler_timeout}s"
         except Exception as exc:
+            run.error = exc
             log.warning(
                 "%s %r: handler failed on attempt %d: %s: %s",
                 self.label,
@@ -386,6 +407,7 @@ class Consumer:
                 type(exc).__name__,
                 exc,
                 exc_info=log.isEnabledFor(logging.DEBUG),
+                extra=self._fields(c),
             )
             return f"{type(exc).__name__}: {exc}"
         if result is False:
@@ -419,7 +441,10 @@ class Consumer:
         else:
             # The lease runs out and the event comes back; the attempt still counts.
             log.error(
-                "%s %r: could not record the failure; its lease will expire", self.label, c.id
+                "%s %r: could not record the failure; its lease will expire",
+                self.label,
+                c.id,
+                extra=self._fields(c),
             )
             code = -1
         self._leased.discard(lease)
@@ -428,7 +453,12 @@ class Consumer:
         if code == 2:
             self._metrics.increment("dead_lettered", event_type=self.type_name)
             log.error(
-                "%s %r: dead letter after %d deliveries: %s", self.label, c.id, c.attempt, error
+                "%s %r: dead letter after %d deliveries: %s",
+                self.label,
+                c.id,
+                c.attempt,
+                error,
+                extra=self._fields(c),
             )
         elif code == 1:
             self._metrics.increment("retried", event_type=self.type_name)

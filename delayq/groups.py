@@ -84,6 +84,7 @@ class GroupMetrics:
         self.group = group
         self._inc_group = _accepts_group(sink.increment)
         self._gauge_group = _accepts_group(sink.gauge)
+        self._observe_group = _accepts_group(sink.observe)
 
     def increment(self, name: str, value: int = 1, *, event_type: str = "") -> None:
         """Add ``value`` to the counter ``name`` of this group."""
@@ -98,6 +99,19 @@ class GroupMetrics:
             self._sink.gauge(name, value, event_type=event_type, group=self.group)  # type: ignore[call-arg]
         else:
             self._sink.gauge(name, value, event_type=f"{event_type}:{self.group}")
+
+    def observe(
+        self, name: str, seconds: float, *, event_type: str = "", outcome: str = ""
+    ) -> None:
+        """Record a duration of this group."""
+        if self._observe_group:
+            self._sink.observe(  # type: ignore[call-arg]
+                name, seconds, event_type=event_type, outcome=outcome, group=self.group
+            )
+        else:
+            self._sink.observe(
+                name, seconds, event_type=f"{event_type}:{self.group}", outcome=outcome
+            )
 
 
 class Groups:
@@ -152,4 +166,7 @@ class Groups:
                 total = sums.setdefault(name, [0, 0, 0, 0])
                 for i, v in enumerate((c.scheduled, c.ready, c.in_flight, c.dead)):
                     total[i] += v
-        return {name: QueueCounts(*v) for name, v in sums.items()}
+        return {
+            name: QueueCounts(scheduled=v[0], ready=v[1], in_flight=v[2], dead=v[3])
+            for name, v in sums.items()
+        }

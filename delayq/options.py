@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from .codec import Serializer
-from .metrics import Metrics, NoopMetrics
+from .metrics import Metrics, NoopMetrics, as_metrics
+from .observer import Tracing
 from .retry import Backoff, delay_seconds, exponential
 
 __all__ = ["Options"]
+
+log = logging.getLogger("delayq.options")
 
 
 def _seconds(name: str, value: Any, *, low: float, high: float) -> float:
@@ -46,6 +50,7 @@ class Options:
     serializer: Serializer = "msgpack"
     max_payload_bytes: int = 512 * 1024
     metrics: Metrics = field(default_factory=NoopMetrics)
+    tracing: Tracing | None = None
     shutdown_grace: float = 10.0
     min_replicas: int = 0
     replica_timeout: float = 1.0
@@ -95,12 +100,11 @@ class Options:
             raise TypeError("enable_scheduling must be a bool")
         if opts.get("serializer", "msgpack") not in ("json", "msgpack"):
             raise ValueError(f"serializer must be 'json' or 'msgpack', not {opts['serializer']!r}")
-        metrics = opts.get("metrics")
-        if metrics is not None and not isinstance(metrics, Metrics):
-            raise TypeError(
-                "metrics must have increment(name, value, *, event_type) and "
-                "gauge(name, value, *, event_type) methods"
-            )
+        if opts.get("metrics") is not None:
+            # a sink without observe() (written before it existed) is wrapped, not refused
+            opts["metrics"] = as_metrics(opts["metrics"])
+        if "tracing" in opts:
+            opts["tracing"] = _tracing(opts["tracing"])
         built = cls(**opts)
         if built.lock_timeout <= built.scheduling_interval and "lock_timeout" in opts:
             raise ValueError("lock_timeout must be longer than scheduling_interval")
@@ -120,3 +124,22 @@ class Options:
     def lock_ms(self) -> int:
         """The scheduler lock's time to live in ms, never shorter than two sweeps."""
         return math.ceil(max(self.lock_timeout, 2 * self.scheduling_interval) * 1000)
+
+
+def _tracing(value: Any) -> Tracing | None:
+    """``tracing=True`` means OpenTelemetry, when it is installed; an object is used as given."""
+    if value is False:
+        return None
+    if value is True:
+        try:
+            from .otel import OTelTracing
+        except ImportError:
+            log.info("tracing=True but opentelemetry-api is not installed: tracing stays off")
+            return None
+        return OTelTracing()
+    if not isinstance(value, Tracing):
+        raise TypeError(
+            "tracing must be True, False or an object with sending/handling/handled "
+            f"methods (such as delayq.otel.OTelTracing()), not {value!r}"
+        )
+    return value

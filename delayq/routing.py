@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from .partitions import shard_for
-from .store import DeadRecord, Store
+from .store import DeadRecord, ScheduledRecord, Store
 
 __all__ = ["Router"]
 
@@ -86,6 +86,17 @@ class Router:
             return await self._store.dead_letters(shards[0], offset, limit, group=group)
         pages = [await self._store.dead_letters(s, 0, offset + limit, group=group) for s in shards]
         merged = heapq.merge(*pages, key=lambda r: (r.failed_at_ms, r.raw_id))
+        return list(merged)[offset : offset + limit]
+
+    async def scheduled_page(
+        self, type_name: str, offset: int, limit: int
+    ) -> list[ScheduledRecord]:
+        """Scheduled events of the whole type by due time (merged across shards)."""
+        shards = self._store.shards(type_name)
+        if len(shards) == 1:
+            return await self._store.scheduled_page(shards[0], offset, limit)
+        pages = [await self._store.scheduled_page(s, 0, offset + limit) for s in shards]
+        merged = heapq.merge(*pages, key=lambda r: (r.due_ms, r.raw_id))
         return list(merged)[offset : offset + limit]
 
     async def dead_count(self, type_name: str, group: str | None) -> int:

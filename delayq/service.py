@@ -7,9 +7,8 @@ import inspect
 import logging
 import math
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 import anyio
@@ -19,9 +18,11 @@ from redis.asyncio.cluster import RedisCluster
 from . import connect
 from .codec import Codec, check_context
 from .consumer import Consumer, ConsumerSettings, Handler
-from .errors import DecodeError
-from .events import Event, check_event_type
+from .events import Event, check_event_type, validate_name
 from .groups import GroupMetrics, Groups, check_group, group_settings
+from .health import ServiceHealth
+from .inspection import DeadLetter, EventInfo, EventTypeRef, Inspector, ScheduledEvent
+from .observer import Observer
 from .options import Options
 from .repartition import RepartitionResult, repartition
 from .retry import Backoff, delay_seconds
@@ -44,28 +45,6 @@ def _connection_kwargs(client: Client) -> dict[str, Any]:
     if isinstance(client, RedisCluster):
         return client.connection_kwargs
     return client.connection_pool.connection_kwargs
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """An event that failed on every allowed delivery."""
-
-    id: str
-    """The event id."""
-    event: Event | None
-    """The decoded event, or None when it no longer decodes (see ``decode_error``)."""
-    context: Mapping[str, str]
-    """The context given at enqueue time."""
-    attempts: int
-    """How many deliveries were made."""
-    error: str
-    """The last failure, as ``"ExceptionType: message"``."""
-    failed_at: datetime
-    """When it became a dead letter (UTC, Redis's clock)."""
-    raw: bytes | None
-    """The stored envelope."""
-    decode_error: str | None = None
-    """Why ``event`` is None, if it is."""
 
 
 class EventService:
@@ -104,10 +83,13 @@ class EventService:
         self._router = Router(self._store)
         self._codec = Codec(opts.serializer, opts.max_payload_bytes)
         self._metrics = opts.metrics
+        self._observer = Observer(opts.metrics, opts.tracing)
         self._types: dict[str, type[Event]] = {}
         # (type name, group; None for the default group) -> its consumer here
         self._consumers: dict[tuple[str, str | None], Consumer] = {}
         self._groups = Groups(self._store, 1 + opts.retry_attempts)
+        self._inspector = Inspector(self._store, self._codec, self._types)
+        self._running_loops: set[Consumer | Scheduler] = set()
         self._consumer_settings = ConsumerSettings(
             visibility_ms=opts.visibility_ms,
             polling_timeout=self._block_time(blocking or redis),
@@ -237,6 +219,12 @@ class EventService:
             )
         return name
 
+    def _name(self, event_type: EventTypeRef) -> str:
+        """The wire name of a class (registering it) or of a name given as a str."""
+        if isinstance(event_type, str):
+            return validate_name(event_type)
+        return self._register_type(event_type)
+
     def add_handler(
         self,
         event_type: type[Event],
@@ -291,6 +279,7 @@ class EventService:
             settings=settings,
             metrics=self._metrics if group is None else GroupMetrics(self._metrics, group),
             group=group,
+            observer=self._observer,
         )
         self._consumers[name, group] = consumer
         if self._task_group is not None:
@@ -376,11 +365,12 @@ class EventService:
     async def _enqueue_one(
         self, event: Event, ms: int, *, absolute: bool, context: Any, replace: bool
     ) -> bool:
-        name, envelope = self._prepare(event, context)
-        shard = self._router.shard(name, event.id, type(event).event_partitions)
-        (code,) = await self._store.enqueue(
-            shard, [(event.id, envelope, ms)], absolute=absolute, replace=replace
-        )
+        with self._observer.sending(event, context) as stored_context:
+            name, envelope = self._prepare(event, stored_context)
+            shard = self._router.shard(name, event.id, type(event).event_partitions)
+            (code,) = await self._store.enqueue(
+                shard, [(event.id, envelope, ms)], absolute=absolute, replace=replace
+            )
         self._count_codes(name, [code])
         return code != 0
 
@@ -439,10 +429,27 @@ class EventService:
         """
         default_ms = math.ceil(delay_seconds(delay) * 1000)
         check_context(context)
+        items = list(events)
+        names = [] if self._observer.tracing is None else self._type_names(items)
+        with self._observer.sending_many(names, len(items), context) as stored_context:
+            return await self._enqueue_items(items, default_ms, stored_context, replace)
+
+    def _type_names(self, items: list[Any]) -> list[str]:
+        return [
+            getattr(type(i[0] if isinstance(i, tuple) else i), "event_name", "") for i in items
+        ]
+
+    async def _enqueue_items(
+        self,
+        items: list[Event | tuple[Event, float | timedelta]],
+        default_ms: int,
+        context: Mapping[str, str] | None,
+        replace: bool,
+    ) -> list[bool]:
         by_type: dict[str, list[tuple[int, tuple[str, bytes, int]]]] = {}
         partitions: dict[str, int] = {}
         count = 0
-        for index, item in enumerate(events):
+        for index, item in enumerate(items):
             if isinstance(item, tuple):
                 if len(item) != 2:
                     raise TypeError(f"enqueue_many items are events or (event, delay): {item!r}")
@@ -464,12 +471,54 @@ class EventService:
                 results[index] = code != 0
         return results
 
-    async def cancel(self, event_type: type[Event], id: str) -> bool:
+    async def enqueue_envelopes(
+        self,
+        event_type: str,
+        items: Sequence[tuple[str, bytes, int]],
+        *,
+        absolute: bool = False,
+        replace: bool = False,
+    ) -> list[int]:
+        """Enqueue events already encoded into envelopes; one code per item, in order.
+
+        For tools that encode elsewhere and send later, such as the transactional
+        outbox of :mod:`delayq.postgres`: ``event_type`` is a wire name, and each
+        item is ``(id, envelope, ms)`` with an envelope made by
+        :class:`delayq.codec.Codec` and ``ms`` a delay in ms or, with
+        ``absolute=True``, a unix time in ms. The same script, dedup and
+        ``replace`` rule as every enqueue apply. Codes: 1 added, 0 kept (the id
+        existed), 2 replaced. Envelopes are not decoded here: one that does not
+        decode becomes a dead letter when it is delivered.
+        """
+        validate_name(event_type)
+        checked = []
+        for item in items:
+            if not (
+                isinstance(item, tuple)
+                and len(item) == 3
+                and isinstance(item[0], str)
+                and item[0]
+                and isinstance(item[1], bytes)
+                and isinstance(item[2], int)
+                and not isinstance(item[2], bool)
+            ):
+                raise TypeError(f"items are (id: str, envelope: bytes, ms: int), not {item!r}")
+            if not absolute and item[2] < 0:
+                raise ValueError(f"a delay in ms must be >= 0: {item!r}")
+            checked.append(item)
+        if not checked:
+            return []
+        codes = await self._store.enqueue(event_type, checked, absolute=absolute, replace=replace)
+        self._count_codes(event_type, codes)
+        return codes
+
+    async def cancel(self, event_type: EventTypeRef, id: str) -> bool:
         """Remove a pending (scheduled, ready or in-flight) event; True when one was removed.
 
-        Dead letters are not touched: use :meth:`purge_dead_letters`.
+        ``event_type`` is the class or its wire name. Dead letters are not
+        touched: use :meth:`purge_dead_letters`.
         """
-        name = self._register_type(event_type)
+        name = self._name(event_type)
         removed = await self._router.cancel(name, id)
         if removed:
             self._metrics.increment("cancelled", event_type=name)
@@ -479,46 +528,35 @@ class EventService:
 
     async def dead_letters(
         self,
-        event_type: type[Event],
+        event_type: EventTypeRef,
         limit: int = 100,
         offset: int = 0,
         *,
         group: str | None = None,
     ) -> list[DeadLetter]:
-        """Up to ``limit`` dead letters of ``event_type`` (in ``group``), oldest first."""
-        name = self._register_type(event_type)
-        group = check_group(group)
-        if not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"limit must be a positive int, not {limit!r}")
-        items = []
-        for record in await self._router.dead_letters(name, offset, limit, group):
-            event: Event | None = None
-            context: Mapping[str, str] = {}
-            problem: str | None = None
-            if record.envelope is None:
-                problem = "the stored event is missing"
-            else:
-                try:
-                    event, context = self._codec.decode(record.envelope, event_type, record.raw_id)
-                except DecodeError as exc:
-                    problem = str(exc)
-            items.append(
-                DeadLetter(
-                    id=record.raw_id.decode("utf-8", "replace"),
-                    event=event,
-                    context=context,
-                    attempts=record.attempts,
-                    error=record.error,
-                    failed_at=datetime.fromtimestamp(record.failed_at_ms / 1000, timezone.utc),
-                    raw=record.envelope,
-                    decode_error=problem,
-                )
-            )
-        return items
+        """Up to ``limit`` dead letters of ``event_type`` (class or wire name; in ``group``),
+        oldest first."""
+        if not isinstance(event_type, str):
+            self._register_type(event_type)
+        return await self._inspector.dead_letters(
+            event_type, limit, offset, group=check_group(group)
+        )
+
+    async def inspect(self, event_type: EventTypeRef, id: str) -> EventInfo:
+        """Where one event is (scheduled, ready, in flight, dead, absent) and all Redis holds
+        about it, read in one atomic step. ``event_type`` is the class or its wire name."""
+        return await self._inspector.inspect(event_type, id)
+
+    async def scheduled(
+        self, event_type: EventTypeRef, limit: int = 100, offset: int = 0
+    ) -> list[ScheduledEvent]:
+        """Up to ``limit`` (≤ 1000) scheduled events from position ``offset``, earliest due
+        first. Retries waiting for their backoff are scheduled events too."""
+        return await self._inspector.scheduled(event_type, limit, offset)
 
     async def requeue_dead_letters(
         self,
-        event_type: type[Event],
+        event_type: EventTypeRef,
         ids: Iterable[str] | None = None,
         delay: float | timedelta = 0,
         *,
@@ -526,10 +564,10 @@ class EventService:
     ) -> int:
         """Schedule dead letters (all, or those in ``ids``) again after ``delay``; return how many.
 
-        Their attempt counts start over. With ``group``, that group's dead
-        letters, delivered again to that group alone.
+        Their attempt counts start over. ``event_type`` is the class or its wire name.
+        With ``group``, that group's dead letters, delivered again to that group alone.
         """
-        name = self._register_type(event_type)
+        name = self._name(event_type)
         group = check_group(group)
         ms = math.ceil(delay_seconds(delay) * 1000)
         if ids is not None:
@@ -556,16 +594,17 @@ class EventService:
 
     async def purge_dead_letters(
         self,
-        event_type: type[Event],
+        event_type: EventTypeRef,
         ids: Iterable[str] | None = None,
         *,
         group: str | None = None,
     ) -> int:
         """Delete dead letters (all, or those in ``ids``; of ``group``) for good; return how many.
 
-        An event leaves Redis with the last group that held it.
+        ``event_type`` is the class or its wire name. An event leaves Redis with the last
+        group that held it.
         """
-        name = self._register_type(event_type)
+        name = self._name(event_type)
         group = check_group(group)
         if ids is not None:
             return await self._router.by_id(
@@ -584,13 +623,17 @@ class EventService:
         return sum(await self._router.each_shard(name, purge_all))
 
     async def stats(self) -> dict[str, QueueCounts]:
-        """Counts per event type name, for every type that has been used under the prefix."""
+        """Counts per event type name, for every type that has been used under the prefix.
+
+        Each :class:`QueueCounts` also has the next due time and the backlog's age; the
+        cost is one read-only script call per type, all in one pipeline.
+        """
         names = await self._store.known_types()
         return await self._store.counts(names)
 
-    async def stats_for(self, event_type: type[Event]) -> QueueCounts:
-        """Counts of one event type."""
-        name = self._register_type(event_type)
+    async def stats_for(self, event_type: EventTypeRef) -> QueueCounts:
+        """Counts of one event type (class or wire name)."""
+        name = self._name(event_type)
         return (await self._store.counts([name]))[name]
 
     async def repartition(
@@ -606,6 +649,43 @@ class EventService:
         """
         name = self._register_type(event_type)
         return await repartition(self._store, name, event_type.event_partitions, wait=wait)
+
+    @property
+    def handled_types(self) -> list[str]:
+        """Wire names of the event types this service has handlers for (in any group)."""
+        return sorted({name for name, _ in self._consumers})
+
+    @property
+    def is_running(self) -> bool:
+        """True from :meth:`start` until the service's tasks have ended (draining included)."""
+        return self._supervisor is not None and not self._supervisor.done()
+
+    async def health(self, timeout: float = 2.0) -> ServiceHealth:
+        """Whether the service runs, Redis answers (within ``timeout`` s) and every loop runs.
+
+        For liveness and readiness probes: see :class:`ServiceHealth`.
+        """
+        redis_error: str | None = None
+        try:
+            with anyio.fail_after(timeout):
+                await self._store.server_time_ms()
+        except TimeoutError:
+            redis_error = f"no answer within {timeout}s"
+        except Exception as exc:
+            redis_error = f"{type(exc).__name__}: {exc}"
+        loops: dict[str, bool] = {}
+        if self._scheduler is not None:
+            loops["scheduler"] = self._scheduler in self._running_loops
+        for consumer in self._consumers.values():
+            loops[f"consumer:{consumer.label}"] = consumer in self._running_loops
+        started = self.is_running
+        return ServiceHealth(
+            started=started,
+            accepting=started and self._closing is not None and not self._closing.is_set(),
+            redis_ok=redis_error is None,
+            redis_error=redis_error,
+            loops=loops,
+        )
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -660,15 +740,19 @@ class EventService:
         """Run a loop; should a bug make it raise, log and start it again."""
         delay = 0.5
         while True:
+            self._running_loops.add(loop)  # what health() reports
             try:
                 await loop.run()
                 return
             except Exception:
                 if loop.stopping:
                     return
+                self._running_loops.discard(loop)
                 log.exception("%s crashed; restarting it in %.1fs", type(loop).__name__, delay)
                 await anyio.sleep(delay)
                 delay = min(delay * 2, 30.0)
+            finally:
+                self._running_loops.discard(loop)
 
     async def aclose(self) -> None:
         """Stop fetching, give in-flight handlers ``shutdown_grace``, release everything.
