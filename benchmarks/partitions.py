@@ -100,9 +100,7 @@ async def main() -> None:
     parser.add_argument("--partitions", default="1,6,12")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    rows = [
-        await _run(int(n), args.events, args.workers) for n in args.partitions.split(",")
-    ]
+    rows = [await _run(int(n), args.events, args.workers) for n in args.partitions.split(",")]
     print(f"\n{args.events} due-now events of one type, {args.workers} worker services, "
           "3-master loopback cluster")  # fmt: skip
     print("| partitions | events/s | Redis CPU s per node | busiest node | Redis CPU µs/event |")

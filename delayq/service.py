@@ -435,9 +435,7 @@ class EventService:
             return await self._enqueue_items(items, default_ms, stored_context, replace)
 
     def _type_names(self, items: list[Any]) -> list[str]:
-        return [
-            getattr(type(i[0] if isinstance(i, tuple) else i), "event_name", "") for i in items
-        ]
+        return [getattr(type(i[0] if isinstance(i, tuple) else i), "event_name", "") for i in items]
 
     async def _enqueue_items(
         self,

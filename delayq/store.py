@@ -892,7 +892,9 @@ class Store:
             error=_text(r[7]),
         )
 
-    async def scheduled_page(self, type_name: str, offset: int, limit: int) -> list[ScheduledRecord]:
+    async def scheduled_page(
+        self, type_name: str, offset: int, limit: int
+    ) -> list[ScheduledRecord]:
         """Scheduled events ``offset .. offset+limit-1`` by due time, earliest first."""
         r = await self._run("scheduled_list", type_name, [offset, limit])
         return [
@@ -911,9 +913,7 @@ class Store:
         seconds, micros = await self.redis.time()
         return int(seconds) * 1000 + int(micros) // 1000
 
-    async def _per_type(
-        self, script: str, calls: Sequence[tuple[str, Sequence[Any]]]
-    ) -> list[Any]:
+    async def _per_type(self, script: str, calls: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
         """Run one script once per ``(type name, args)``, pipelined; replies in order."""
         if not calls:
             return []
