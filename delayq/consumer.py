@@ -1,6 +1,10 @@
 """One consumer per event type: BRPOP, bounded concurrency, handler, ack or retry.
 
-A consumer only pops when a handler slot is free. After a BRPOP wakes it, one
+A consumer only pops when a handler slot is free. A partitioned type has one
+fetcher per partition (shard), each blocking in BRPOP on its own connection
+(BRPOP cannot span cluster slots); they share the type's handler slots, so
+``concurrency`` holds across partitions, and each claim takes at most its
+share of the free slots, so busy partitions are served alike. After a BRPOP wakes it, one
 ``claim`` script call leases that entry and drains up to the remaining free
 slots from the ready list. While handlers run their leases are renewed;
 successful events are acked in batches by one task, so a busy consumer sends
@@ -136,13 +140,15 @@ class Consumer:
         self._stopping = False
         self._fetch_scope: anyio.CancelScope | None = None
         self._running = 0
-        # (id, token) of every delivery whose lease we hold, acked or not yet
-        self._leased: set[tuple[bytes, bytes]] = set()
+        self._reserved = 0  # slots promised to claims under way (several fetchers)
+        self._n_shards = 1
+        # (shard, id, token) of every delivery whose lease we hold, acked or not yet
+        self._leased: set[tuple[str, bytes, bytes]] = set()
         # the subset whose ack or fail call is under way: a renew racing it finds
         # the lease gone, which is no loss
-        self._settling: set[tuple[bytes, bytes]] = set()
-        self._acks: list[tuple[bytes, bytes]] = []
-        self._acking: list[tuple[bytes, bytes]] = []  # the batch of the ack call under way
+        self._settling: set[tuple[str, bytes, bytes]] = set()
+        self._acks: list[tuple[str, bytes, bytes]] = []
+        self._acking: list[tuple[str, bytes, bytes]] = []  # the batch of the ack call under way
         self._acks_closing = False
         self._handlers = _HandlerTasks(self.label)
         self._slot_freed: anyio.Event | None = None
@@ -191,7 +197,7 @@ class Consumer:
                 try:
                     with anyio.CancelScope() as self._fetch_scope:
                         await self._register_group()
-                        await self._fetch_loop(handlers)
+                        await self._fetch_all(handlers)
                     with anyio.move_on_after(self._s.shutdown_grace):
                         while self._running:
                             await self._wait_for_slot()
@@ -230,9 +236,9 @@ class Consumer:
         backoff = 0.05
         while not self._stopping:
             try:
-                await self._store.register_group(
-                    self.type_name, self.group, 1 + self._s.retry_attempts
-                )
+                for shard in self._store.shards(self.type_name):
+                    await self._store.register_type(shard)
+                    await self._store.register_group(shard, self.group, 1 + self._s.retry_attempts)
                 return
             except Exception as exc:  # loops never die: back off, go on
                 self._metrics.increment("redis_errors", event_type=self.type_name)
@@ -243,37 +249,79 @@ class Consumer:
     async def _wait_for_slot(self) -> None:
         assert self._slot_freed is not None
         await self._slot_freed.wait()
-        self._slot_freed = anyio.Event()
 
-    async def _fetch_loop(self, handlers: _HandlerTasks) -> None:
+    def _free_slot(self) -> None:
+        """Wake every fetcher waiting for a slot (the setter replaces the event, so a
+        waiter never waits on one another waiter has already discarded)."""
+        freed, self._slot_freed = self._slot_freed, anyio.Event()
+        assert freed is not None
+        freed.set()
+
+    async def _fetch_all(self, handlers: _HandlerTasks) -> None:
+        """One fetch loop per shard of the type; shards of a layout that appears later
+        (a partition count being changed, as the scheduler's sweeps learn) join."""
+        block = max(0.05, self._s.polling_timeout)
+        backoff = 0.05
+        while len(self._store.shards(self.type_name)) > 1 and not self._stopping:
+            try:
+                await self._store.connect()
+                break
+            except Exception as exc:  # loops never die: back off, go on
+                log.warning("%s: connecting failed (%s)", self.label, exc)
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, _MAX_BACKOFF)
+        async with anyio.create_task_group() as fetchers:
+            started: set[str] = set()
+            while not self._stopping:
+                for shard in self._store.shards(self.type_name):
+                    if shard not in started:
+                        started.add(shard)
+                        self._n_shards = len(started)
+                        fetchers.start_soon(self._fetch_loop, handlers, shard)
+                await anyio.sleep(block)  # in-process check only: no Redis command
+
+    async def _fetch_loop(self, handlers: _HandlerTasks, shard: str) -> None:
         backoff = 0.05
         popped: list[bytes] = []  # a BRPOP'd entry whose claim has not gone through yet
-        drain = False  # the last claim filled every slot: more may be waiting
+        drain = False  # the last claim filled its share of the slots: more may be waiting
         block = max(0.05, self._s.polling_timeout)
         while not self._stopping:
-            free = self.concurrency - self._running
+            free = self.concurrency - self._running - self._reserved
             if free <= 0:
                 await self._wait_for_slot()
                 continue
             try:
                 if not popped and not drain:
-                    entry = await self._store.pop_ready(self.type_name, block, group=self.group)
+                    entry = await self._store.pop_ready(shard, block, group=self.group)
                     if entry is None:
                         continue
                     popped.append(entry)
+                    # other fetchers may have taken the slots while this one waited
+                    free = self.concurrency - self._running - self._reserved
+                    if free <= 0:
+                        continue
+                # each partition's claim takes its share of the free slots (all of
+                # them with one partition), so no partition is starved by another
+                share = max(len(popped), -(-free // self._n_shards))
+                self._reserved += share
                 # A claim that ran must be read to the end, or its events wait
                 # a whole lease for nothing: never cancel it half-way.
-                with anyio.CancelScope(shield=True):
-                    now_us, claimed = await self._store.claim(
-                        self.type_name, popped, free - len(popped), self._s.visibility_ms,
-                        group=self.group,
-                    )  # fmt: skip
-                    popped = []
-                    drain = len(claimed) >= free
-                    for c in claimed:
-                        self._running += 1
-                        self._leased.add((c.raw_id, c.token))
-                        handlers.start_soon(self._handle, c, now_us)
+                try:
+                    with anyio.CancelScope(shield=True):
+                        now_us, claimed = await self._store.claim(
+                            shard, popped, share - len(popped), self._s.visibility_ms,
+                            group=self.group,
+                        )  # fmt: skip
+                        popped = []
+                        drain = len(claimed) >= share
+                        for c in claimed:
+                            self._running += 1
+                            self._leased.add((shard, c.raw_id, c.token))
+                            handlers.start_soon(self._handle, c, now_us, shard)
+                finally:
+                    self._reserved -= share
+                    if self._n_shards > 1:  # a fetcher may wait for slots this claim left
+                        self._free_slot()
                 if claimed:
                     self._metrics.increment("delivered", len(claimed), event_type=self.type_name)
                     self._metrics.gauge("in_flight", self._running, event_type=self.type_name)
@@ -293,7 +341,7 @@ class Consumer:
 
     # -- handling --------------------------------------------------------------
 
-    async def _handle(self, c: Claimed, now_us: int) -> None:
+    async def _handle(self, c: Claimed, now_us: int, shard: str) -> None:
         try:
             try:
                 event, context, enqueued_ms = self._codec.decode_timed(
@@ -309,7 +357,7 @@ class Consumer:
                     extra=self._fields(c),
                 )
                 self._handlers.settling()
-                await self._fail(c, f"DecodeError: {exc}", dead=True)
+                await self._fail(c, shard, f"DecodeError: {exc}", dead=True)
                 return
             delivery = Delivery(
                 self.type_name, c.id, c.attempt, c.due_ms, now_us, context,
@@ -324,16 +372,15 @@ class Consumer:
                 self._observer.finished(run, failure)
             self._handlers.settling()
             if failure is None:
-                self._acks.append((c.raw_id, c.token))
+                self._acks.append((shard, c.raw_id, c.token))
                 assert self._ack_wanted is not None
                 self._ack_wanted.set()
             else:
-                await self._fail(c, failure, dead=c.attempt > self._s.retry_attempts)
+                await self._fail(c, shard, failure, dead=c.attempt > self._s.retry_attempts)
         finally:
             self._running -= 1
             self._metrics.gauge("in_flight", self._running, event_type=self.type_name)
-            assert self._slot_freed is not None
-            self._slot_freed.set()
+            self._free_slot()
 
     def _fields(self, c: Claimed) -> dict[str, Any]:
         """Structured fields of a log record about one delivery (for JSON log formatters)."""
@@ -367,7 +414,7 @@ class Consumer:
             return "ReturnedFalse: the handler returned False"
         return None
 
-    async def _fail(self, c: Claimed, error: str, *, dead: bool) -> None:
+    async def _fail(self, c: Claimed, shard: str, error: str, *, dead: bool) -> None:
         delay_ms = 0
         if not dead:
             try:
@@ -376,11 +423,12 @@ class Consumer:
                 log.exception("%s: retry_backoff(%d) failed; retrying in 1s", self.label, c.attempt)
                 delay_ms = 1000
         backoff = 0.05
-        self._settling.add((c.raw_id, c.token))
+        lease = (shard, c.raw_id, c.token)
+        self._settling.add(lease)
         for _ in range(5):
             try:
                 code = await self._store.fail(
-                    self.type_name, c, dead=dead, delay_ms=delay_ms, error=error[:4000],
+                    shard, c, dead=dead, delay_ms=delay_ms, error=error[:4000],
                     group=self.group,
                 )  # fmt: skip
                 break
@@ -399,8 +447,8 @@ class Consumer:
                 extra=self._fields(c),
             )
             code = -1
-        self._leased.discard((c.raw_id, c.token))
-        self._settling.discard((c.raw_id, c.token))
+        self._leased.discard(lease)
+        self._settling.discard(lease)
         self._metrics.increment("failed", event_type=self.type_name)
         if code == 2:
             self._metrics.increment("dead_lettered", event_type=self.type_name)
@@ -424,7 +472,16 @@ class Consumer:
             self._acking = batch
             self._settling.update(batch)
             try:
-                await self._store.ack(self.type_name, batch, group=self.group)
+                by_shard: dict[str, list[tuple[bytes, bytes]]] = {}
+                for shard, raw_id, token in batch:
+                    by_shard.setdefault(shard, []).append((raw_id, token))
+                if len(by_shard) == 1:
+                    ((shard, done),) = by_shard.items()
+                    await self._store.ack(shard, done, group=self.group)
+                else:  # one call per partition, sent together
+                    await asyncio.gather(
+                        *(self._store.ack(s, d, group=self.group) for s, d in by_shard.items())
+                    )
             except Exception as exc:
                 self._settling.difference_update(batch)
                 self._acks = batch + self._acks
@@ -459,16 +516,21 @@ class Consumer:
             await anyio.sleep(period)
             if not self._leased:
                 continue
+            by_shard: dict[str, list[tuple[bytes, bytes]]] = {}
+            for shard, raw_id, token in self._leased:
+                by_shard.setdefault(shard, []).append((raw_id, token))
             try:
-                lost = await self._store.renew(
-                    self.type_name, list(self._leased), self._s.visibility_ms, group=self.group
-                )
+                lost = []
+                for shard, leases in by_shard.items():
+                    lost += await self._store.renew(
+                        shard, leases, self._s.visibility_ms, group=self.group
+                    )
             except Exception as exc:
                 self._metrics.increment("redis_errors", event_type=self.type_name)
                 log.warning("%s: renewing leases failed (%s)", self.label, exc)
                 continue
             # an ack or fail that ran just before this renew ended the lease itself
-            held = {p[0] for p in self._leased - self._settling}
+            held = {p[1] for p in self._leased - self._settling}
             lost = [i for i in lost if i in held]
             if lost:
                 self._metrics.increment("leases_lost", len(lost), event_type=self.type_name)
@@ -479,4 +541,4 @@ class Consumer:
                     [i.decode("utf-8", "replace") for i in lost[:10]],
                 )
                 gone = set(lost)
-                self._leased = {p for p in self._leased if p[0] not in gone}
+                self._leased = {p for p in self._leased if p[1] not in gone}

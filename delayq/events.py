@@ -14,6 +14,8 @@ from typing import Any, ClassVar
 
 import msgspec
 
+from .partitions import check_partitions
+
 __all__ = [
     "Event",
     "EventMeta",
@@ -50,8 +52,11 @@ def validate_name(name: object, what: str = "event type name") -> str:
         )
     if what != "prefix" and ":" in name:
         raise ValueError(
-            f"{what} may not contain ':' (it would share keys with another prefix's type): "
-            f"{name!r}"
+            f"{what} may not contain ':' (it would share keys with another prefix's type): {name!r}"
+        )
+    if what == "event type name" and "#" in name:
+        raise ValueError(
+            f"{what} may not contain '#' (it names the partitions of a type): {name!r}"
         )
     return name
 
@@ -63,6 +68,8 @@ class EventMeta(msgspec.StructMeta):
         mcls, clsname: str, bases: tuple[type, ...], namespace: dict[str, Any], **kwargs: Any
     ) -> EventMeta:
         explicit = kwargs.pop("event_name", None)
+        # a keyword only (no class variable): an event may have a field named "partitions"
+        partitions = kwargs.pop("partitions", 1)
         if explicit is None:
             # Only this class's own namespace counts: a subclass must not inherit
             # its parent's explicit name, or the two would share one queue.
@@ -71,6 +78,8 @@ class EventMeta(msgspec.StructMeta):
         is_base = not any(isinstance(b, EventMeta) for b in bases)
         name = validate_name(explicit if explicit is not None else cls.__qualname__)
         type.__setattr__(cls, "event_name", name)
+        # like the name, the count is not inherited: a subclass is another queue
+        type.__setattr__(cls, "event_partitions", check_partitions(partitions))
         if not is_base:
             _register(name, cls)  # type: ignore[arg-type]
         return cls
@@ -104,10 +113,19 @@ class Event(msgspec.Struct, kw_only=True, metaclass=EventMeta):
 
         class PaymentCheck(Event, event_name="payment-check"):
             order_id: int
+
+    A hot type can be spread over ``partitions`` key spaces (and so over the
+    nodes of a Redis Cluster)::
+
+        class PaymentCheck(Event, event_name="payment-check", partitions=16):
+            order_id: int
     """
 
     id: str
     event_name: ClassVar[str]
+    event_partitions: ClassVar[int]
+    """How many partitions the type's events are spread over (``partitions=N``
+    class keyword; default 1). See the README, "Partitions for hot types"."""
 
 
 def check_event_type(event_type: object) -> type[Event]:

@@ -122,14 +122,25 @@ class Groups:
         self._max = default_max_deliveries
 
     async def register(self, type_name: str, group: str, retry_attempts: int | None = None) -> bool:
-        """Register ``group`` for ``type_name``; True when it is new."""
+        """Register ``group`` for ``type_name`` (in every partition); True when it is new."""
         max_deliveries = self._max if retry_attempts is None else 1 + retry_attempts
-        await self._store.register_type(type_name)
-        return await self._store.register_group(type_name, group, max_deliveries)
+        new = False
+        for shard in self._store.shards(type_name):
+            await self._store.register_type(shard)
+            new = await self._store.register_group(shard, group, max_deliveries) or new
+        return new
 
     async def remove(self, type_name: str, group: str) -> bool:
         """Drop ``group`` and its pending deliveries; False when it was not registered."""
-        code = await self._store.remove_group(type_name, group)
+        code = 0
+        for shard in self._store.shards(type_name):
+            # groups are registered in every partition together: the last group of
+            # the first partition is the last of all, refused before anything changed
+            got = await self._store.remove_group(shard, group)
+            if got < 0:
+                code = got
+                break
+            code = max(code, got)
         if code < 0:
             raise ValueError(
                 f"{group!r} is the last delivery group of {type_name!r}; a type always has one"
@@ -140,12 +151,22 @@ class Groups:
 
     async def names(self, type_name: str) -> list[str]:
         """The registered groups (``["default"]`` while no group has been named)."""
-        groups = await self._store.groups(type_name)
+        groups = await self._store.groups(self._store.shards(type_name)[0])
         return sorted(groups) if groups else [DEFAULT_GROUP]
 
     async def counts(self, type_name: str) -> dict[str, QueueCounts]:
-        """Counts per registered group."""
-        groups = await self._store.groups(type_name)
+        """Counts per registered group (summed over the type's partitions)."""
+        shards = self._store.shards(type_name)
+        groups = await self._store.groups(shards[0])
         if not groups:
             return {DEFAULT_GROUP: (await self._store.counts([type_name]))[type_name]}
-        return await self._store.group_counts(type_name, groups)
+        sums: dict[str, list[int]] = {}
+        for shard in shards:
+            for name, c in (await self._store.group_counts(shard, groups)).items():
+                total = sums.setdefault(name, [0, 0, 0, 0])
+                for i, v in enumerate((c.scheduled, c.ready, c.in_flight, c.dead)):
+                    total[i] += v
+        return {
+            name: QueueCounts(scheduled=v[0], ready=v[1], in_flight=v[2], dead=v[3])
+            for name, v in sums.items()
+        }

@@ -23,6 +23,7 @@ import msgspec
 from .codec import Codec, open_envelope
 from .errors import DecodeError
 from .events import Event, check_event_type, find_event_type, validate_name
+from .routing import Router
 from .store import Store
 
 __all__ = [
@@ -252,6 +253,7 @@ class Inspector:
         self._store = store
         self._codec = codec
         self._known = known  # the service's registered types (shared, live)
+        self._router = Router(store)  # a partitioned type is read as one
 
     def resolve(self, event_type: EventTypeRef) -> tuple[str, type[Event] | None]:
         """``(wire name, class or None)`` of a class or a wire name."""
@@ -266,7 +268,14 @@ class Inspector:
         if not isinstance(event_id, str) or not event_id:
             raise ValueError(f"event id must be a non-empty str, not {event_id!r}")
         name, cls = self.resolve(event_type)
-        r = await self._store.inspect(name, event_id)
+        if cls is not None:
+            self._store.declare(name, cls.event_partitions)
+        shard_list = self._router.shards_of_id(name, event_id)
+        r = await self._store.inspect(shard_list[0], event_id)
+        for shard in shard_list[1:]:  # a partition count being changed: look in each layout
+            if r.envelope is not None:
+                break
+            r = await self._store.inspect(shard, event_id)
         state: EventState
         if r.dead_at_ms is not None:
             state = "dead"
@@ -311,7 +320,7 @@ class Inspector:
         _check_page(limit, offset)
         name, cls = self.resolve(event_type)
         items = []
-        for record in await self._store.scheduled_page(name, offset, limit):
+        for record in await self._router.scheduled_page(name, offset, limit):
             decoded = decode_payload(record.envelope, record.raw_id, cls, self._codec)
             items.append(
                 ScheduledEvent(
@@ -342,7 +351,7 @@ class Inspector:
         _check_page(min(limit, MAX_PAGE), offset)
         name, cls = self.resolve(event_type)
         items = []
-        for record in await self._store.dead_letters(name, offset, limit, group=group):
+        for record in await self._router.dead_letters(name, offset, limit, group):
             decoded = decode_payload(record.envelope, record.raw_id, cls, self._codec)
             items.append(
                 DeadLetter(

@@ -24,6 +24,12 @@ groups     HASH   delivery group -> its max deliveries; exists only once a
 pending    HASH   id -> how many groups still hold a fanned-out event
 ========== ====== ===========================================================
 
+A type with ``N > 1`` partitions (``class T(Event, partitions=N)``) has all of
+the keys above once per partition ``k``, under the hash tag ``{prefix:T#k/N.s}``
+(``s``: a salt that places the partitions evenly over the cluster's slot
+ranges, see delayq.partitions.partition_tag); with ``N = 1`` the keys are
+exactly the ones above.
+
 Per delivery group ``G`` of a type with groups (``{p:T}:g:G:...``): scheduled
 (the group's retries), ready, queued, inflight, leases, attempts, errors, dead
 and meta, as above but for that group alone. The default group keeps the
@@ -35,6 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .events import validate_name
+from .partitions import parse_shard, partition_tag
 
 __all__ = ["DEFAULT_GROUP", "PrefixKeys", "TypeKeys"]
 
@@ -70,19 +77,47 @@ class PrefixKeys:
         """The keys of one event type."""
         return TypeKeys(self.prefix, type_name)
 
+    def for_shard(self, shard: str) -> TypeKeys:
+        """The keys of one shard: a type name, or ``"T#k/N"`` for partition k of N."""
+        type_name, partition, partitions = parse_shard(shard)
+        return TypeKeys(self.prefix, type_name, partition, partitions)
+
+    @property
+    def members(self) -> str:
+        """ZSET of live scheduler processes (token -> heartbeat deadline, ms); only used
+        while a partitioned type exists (see delayq.spread)."""
+        return f"{{{self.prefix}}}:schedulers"
+
 
 @dataclass(frozen=True, slots=True)
 class TypeKeys:
-    """Keys of one event type; all share the hash tag ``{prefix:type}``."""
+    """Keys of one event type (or one partition of it); all share one hash tag.
+
+    The tag is ``{prefix:type}``, or ``{prefix:type#k/N.s}`` for partition ``k``
+    of a type with ``N > 1`` partitions (``s``: see ``partitions.partition_tag``).
+    """
 
     prefix: str
     type_name: str
+    partition: int = 0
+    partitions: int = 1
 
     def __post_init__(self) -> None:
         validate_name(self.type_name)
+        if not 0 <= self.partition < self.partitions:
+            raise ValueError(f"partition {self.partition} of {self.partitions} does not exist")
+
+    @property
+    def tag(self) -> str:
+        """The hash tag every key of this type (partition) shares, braces included."""
+        if self.partitions == 1:
+            return f"{{{self.prefix}:{self.type_name}}}"
+        return (
+            "{" + partition_tag(self.prefix, self.type_name, self.partition, self.partitions) + "}"
+        )
 
     def _key(self, suffix: str) -> str:
-        return f"{{{self.prefix}:{self.type_name}}}:{suffix}"
+        return f"{self.tag}:{suffix}"
 
     @property
     def events(self) -> str:

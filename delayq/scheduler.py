@@ -18,6 +18,9 @@ compare-and-set on the token it last saw, so a dead leader is replaced within
 ``takeover_delay`` instead of the lock's time to live. A leader that stops
 gracefully releases the lock and publishes so on the wake-up channel, and a
 standby takes it at once.
+
+Partitioned types are not moved by the leader: their partitions are spread
+over every scheduler process (see :mod:`delayq.spread`, run by this class).
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from redis.exceptions import ResponseError
 
 from .events import validate_name
 from .metrics import Metrics
+from .partitions import parse_shard, type_of
+from .spread import Spread
 from .store import Store, WakeupListener
 
 __all__ = ["Scheduler", "SchedulerSettings"]
@@ -45,6 +50,8 @@ _MAX_BACKOFF = 5.0
 _FULL_SWEEP = 10
 # Published on the wake-up channel by a leader that released the lock (see lock_release.lua).
 _RELEASED = ":released"
+# Published when a scheduler process leaves the membership or is evicted (see members.lua).
+_MEMBERS = ":members"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +87,15 @@ class Scheduler:
         self._last_sweep = -math.inf
         self._last_full = -math.inf
         self._lock_taken_at = -math.inf
+        self.spread = Spread(
+            store,
+            token=self.token,
+            interval=settings.interval,
+            takeover_delay=settings.takeover_delay,
+            member_ttl_ms=settings.lock_ms,
+            drain=self._drain,
+            on_error=lambda: self._metrics.increment("redis_errors"),
+        )
 
     @property
     def stopping(self) -> bool:
@@ -89,11 +105,15 @@ class Scheduler:
     def stop(self) -> None:
         """End :meth:`run` and release the lock."""
         self._stopping = True
+        self.spread.stop()
         if self._scope is not None:
             self._scope.cancel()
 
     def wake(self, type_name: str | None = None) -> None:
         """Look at ``type_name`` (or sweep all types) now rather than at the next planned time."""
+        if type_name is not None and "#" in type_name:
+            self.spread.on_message(type_name)
+            return
         if type_name is None:
             self._last_full = -math.inf
         else:
@@ -113,7 +133,9 @@ class Scheduler:
                     return
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._listen)
+                    tg.start_soon(self.spread.run)
                     await self._loop()
+                    self.spread.stop()
                     tg.cancel_scope.cancel()
         finally:
             if self.is_leader:
@@ -221,8 +243,12 @@ class Scheduler:
         return max(0.0, wake_at - now)
 
     async def _known_types(self) -> set[str]:
+        """The unpartitioned types (the leader's); the partitions go to the spread."""
         try:
-            return await self._store.known_types()
+            names = await self._store.known_types()
+            shards = {s for name in names for s in self._store.shards(name)}
+            self.spread.set_units({s for s in shards if "#" in s})
+            return {s for s in shards if "#" not in s}
         except ResponseError as exc:
             # the type set is unreadable (a value of the wrong type written by
             # someone else): sweep the types this process already knows
@@ -270,16 +296,23 @@ class Scheduler:
 
     async def _move(self, type_name: str) -> int:
         """Move one type's due events, batch after batch; return how late the oldest was (ms)."""
+        return await self._drain(type_name, self._next, self._active)
+
+    async def _drain(self, type_name: str, nexts: dict[str, float], active: set[str]) -> int:
+        """Move one shard's due events, batch after batch; note in ``nexts`` when it next
+        needs a look and in ``active`` whether its ready list holds entries; return how
+        late the oldest thing moved was (ms)."""
         late = 0
+        label = type_of(type_name)
         while True:
             r = await self._store.move_due(
                 type_name, self._s.batch_size, self._s.visibility_ms, self._s.max_deliveries
             )
             late = max(late, r.late_ms)
             if r.moved:
-                self._metrics.increment("moved", r.moved, event_type=type_name)
+                self._metrics.increment("moved", r.moved, event_type=label)
             if r.dead:
-                self._metrics.increment("dead_lettered", r.dead, event_type=type_name)
+                self._metrics.increment("dead_lettered", r.dead, event_type=label)
                 log.error(
                     "%s: %d events became dead letters after their last lease expired",
                     type_name,
@@ -295,20 +328,24 @@ class Scheduler:
             if not r.more or self._stopping:
                 break
             # A long drain keeps the lock fresh and lets this process's consumers run.
-            if self.is_leader and time.monotonic() - self._lock_taken_at > self._s.lock_ms / 3000:
+            if (
+                self.is_leader
+                and "#" not in type_name  # partitions are not the leader's
+                and time.monotonic() - self._lock_taken_at > self._s.lock_ms / 3000
+            ):
                 if not await self._take_lock():
                     return late
             await anyio.lowlevel.checkpoint()
         # Ready entries need a look now and then (a consumer may die between
         # popping one and claiming it); due times and leases are in _next.
         if r.queued:
-            self._active.add(type_name)
+            active.add(type_name)
         else:
-            self._active.discard(type_name)
+            active.discard(type_name)
         if r.next_ms is None:
-            self._next.pop(type_name, None)
+            nexts.pop(type_name, None)
         else:
-            self._next[type_name] = time.monotonic() + max(0, r.next_ms - r.now_ms) / 1000
+            nexts[type_name] = time.monotonic() + max(0, r.next_ms - r.now_ms) / 1000
         return late
 
     async def _listen(self) -> None:
@@ -338,6 +375,17 @@ class Scheduler:
             if not self.is_leader:
                 self._lock_taken_at = -math.inf  # the lock is free: try it at once
                 self._interrupt()
+            return
+        if name == _MEMBERS:
+            self.spread.members_changed()
+            return
+        try:
+            validate_name(name if "#" not in name else parse_shard(name)[0])
+        except ValueError:  # not from an enqueue: someone else published it
+            log.debug("ignoring wake-up for invalid type name %r", name)
+            return
+        if "#" in name:
+            self.spread.on_message(name)
             return
         try:
             validate_name(name)

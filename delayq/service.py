@@ -25,7 +25,9 @@ from .health import ServiceHealth
 from .inspection import DeadLetter, EventInfo, EventTypeRef, Inspector, ScheduledEvent
 from .observer import Observer
 from .options import Options
+from .repartition import RepartitionResult, repartition
 from .retry import Backoff, delay_seconds, due_unix_ms
+from .routing import Router
 from .scheduler import Scheduler, SchedulerSettings
 from .sentinel import SentinelWatch
 from .store import QueueCounts, Store
@@ -79,6 +81,7 @@ class EventService:
             min_replicas=opts.min_replicas,
             replica_timeout_ms=opts.replica_timeout_ms,
         )
+        self._router = Router(self._store)
         self._codec = Codec(opts.serializer, opts.max_payload_bytes)
         self._metrics = opts.metrics
         self._observer = Observer(opts.metrics, opts.tracing)
@@ -209,6 +212,7 @@ class EventService:
         known = self._types.get(name)
         if known is None:
             self._types[name] = event_type
+            self._store.declare(name, event_type.event_partitions)
         elif known is not event_type:
             raise ValueError(
                 f"event type name {name!r} is used by both {known.__module__}."
@@ -364,8 +368,9 @@ class EventService:
     ) -> bool:
         with self._observer.sending(event, context) as stored_context:
             name, envelope = self._prepare(event, stored_context)
+            shard = self._router.shard(name, event.id, type(event).event_partitions)
             (code,) = await self._store.enqueue(
-                name, [(event.id, envelope, ms)], absolute=absolute, replace=replace
+                shard, [(event.id, envelope, ms)], absolute=absolute, replace=replace
             )
         self._count_codes(name, [code])
         return code != 0
@@ -427,9 +432,7 @@ class EventService:
             return await self._enqueue_items(items, default_ms, stored_context, replace)
 
     def _type_names(self, items: list[Any]) -> list[str]:
-        return [
-            getattr(type(i[0] if isinstance(i, tuple) else i), "event_name", "") for i in items
-        ]
+        return [getattr(type(i[0] if isinstance(i, tuple) else i), "event_name", "") for i in items]
 
     async def _enqueue_items(
         self,
@@ -439,6 +442,7 @@ class EventService:
         replace: bool,
     ) -> list[bool]:
         by_type: dict[str, list[tuple[int, tuple[str, bytes, int]]]] = {}
+        partitions: dict[str, int] = {}
         count = 0
         for index, item in enumerate(items):
             if isinstance(item, tuple):
@@ -449,12 +453,13 @@ class EventService:
             else:
                 event, ms = item, default_ms
             name, envelope = self._prepare(event, context)
+            partitions[name] = type(event).event_partitions
             by_type.setdefault(name, []).append((index, (event.id, envelope, ms)))
             count = index + 1
         results = [False] * count
         for name, entries in by_type.items():
-            codes = await self._store.enqueue(
-                name, [e for _, e in entries], absolute=False, replace=replace
+            codes = await self._router.enqueue(
+                name, partitions[name], [e for _, e in entries], absolute=False, replace=replace
             )
             self._count_codes(name, codes)
             for (index, _), code in zip(entries, codes, strict=True):
@@ -509,7 +514,7 @@ class EventService:
         touched: use :meth:`purge_dead_letters`.
         """
         name = self._name(event_type)
-        removed = await self._store.cancel(name, id)
+        removed = await self._router.cancel(name, id)
         if removed:
             self._metrics.increment("cancelled", event_type=name)
         return removed
@@ -544,11 +549,6 @@ class EventService:
         first. Retries waiting for their backoff are scheduled events too."""
         return await self._inspector.scheduled(event_type, limit, offset)
 
-    @staticmethod
-    def _pages(ids: Iterable[str]) -> list[list[str]]:
-        given = list(ids)
-        return [given[i : i + _BULK_PAGE] for i in range(0, len(given), _BULK_PAGE)]
-
     async def requeue_dead_letters(
         self,
         event_type: EventTypeRef,
@@ -566,20 +566,26 @@ class EventService:
         group = check_group(group)
         ms = math.ceil(delay_seconds(delay) * 1000)
         if ids is not None:
-            return sum(
-                [await self._store.requeue_dead(name, p, ms, group=group) for p in self._pages(ids)]
+            return await self._router.by_id(
+                name,
+                list(ids),
+                lambda shard, p: self._store.requeue_dead(shard, p, ms, group=group),
             )
-        # Only what is dead now: a requeued event that fails again must not
-        # come round in this same call.
-        total, seen = 0, 0
-        limit = await self._store.dead_count(name, group=group)
-        while seen < limit:
-            page = await self._store.dead_ids(name, min(_BULK_PAGE, limit - seen), group=group)
-            if not page:
-                break
-            seen += len(page)
-            total += await self._store.requeue_dead(name, page, ms, group=group)
-        return total
+
+        async def requeue_all(shard: str) -> int:
+            # Only what is dead now: a requeued event that fails again must not
+            # come round in this same call.
+            total, seen = 0, 0
+            limit = await self._store.dead_count(shard, group=group)
+            while seen < limit:
+                page = await self._store.dead_ids(shard, min(_BULK_PAGE, limit - seen), group=group)
+                if not page:
+                    break
+                seen += len(page)
+                total += await self._store.requeue_dead(shard, page, ms, group=group)
+            return total
+
+        return sum(await self._router.each_shard(name, requeue_all))
 
     async def purge_dead_letters(
         self,
@@ -596,16 +602,20 @@ class EventService:
         name = self._name(event_type)
         group = check_group(group)
         if ids is not None:
-            return sum(
-                [await self._store.purge_dead(name, p, group=group) for p in self._pages(ids)]
+            return await self._router.by_id(
+                name, list(ids), lambda shard, p: self._store.purge_dead(shard, p, group=group)
             )
-        total = 0
-        while page := await self._store.dead_ids(name, _BULK_PAGE, group=group):
-            removed = await self._store.purge_dead(name, page, group=group)
-            total += removed
-            if not removed:
-                break
-        return total
+
+        async def purge_all(shard: str) -> int:
+            total = 0
+            while page := await self._store.dead_ids(shard, _BULK_PAGE, group=group):
+                removed = await self._store.purge_dead(shard, page, group=group)
+                total += removed
+                if not removed:
+                    break
+            return total
+
+        return sum(await self._router.each_shard(name, purge_all))
 
     async def stats(self) -> dict[str, QueueCounts]:
         """Counts per event type name, for every type that has been used under the prefix.
@@ -620,6 +630,20 @@ class EventService:
         """Counts of one event type (class or wire name)."""
         name = self._name(event_type)
         return (await self._store.counts([name]))[name]
+
+    async def repartition(
+        self, event_type: type[Event], *, wait: float = 30.0
+    ) -> RepartitionResult:
+        """Move ``event_type``'s events from every other partition count into its declared one.
+
+        Run it once every process runs the new ``partitions=N`` (see the
+        README, "Changing the partition count"). Scheduled events move at
+        once; ready and running ones of the old layout are handled where they
+        are, and passes repeat for up to ``wait`` seconds until the old layout
+        is empty and retired. Safe to run again (it finishes the job).
+        """
+        name = self._register_type(event_type)
+        return await repartition(self._store, name, event_type.event_partitions, wait=wait)
 
     @property
     def handled_types(self) -> list[str]:
@@ -673,6 +697,13 @@ class EventService:
                 "keys and lose events; set it to 'noeviction'",
                 policy,
             )
+        if self._consumers:
+            # the partition counts in use (a count being changed has two), so that
+            # the consumers serve every layout their type has events in
+            try:
+                await self._store.known_types()
+            except Exception as exc:  # the scheduler's sweeps read them again
+                log.warning("reading the event types failed: %s", exc)
         self._closing = asyncio.Event()
         started = asyncio.get_running_loop().create_future()
         self._supervisor = asyncio.create_task(self._supervise(started), name="delayq-service")

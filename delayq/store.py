@@ -23,7 +23,8 @@ from redis.exceptions import NoScriptError, ResponseError
 from . import lua
 from .errors import NotReplicatedError, QueueFullError
 from .events import validate_name
-from .keys import DEFAULT_GROUP, PrefixKeys, TypeKeys
+from .keys import DEFAULT_GROUP, PrefixKeys
+from .partitions import layout_member, parse_member, parse_shard, shards
 
 __all__ = [
     "Claimed",
@@ -45,7 +46,7 @@ ENQUEUE_CHUNK = 200
 # How many keys of a group's view (keys.TypeKeys.view) each script takes:
 # only what it uses, so a type without groups sends what it always sent.
 _NKEYS = {
-    "claim": 10, "renew": 10, "dead_list": 10, "move_due": 11, "cancel": 11,
+    "claim": 10, "renew": 10, "dead_list": 10, "migrate_out": 10, "move_due": 11, "cancel": 11,
     "group_register": 11, "ack": 12, "dead_purge": 12,
 }  # fmt: skip
 _STALE = b"stale"
@@ -172,7 +173,10 @@ def _utc(ms: int) -> datetime:
 class Store:
     """Queue operations on one Redis for one prefix.
 
-    ``redis`` serves ordinary commands and scripts; ``blocking`` (default: the
+    Per-type operations take a *shard* where they say ``type_name``: the type
+    name itself for an unpartitioned type, or ``"T#k/N"`` for partition ``k``
+    of ``N`` (see :mod:`delayq.partitions`); each shard is one key space on one
+    cluster slot. ``redis`` serves ordinary commands and scripts; ``blocking`` (default: the
     same client) serves BRPOP and pub/sub, which hold a connection while they
     wait. Both must return bytes (``decode_responses=False``).
     """
@@ -202,6 +206,9 @@ class Store:
         # looked yet). Scripts that need every group's keys say when it is stale.
         self._groups: dict[str, tuple[str, ...]] = {}
         self._known_types: set[str] = set()
+        # type -> partition counts it has events in (its layouts), as last read from
+        # {prefix}:types or declared by this process's event classes
+        self._layouts: dict[str, set[int]] = {}
         self._batches: dict[tuple[str, bool, bool], _Batch] = {}
 
     def _k(self, type_name: str, group: str | None = None) -> tuple[str, ...]:
@@ -210,7 +217,7 @@ class Store:
             group = None
         keys = self._type_keys.get((type_name, group))
         if keys is None:
-            keys = TypeKeys(self.keys.prefix, type_name).view(group)
+            keys = self.keys.for_shard(type_name).view(group)
             self._type_keys[type_name, group] = keys
         return keys
 
@@ -238,7 +245,7 @@ class Store:
 
     def _group_call(self, type_name: str, groups: Sequence[str]) -> tuple[list[str], list[Any]]:
         """Keys and leading arguments of a script in ``lua.GROUPED`` for ``groups``."""
-        tk = TypeKeys(self.keys.prefix, type_name)
+        tk = self.keys.for_shard(type_name)
         keys = list(self._k(type_name))
         for group in groups:
             keys.extend(tk.group_keys(group))
@@ -306,7 +313,7 @@ class Store:
     async def group_counts(self, type_name: str, groups: Iterable[str]) -> dict[str, QueueCounts]:
         """Counts per group: ``scheduled`` is the type's schedule plus the group's retries."""
         names = sorted(groups)
-        tk = TypeKeys(self.keys.prefix, type_name)
+        tk = self.keys.for_shard(type_name)
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.zcard(tk.scheduled)
             for name in names:
@@ -396,10 +403,35 @@ class Store:
     # -- producers -----------------------------------------------------------
 
     async def register_type(self, type_name: str) -> None:
-        """Record ``type_name`` in the prefix's type set (once per process)."""
-        if type_name not in self._known_types:
-            await self.redis.sadd(self.keys.types, type_name)
-            self._known_types.add(type_name)
+        """Record the type (layout) of shard ``type_name`` in the prefix's type set, once
+        per process: ``T`` for an unpartitioned type, ``T#N`` for N partitions."""
+        name, _, partitions = parse_shard(type_name)
+        member = layout_member(name, partitions)
+        if member not in self._known_types:
+            await self.redis.sadd(self.keys.types, member)
+            self._known_types.add(member)
+            self.declare(name, partitions)
+
+    def declare(self, type_name: str, partitions: int) -> None:
+        """Note that ``type_name`` has (or may have) events in ``partitions`` partitions."""
+        self._layouts.setdefault(type_name, set()).add(partitions)
+
+    def layouts(self, type_name: str) -> tuple[int, ...]:
+        """The partition counts the type is known to have events in (largest first)."""
+        return tuple(sorted(self._layouts.get(type_name) or {1}, reverse=True))
+
+    def shards(self, type_name: str) -> list[str]:
+        """Every shard of every known layout of the type."""
+        return [s for n in self.layouts(type_name) for s in shards(type_name, n)]
+
+    async def forget_layout(self, type_name: str, partitions: int) -> None:
+        """Drop a layout from the prefix's type set (after it has been emptied)."""
+        member = layout_member(type_name, partitions)
+        await self.redis.srem(self.keys.types, member)
+        self._known_types.discard(member)
+        known = self._layouts.get(type_name)
+        if known is not None:
+            known.discard(partitions)
 
     async def enqueue(
         self,
@@ -552,20 +584,40 @@ class Store:
     # -- scheduler -----------------------------------------------------------
 
     async def known_types(self) -> set[str]:
-        """Every type name used under the prefix."""
+        """Every type name used under the prefix (a partitioned type once).
+
+        Also refreshes the layouts (partition counts) of every type, see :meth:`layouts`.
+        """
         members = await self.redis.smembers(self.keys.types)
         names = set()
+        found: dict[str, set[int]] = {}
         for member in members:
             try:
                 # strict: a name that is not UTF-8 was not written by delayq, and
                 # a replaced character would name other keys than the member's
-                name = member.decode() if isinstance(member, bytes) else member
+                text = member.decode() if isinstance(member, bytes) else member
+                name, partitions = parse_member(text)
                 validate_name(name)
             except (TypeError, ValueError):  # UnicodeDecodeError is a ValueError
                 log.warning("ignoring invalid event type name %r in %s", member, self.keys.types)
                 continue
             names.add(name)
+            found.setdefault(name, set()).add(partitions)
+        for name, layouts in found.items():
+            self._layouts.setdefault(name, set()).update(layouts)
         return names
+
+    async def known_shards(self) -> set[str]:
+        """Every shard of every type (and layout) used under the prefix."""
+        return {s for name in await self.known_types() for s in self.shards(name)}
+
+    async def heartbeat(self, token: str, ttl_ms: int, mode: str = "beat") -> list[str]:
+        """Keep ``token`` in the scheduler membership (``beat``), leave it (``leave``), or
+        evict another member (``evict:<token>``); return the live members, sorted."""
+        reply = await self._scripts["members"](
+            keys=[self.keys.members], args=[token, ttl_ms, mode, self.keys.wakeup_channel]
+        )
+        return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in reply)
 
     async def take_lock(self, token: str, ttl_ms: int) -> tuple[bool, str | None]:
         """Take or renew the scheduler lock.
@@ -614,6 +666,39 @@ class Store:
             late_ms=int(r[6]),
             missing=list(r[7:]),
         )
+
+    async def connect(self) -> None:
+        """Discover a cluster's nodes before blocking calls start.
+
+        Several fetchers (one per partition) starting at once on a cluster
+        client that has not loaded its slot map yet each start loading it, and
+        redis-py then replaces node objects under commands already sent: their
+        replies (a popped entry) are lost. Nothing to do on a single Redis.
+        """
+        for client in {id(self.redis): self.redis, id(self.blocking): self.blocking}.values():
+            if isinstance(client, RedisCluster):
+                await client.initialize()
+
+    async def peek_scheduled(self, shard: str, count: int) -> list[tuple[bytes, bytes, int]]:
+        """Up to ``count`` scheduled events of a shard, earliest first: (id, envelope, due ms)."""
+        k = self._k(shard)
+        reply: list[Any] = await self.redis.zrange(k[1], 0, count - 1, withscores=True)
+        if not reply:
+            return []
+        envelopes: list[Any] = await self.redis.hmget(k[0], [m for m, _ in reply])
+        return [
+            (cast(bytes, m), cast(bytes, env), int(score))
+            for (m, score), env in zip(reply, envelopes, strict=True)
+            if env is not None
+        ]
+
+    async def migrate_out(self, shard: str, event_id: bytes, envelope: bytes) -> bool:
+        """Remove a copied event from a retired layout, if it is still that version."""
+        return bool(await self._run("migrate_out", shard, [event_id, envelope]))
+
+    async def has_groups(self, shard: str) -> bool:
+        """True when the shard's type has named delivery groups."""
+        return bool(await self.redis.exists(self._k(shard)[10]))
 
     def wakeups(self) -> WakeupListener:
         """A subscription to the prefix's wake-up channel."""
@@ -761,13 +846,37 @@ class Store:
         return int(await self._run("dead_purge", type_name, list(ids), group=group))
 
     async def counts(self, type_names: Iterable[str]) -> dict[str, QueueCounts]:
-        """Per-type counts, next due time and backlog age: one read-only script per type.
+        """Per-type counts, next due time and backlog age: one read-only script per shard.
 
-        The calls for all types go in one pipeline (on a cluster, a few at a time).
+        A partitioned type counts as one: sums over the shards of every known
+        layout (the earliest next due time, the oldest backlog). The calls for
+        all types go in one pipeline (on a cluster, a few at a time).
         """
         names = sorted(type_names)
-        replies = await self._per_type("counts", [(name, []) for name in names])
-        return {name: _counts(r) for name, r in zip(names, replies, strict=True)}
+        per_name = [self.shards(name) for name in names]
+        replies = await self._per_type("counts", [(s, []) for sl in per_name for s in sl])
+        result: dict[str, QueueCounts] = {}
+        at = 0
+        for name, shard_list in zip(names, per_name, strict=True):
+            result[name] = _sum_counts([_counts(r) for r in replies[at : at + len(shard_list)]])
+            at += len(shard_list)
+        return result
+
+    async def shard_counts(self, shard_list: Sequence[str]) -> list[QueueCounts]:
+        """Counts of each shard on its own."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for shard in shard_list:
+                k = self._k(shard)
+                for i in (1, 3, 4, 8):
+                    pipe.zcard(k[i])
+            replies = [int(x) for x in await pipe.execute()]
+        return [
+            QueueCounts(
+                scheduled=replies[4 * i], ready=replies[4 * i + 1],
+                in_flight=replies[4 * i + 2], dead=replies[4 * i + 3],
+            )
+            for i in range(len(shard_list))
+        ]  # fmt: skip
 
     async def inspect(self, type_name: str, event_id: str) -> EventRecord:
         """Everything stored about one event, in one atomic read."""
@@ -783,7 +892,9 @@ class Store:
             error=_text(r[7]),
         )
 
-    async def scheduled_page(self, type_name: str, offset: int, limit: int) -> list[ScheduledRecord]:
+    async def scheduled_page(
+        self, type_name: str, offset: int, limit: int
+    ) -> list[ScheduledRecord]:
         """Scheduled events ``offset .. offset+limit-1`` by due time, earliest first."""
         r = await self._run("scheduled_list", type_name, [offset, limit])
         return [
@@ -802,9 +913,7 @@ class Store:
         seconds, micros = await self.redis.time()
         return int(seconds) * 1000 + int(micros) // 1000
 
-    async def _per_type(
-        self, script: str, calls: Sequence[tuple[str, Sequence[Any]]]
-    ) -> list[Any]:
+    async def _per_type(self, script: str, calls: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
         """Run one script once per ``(type name, args)``, pipelined; replies in order."""
         if not calls:
             return []
@@ -856,6 +965,22 @@ def _counts(r: Sequence[Any]) -> QueueCounts:
         next_due_at=_utc(next_due) if next_due >= 0 else None,
         backlog_age=max(0, now - oldest) / 1000 if oldest is not None else 0.0,
         due=ready + overdue,
+    )
+
+
+def _sum_counts(parts: Sequence[QueueCounts]) -> QueueCounts:
+    """One type's counts from its shards' (a single shard's are returned as they are)."""
+    if len(parts) == 1:
+        return parts[0]
+    dues = [p.next_due_at for p in parts if p.next_due_at is not None]
+    return QueueCounts(
+        scheduled=sum(p.scheduled for p in parts),
+        ready=sum(p.ready for p in parts),
+        in_flight=sum(p.in_flight for p in parts),
+        dead=sum(p.dead for p in parts),
+        next_due_at=min(dues) if dues else None,
+        backlog_age=max(p.backlog_age for p in parts),
+        due=sum(p.due for p in parts),
     )
 
 

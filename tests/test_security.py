@@ -48,7 +48,9 @@ ACL_COMMANDS = (
     # called inside the Lua scripts
     "time type get set del pexpire pttl hget hmget hset hdel hincrby hexists llen lindex lpush rpop "
     "zadd zrem zscore zcard zcount zrange zrangebyscore zrevrangebyscore zpopmin publish "
-    "exists hlen"
+    "exists hlen zremrangebyscore "
+    # partitioned types: retiring a layout after a repartition
+    "srem"
 ).split()
 ACL_COMMANDS = list(dict.fromkeys(ACL_COMMANDS))  # zcard, zrange: both sides
 

@@ -28,6 +28,8 @@ _SAMPLES: dict[str, list[str]] = {
     "rpop": ["K"], "zadd": ["K", "1", "m"], "zrem": ["K", "m"], "zscore": ["K", "m"],
     "zcount": ["K", "0", "1"], "zrangebyscore": ["K", "0", "1"],
     "zrevrangebyscore": ["K", "1", "0"], "zpopmin": ["K"], "publish": ["C", "m"],
+    # partitioned types: scheduler membership and retiring a layout
+    "zremrangebyscore": ["K", "0", "1"], "srem": ["K", "m"],
 }  # fmt: skip
 
 

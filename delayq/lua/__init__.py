@@ -25,12 +25,13 @@ PER_TYPE = (
     "dead_requeue",
     "dead_purge",
     "group_register",
+    "migrate_out",
     "inspect",
     "counts",
     "scheduled_list",
 )
 GROUPED = ("group_move", "group_cancel", "group_replace", "group_remove")
-STANDALONE = ("lock_take", "lock_steal", "lock_release")
+STANDALONE = ("lock_take", "lock_steal", "lock_release", "members")
 
 
 @cache

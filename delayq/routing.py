@@ -1,0 +1,127 @@
+"""A partitioned type seen as one type: the service's operations spread over its shards.
+
+An operation on one event (enqueue, replace, cancel, a dead letter by id) goes
+to the one shard its id routes to (:func:`delayq.partitions.shard_for`), so it
+stays one script on one slot. Operations on the whole type (dead-letter pages,
+requeue or purge of all, group registration, counts) visit every shard of
+every layout the type has events in. With one partition every shard list is
+``[type name]``, and each call here is the single store call it always was.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+from .partitions import shard_for
+from .store import DeadRecord, ScheduledRecord, Store
+
+__all__ = ["Router"]
+
+_T = TypeVar("_T")
+
+_PAGE = 500
+
+
+class Router:
+    """Routes the service's calls for one prefix to the shards of each type."""
+
+    def __init__(self, store: Store):
+        self._store = store
+
+    def shard(self, type_name: str, event_id: str, partitions: int) -> str:
+        """The shard an event is enqueued to (the type's declared layout)."""
+        return shard_for(type_name, event_id, partitions)
+
+    def shards_of_id(self, type_name: str, event_id: str | bytes) -> list[str]:
+        """The shard an id routes to in every known layout of the type (one per layout)."""
+        return [shard_for(type_name, event_id, n) for n in self._store.layouts(type_name)]
+
+    def split(
+        self, type_name: str, partitions: int, items: Sequence[tuple[str, bytes, int]]
+    ) -> dict[str, list[int]]:
+        """Indexes of ``items`` (id first) per shard, in order."""
+        if partitions == 1:
+            return {type_name: list(range(len(items)))}
+        out: dict[str, list[int]] = {}
+        for i, item in enumerate(items):
+            out.setdefault(shard_for(type_name, item[0], partitions), []).append(i)
+        return out
+
+    async def enqueue(
+        self,
+        type_name: str,
+        partitions: int,
+        items: Sequence[tuple[str, bytes, int]],
+        *,
+        absolute: bool,
+        replace: bool,
+    ) -> list[int]:
+        """Enqueue items of one type, each to its partition; a code per item, in order."""
+        if partitions == 1:
+            return await self._store.enqueue(type_name, items, absolute=absolute, replace=replace)
+        codes = [0] * len(items)
+        for shard, indexes in self.split(type_name, partitions, items).items():
+            got = await self._store.enqueue(
+                shard, [items[i] for i in indexes], absolute=absolute, replace=replace
+            )
+            for i, code in zip(indexes, got, strict=True):
+                codes[i] = code
+        return codes
+
+    async def cancel(self, type_name: str, event_id: str) -> bool:
+        """Cancel an id wherever a layout of the type routes it; True when one was removed."""
+        removed = False
+        for shard in self.shards_of_id(type_name, event_id):
+            removed = await self._store.cancel(shard, event_id) or removed
+        return removed
+
+    async def dead_letters(
+        self, type_name: str, offset: int, limit: int, group: str | None
+    ) -> list[DeadRecord]:
+        """Dead letters of the whole type, oldest first (merged across shards)."""
+        shards = self._store.shards(type_name)
+        if len(shards) == 1:
+            return await self._store.dead_letters(shards[0], offset, limit, group=group)
+        pages = [await self._store.dead_letters(s, 0, offset + limit, group=group) for s in shards]
+        merged = heapq.merge(*pages, key=lambda r: (r.failed_at_ms, r.raw_id))
+        return list(merged)[offset : offset + limit]
+
+    async def scheduled_page(
+        self, type_name: str, offset: int, limit: int
+    ) -> list[ScheduledRecord]:
+        """Scheduled events of the whole type by due time (merged across shards)."""
+        shards = self._store.shards(type_name)
+        if len(shards) == 1:
+            return await self._store.scheduled_page(shards[0], offset, limit)
+        pages = [await self._store.scheduled_page(s, 0, offset + limit) for s in shards]
+        merged = heapq.merge(*pages, key=lambda r: (r.due_ms, r.raw_id))
+        return list(merged)[offset : offset + limit]
+
+    async def dead_count(self, type_name: str, group: str | None) -> int:
+        """Dead letters of the whole type (in ``group``)."""
+        return sum(
+            [await self._store.dead_count(s, group=group) for s in self._store.shards(type_name)]
+        )
+
+    async def by_id(
+        self,
+        type_name: str,
+        ids: Sequence[str],
+        call: Callable[[str, list[str]], Awaitable[int]],
+    ) -> int:
+        """Run ``call(shard, ids)`` for the ids that route to each shard; sum the results."""
+        per_shard: dict[str, list[str]] = {}
+        for event_id in ids:
+            for shard in self.shards_of_id(type_name, event_id):
+                per_shard.setdefault(shard, []).append(event_id)
+        total = 0
+        for shard, shard_ids in per_shard.items():
+            for i in range(0, len(shard_ids), _PAGE):
+                total += await call(shard, shard_ids[i : i + _PAGE])
+        return total
+
+    async def each_shard(self, type_name: str, call: Callable[[str], Awaitable[_T]]) -> list[_T]:
+        """``call(shard)`` for every shard of the type, in order."""
+        return [await call(shard) for shard in self._store.shards(type_name)]

@@ -1,0 +1,246 @@
+"""The scheduler's work for partitioned types, spread over every scheduler process.
+
+Unpartitioned types are moved by the one leader of the prefix (see
+:mod:`delayq.scheduler`). The partitions of partitioned types are not: each
+partition (shard) has an owner, chosen by rendezvous hashing over the live
+scheduler processes, so the moving of one hot type's due events is shared by
+all processes, and each partition's scripts run on its own cluster node.
+
+Membership is a sorted set ``{prefix}:schedulers`` (token -> heartbeat
+deadline), refreshed by each process once per ``scheduling_interval``
+(``members.lua``); it exists only while the prefix has a partitioned type, so
+a prefix without one costs exactly what it did. Ownership only spreads work:
+every move is one atomic script, so two processes that disagree on an owner for
+a moment just both look at a partition, never move an event twice.
+
+A process moves the partitions it owns as the leader moves types (at due times,
+on wake-ups, at every sweep). For the partitions it does not own it behaves as
+a standby does for the leader: it looks ``takeover_delay`` after each due time
+or lease deadline. If it then finds events at least ``takeover_delay`` overdue
+the owner has stopped moving (killed, or its event loop stalled): it has just
+moved them itself, and it evicts the owner from the membership, which publishes
+``:members`` so every process recomputes the owners at once. A dead process's
+partitions are therefore late by about ``takeover_delay``, not by the
+membership's time to live. A process that stops gracefully leaves the
+membership (and publishes the same message).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterable
+
+import anyio
+from redis.exceptions import ResponseError
+
+from .store import Store
+
+__all__ = ["Spread", "owner_of"]
+
+log = logging.getLogger("delayq.spread")
+
+_MAX_BACKOFF = 5.0
+_FULL_SWEEP = 10
+
+Drain = Callable[[str, dict[str, float], set[str]], Awaitable[int]]
+
+
+def owner_of(shard: str, members: Iterable[str]) -> str | None:
+    """The member that owns ``shard``: highest hash of ``member/shard`` (rendezvous hashing).
+
+    When a member leaves, only its own shards change owner.
+    """
+    best: str | None = None
+    best_score = -1
+    for member in members:
+        # a real mix, not CRC-32: CRC is affine, so two members' CRCs would
+        # compare alike for most shards
+        score = int.from_bytes(
+            hashlib.blake2b(f"{member}/{shard}".encode(), digest_size=8).digest(), "big"
+        )
+        if score > best_score or (score == best_score and best is not None and member < best):
+            best, best_score = member, score
+    return best
+
+
+class Spread:
+    """Moves the due events of partitioned types; owned and run by the :class:`Scheduler`."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        token: str,
+        interval: float,
+        takeover_delay: float,
+        member_ttl_ms: int,
+        drain: Drain,
+        on_error: Callable[[], None],
+    ):
+        self._store = store
+        self.token = token
+        self._interval = interval
+        self._delay = takeover_delay
+        self._ttl_ms = member_ttl_ms
+        self._drain = drain
+        self._on_error = on_error
+        self._stopping = False
+        self._units: set[str] = set()
+        self.members: list[str] = []
+        self._owners: dict[str, str | None] = {}
+        self._next: dict[str, float] = {}
+        self._active: set[str] = set()
+        self._woken: set[str] = set()
+        self._last_beat = -math.inf
+        self._last_sweep = -math.inf
+        self._last_full = -math.inf
+        self._joined = False
+        self._wake = anyio.Event()
+
+    # -- what the scheduler tells it ---------------------------------------------
+
+    def set_units(self, units: set[str]) -> None:
+        """The partition shards that exist under the prefix (from the scheduler's sweeps)."""
+        if units - self._units:
+            self._last_full = -math.inf
+            self._interrupt()
+        self._units = set(units)
+
+    def on_message(self, shard: str) -> None:
+        """An enqueue made an earlier due time in ``shard``."""
+        if shard not in self._units:
+            self._units.add(shard)
+        if self.mine(shard):
+            self._woken.add(shard)
+        else:  # the owner should move it now: check ``takeover_delay`` later
+            self._next[shard] = min(self._next.get(shard, math.inf), time.monotonic())
+        self._interrupt()
+
+    def members_changed(self) -> None:
+        """Someone joined or left: read the membership at once."""
+        self._last_beat = -math.inf
+        self._interrupt()
+
+    def stop(self) -> None:
+        """End :meth:`run` (it leaves the membership on the way out)."""
+        self._stopping = True
+        self._interrupt()
+
+    def _interrupt(self) -> None:
+        self._wake.set()
+
+    # -- ownership -----------------------------------------------------------------
+
+    def owned(self) -> set[str]:
+        """The shards this process moves as their owner."""
+        return {u for u in self._units if self.mine(u)}
+
+    def mine(self, shard: str) -> bool:
+        """True when this process owns ``shard`` (or knows of no other process)."""
+        if not self.members:
+            return True
+        owner = self._owners.get(shard)
+        if owner is None:
+            owner = self._owners[shard] = owner_of(shard, self.members)
+        return owner == self.token
+
+    def _set_members(self, members: list[str]) -> None:
+        if self.token not in members and not self._stopping:
+            members = sorted([*members, self.token])
+        if members != self.members:
+            log.info("scheduler %s: %d scheduler processes share the partitions",
+                     self.token[:8], len(members))  # fmt: skip
+            self.members = members
+            self._owners = {}
+            self._last_full = -math.inf  # new owners look at their partitions now
+
+    # -- the loop --------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Move partitions until :meth:`stop`."""
+        backoff = 0.1
+        try:
+            while not self._stopping:
+                sleep_for = self._interval
+                if self._units:
+                    try:
+                        if time.monotonic() - self._last_beat >= self._interval:
+                            self._set_members(await self._store.heartbeat(self.token, self._ttl_ms))
+                            self._joined = True
+                            self._last_beat = time.monotonic()
+                        sleep_for = await self._pass()
+                        backoff = 0.1
+                    except Exception as exc:  # loops never die
+                        self._on_error()
+                        log.warning("moving partitions failed (%s: %s); retrying in %.2fs",
+                                    type(exc).__name__, exc, backoff)  # fmt: skip
+                        sleep_for = backoff
+                        backoff = min(backoff * 2, _MAX_BACKOFF)
+                else:
+                    sleep_for = math.inf  # no partitioned type: no command at all
+                if sleep_for > 0 and not self._woken and not self._stopping:
+                    with anyio.move_on_after(sleep_for):
+                        await self._wake.wait()
+                self._wake = anyio.Event()
+        finally:
+            if self._joined:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                    try:
+                        await self._store.heartbeat(self.token, self._ttl_ms, "leave")
+                    except Exception as exc:
+                        log.debug("leaving the scheduler membership failed: %s", exc)
+
+    async def _pass(self) -> float:
+        now = time.monotonic()
+        delay = self._delay
+        todo: set[str] = set()
+        for unit, at in self._next.items():
+            if at + (0 if self.mine(unit) else delay) <= now:
+                todo.add(unit)
+        if now - self._last_full >= _FULL_SWEEP * self._interval:
+            self._last_full = self._last_sweep = now
+            todo |= self._units
+        elif now - self._last_sweep >= self._interval:
+            self._last_sweep = now
+            todo |= {u for u in self._active if self.mine(u)}
+        todo |= self._woken
+        self._woken.clear()
+        evict: dict[str, int] = {}
+        for unit in sorted(todo):
+            if self._stopping:
+                break
+            try:
+                late = await self._drain(unit, self._next, self._active)
+            except ResponseError as exc:
+                # Redis refused this partition's script (a key of the wrong type
+                # written by someone else): the other partitions must still move
+                self._on_error()
+                log.error("%s: moving due events failed: %s; trying again later", unit, exc)
+                self._next[unit] = time.monotonic() + _FULL_SWEEP * self._interval
+                continue
+            owner = None if self.mine(unit) else self._owners.get(unit)
+            if owner is not None and late >= delay * 1000:
+                evict[owner] = max(evict.get(owner, 0), late)
+        for owner, late in evict.items():
+            log.warning("scheduler %s: moved partitions that %s left %d ms overdue; "
+                        "taking them over", self.token[:8], owner[:8], late)  # fmt: skip
+            self._set_members(
+                await self._store.heartbeat(self.token, self._ttl_ms, f"evict:{owner}")
+            )
+            self._last_beat = time.monotonic()
+        now = time.monotonic()
+        wake_at = min(
+            (at + (0 if self.mine(u) else delay) for u, at in self._next.items()),
+            default=math.inf,
+        )
+        wake_at = min(
+            wake_at,
+            self._last_beat + self._interval,
+            self._last_full + _FULL_SWEEP * self._interval,
+        )
+        if any(self.mine(u) for u in self._active):
+            wake_at = min(wake_at, self._last_sweep + self._interval)
+        return max(0.0, wake_at - now)
