@@ -712,3 +712,50 @@ def test_redis_cluster(spark: Any, prefix: str) -> None:
         for row in rows:
             counts[(row.event_type, row.state)] = counts.get((row.event_type, row.state), 0) + 1
         assert counts == {("spark-order", "scheduled"): 500, ("spark-failing", "ready"): 500}
+
+
+class SparkHot(Event, event_name="spark-hot", partitions=4):
+    """A partitioned type: rows are routed by id as the service routes them."""
+
+    order_id: int
+    amount: float
+    customer: str
+    created_at: datetime | None = None
+
+
+async def test_partitioned_type_is_routed_and_read_as_one(
+    spark: Any, redis_url: str, prefix: str
+) -> None:
+    from delayq.partitions import partition_of
+    from delayq.spark import enqueue_dataframe, read_queue
+
+    df = orders(spark, 400, delay_s=3600).drop("due_at")
+    report = enqueue_dataframe(
+        df, SparkHot, redis_url=redis_url, prefix=prefix, delay_col="delay"
+    )
+    assert report.scheduled == 400
+    client = redis.Redis.from_url(redis_url, protocol=2)
+    try:
+        # every id sits in the partition the service would look in, and nowhere else
+        for k in range(4):
+            keys = TypeKeys(prefix, SparkHot.event_name, k, 4)
+            ids = {m.decode() for m in client.zrange(keys.scheduled, 0, -1)}
+            assert ids and all(partition_of(i, 4) == k for i in ids)
+        assert client.zcard(TypeKeys(prefix, SparkHot.event_name).scheduled) == 0
+    finally:
+        client.close()
+    service = EventService.from_url(redis_url, prefix=prefix, enable_scheduling=False)
+    try:
+        assert (await service.stats_for(SparkHot)).scheduled == 400
+        assert (await service.inspect(SparkHot, "o-7")).state == "scheduled"
+        # a rerun adds nothing: the same ids land in the same partitions
+        again = enqueue_dataframe(
+            df, SparkHot, redis_url=redis_url, prefix=prefix, delay_col="delay"
+        )
+        assert (again.scheduled, again.kept) == (0, 400)
+    finally:
+        await service.aclose()
+    frame = read_queue(spark, redis_url=redis_url, prefix=prefix)
+    rows = frame.collect()
+    assert len(rows) == 400
+    assert {r["event_type"] for r in rows} == {"spark-hot"}

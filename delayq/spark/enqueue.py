@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 from ..codec import Codec, Serializer
 from ..events import Event, check_event_type
 from ..keys import PrefixKeys, TypeKeys
+from ..partitions import layout_member, partition_of, shard_name
 from ..store import ENQUEUE_CHUNK
 from .clients import resolve_cluster, run_enqueue, shared_client
 from .schemas import REJECTS_SCHEMA
@@ -270,9 +271,9 @@ def _write_partition(
 ) -> Iterator[tuple[int, int, int]]:
     """Write pass over one partition's valid batches; yields one ``(added, kept, replaced)``."""
     client = shared_client(job.redis_url, job.cluster)
-    # the registry keys too: for a type with delivery groups, due-now rows go
-    # through the schedule so the scheduler fans them out to every group
-    keys = TypeKeys(job.prefix, job.type_name).view()
+    # rows are routed by id as the service routes them (crc32(id) % N): each goes
+    # to its partition's keys
+    partitions = job.event_type.event_partitions
     mode = job.mode if job.mode != "now" else "delay"
     channel = PrefixKeys(job.prefix).wakeup_channel
     # "<replace>:<call id>:<chunk no>", as Store.enqueue sends: one call per task,
@@ -286,18 +287,26 @@ def _write_partition(
         nonlocal registered, chunk_no
         if not registered:
             # what Store.register_type does before the service's first enqueue
-            client.sadd(PrefixKeys(job.prefix).types, job.type_name)
+            client.sadd(PrefixKeys(job.prefix).types, layout_member(job.type_name, partitions))
             registered = True
+        routed: dict[int, list[Any]] = {}
+        for i in range(0, len(args), 3):
+            routed.setdefault(partition_of(args[i], partitions), []).extend(args[i : i + 3])
         step = 3 * ENQUEUE_CHUNK
-        calls = []
-        for i in range(0, len(args), step):
-            chunk_no += 1
-            calls.append([mode, f"{flags}:{chunk_no}", channel, job.type_name, *args[i : i + step]])
-        for codes in run_enqueue(client, keys, calls):
-            for code in codes:
-                # 3: a replace of an event already fanned out to delivery groups,
-                # which this path does not do (EventService.enqueue_* does): kept
-                counts[{0: 0, 1: 1, 2: 2}.get(code, 0)] += 1
+        for k, part in sorted(routed.items()):
+            # the registry keys too: for a type with delivery groups, due-now rows go
+            # through the schedule so the scheduler fans them out to every group
+            keys = TypeKeys(job.prefix, job.type_name, k, partitions).view()
+            shard = shard_name(job.type_name, k, partitions)
+            calls = []
+            for i in range(0, len(part), step):
+                chunk_no += 1
+                calls.append([mode, f"{flags}:{chunk_no}", channel, shard, *part[i : i + step]])
+            for codes in run_enqueue(client, keys, calls):
+                for code in codes:
+                    # 3: a replace of an event already fanned out to delivery groups,
+                    # which this path does not do (EventService.enqueue_* does): kept
+                    counts[{0: 0, 1: 1, 2: 2}.get(code, 0)] += 1
 
     for ok, _, batch, _ in checked:
         if ok:

@@ -16,6 +16,7 @@ from ..codec import Codec, open_envelope
 from ..errors import DecodeError
 from ..events import Event, check_event_type, validate_name
 from ..keys import PrefixKeys, TypeKeys
+from ..partitions import parse_member
 from .clients import new_client, resolve_cluster, shared_client
 from .schemas import QUEUE_SCHEMA, STATES
 
@@ -53,6 +54,8 @@ class _Page:
     state: str
     start: int
     stop: int
+    partition: int = 0
+    partitions: int = 1
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,7 @@ def _state_key(keys: TypeKeys, state: str) -> str:
 def _read_page(job: _ReadJob, page: _Page) -> Iterator[tuple[Any, ...]]:
     """Read one page: ZRANGE by index, then HMGET of envelopes, attempts and errors."""
     client = shared_client(job.redis_url, job.cluster)
-    keys = TypeKeys(job.prefix, page.type_name)
+    keys = TypeKeys(job.prefix, page.type_name, page.partition, page.partitions)
     state_key = _state_key(keys, page.state)
     members = client.zrange(state_key, page.start, page.stop, withscores=True)
     if not members:
@@ -176,15 +179,17 @@ def read_queue(
     client = new_client(redis_url, is_cluster)
     try:
         classes: dict[str, type[Event] | None] = {}
+        # partition counts each type has events in ("T" and "T#N" members)
+        layouts: dict[str, set[int]] = {}
+        for member in client.smembers(prefix_keys.types):
+            text = member.decode("utf-8", "replace")
+            try:
+                name, count = parse_member(text)
+                layouts.setdefault(validate_name(name), set()).add(count)
+            except (TypeError, ValueError):
+                log.warning("ignoring invalid event type name %r in %s", text, prefix_keys.types)
         if event_types is None:
-            for member in client.smembers(prefix_keys.types):
-                name = member.decode("utf-8", "replace")
-                try:
-                    classes[validate_name(name)] = None
-                except (TypeError, ValueError):
-                    log.warning(
-                        "ignoring invalid event type name %r in %s", name, prefix_keys.types
-                    )
+            classes = dict.fromkeys(layouts)
         else:
             if isinstance(event_types, (str, type)):
                 event_types = [event_types]
@@ -194,16 +199,24 @@ def read_queue(
                 else:
                     cls = check_event_type(item)
                     classes[cls.event_name] = cls
+                    layouts.setdefault(cls.event_name, set()).add(cls.event_partitions)
         names = sorted(classes)
+        # a partitioned type is read shard by shard and shows as one type
+        shards = [
+            (name, k, count)
+            for name in names
+            for count in sorted(layouts.get(name) or {1})
+            for k in range(count)
+        ]
         pipe = client.pipeline(transaction=False)
-        for name in names:
-            keys = TypeKeys(prefix, name)
+        for name, k, count in shards:
+            keys = TypeKeys(prefix, name, k, count)
             for state in wanted:
                 pipe.zcard(_state_key(keys, state))
-        sizes = iter(pipe.execute()) if names and wanted else iter(())
+        sizes = iter(pipe.execute()) if shards and wanted else iter(())
         pages = [
-            _Page(name, state, start, min(start + page_size, size) - 1)
-            for name in names
+            _Page(name, state, start, min(start + page_size, size) - 1, k, count)
+            for name, k, count in shards
             for state in wanted
             for size in [int(next(sizes))]
             for start in range(0, size, page_size)
