@@ -9,6 +9,8 @@ from .codec import Serializer
 from .context import Delivery, current_delivery, event_context
 from .errors import DecodeError, DelayqError, QueueFullError
 from .events import Event, event_name
+from .heartbeat import WorkerInfo
+from .history import HistoryPoint
 from .metrics import InMemoryMetrics, Metrics, NoopMetrics
 from .options import Options
 from .retry import Backoff, exponential, fixed
@@ -23,6 +25,7 @@ __all__ = [
     "Delivery",
     "Event",
     "EventService",
+    "HistoryPoint",
     "InMemoryMetrics",
     "Metrics",
     "NoopMetrics",
@@ -30,6 +33,7 @@ __all__ = [
     "QueueCounts",
     "QueueFullError",
     "Serializer",
+    "WorkerInfo",
     "current_delivery",
     "event_context",
     "event_name",

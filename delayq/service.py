@@ -24,12 +24,14 @@ from .codec import Codec, check_context
 from .consumer import Consumer, ConsumerSettings, Handler
 from .errors import DecodeError
 from .events import Event, check_event_type
+from .heartbeat import Heartbeat, WorkerInfo, read_workers
+from .history import HistoryPoint, HistoryRecorder, HistoryWriter, TeeMetrics, Window, read_history
 from .options import Options
 from .retry import delay_seconds
 from .scheduler import Scheduler, SchedulerSettings
 from .store import QueueCounts, Store
 
-__all__ = ["Client", "DeadLetter", "EventService"]
+__all__ = ["Client", "DeadLetter", "EventService", "HistoryPoint", "WorkerInfo"]
 
 Client = Redis | RedisCluster
 """The redis.asyncio clients delayq works with: a single Redis or a Redis Cluster."""
@@ -94,7 +96,9 @@ class EventService:
         self._owned: list[Client] = []
         self._store = Store(redis, opts.prefix, blocking=blocking)
         self._codec = Codec(opts.serializer, opts.max_payload_bytes)
-        self._metrics = opts.metrics
+        # the history recorder sees every metric; the user's sink sees them unchanged
+        self._history = HistoryRecorder()
+        self._metrics = TeeMetrics(opts.metrics, self._history)
         self._types: dict[str, type[Event]] = {}
         self._consumers: dict[str, Consumer] = {}
         self._consumer_settings = ConsumerSettings(
@@ -118,6 +122,14 @@ class EventService:
                     listen_timeout=self._consumer_settings.polling_timeout,
                 ),
                 self._metrics,
+            )
+        self._heartbeat: Heartbeat | None = None
+        if opts.heartbeat_interval:
+            self._heartbeat = Heartbeat(self._store, opts.heartbeat_interval, self._snapshot)
+        self._history_writer: HistoryWriter | None = None
+        if opts.history_interval:
+            self._history_writer = HistoryWriter(
+                self._store, self._history, opts.history_interval
             )
         self._supervisor: asyncio.Task[None] | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -446,6 +458,25 @@ class EventService:
         name = self._register_type(event_type)
         return (await self._store.counts([name]))[name]
 
+    # -- workers and history ----------------------------------------------------------
+
+    def _snapshot(self) -> dict[str, tuple[int, int]]:
+        return {n: (c.concurrency, c.running_handlers) for n, c in self._consumers.items()}
+
+    @property
+    def worker_id(self) -> str | None:
+        """This process's id in :meth:`workers` (None when ``heartbeat_interval=0``)."""
+        return None if self._heartbeat is None else self._heartbeat.worker_id
+
+    async def workers(self, limit: int = 1000) -> list[WorkerInfo]:
+        """The live worker processes under the prefix, from their heartbeats (oldest first)."""
+        return await read_workers(self._store, limit)
+
+    async def history(self, type_name: str, window: Window = "hour") -> list[HistoryPoint]:
+        """Handled, failed and lateness of ``type_name`` per minute (``"hour"``) or per
+        20 minutes (``"day"``), summed over every worker, oldest first."""
+        return await read_history(self._store, type_name, window)
+
     # -- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -477,18 +508,32 @@ class EventService:
                     tg.start_soon(self._keep_running, self._scheduler)
                 for consumer in self._consumers.values():
                     tg.start_soon(self._keep_running, consumer)
+                for reporter in (self._heartbeat, self._history_writer):
+                    if reporter is not None:
+                        tg.start_soon(self._keep_running, reporter)
                 started.set_result(None)
                 await self._closing.wait()
-                for consumer in self._consumers.values():
+                consumers = list(self._consumers.values())
+                for consumer in consumers:
                     consumer.stop()
                 if self._scheduler is not None:
                     self._scheduler.stop()
+                # the last history flush and the heartbeat's removal come after the
+                # consumers' last acks
+                with anyio.move_on_after(self._options.shutdown_grace * 2 + 5):
+                    for consumer in consumers:
+                        await consumer.wait_finished()
+                for reporter in (self._heartbeat, self._history_writer):
+                    if reporter is not None:
+                        reporter.stop()
         finally:
             self._task_group = None
             if not started.done():
                 started.set_result(None)
 
-    async def _keep_running(self, loop: Consumer | Scheduler) -> None:
+    async def _keep_running(
+        self, loop: Consumer | Scheduler | Heartbeat | HistoryWriter
+    ) -> None:
         """Run a loop; should a bug make it raise, log and start it again."""
         delay = 0.5
         while True:

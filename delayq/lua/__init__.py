@@ -24,7 +24,7 @@ PER_TYPE = (
     "dead_requeue",
     "dead_purge",
 )
-STANDALONE = ("lock_take", "lock_release")
+STANDALONE = ("lock_take", "lock_release", "heartbeat", "worker_remove", "history_add")
 
 
 @cache
