@@ -21,6 +21,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from .codec import Codec, check_context
+from .browsing import DueHistogram, InFlightEvent, due_histogram, in_flight
 from .consumer import Consumer, ConsumerSettings, Handler
 from .errors import DecodeError
 from .events import Event, check_event_type
@@ -457,6 +458,33 @@ class EventService:
         """Counts of one event type."""
         name = self._register_type(event_type)
         return (await self._store.counts([name]))[name]
+
+    # -- browsing --------------------------------------------------------------------
+
+    def _type_name(self, event_type: type[Event] | str) -> str:
+        if isinstance(event_type, str):
+            from .events import validate_name
+
+            return validate_name(event_type)
+        return self._register_type(event_type)
+
+    async def in_flight(
+        self, event_type: type[Event] | str, limit: int = 100, offset: int = 0
+    ) -> list[InFlightEvent]:
+        """Up to ``limit`` in-flight events (class or wire name), earliest lease deadline first."""
+        return await in_flight(self._store, self._type_name(event_type), limit, offset)
+
+    async def due_histogram(self, event_type: type[Event] | str) -> DueHistogram:
+        """How many scheduled events fall due: overdue, next minute, hour, day, later."""
+        return await due_histogram(self._store, self._type_name(event_type))
+
+    async def run_now(self, event_type: type[Event] | str, id: str) -> bool:
+        """Hand a scheduled event to the consumers now; False when it is not scheduled.
+
+        Its attempt count and last error are kept (a retry waiting for its backoff
+        runs now as that retry).
+        """
+        return await self._store.run_now(self._type_name(event_type), id)
 
     # -- workers and history ----------------------------------------------------------
 

@@ -450,6 +450,27 @@ class Store:
             for i, name in enumerate(names)
         }
 
+    # -- browsing (the dashboard) ------------------------------------------------
+
+    async def run_now(self, type_name: str, event_id: str) -> bool:
+        """Move a scheduled event to the ready list now; False when it is not scheduled."""
+        return bool(await self._run("run_now", type_name, [event_id]))
+
+    async def inflight_page(
+        self, type_name: str, offset: int, limit: int
+    ) -> tuple[int, list[tuple[bytes, int, int]]]:
+        """Redis's time (ms) and ``(id, lease deadline ms, attempts)`` of in-flight events."""
+        r = await self._run("inflight_list", type_name, [offset, limit])
+        page = [(r[i], int(float(r[i + 1])), _int(r[i + 2])) for i in range(1, len(r), 3)]
+        return int(r[0]), page
+
+    async def due_histogram(
+        self, type_name: str, bounds_ms: Sequence[int]
+    ) -> tuple[int, list[int]]:
+        """Redis's time (ms) and scheduled counts per due-time range (see due_histogram.lua)."""
+        r = await self._run("due_histogram", type_name, list(bounds_ms))
+        return int(r[0]), [int(x) for x in r[1:]]
+
     # -- worker heartbeats and history (see heartbeat.py, history.py) ----------
 
     async def heartbeat(self, worker_id: str, record: bytes, ttl_ms: int) -> int:

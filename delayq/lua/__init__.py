@@ -23,6 +23,9 @@ PER_TYPE = (
     "dead_list",
     "dead_requeue",
     "dead_purge",
+    "run_now",
+    "inflight_list",
+    "due_histogram",
 )
 STANDALONE = ("lock_take", "lock_release", "heartbeat", "worker_remove", "history_add")
 
