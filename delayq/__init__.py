@@ -9,12 +9,14 @@ from .codec import Serializer
 from .context import Delivery, current_delivery, event_context
 from .errors import DecodeError, DelayqError, QueueFullError
 from .events import Event, event_name
+from .health import ServiceHealth
 from .heartbeat import WorkerInfo
 from .history import HistoryPoint
+from .inspection import DeadLetter, EventInfo, EventState, EventTypeRef, ScheduledEvent
 from .metrics import InMemoryMetrics, Metrics, NoopMetrics
 from .options import Options
 from .retry import Backoff, exponential, fixed
-from .service import DeadLetter, EventService
+from .service import EventService
 from .store import QueueCounts
 
 __all__ = [
@@ -24,7 +26,10 @@ __all__ = [
     "DelayqError",
     "Delivery",
     "Event",
+    "EventInfo",
     "EventService",
+    "EventState",
+    "EventTypeRef",
     "HistoryPoint",
     "InMemoryMetrics",
     "Metrics",
@@ -32,7 +37,9 @@ __all__ = [
     "Options",
     "QueueCounts",
     "QueueFullError",
+    "ScheduledEvent",
     "Serializer",
+    "ServiceHealth",
     "WorkerInfo",
     "current_delivery",
     "event_context",

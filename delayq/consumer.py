@@ -271,7 +271,13 @@ class Consumer:
                 event, context = self._codec.decode(c.envelope, self.event_type, c.raw_id)
             except DecodeError as exc:
                 self._metrics.increment("decode_errors", event_type=self.type_name)
-                log.error("%s %r: %s; moving it to dead letters", self.type_name, c.id, exc)
+                log.error(
+                    "%s %r: %s; moving it to dead letters",
+                    self.type_name,
+                    c.id,
+                    exc,
+                    extra=self._fields(c),
+                )
                 self._handlers.settling()
                 await self._fail(c, f"DecodeError: {exc}", dead=True)
                 return
@@ -291,6 +297,10 @@ class Consumer:
             self._running -= 1
             assert self._slot_freed is not None
             self._slot_freed.set()
+
+    def _fields(self, c: Claimed) -> dict[str, Any]:
+        """Structured fields of a log record about one delivery (for JSON log formatters)."""
+        return {"event_type": self.type_name, "event_id": c.id, "attempt": c.attempt}
 
     async def _call_handler(self, event: Event, c: Claimed) -> str | None:
         """Run the handler; return None on success, else the failure as "Type: message"."""
@@ -312,6 +322,7 @@ class Consumer:
                 type(exc).__name__,
                 exc,
                 exc_info=log.isEnabledFor(logging.DEBUG),
+                extra=self._fields(c),
             )
             return f"{type(exc).__name__}: {exc}"
         if result is False:
@@ -345,7 +356,10 @@ class Consumer:
         else:
             # The lease runs out and the event comes back; the attempt still counts.
             log.error(
-                "%s %r: could not record the failure; its lease will expire", self.type_name, c.id
+                "%s %r: could not record the failure; its lease will expire",
+                self.type_name,
+                c.id,
+                extra=self._fields(c),
             )
             code = -1
         self._leased.discard((c.raw_id, c.token))
@@ -354,7 +368,12 @@ class Consumer:
         if code == 2:
             self._metrics.increment("dead_lettered", event_type=self.type_name)
             log.error(
-                "%s %r: dead letter after %d deliveries: %s", self.type_name, c.id, c.attempt, error
+                "%s %r: dead letter after %d deliveries: %s",
+                self.type_name,
+                c.id,
+                c.attempt,
+                error,
+                extra=self._fields(c),
             )
         elif code == 1:
             self._metrics.increment("retried", event_type=self.type_name)

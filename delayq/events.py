@@ -14,7 +14,14 @@ from typing import Any, ClassVar
 
 import msgspec
 
-__all__ = ["Event", "EventMeta", "check_event_type", "event_name", "validate_name"]
+__all__ = [
+    "Event",
+    "EventMeta",
+    "check_event_type",
+    "event_name",
+    "find_event_type",
+    "validate_name",
+]
 
 log = logging.getLogger("delayq.events")
 
@@ -114,3 +121,8 @@ def event_name(event_type: type[Event] | Event) -> str:
     """Return the wire name of an event class or instance."""
     cls = event_type if isinstance(event_type, type) else type(event_type)
     return check_event_type(cls).event_name
+
+
+def find_event_type(name: str) -> type[Event] | None:
+    """The Event class with wire name ``name`` among the classes defined in this process, or None."""
+    return _registry.get(name)

@@ -8,8 +8,7 @@ import logging
 import math
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 import anyio
@@ -20,13 +19,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from .codec import Codec, check_context
 from .browsing import DueHistogram, InFlightEvent, due_histogram, in_flight
+from .codec import Codec, check_context
 from .consumer import Consumer, ConsumerSettings, Handler
-from .errors import DecodeError
-from .events import Event, check_event_type
+from .events import Event, check_event_type, validate_name
+from .health import ServiceHealth
 from .heartbeat import Heartbeat, WorkerInfo, read_workers
 from .history import HistoryPoint, HistoryRecorder, HistoryWriter, TeeMetrics, Window, read_history
+from .inspection import DeadLetter, EventInfo, EventTypeRef, Inspector, ScheduledEvent
 from .options import Options
 from .retry import delay_seconds
 from .scheduler import Scheduler, SchedulerSettings
@@ -46,28 +46,6 @@ def _connection_kwargs(client: Client) -> dict[str, Any]:
     if isinstance(client, RedisCluster):
         return client.connection_kwargs
     return client.connection_pool.connection_kwargs
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """An event that failed on every allowed delivery."""
-
-    id: str
-    """The event id."""
-    event: Event | None
-    """The decoded event, or None when it no longer decodes (see ``decode_error``)."""
-    context: Mapping[str, str]
-    """The context given at enqueue time."""
-    attempts: int
-    """How many deliveries were made."""
-    error: str
-    """The last failure, as ``"ExceptionType: message"``."""
-    failed_at: datetime
-    """When it became a dead letter (UTC, Redis's clock)."""
-    raw: bytes | None
-    """The stored envelope."""
-    decode_error: str | None = None
-    """Why ``event`` is None, if it is."""
 
 
 class EventService:
@@ -101,6 +79,8 @@ class EventService:
         self._history = HistoryRecorder()
         self._metrics = TeeMetrics(opts.metrics, self._history)
         self._types: dict[str, type[Event]] = {}
+        self._inspector = Inspector(self._store, self._codec, self._types)
+        self._running_loops: set[Consumer | Scheduler | Heartbeat | HistoryWriter] = set()
         self._consumers: dict[str, Consumer] = {}
         self._consumer_settings = ConsumerSettings(
             visibility_ms=opts.visibility_ms,
@@ -209,6 +189,12 @@ class EventService:
                 f"{known.__qualname__} and {event_type.__module__}.{event_type.__qualname__}"
             )
         return name
+
+    def _name(self, event_type: EventTypeRef) -> str:
+        """The wire name of a class (registering it) or of a name given as a str."""
+        if isinstance(event_type, str):
+            return validate_name(event_type)
+        return self._register_type(event_type)
 
     def add_handler(self, event_type: type[Event], handler: Handler, concurrency: int = 1) -> None:
         """Handle events of ``event_type`` with ``async def handler(event)``.
@@ -357,12 +343,13 @@ class EventService:
                 results[index] = code != 0
         return results
 
-    async def cancel(self, event_type: type[Event], id: str) -> bool:
+    async def cancel(self, event_type: EventTypeRef, id: str) -> bool:
         """Remove a pending (scheduled, ready or in-flight) event; True when one was removed.
 
-        Dead letters are not touched: use :meth:`purge_dead_letters`.
+        ``event_type`` is the class or its wire name. Dead letters are not
+        touched: use :meth:`purge_dead_letters`.
         """
-        name = self._register_type(event_type)
+        name = self._name(event_type)
         removed = await self._store.cancel(name, id)
         if removed:
             self._metrics.increment("cancelled", event_type=name)
@@ -371,37 +358,24 @@ class EventService:
     # -- dead letters and stats ----------------------------------------------------
 
     async def dead_letters(
-        self, event_type: type[Event], limit: int = 100, offset: int = 0
+        self, event_type: EventTypeRef, limit: int = 100, offset: int = 0
     ) -> list[DeadLetter]:
-        """Up to ``limit`` dead letters of ``event_type``, oldest first."""
-        name = self._register_type(event_type)
-        if not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"limit must be a positive int, not {limit!r}")
-        items = []
-        for record in await self._store.dead_letters(name, offset, limit):
-            event: Event | None = None
-            context: Mapping[str, str] = {}
-            problem: str | None = None
-            if record.envelope is None:
-                problem = "the stored event is missing"
-            else:
-                try:
-                    event, context = self._codec.decode(record.envelope, event_type, record.raw_id)
-                except DecodeError as exc:
-                    problem = str(exc)
-            items.append(
-                DeadLetter(
-                    id=record.raw_id.decode("utf-8", "replace"),
-                    event=event,
-                    context=context,
-                    attempts=record.attempts,
-                    error=record.error,
-                    failed_at=datetime.fromtimestamp(record.failed_at_ms / 1000, timezone.utc),
-                    raw=record.envelope,
-                    decode_error=problem,
-                )
-            )
-        return items
+        """Up to ``limit`` dead letters of ``event_type`` (class or wire name), oldest first."""
+        if not isinstance(event_type, str):
+            self._register_type(event_type)
+        return await self._inspector.dead_letters(event_type, limit, offset)
+
+    async def inspect(self, event_type: EventTypeRef, id: str) -> EventInfo:
+        """Where one event is (scheduled, ready, in flight, dead, absent) and all Redis holds
+        about it, read in one atomic step. ``event_type`` is the class or its wire name."""
+        return await self._inspector.inspect(event_type, id)
+
+    async def scheduled(
+        self, event_type: EventTypeRef, limit: int = 100, offset: int = 0
+    ) -> list[ScheduledEvent]:
+        """Up to ``limit`` (≤ 1000) scheduled events from position ``offset``, earliest due
+        first. Retries waiting for their backoff are scheduled events too."""
+        return await self._inspector.scheduled(event_type, limit, offset)
 
     @staticmethod
     def _pages(ids: Iterable[str]) -> list[list[str]]:
@@ -410,15 +384,15 @@ class EventService:
 
     async def requeue_dead_letters(
         self,
-        event_type: type[Event],
+        event_type: EventTypeRef,
         ids: Iterable[str] | None = None,
         delay: float | timedelta = 0,
     ) -> int:
         """Schedule dead letters (all, or those in ``ids``) again after ``delay``; return how many.
 
-        Their attempt counts start over.
+        Their attempt counts start over. ``event_type`` is the class or its wire name.
         """
-        name = self._register_type(event_type)
+        name = self._name(event_type)
         ms = math.ceil(delay_seconds(delay) * 1000)
         if ids is not None:
             return sum([await self._store.requeue_dead(name, p, ms) for p in self._pages(ids)])
@@ -435,10 +409,10 @@ class EventService:
         return total
 
     async def purge_dead_letters(
-        self, event_type: type[Event], ids: Iterable[str] | None = None
+        self, event_type: EventTypeRef, ids: Iterable[str] | None = None
     ) -> int:
         """Delete dead letters (all, or those in ``ids``) for good; return how many."""
-        name = self._register_type(event_type)
+        name = self._name(event_type)
         if ids is not None:
             return sum([await self._store.purge_dead(name, p) for p in self._pages(ids)])
         total = 0
@@ -450,41 +424,38 @@ class EventService:
         return total
 
     async def stats(self) -> dict[str, QueueCounts]:
-        """Counts per event type name, for every type that has been used under the prefix."""
+        """Counts per event type name, for every type that has been used under the prefix.
+
+        Each :class:`QueueCounts` also has the next due time and the backlog's age; the
+        cost is one read-only script call per type, all in one pipeline.
+        """
         names = await self._store.known_types()
         return await self._store.counts(names)
 
-    async def stats_for(self, event_type: type[Event]) -> QueueCounts:
-        """Counts of one event type."""
-        name = self._register_type(event_type)
+    async def stats_for(self, event_type: EventTypeRef) -> QueueCounts:
+        """Counts of one event type (class or wire name)."""
+        name = self._name(event_type)
         return (await self._store.counts([name]))[name]
 
     # -- browsing --------------------------------------------------------------------
 
-    def _type_name(self, event_type: type[Event] | str) -> str:
-        if isinstance(event_type, str):
-            from .events import validate_name
-
-            return validate_name(event_type)
-        return self._register_type(event_type)
-
     async def in_flight(
-        self, event_type: type[Event] | str, limit: int = 100, offset: int = 0
+        self, event_type: EventTypeRef, limit: int = 100, offset: int = 0
     ) -> list[InFlightEvent]:
         """Up to ``limit`` in-flight events (class or wire name), earliest lease deadline first."""
-        return await in_flight(self._store, self._type_name(event_type), limit, offset)
+        return await in_flight(self._store, self._name(event_type), limit, offset)
 
-    async def due_histogram(self, event_type: type[Event] | str) -> DueHistogram:
+    async def due_histogram(self, event_type: EventTypeRef) -> DueHistogram:
         """How many scheduled events fall due: overdue, next minute, hour, day, later."""
-        return await due_histogram(self._store, self._type_name(event_type))
+        return await due_histogram(self._store, self._name(event_type))
 
-    async def run_now(self, event_type: type[Event] | str, id: str) -> bool:
+    async def run_now(self, event_type: EventTypeRef, id: str) -> bool:
         """Hand a scheduled event to the consumers now; False when it is not scheduled.
 
         Its attempt count and last error are kept (a retry waiting for its backoff
         runs now as that retry).
         """
-        return await self._store.run_now(self._type_name(event_type), id)
+        return await self._store.run_now(self._name(event_type), id)
 
     # -- workers and history ----------------------------------------------------------
 
@@ -500,10 +471,45 @@ class EventService:
         """The live worker processes under the prefix, from their heartbeats (oldest first)."""
         return await read_workers(self._store, limit)
 
-    async def history(self, type_name: str, window: Window = "hour") -> list[HistoryPoint]:
-        """Handled, failed and lateness of ``type_name`` per minute (``"hour"``) or per
-        20 minutes (``"day"``), summed over every worker, oldest first."""
-        return await read_history(self._store, type_name, window)
+    async def history(
+        self, event_type: EventTypeRef, window: Window = "hour"
+    ) -> list[HistoryPoint]:
+        """Handled, failed and lateness of a type (class or wire name) per minute
+        (``window="hour"``: 60 points) or per 20 minutes (``"day"``: 72 points),
+        summed over every worker, oldest first."""
+        return await read_history(self._store, self._name(event_type), window)
+
+    @property
+    def is_running(self) -> bool:
+        """True from :meth:`start` until the service's tasks have ended (draining included)."""
+        return self._supervisor is not None and not self._supervisor.done()
+
+    async def health(self, timeout: float = 2.0) -> ServiceHealth:
+        """Whether the service runs, Redis answers (within ``timeout`` s) and every loop runs.
+
+        For liveness and readiness probes: see :class:`ServiceHealth`.
+        """
+        redis_error: str | None = None
+        try:
+            with anyio.fail_after(timeout):
+                await self._store.server_time_ms()
+        except TimeoutError:
+            redis_error = f"no answer within {timeout}s"
+        except Exception as exc:
+            redis_error = f"{type(exc).__name__}: {exc}"
+        loops: dict[str, bool] = {}
+        if self._scheduler is not None:
+            loops["scheduler"] = self._scheduler in self._running_loops
+        for name, consumer in self._consumers.items():
+            loops[f"consumer:{name}"] = consumer in self._running_loops
+        started = self.is_running
+        return ServiceHealth(
+            started=started,
+            accepting=started and self._closing is not None and not self._closing.is_set(),
+            redis_ok=redis_error is None,
+            redis_error=redis_error,
+            loops=loops,
+        )
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -565,15 +571,19 @@ class EventService:
         """Run a loop; should a bug make it raise, log and start it again."""
         delay = 0.5
         while True:
+            self._running_loops.add(loop)  # what health() reports
             try:
                 await loop.run()
                 return
             except Exception:
                 if loop.stopping:
                     return
+                self._running_loops.discard(loop)
                 log.exception("%s crashed; restarting it in %.1fs", type(loop).__name__, delay)
                 await anyio.sleep(delay)
                 delay = min(delay * 2, 30.0)
+            finally:
+                self._running_loops.discard(loop)
 
     async def aclose(self) -> None:
         """Stop fetching, give in-flight handlers ``shutdown_grace``, release everything.

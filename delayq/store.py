@@ -11,6 +11,7 @@ import logging
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, cast
 
 import msgspec
@@ -24,7 +25,16 @@ from .errors import QueueFullError
 from .events import validate_name
 from .keys import PrefixKeys, TypeKeys
 
-__all__ = ["Claimed", "DeadRecord", "MoveResult", "QueueCounts", "Store", "WakeupListener"]
+__all__ = [
+    "Claimed",
+    "DeadRecord",
+    "EventRecord",
+    "MoveResult",
+    "QueueCounts",
+    "ScheduledRecord",
+    "Store",
+    "WakeupListener",
+]
 
 log = logging.getLogger("delayq.store")
 
@@ -77,12 +87,53 @@ class DeadRecord:
 
 @dataclass(frozen=True, slots=True)
 class QueueCounts:
-    """How many events of one type are in each state."""
+    """How many events of one type are in each state, and how far behind its consumers are.
+
+    Equality compares the four state counts only (the other fields change with time).
+    """
 
     scheduled: int
+    """Waiting for their due time (including retries waiting for their backoff)."""
     ready: int
+    """Due and queued for a consumer, not claimed yet."""
     in_flight: int
+    """Claimed by a consumer: a handler is running (or its process died and the lease runs)."""
     dead: int
+    """Dead letters."""
+    next_due_at: datetime | None = field(default=None, compare=False)
+    """The earliest due time among scheduled events (UTC, Redis's clock); None when none."""
+    backlog_age: float = field(default=0.0, compare=False)
+    """Seconds the oldest due event that no consumer has claimed yet has been waiting past
+    its due time (the head of the ready list, or a scheduled event the scheduler has not
+    moved yet); 0 when nothing due is waiting."""
+    due: int = field(default=0, compare=False)
+    """Due events that no consumer has claimed yet: ``ready`` plus scheduled events whose
+    due time has passed."""
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """Everything Redis holds about one event id, read at one instant (``now_ms``)."""
+
+    now_ms: int
+    envelope: bytes | None
+    scheduled_ms: int | None
+    queued_score: float | None
+    lease_deadline_ms: int | None
+    dead_at_ms: int | None
+    attempts: int
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledRecord:
+    """A scheduled event as stored."""
+
+    raw_id: bytes
+    due_ms: int
+    envelope: bytes | None
+    attempts: int
+    error: str | None
 
 
 @dataclass(slots=True)
@@ -97,6 +148,18 @@ class _Batch:
 
 def _int(value: Any) -> int:
     return int(value) if value not in (None, False, b"") else 0
+
+
+def _opt_int(value: Any) -> int | None:
+    return int(float(value)) if value not in (None, False, b"") else None
+
+
+def _text(value: Any) -> str | None:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) and value else None
+
+
+def _utc(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc)
 
 
 class Store:
@@ -435,20 +498,72 @@ class Store:
         return int(await self._run("dead_purge", type_name, list(ids))) if ids else 0
 
     async def counts(self, type_names: Iterable[str]) -> dict[str, QueueCounts]:
-        """Per-type counts of scheduled, ready, in-flight and dead events."""
+        """Per-type counts, next due time and backlog age: one read-only script per type.
+
+        The calls for all types go in one pipeline (on a cluster, a few at a time).
+        """
         names = sorted(type_names)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for name in names:
-                k = self._k(name)
-                pipe.zcard(k[1])
-                pipe.zcard(k[3])
-                pipe.zcard(k[4])
-                pipe.zcard(k[8])
-            replies = await pipe.execute()
-        return {
-            name: QueueCounts(*(int(x) for x in replies[4 * i : 4 * i + 4]))
-            for i, name in enumerate(names)
-        }
+        replies = await self._per_type("counts", [(name, []) for name in names])
+        return {name: _counts(r) for name, r in zip(names, replies, strict=True)}
+
+    async def inspect(self, type_name: str, event_id: str) -> EventRecord:
+        """Everything stored about one event, in one atomic read."""
+        r = await self._run("inspect", type_name, [event_id])
+        return EventRecord(
+            now_ms=int(r[0]),
+            envelope=r[1] or None,
+            scheduled_ms=_opt_int(r[2]),
+            queued_score=float(r[3]) if r[3] else None,
+            lease_deadline_ms=_opt_int(r[4]),
+            dead_at_ms=_opt_int(r[5]),
+            attempts=_int(r[6]),
+            error=_text(r[7]),
+        )
+
+    async def scheduled_page(self, type_name: str, offset: int, limit: int) -> list[ScheduledRecord]:
+        """Scheduled events ``offset .. offset+limit-1`` by due time, earliest first."""
+        r = await self._run("scheduled_list", type_name, [offset, limit])
+        return [
+            ScheduledRecord(
+                raw_id=r[i],
+                due_ms=int(float(r[i + 1])),
+                envelope=r[i + 2] or None,
+                attempts=_int(r[i + 3]),
+                error=_text(r[i + 4]),
+            )
+            for i in range(0, len(r), 5)
+        ]
+
+    async def server_time_ms(self) -> int:
+        """Redis's clock in ms (TIME): also a cheap check that Redis answers."""
+        seconds, micros = await self.redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    async def _per_type(
+        self, script: str, calls: Sequence[tuple[str, Sequence[Any]]]
+    ) -> list[Any]:
+        """Run one script once per ``(type name, args)``, pipelined; replies in order."""
+        if not calls:
+            return []
+        if isinstance(self.redis, RedisCluster):
+            results: list[Any] = []
+            for i in range(0, len(calls), 16):
+                group = [self._run(script, name, args) for name, args in calls[i : i + 16]]
+                results.extend(await asyncio.gather(*group))
+            return results
+        source = self._scripts[script]
+        for attempt in (1, 2):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for name, args in calls:
+                    keys = self._k(name)
+                    pipe.evalsha(source.sha, len(keys), *keys, *args)
+                try:
+                    return list(await pipe.execute())
+                except NoScriptError:
+                    if attempt == 2:
+                        raise
+                    await self.redis.script_load(source.script)
+        raise AssertionError("unreachable")
 
     # -- browsing (the dashboard) ------------------------------------------------
 
@@ -528,6 +643,27 @@ class Store:
             return None
         value: Any = reply.get(b"maxmemory-policy") or reply.get("maxmemory-policy")
         return value.decode() if isinstance(value, bytes) else value
+
+
+def _counts(r: Sequence[Any]) -> QueueCounts:
+    scheduled, ready, in_flight, dead = (int(x) for x in r[:4])
+    next_due, overdue, head, now = int(r[4]), int(r[5]), r[6], int(r[7])
+    oldest: int | None = None
+    if overdue and next_due >= 0:
+        oldest = next_due
+    if ready and head:
+        due_text = head.split(b":", 1)[0]
+        if due_text.isdigit():
+            oldest = int(due_text) if oldest is None else min(oldest, int(due_text))
+    return QueueCounts(
+        scheduled=scheduled,
+        ready=ready,
+        in_flight=in_flight,
+        dead=dead,
+        next_due_at=_utc(next_due) if next_due >= 0 else None,
+        backlog_age=max(0, now - oldest) / 1000 if oldest is not None else 0.0,
+        due=ready + overdue,
+    )
 
 
 class WakeupListener:

@@ -46,7 +46,7 @@ ACL_COMMANDS = (
     # sent by the client
     "evalsha script|load brpop subscribe unsubscribe sadd smembers zcard zrange "
     # called inside the Lua scripts
-    "time type get set del pexpire pttl hget hmget hset hdel hincrby hexists llen lpush rpop "
+    "time type get set del pexpire pttl hget hmget hset hdel hincrby hexists llen lindex lpush rpop "
     "zadd zrem zscore zcard zcount zrange zrangebyscore zrevrangebyscore zpopmin publish"
 ).split()
 ACL_COMMANDS = list(dict.fromkeys(ACL_COMMANDS))  # zcard, zrange: both sides

@@ -25,7 +25,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..events import validate_name
-from ..history import HistoryPoint
+from ..history import HistoryPoint, Window
 from ..service import EventService
 from .charts import Series, bar_chart, line_chart
 from .security import AuthHook, Csrf, SecurityMiddleware
@@ -151,7 +151,7 @@ class Dashboard:
     # -- data ----------------------------------------------------------------
 
     async def _history_charts(self, names: Sequence[str], window: str) -> dict[str, Any]:
-        win = "day" if window == "day" else "hour"
+        win: Window = "day" if window == "day" else "hour"
         shown = list(names)[:_MAX_TYPES_WITH_CHARTS]
         histories = await asyncio.gather(*(self.service.history(n, win) for n in shown))
         return {n: self._charts(points, win) for n, points in zip(shown, histories, strict=True)}
@@ -193,13 +193,12 @@ class Dashboard:
         size = self.page_size
         offset = _int_param(request, "offset")
         in_offset = _int_param(request, "in_offset")
-        stats, histogram, upcoming, in_flight = await asyncio.gather(
-            self.service.stats(),
+        counts, histogram, upcoming, in_flight = await asyncio.gather(
+            self.service.stats_for(name),
             self.service.due_histogram(name),
             self.service.scheduled(name, limit=size, offset=offset),
             self.service.in_flight(name, limit=size, offset=in_offset),
         )
-        counts = stats.get(name)
         bars = [(label, n) for label, n in histogram.counts.items()]
         return {
             "name": name,
@@ -314,10 +313,10 @@ class Dashboard:
             return self.render(request, "message.html", status_code=400, heading="Nothing selected",
                                message="Select dead letters first.", back=name)  # fmt: skip
         if (every or len(ids) > 1) and form.get("confirm") != "yes":
-            total = (await self.service.stats()).get(name)
+            total = await self.service.stats_for(name)
             return self.render(
                 request, "confirm.html", name=name, action=action, every=every, ids=ids,
-                total=total.dead if total else 0,
+                total=total.dead,
             )  # fmt: skip
         if action == "requeue":
             done = await self.service.requeue_dead_letters(name, None if every else ids)

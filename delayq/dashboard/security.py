@@ -25,7 +25,7 @@ from starlette.types import ASGIApp
 
 __all__ = ["AuthHook", "Csrf", "SecurityMiddleware"]
 
-AuthHook = Callable[[Request], "bool | None | Response | Awaitable[bool | None | Response]"]
+AuthHook = Callable[[Request], "bool | Response | Awaitable[bool | Response | None] | None"]
 """Called with every request: True/None lets it through, False answers 403, a Response
 is sent as it is (say, a 401 asking for HTTP basic credentials); an ``HTTPException``
 it raises becomes its response."""

@@ -26,6 +26,9 @@ PER_TYPE = (
     "run_now",
     "inflight_list",
     "due_histogram",
+    "inspect",
+    "counts",
+    "scheduled_list",
 )
 STANDALONE = ("lock_take", "lock_release", "heartbeat", "worker_remove", "history_add")
 

@@ -1,0 +1,355 @@
+"""Looking at queues: one event by id, scheduled events by due time, dead letters.
+
+Every lookup works with an Event class or with a type's wire name (a ``str``):
+tools such as the ``delayq`` command cannot import the application's classes.
+When the class is known (passed, or defined in this process) payloads decode
+into it; otherwise they are decoded from the stored envelope (MessagePack or
+JSON) into plain data. Either way :attr:`EventInfo.payload` is JSON-able.
+
+Redis is read through :class:`~delayq.store.Store` (read-only scripts, one
+consistent view per call, bounded by the page size); nothing here writes.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+import msgspec
+
+from .codec import Codec, open_envelope
+from .errors import DecodeError
+from .events import Event, check_event_type, find_event_type, validate_name
+from .store import Store
+
+__all__ = [
+    "DeadLetter",
+    "EventInfo",
+    "EventState",
+    "EventTypeRef",
+    "Inspector",
+    "ScheduledEvent",
+    "decode_payload",
+]
+
+EventTypeRef = type[Event] | str
+"""An event type given as its class or as its wire name."""
+
+EventState = Literal["scheduled", "ready", "in_flight", "dead", "absent", "stranded"]
+"""Where an event is: waiting for its due time, queued for a consumer, held by a
+handler, a dead letter, not in Redis at all, or ``stranded`` (an envelope in no
+state: only something other than delayq can leave one behind)."""
+
+MAX_PAGE = 1000
+"""The largest ``limit`` of one page read."""
+
+
+def _utc(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, timezone.utc)
+
+
+def _iso(when: datetime | None) -> str | None:
+    return None if when is None else when.isoformat().replace("+00:00", "Z")
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON-able data (bytes as base64, datetimes as ISO 8601, map keys as str)."""
+    try:
+        return msgspec.to_builtins(value, str_keys=True)
+    except (TypeError, ValueError):  # say, a MessagePack extension type no one registered
+        return repr(value)
+
+
+@dataclass(frozen=True, slots=True)
+class _Decoded:
+    event: Event | None = None
+    payload: Any = None
+    context: dict[str, str] = field(default_factory=dict)
+    enqueued_at: datetime | None = None
+    serializer: str | None = None
+    error: str | None = None
+
+
+def decode_payload(
+    envelope: bytes | None, event_id: str | bytes, event_type: type[Event] | None, codec: Codec
+) -> _Decoded:
+    """Open a stored envelope: the event (when its class is known), JSON-able payload, context.
+
+    Never raises on bad bytes: the reason is returned in ``error``.
+    """
+    if envelope is None:
+        return _Decoded(error="the stored event is missing")
+    try:
+        opened = open_envelope(envelope, event_id)
+    except DecodeError as exc:
+        return _Decoded(error=str(exc))
+    context = opened.context
+    enqueued_at = _utc(opened.enqueued_at_ms) if opened.enqueued_at_ms else None
+    serializer = opened.serializer
+    problem: str | None = None
+    if event_type is not None:
+        try:
+            event, _ = codec.decode(envelope, event_type, event_id)
+            return _Decoded(event, _jsonable(event), context, enqueued_at, serializer)
+        except DecodeError as exc:
+            problem = str(exc)  # still show what is there: the untyped decode below
+    try:
+        if serializer == "json":
+            plain = msgspec.json.decode(opened.payload)
+        else:
+            plain = msgspec.msgpack.decode(opened.payload)
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        problem = problem or f"cannot decode the payload: {exc}"
+        return _Decoded(None, None, context, enqueued_at, serializer, problem)
+    return _Decoded(None, _jsonable(plain), context, enqueued_at, serializer, problem)
+
+
+@dataclass(frozen=True, slots=True)
+class EventInfo:
+    """All that Redis knows about one event, read in one atomic step."""
+
+    type_name: str
+    """The event type's wire name."""
+    id: str
+    """The event id."""
+    state: EventState
+    """Where the event is (see :data:`EventState`)."""
+    due_at: datetime | None
+    """When it is due (``scheduled``: its due time, or retry time after a failure); else None."""
+    lease_deadline: datetime | None
+    """``in_flight``: when its lease runs out unless the handler renews it; else None."""
+    failed_at: datetime | None
+    """``dead``: when it became a dead letter; else None."""
+    attempts: int
+    """Deliveries so far (0 before the first)."""
+    last_error: str | None
+    """The last failure as ``"ExceptionType: message"``, if any."""
+    context: Mapping[str, str]
+    """The context given at enqueue time."""
+    enqueued_at: datetime | None
+    """When it was enqueued (the producer's clock)."""
+    event: Event | None
+    """The decoded event when its class is known and the payload validates; else None."""
+    payload: Any
+    """The payload as JSON-able data (from ``event`` or, without a class, the envelope)."""
+    serializer: str | None
+    """``"msgpack"`` or ``"json"``: how the envelope is encoded."""
+    raw: bytes | None
+    """The stored envelope bytes."""
+    decode_error: str | None
+    """Why the envelope or payload did not decode, if it did not."""
+    checked_at: datetime
+    """Redis's time of the read."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Stable JSON-able fields (times as ISO 8601 UTC, ``raw`` as base64)."""
+        return {
+            "type": self.type_name,
+            "id": self.id,
+            "state": self.state,
+            "due_at": _iso(self.due_at),
+            "lease_deadline": _iso(self.lease_deadline),
+            "failed_at": _iso(self.failed_at),
+            "attempts": self.attempts,
+            "last_error": self.last_error,
+            "context": dict(self.context),
+            "enqueued_at": _iso(self.enqueued_at),
+            "payload": self.payload,
+            "serializer": self.serializer,
+            "raw_base64": None if self.raw is None else base64.b64encode(self.raw).decode(),
+            "decode_error": self.decode_error,
+            "checked_at": _iso(self.checked_at),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledEvent:
+    """A scheduled event, as listed by :meth:`EventService.scheduled`."""
+
+    id: str
+    """The event id."""
+    due_at: datetime
+    """When it is due (UTC, Redis's clock)."""
+    attempts: int
+    """Deliveries so far (more than 0: it is waiting for a retry)."""
+    last_error: str | None
+    """The last failure, if it is waiting for a retry."""
+    context: Mapping[str, str]
+    """The context given at enqueue time."""
+    event: Event | None
+    """The decoded event when its class is known; else None."""
+    payload: Any
+    """The payload as JSON-able data."""
+    raw: bytes | None
+    """The stored envelope bytes."""
+    decode_error: str | None = None
+    """Why the payload did not decode, if it did not."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Stable JSON-able fields."""
+        return {
+            "id": self.id,
+            "due_at": _iso(self.due_at),
+            "attempts": self.attempts,
+            "last_error": self.last_error,
+            "context": dict(self.context),
+            "payload": self.payload,
+            "decode_error": self.decode_error,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """An event that failed on every allowed delivery."""
+
+    id: str
+    """The event id."""
+    event: Event | None
+    """The decoded event, or None when it no longer decodes (see ``decode_error``) or its
+    class is not known (looked up by name: see ``payload``)."""
+    context: Mapping[str, str]
+    """The context given at enqueue time."""
+    attempts: int
+    """How many deliveries were made."""
+    error: str
+    """The last failure, as ``"ExceptionType: message"``."""
+    failed_at: datetime
+    """When it became a dead letter (UTC, Redis's clock)."""
+    raw: bytes | None
+    """The stored envelope."""
+    decode_error: str | None = None
+    """Why ``event`` is None, if it is."""
+    payload: Any = None
+    """The payload as JSON-able data (also when the class is not known)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Stable JSON-able fields."""
+        return {
+            "id": self.id,
+            "failed_at": _iso(self.failed_at),
+            "attempts": self.attempts,
+            "error": self.error,
+            "context": dict(self.context),
+            "payload": self.payload,
+            "decode_error": self.decode_error,
+        }
+
+
+def _check_page(limit: object, offset: object) -> None:
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
+        raise ValueError(f"limit must be an int from 1 to {MAX_PAGE}, not {limit!r}")
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise ValueError(f"offset must be an int >= 0, not {offset!r}")
+
+
+class Inspector:
+    """Reads queue state for :class:`~delayq.EventService` (its lookup methods delegate here)."""
+
+    def __init__(self, store: Store, codec: Codec, known: Mapping[str, type[Event]]):
+        self._store = store
+        self._codec = codec
+        self._known = known  # the service's registered types (shared, live)
+
+    def resolve(self, event_type: EventTypeRef) -> tuple[str, type[Event] | None]:
+        """``(wire name, class or None)`` of a class or a wire name."""
+        if isinstance(event_type, str):
+            name = validate_name(event_type)
+            return name, self._known.get(name) or find_event_type(name)
+        cls = check_event_type(event_type)
+        return cls.event_name, cls
+
+    async def inspect(self, event_type: EventTypeRef, event_id: str) -> EventInfo:
+        """Where the event ``(event_type, event_id)`` is, and all that is stored about it."""
+        if not isinstance(event_id, str) or not event_id:
+            raise ValueError(f"event id must be a non-empty str, not {event_id!r}")
+        name, cls = self.resolve(event_type)
+        r = await self._store.inspect(name, event_id)
+        state: EventState
+        if r.dead_at_ms is not None:
+            state = "dead"
+        elif r.lease_deadline_ms is not None:
+            state = "in_flight"
+        elif r.queued_score is not None:
+            state = "ready"
+        elif r.scheduled_ms is not None:
+            state = "scheduled"
+        elif r.envelope is None:
+            state = "absent"
+        else:
+            state = "stranded"
+        decoded = (
+            decode_payload(r.envelope, event_id, cls, self._codec)
+            if r.envelope is not None
+            else _Decoded()
+        )
+        return EventInfo(
+            type_name=name,
+            id=event_id,
+            state=state,
+            due_at=_utc(r.scheduled_ms) if state == "scheduled" else None,
+            lease_deadline=_utc(r.lease_deadline_ms),
+            failed_at=_utc(r.dead_at_ms),
+            attempts=r.attempts,
+            last_error=r.error,
+            context=decoded.context,
+            enqueued_at=decoded.enqueued_at,
+            event=decoded.event,
+            payload=decoded.payload,
+            serializer=decoded.serializer,
+            raw=r.envelope,
+            decode_error=decoded.error,
+            checked_at=datetime.fromtimestamp(r.now_ms / 1000, timezone.utc),
+        )
+
+    async def scheduled(
+        self, event_type: EventTypeRef, limit: int = 100, offset: int = 0
+    ) -> list[ScheduledEvent]:
+        """Up to ``limit`` scheduled events from position ``offset``, earliest due first."""
+        _check_page(limit, offset)
+        name, cls = self.resolve(event_type)
+        items = []
+        for record in await self._store.scheduled_page(name, offset, limit):
+            decoded = decode_payload(record.envelope, record.raw_id, cls, self._codec)
+            items.append(
+                ScheduledEvent(
+                    id=record.raw_id.decode("utf-8", "replace"),
+                    due_at=datetime.fromtimestamp(record.due_ms / 1000, timezone.utc),
+                    attempts=record.attempts,
+                    last_error=record.error,
+                    context=decoded.context,
+                    event=decoded.event,
+                    payload=decoded.payload,
+                    raw=record.envelope,
+                    decode_error=decoded.error,
+                )
+            )
+        return items
+
+    async def dead_letters(
+        self, event_type: EventTypeRef, limit: int = 100, offset: int = 0
+    ) -> list[DeadLetter]:
+        """Up to ``limit`` dead letters from position ``offset``, oldest first."""
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise ValueError(f"limit must be a positive int, not {limit!r}")
+        _check_page(min(limit, MAX_PAGE), offset)
+        name, cls = self.resolve(event_type)
+        items = []
+        for record in await self._store.dead_letters(name, offset, limit):
+            decoded = decode_payload(record.envelope, record.raw_id, cls, self._codec)
+            items.append(
+                DeadLetter(
+                    id=record.raw_id.decode("utf-8", "replace"),
+                    event=decoded.event,
+                    context=decoded.context,
+                    attempts=record.attempts,
+                    error=record.error,
+                    failed_at=datetime.fromtimestamp(record.failed_at_ms / 1000, timezone.utc),
+                    raw=record.envelope,
+                    decode_error=decoded.error,
+                    payload=decoded.payload,
+                )
+            )
+        return items

@@ -1,0 +1,20 @@
+-- inspect: everything Redis holds about one event, in one consistent read.
+--
+-- KEYS: the ten keys of the type (see _prelude.lua).
+-- ARGV[1] id
+-- Returns: {now_ms, envelope, scheduled_due_ms, queued_score, lease_deadline_ms,
+--           dead_at_ms, attempts, last_error}; every item after now_ms is false
+--           when Redis has no such value.
+-- Guarantees: read-only; one atomic view, so the event is seen in exactly the
+-- state it had at one instant (never half-way through a transition).
+local id = ARGV[1]
+return {
+  clock_ms(),
+  redis.call('HGET', K_EVENTS, id),
+  redis.call('ZSCORE', K_SCHEDULED, id),
+  redis.call('ZSCORE', K_QUEUED, id),
+  redis.call('ZSCORE', K_INFLIGHT, id),
+  redis.call('ZSCORE', K_DEAD, id),
+  redis.call('HGET', K_ATTEMPTS, id),
+  redis.call('HGET', K_ERRORS, id),
+}
