@@ -77,7 +77,7 @@ async def test_pages_render_and_escape_untrusted_data(setup) -> None:
 
 
 async def test_actions_need_csrf_and_do_what_they_say(setup, wait_for) -> None:
-    service, pool = setup
+    service, _ = setup
     await service.enqueue_with_delay(Page(id="a"), 3600)
     await service.enqueue_with_delay(Page(id="b"), 3600)
     async with _client(create_app(service)) as http:

@@ -166,7 +166,10 @@ class Dashboard:
         p99 = [p.lateness_p99 for p in points]
         return {
             "throughput": line_chart(
-                [Series("handled/min", "ok", handled), Series("failed/min", "bad", failed)],
+                [
+                    Series("handled/min", "ok", handled, bars=True),
+                    Series("failed/min", "bad", failed, bars=True),
+                ],
                 title="handled and failed per minute",
                 start_label=start,
                 point_labels=labels,
@@ -372,7 +375,7 @@ def create_app(
     read_only: bool = False,
     auth: AuthHook | None = None,
     refresh_seconds: float = 5.0,
-    page_size: int = 50,
+    page_size: int = 25,
     secret: str | bytes | None = None,
     title: str = "delayq",
 ) -> Starlette:

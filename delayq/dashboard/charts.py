@@ -12,8 +12,8 @@ from markupsafe import Markup, escape
 
 __all__ = ["Series", "bar_chart", "line_chart"]
 
-_W, _H = 320, 110  # viewBox; the SVG scales to its box
-_PAD_L, _PAD_R, _PAD_T, _PAD_B = 34, 4, 8, 16
+_W, _H = 420, 120  # viewBox; the SVG scales to its box
+_PAD_L, _PAD_R, _PAD_T, _PAD_B = 38, 6, 8, 18
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +23,7 @@ class Series:
     label: str
     css: str  # class name: colour comes from the stylesheet
     values: Sequence[float | None]  # None: no data (a gap)
-
+    bars: bool = False  # stacked bars instead of a line
 
 def _num(value: float) -> str:
     if value >= 100 or value == int(value):
@@ -54,7 +54,12 @@ def line_chart(
 ) -> Markup:
     """A line chart of equally spaced points; hovering a column shows its values."""
     n = max((len(s.values) for s in series), default=0)
-    top = _nice_max(max((v for s in series for v in s.values if v is not None), default=0.0))
+    stacked = [
+        sum((s.values[i] or 0.0) for s in series if s.bars and i < len(s.values)) for i in range(n)
+    ]
+    top = _nice_max(
+        max([v for s in series if not s.bars for v in s.values if v is not None] + stacked + [0.0])
+    )
     plot_w, plot_h = _W - _PAD_L - _PAD_R, _H - _PAD_T - _PAD_B
 
     def x(i: int) -> float:
@@ -65,7 +70,7 @@ def line_chart(
 
     out = [
         f'<svg class="chart" viewBox="0 0 {_W} {_H}" role="img" '
-        f'aria-label="{escape(title)}" preserveAspectRatio="none">',
+        f'aria-label="{escape(title)}">',
         f"<title>{escape(title)}</title>",
     ]
     for frac in (0, 0.5, 1):
@@ -73,7 +78,22 @@ def line_chart(
         out.append(f'<line class="grid" x1="{_PAD_L}" x2="{_W - _PAD_R}" y1="{gy:.1f}" y2="{gy:.1f}"/>')
         label = _num(top * (1 - frac)) + (unit if frac == 0 else "")
         out.append(f'<text class="axis" x="{_PAD_L - 3}" y="{gy + 3:.1f}" text-anchor="end">{escape(label)}</text>')
+    base = [0.0] * n
+    bar_w = max(0.6, plot_w / max(n, 1) * 0.75)
     for s in series:
+        if not s.bars:
+            continue
+        for i, v in enumerate(s.values):
+            if v:
+                y0, y1 = y(base[i]), y(base[i] + v)
+                out.append(
+                    f'<rect class="{escape(s.css)}" x="{x(i) - bar_w / 2:.1f}" y="{y1:.1f}" '
+                    f'width="{bar_w:.1f}" height="{max(0.6, y0 - y1):.1f}"/>'
+                )
+                base[i] += v
+    for s in series:
+        if s.bars:
+            continue
         segment: list[str] = []
         segments: list[list[str]] = []
         for i, v in enumerate(s.values):
