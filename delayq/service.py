@@ -480,6 +480,11 @@ class EventService:
         return await read_history(self._store, self._name(event_type), window)
 
     @property
+    def handled_types(self) -> list[str]:
+        """Wire names of the event types this service has handlers for."""
+        return sorted(self._consumers)
+
+    @property
     def is_running(self) -> bool:
         """True from :meth:`start` until the service's tasks have ended (draining included)."""
         return self._supervisor is not None and not self._supervisor.done()

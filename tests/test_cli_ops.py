@@ -1,0 +1,212 @@
+"""The operations commands on prepared queue states (``--json`` parsed and checked), and
+every kind of bad input: one-line error, exit code 2, nothing written."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+import redis
+from cli_app import CliJob
+
+from delayq import EventService
+from delayq.cli.app import main
+from delayq.cli.durations import parse_duration
+from delayq.testing import free_port, wait_for
+
+
+@pytest.fixture
+def cli(redis_url, prefix, capsys, monkeypatch):
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("DELAYQ_PREFIX", prefix)
+    monkeypatch.setenv("COLUMNS", "200")
+
+    def run(*args: str, code: int = 0):
+        got = main(list(args))
+        out, err = capsys.readouterr()
+        assert got == code, f"exit {got}, wanted {code}\nstdout: {out}\nstderr: {err}"
+        if "--json" in args and code == 0:
+            return json.loads(out)
+        return out, err
+
+    return run
+
+
+@pytest.fixture
+def sync_redis(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+def snapshot(client: redis.Redis, prefix: str) -> dict[bytes, object]:
+    """Every key of the prefix and its content: to prove nothing was written."""
+    dump = {}
+    for key in client.scan_iter(match=f"{{{prefix}*"):
+        dump[key] = client.dump(key)
+    return dump
+
+
+def prepare(redis_url: str, prefix: str) -> None:
+    """3 scheduled (one of them with a context), 2 ready, 3 dead letters of cli-job."""
+
+    async def go() -> None:
+        async def fail(event: CliJob) -> None:
+            raise RuntimeError(f"planned {event.id}")
+
+        worker = EventService.from_url(
+            redis_url, prefix=prefix, retry_attempts=0, scheduling_interval=0.1, polling_timeout=1
+        )
+        worker.add_handler(CliJob, fail, concurrency=4)
+        async with worker:
+            await worker.enqueue_many([CliJob(id=f"d{i}", n=i) for i in range(3)])
+
+            async def dead3() -> bool:
+                return (await worker.stats_for(CliJob)).dead == 3
+
+            await wait_for(dead3)
+        producer = EventService.from_url(redis_url, prefix=prefix, enable_scheduling=False)
+        await producer.enqueue_with_delay(CliJob(id="s1", n=1), 3600, context={"k": "v"})
+        await producer.enqueue_with_delay(CliJob(id="s2", n=2), 7200)
+        await producer.enqueue_with_delay(CliJob(id="s3", n=3), 60)
+        await producer.enqueue_with_delay(CliJob(id="r1"), 0)
+        await producer.enqueue_with_delay(CliJob(id="r2"), 0)
+        await producer.aclose()
+
+    asyncio.run(go())
+
+
+def test_durations():
+    assert parse_duration("250ms") == 0.25
+    assert parse_duration("30s") == 30
+    assert parse_duration("5m") == 300
+    assert parse_duration("3h") == 10800
+    assert parse_duration("2d") == 172800
+    assert parse_duration("1.5") == 1.5
+    for bad in ("", "-1s", "3 weeks", "1y", "abc", "1e9999"):
+        with pytest.raises(ValueError):
+            parse_duration(bad)
+
+
+def test_operations(cli, redis_url, prefix):
+    prepare(redis_url, prefix)
+
+    stats = cli("stats", "--json")
+    job = stats["types"]["cli-job"]
+    assert stats["prefix"] == prefix
+    assert (job["scheduled"], job["ready"], job["in_flight"], job["dead"]) == (3, 2, 0, 3)
+    assert job["due"] == 2 and job["next_due_at"].endswith("Z")
+    assert job["backlog_age_seconds"] >= 0
+    out, _ = cli("stats")
+    assert "cli-job" in out and "backlog age" in out
+
+    info = cli("inspect", "cli-job", "s1", "--json")
+    assert info["state"] == "scheduled" and info["context"] == {"k": "v"}
+    assert info["payload"] == {"n": 1, "sleep_ms": 0, "fail": False, "id": "s1"}
+    assert cli("inspect", "cli-job", "r1", "--json")["state"] == "ready"
+    dead = cli("inspect", "cli-job", "d1", "--json")
+    assert dead["state"] == "dead" and dead["last_error"] == "RuntimeError: planned d1"
+    assert dead["attempts"] == 1
+    assert cli("inspect", "cli-job", "nope", "--json")["state"] == "absent"
+    out, _ = cli("inspect", "cli-job", "s1")
+    assert "scheduled" in out
+
+    page = cli("scheduled", "cli-job", "--json", "--limit", "2")
+    assert [e["id"] for e in page["events"]] == ["s3", "s1"]
+    page = cli("scheduled", "cli-job", "--json", "--offset", "2")
+    assert [e["id"] for e in page["events"]] == ["s2"]
+    out, _ = cli("scheduled", "cli-job")
+    assert "s3" in out
+
+    listed = cli("dead", "list", "cli-job", "--json")
+    assert sorted(d["id"] for d in listed["dead"]) == ["d0", "d1", "d2"]
+    assert all(d["error"].startswith("RuntimeError: planned") for d in listed["dead"])
+    out, _ = cli("dead", "list", "cli-job")
+    assert "d0" in out
+
+    assert cli("dead", "requeue", "cli-job", "d0", "--delay", "1h", "--json")["requeued"] == 1
+    requeued = cli("inspect", "cli-job", "d0", "--json")
+    assert requeued["state"] == "scheduled" and requeued["attempts"] == 0
+    assert cli("dead", "purge", "cli-job", "d1", "--json")["purged"] == 1
+    assert cli("dead", "purge", "cli-job", "--all", "--yes", "--json")["purged"] == 1
+    assert cli("stats", "--json")["types"]["cli-job"]["dead"] == 0
+
+    enq = cli("enqueue", "cli_app:CliJob", "--id", "e1", "--delay", "3h",
+              "--payload", '{"n": 42}', "--context", "who=cli", "--json")  # fmt: skip
+    assert enq == {"type": "cli-job", "id": "e1", "enqueued": True, "delay_seconds": 10800}
+    e1 = cli("inspect", "cli-job", "e1", "--json")
+    assert e1["payload"]["n"] == 42 and e1["context"] == {"who": "cli"}
+    again = cli("enqueue", "cli_app:CliJob", "--id", "e1", "--payload", '{"n": 1}', "--json")
+    assert again["enqueued"] is False
+    cli("enqueue", "cli_app:CliJob", "--id", "e1", "--payload", '{"n": 7}', "--replace", "--json")
+    assert cli("inspect", "cli-job", "e1", "--json")["payload"]["n"] == 7
+
+    assert cli("cancel", "cli-job", "e1", "--json")["cancelled"] is True
+    assert cli("inspect", "cli-job", "e1", "--json")["state"] == "absent"
+    cli("cancel", "cli-job", "e1", "--json", code=1)
+
+
+def test_requeue_all_with_progress(cli, redis_url, prefix):
+    prepare(redis_url, prefix)
+    out, _ = cli("dead", "requeue", "cli-job", "--all", "--delay", "5m", "--yes")
+    assert "requeued 3" in out
+    assert cli("stats", "--json")["types"]["cli-job"]["scheduled"] == 6
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["inspect", "no-such-type", "x"], "unknown event type 'no-such-type'"),
+        (["inspect", "bad name", "x"], "may not contain"),
+        (["scheduled", "no-such-type"], "unknown event type"),
+        (["cancel", "no-such-type", "x"], "unknown event type"),
+        (["dead", "purge", "no-such-type", "--all", "--yes"], "unknown event type"),
+        (["dead", "requeue", "cli-job", "d0", "--delay", "soon"], "not a duration"),
+        (["dead", "requeue", "cli-job"], "give the IDs"),
+        (["dead", "requeue", "cli-job", "d0", "--all"], "not both"),
+        (["dead", "purge", "cli-job", "--all"], "add --yes"),
+        (["enqueue", "cli_app:CliJob", "--id", "x", "--delay", "3 weeks"], "not a duration"),
+        (["enqueue", "cli_app:CliJob", "--id", "x", "--payload", "{oops"], "not valid JSON"),
+        (["enqueue", "cli_app:CliJob", "--id", "x", "--payload", "[1]"], "must be a JSON object"),
+        (["enqueue", "cli_app:CliJob", "--id", "x", "--payload", '{"n": "many"}'], "invalid payload"),
+        (["enqueue", "cli_app:CliJob", "--id", "x", "--payload", '{"id": "y"}'], "differs"),
+        (["enqueue", "cli_app:CliJob", "--id", "x", "--context", "novalue"], "key=value"),
+        (["enqueue", "cli_app:nothing", "--id", "x"], "has no attribute"),
+        (["enqueue", "cli_app:service", "--id", "x"], "not a subclass of delayq.Event"),
+        (["stats", "--interval", "0"], "at least 100ms"),
+    ],
+)
+def test_bad_input_writes_nothing(cli, redis_url, prefix, sync_redis, args, message):
+    prepare(redis_url, prefix)
+    before = snapshot(sync_redis, prefix)
+    _, err = cli(*args, code=2)
+    assert message in err, err
+    assert len(err.strip().splitlines()) == 1
+    assert snapshot(sync_redis, prefix) == before
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["stats"],
+        ["inspect", "cli-job", "x"],
+        ["enqueue", "cli_app:CliJob", "--id", "x"],
+        ["dead", "list", "cli-job"],
+    ],
+)
+def test_redis_that_does_not_answer(cli, args):
+    _, err = cli(*args, "--redis-url", f"redis://127.0.0.1:{free_port()}/0", code=2)
+    assert err.startswith("error: cannot reach Redis at redis://127.0.0.1:")
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_untrusted_text_is_not_markup(cli, redis_url, prefix):
+    async def go() -> None:
+        producer = EventService.from_url(redis_url, prefix=prefix, enable_scheduling=False)
+        await producer.enqueue_with_delay(CliJob(id="[bold red]x[/]"), 60)
+        await producer.aclose()
+
+    asyncio.run(go())
+    out, _ = cli("scheduled", "cli-job")
+    assert "[bold red]x[/]" in out
