@@ -101,7 +101,7 @@ def procs() -> Iterator[Procs]:
 def _dashboard(procs: Procs, url: str, prefix: str, *extra: str) -> str:
     port = _free_port()
     procs.start(
-        "-m", "delayq.dashboard", "--redis-url", url, "--prefix", prefix,
+        "-m", "delayq", "dashboard", "--redis-url", url, "--prefix", prefix,
         "--port", str(port), "--refresh", "1", *extra,
     )  # fmt: skip
 

@@ -20,7 +20,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -443,7 +443,6 @@ def create_app(
         Route("/actions/dead", dash.dead_action, methods=["POST"], name="dead_action"),
         Route("/actions/event", dash.event_action, methods=["POST"], name="event_action"),
         Mount("/static", StaticFiles(packages=[("delayq.dashboard", "static")]), name="static"),
-        Route("/index.html", lambda r: RedirectResponse("./", 308)),
     ]
     app = Starlette(
         routes=routes,
