@@ -66,8 +66,8 @@ class HistoryRecorder:
     """A metrics sink that keeps per-type counts until the writer takes them.
 
     Counts ``succeeded`` as handled and ``failed``; lateness from
-    ``observe("lateness_seconds", ...)`` or, from sinks that have no
-    ``observe``, the ``lateness_ms`` gauge (never both).
+    ``observe("lateness", seconds)`` once the service reports it that way,
+    else from the ``lateness_ms`` gauge (never both).
     """
 
     def __init__(self) -> None:
@@ -98,8 +98,8 @@ class HistoryRecorder:
     def observe(
         self, name: str, seconds: float, *, event_type: str = "", outcome: str = ""
     ) -> None:
-        """Bucket ``lateness_seconds``."""
-        if name == "lateness_seconds" and event_type:
+        """Bucket the ``lateness`` duration (also accepted as ``lateness_seconds``)."""
+        if name in ("lateness", "lateness_seconds") and event_type:
             self._observed = True
             self._late(seconds * 1000, event_type)
 

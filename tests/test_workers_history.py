@@ -129,7 +129,7 @@ async def test_history_from_two_processes_adds_up(redis_url: str, prefix: str):
 def test_percentile_and_observe_take_over_from_the_gauge():
     r = HistoryRecorder()
     r.gauge("lateness_ms", 3, event_type="t")
-    r.observe("lateness_seconds", 0.003, event_type="t")
+    r.observe("lateness", 0.003, event_type="t")
     r.gauge("lateness_ms", 3, event_type="t")  # ignored once observe is used
     (row,) = r.take().values()
     assert sum(row[2:]) == 2
