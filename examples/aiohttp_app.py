@@ -16,12 +16,11 @@ import math
 import os
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import asdict
 from typing import Any
 
 from aiohttp import web
 
-from delayq import Event, EventService, current_delivery, event_context
+from delayq import Event, EventService, QueueCounts, current_delivery, event_context
 
 log = logging.getLogger("aiohttp_app")
 
@@ -104,11 +103,21 @@ async def list_checks(request: web.Request) -> web.Response:
     return web.json_response(request.app[checks_key])
 
 
+def _four(counts: QueueCounts) -> dict[str, int]:
+    """The state counts (QueueCounts also has next_due_at, backlog_age and due)."""
+    return {
+        "scheduled": counts.scheduled,
+        "ready": counts.ready,
+        "in_flight": counts.in_flight,
+        "dead": counts.dead,
+    }
+
+
 @routes.get("/stats")
 async def stats(request: web.Request) -> web.Response:
     """Scheduled, ready, in-flight and dead events per event type under the prefix."""
     counts = await request.app[service_key].stats()
-    return web.json_response({name: asdict(c) for name, c in counts.items()})
+    return web.json_response({name: _four(c) for name, c in counts.items()})
 
 
 def create_app(argv: list[str] | None = None) -> web.Application:
@@ -129,3 +138,4 @@ if __name__ == "__main__":
         host=os.environ.get("HOST", "localhost"),
         port=int(os.environ.get("PORT", "8080")),
     )
+

@@ -14,12 +14,11 @@ import os
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import asdict
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request, status
 
-from delayq import Event, EventService, current_delivery, event_context
+from delayq import Event, EventService, QueueCounts, current_delivery, event_context
 
 # uvicorn configures only its own loggers; this makes the handler's log lines visible too.
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -109,7 +108,18 @@ async def list_checks() -> list[dict[str, Any]]:
     return checks
 
 
+def _four(counts: QueueCounts) -> dict[str, int]:
+    """The state counts (QueueCounts also has next_due_at, backlog_age and due)."""
+    return {
+        "scheduled": counts.scheduled,
+        "ready": counts.ready,
+        "in_flight": counts.in_flight,
+        "dead": counts.dead,
+    }
+
+
 @app.get("/stats")
 async def stats(service: Service) -> dict[str, dict[str, int]]:
     """Scheduled, ready, in-flight and dead events per event type under the prefix."""
-    return {name: asdict(counts) for name, counts in (await service.stats()).items()}
+    return {name: _four(counts) for name, counts in (await service.stats()).items()}
+

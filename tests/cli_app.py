@@ -1,6 +1,6 @@
 """The application the CLI tests run with ``delayq worker cli_app:service``.
 
-Configured by environment variables: REDIS_URL, DELAYQ_PREFIX, CLI_GRACE (shutdown_grace),
+Configured by environment variables: REDIS_URL, DELAYQ_PREFIX, CLI_GRACE (shutdown_grace), CLI_RETRIES (retry_attempts),
 CLI_CONCURRENCY. Each handled event is recorded in the queue's Redis under
 ``{prefix}-done`` (a HASH id -> times handled), so tests can check every event ran.
 """
@@ -28,7 +28,7 @@ service = EventService.from_url(
     shutdown_grace=float(os.environ.get("CLI_GRACE", "10")),
     polling_timeout=1.0,
     scheduling_interval=0.2,
-    retry_attempts=0,
+    retry_attempts=int(os.environ.get("CLI_RETRIES", "3")),
     retry_backoff=fixed(0.05),
 )
 

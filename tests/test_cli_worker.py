@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import psutil
@@ -34,24 +35,36 @@ def env_for(url: str, prefix: str, **extra: str) -> dict[str, str]:
 
 
 def spawn(url: str, prefix: str, *args: str, **extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+    # stderr goes to a file: a pipe nobody reads while the test runs could fill and
+    # block the worker's logging
+    log = tempfile.NamedTemporaryFile("w+", prefix="delayq-cli-worker-", suffix=".log")
+    proc = subprocess.Popen(
         [sys.executable, "-m", "delayq", "worker", "cli_app:service", *args],
         env=env_for(url, prefix, **extra),
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=log,
         text=True,
     )
+    proc.log = log  # type: ignore[attr-defined]
+    return proc
 
 
 def finish(proc: subprocess.Popen[str], timeout: float = 30) -> tuple[int, str]:
     try:
-        _, err = proc.communicate(timeout=timeout)
+        proc.wait(timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
-        _, err = proc.communicate()
-        raise AssertionError(f"the worker did not exit within {timeout}s:\n{err[-3000:]}") from None
-    return proc.returncode, err
+        proc.wait()
+        raise AssertionError(
+            f"the worker did not exit within {timeout}s:\n{read_log(proc)[-3000:]}"
+        ) from None
+    return proc.returncode, read_log(proc)
+
+
+def read_log(proc: subprocess.Popen[str]) -> str:
+    proc.log.seek(0)  # type: ignore[attr-defined]
+    return proc.log.read()  # type: ignore[attr-defined]
 
 
 @pytest.fixture
@@ -154,7 +167,11 @@ async def test_processes_restart_a_killed_child(redis_url, prefix, producer, red
             return set(await done_ids(redis_client, prefix)) == set(ids)
 
         # events the killed child held come back when their leases run out (15 s)
-        await wait_for(all_done, timeout=60)
+        try:
+            await wait_for(all_done, timeout=60)
+        except AssertionError:
+            missing = set(ids) - set(await done_ids(redis_client, prefix))
+            raise AssertionError(f"not handled: {sorted(missing)[:20]}\n{read_log(proc)[-4000:]}") from None
         proc.send_signal(signal.SIGTERM)
         code, err = await asyncio.to_thread(finish, proc)
         assert code == 0, err[-2000:]

@@ -8,7 +8,7 @@ import re
 __all__ = ["parse_duration"]
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_PATTERN = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*$")
+_PATTERN = r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*$"
 
 
 def parse_duration(text: str) -> float:
@@ -16,7 +16,7 @@ def parse_duration(text: str) -> float:
 
     A number alone means seconds. Negative, infinite and NaN values are refused.
     """
-    match = _PATTERN.match(text)
+    match = re.match(_PATTERN, text)
     if match is None:
         raise ValueError(
             f"not a duration: {text!r} (use e.g. 250ms, 30s, 5m, 3h, 2d or plain seconds)"
