@@ -7,7 +7,7 @@ See the README for the guide and every option.
 
 from .codec import Serializer
 from .context import Delivery, current_delivery, event_context
-from .errors import DecodeError, DelayqError, QueueFullError
+from .errors import DecodeError, DelayqError, NotReplicatedError, QueueFullError
 from .events import Event, event_name
 from .health import ServiceHealth
 from .heartbeat import WorkerInfo
@@ -34,6 +34,7 @@ __all__ = [
     "InMemoryMetrics",
     "Metrics",
     "NoopMetrics",
+    "NotReplicatedError",
     "Options",
     "QueueCounts",
     "QueueFullError",

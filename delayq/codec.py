@@ -196,6 +196,13 @@ class Codec:
 
         Raises :class:`DecodeError` when the bytes are not an envelope of ``event_type``.
         """
+        event, context, _ = self.decode_timed(data, event_type, event_id)
+        return event, context
+
+    def decode_timed(
+        self, data: bytes, event_type: type[Event], event_id: str | bytes
+    ) -> tuple[Event, dict[str, str], int]:
+        """Like :meth:`decode`, plus the enqueue time in ms (0 when the envelope has none)."""
         try:
             opened = open_envelope(data, event_id)
             if opened.serializer == "json":
@@ -208,7 +215,7 @@ class Codec:
                     decoder = self._msgpack_payload[event_type] = msgspec.msgpack.Decoder(
                         event_type
                     )
-            return decoder.decode(opened.payload), opened.context
+            return decoder.decode(opened.payload), opened.context, opened.enqueued_at_ms
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise DecodeError(f"cannot decode {event_type.__name__}: {exc}") from exc
         except DecodeError:

@@ -22,7 +22,9 @@ from .codec import Codec
 from .context import Delivery, _set_delivery
 from .errors import DecodeError
 from .events import Event
+from .keys import DEFAULT_GROUP
 from .metrics import Metrics
+from .observer import CANCELLED, TIMEOUT_PREFIX, HandlerRun, Observer
 from .retry import Backoff, delay_seconds
 from .store import Claimed, Store
 
@@ -115,15 +117,22 @@ class Consumer:
         concurrency: int,
         settings: ConsumerSettings,
         metrics: Metrics,
+        group: str | None = None,
+        observer: Observer | None = None,
     ):
         self.event_type = event_type
         self.type_name = event_type.event_name
+        # None: the default group (the type's own keys, no registration)
+        self.group = group
+        self.label = self.type_name if group is None else f"{self.type_name}[{group}]"
         self.handler = handler
         self.concurrency = concurrency
         self._store = store
         self._codec = codec
         self._s = settings
         self._metrics = metrics
+        # times handler runs and opens their spans (shared with the service)
+        self._observer = observer if observer is not None else Observer(metrics)
         self._stopping = False
         self._fetch_scope: anyio.CancelScope | None = None
         self._running = 0
@@ -135,7 +144,7 @@ class Consumer:
         self._acks: list[tuple[bytes, bytes]] = []
         self._acking: list[tuple[bytes, bytes]] = []  # the batch of the ack call under way
         self._acks_closing = False
-        self._handlers = _HandlerTasks(self.type_name)
+        self._handlers = _HandlerTasks(self.label)
         self._slot_freed: anyio.Event | None = None
         self._ack_wanted: anyio.Event | None = None
         # asyncio's Event needs no running loop to be created: add_handler may run before one
@@ -178,9 +187,10 @@ class Consumer:
             async with anyio.create_task_group() as helpers:
                 helpers.start_soon(self._renew_loop)
                 helpers.start_soon(self._ack_loop, acks_done)
-                handlers = self._handlers = _HandlerTasks(self.type_name)
+                handlers = self._handlers = _HandlerTasks(self.label)
                 try:
                     with anyio.CancelScope() as self._fetch_scope:
+                        await self._register_group()
                         await self._fetch_loop(handlers)
                     with anyio.move_on_after(self._s.shutdown_grace):
                         while self._running:
@@ -189,7 +199,7 @@ class Consumer:
                         log.warning(
                             "%s: %d handlers still running after shutdown_grace; cancelling "
                             "them, their events come back when their leases expire",
-                            self.type_name,
+                            self.label,
                             self._running,
                         )
                 finally:
@@ -204,7 +214,7 @@ class Consumer:
                     log.error(
                         "%s: Redis did not take the acks of %d finished events during the "
                         "shutdown; they will run again when their leases expire",
-                        self.type_name,
+                        self.label,
                         len(self._acks) + len(self._acking),
                     )
                 helpers.cancel_scope.cancel()
@@ -212,6 +222,23 @@ class Consumer:
             self._finished.set()
 
     # -- fetching --------------------------------------------------------------
+
+    async def _register_group(self) -> None:
+        """Make a named group exist in Redis (durably) before fetching its events."""
+        if self.group is None:
+            return
+        backoff = 0.05
+        while not self._stopping:
+            try:
+                await self._store.register_group(
+                    self.type_name, self.group, 1 + self._s.retry_attempts
+                )
+                return
+            except Exception as exc:  # loops never die: back off, go on
+                self._metrics.increment("redis_errors", event_type=self.type_name)
+                log.warning("%s: registering the group failed (%s)", self.label, exc)
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, _MAX_BACKOFF)
 
     async def _wait_for_slot(self) -> None:
         assert self._slot_freed is not None
@@ -230,7 +257,7 @@ class Consumer:
                 continue
             try:
                 if not popped and not drain:
-                    entry = await self._store.pop_ready(self.type_name, block)
+                    entry = await self._store.pop_ready(self.type_name, block, group=self.group)
                     if entry is None:
                         continue
                     popped.append(entry)
@@ -238,8 +265,9 @@ class Consumer:
                 # a whole lease for nothing: never cancel it half-way.
                 with anyio.CancelScope(shield=True):
                     now_us, claimed = await self._store.claim(
-                        self.type_name, popped, free - len(popped), self._s.visibility_ms
-                    )
+                        self.type_name, popped, free - len(popped), self._s.visibility_ms,
+                        group=self.group,
+                    )  # fmt: skip
                     popped = []
                     drain = len(claimed) >= free
                     for c in claimed:
@@ -255,7 +283,7 @@ class Consumer:
                 self._metrics.increment("redis_errors", event_type=self.type_name)
                 log.warning(
                     "%s: fetching failed (%s: %s); retrying in %.2fs",
-                    self.type_name,
+                    self.label,
                     type(exc).__name__,
                     exc,
                     backoff,
@@ -268,12 +296,14 @@ class Consumer:
     async def _handle(self, c: Claimed, now_us: int) -> None:
         try:
             try:
-                event, context = self._codec.decode(c.envelope, self.event_type, c.raw_id)
+                event, context, enqueued_ms = self._codec.decode_timed(
+                    c.envelope, self.event_type, c.raw_id
+                )
             except DecodeError as exc:
                 self._metrics.increment("decode_errors", event_type=self.type_name)
                 log.error(
                     "%s %r: %s; moving it to dead letters",
-                    self.type_name,
+                    self.label,
                     c.id,
                     exc,
                     extra=self._fields(c),
@@ -281,11 +311,17 @@ class Consumer:
                 self._handlers.settling()
                 await self._fail(c, f"DecodeError: {exc}", dead=True)
                 return
-            delivery = Delivery(self.type_name, c.id, c.attempt, c.due_ms, now_us, context)
+            delivery = Delivery(
+                self.type_name, c.id, c.attempt, c.due_ms, now_us, context,
+                self.group or DEFAULT_GROUP, enqueued_ms=enqueued_ms, envelope=c.envelope,
+            )  # fmt: skip
             _set_delivery(delivery)
-            if delivery.lateness_ms is not None:
-                self._metrics.gauge("lateness_ms", delivery.lateness_ms, event_type=self.type_name)
-            failure = await self._call_handler(event, c)
+            run = self._observer.started(delivery)
+            failure: str | None = CANCELLED  # unless the handler comes back
+            try:
+                failure = await self._call_handler(event, c, run)
+            finally:
+                self._observer.finished(run, failure)
             self._handlers.settling()
             if failure is None:
                 self._acks.append((c.raw_id, c.token))
@@ -295,6 +331,7 @@ class Consumer:
                 await self._fail(c, failure, dead=c.attempt > self._s.retry_attempts)
         finally:
             self._running -= 1
+            self._metrics.gauge("in_flight", self._running, event_type=self.type_name)
             assert self._slot_freed is not None
             self._slot_freed.set()
 
@@ -302,7 +339,7 @@ class Consumer:
         """Structured fields of a log record about one delivery (for JSON log formatters)."""
         return {"event_type": self.type_name, "event_id": c.id, "attempt": c.attempt}
 
-    async def _call_handler(self, event: Event, c: Claimed) -> str | None:
+    async def _call_handler(self, event: Event, c: Claimed, run: HandlerRun) -> str | None:
         """Run the handler; return None on success, else the failure as "Type: message"."""
         try:
             if self._s.handler_timeout is None:
@@ -312,11 +349,12 @@ class Consumer:
                     scope.deadline = anyio.current_time() + self._s.handler_timeout
                     result = await self.handler(event)
                 if scope.cancelled_caught:
-                    return f"HandlerTimeout: handler ran longer than {self._s.handler_timeout}s"
+                    return f"{TIMEOUT_PREFIX} handler ran longer than {self._s.handler_timeout}s"
         except Exception as exc:
+            run.error = exc
             log.warning(
                 "%s %r: handler failed on attempt %d: %s: %s",
-                self.type_name,
+                self.label,
                 c.id,
                 c.attempt,
                 type(exc).__name__,
@@ -335,21 +373,20 @@ class Consumer:
             try:
                 delay_ms = math.ceil(1000 * delay_seconds(self._s.retry_backoff(c.attempt)))
             except Exception:
-                log.exception(
-                    "%s: retry_backoff(%d) failed; retrying in 1s", self.type_name, c.attempt
-                )
+                log.exception("%s: retry_backoff(%d) failed; retrying in 1s", self.label, c.attempt)
                 delay_ms = 1000
         backoff = 0.05
         self._settling.add((c.raw_id, c.token))
         for _ in range(5):
             try:
                 code = await self._store.fail(
-                    self.type_name, c, dead=dead, delay_ms=delay_ms, error=error[:4000]
-                )
+                    self.type_name, c, dead=dead, delay_ms=delay_ms, error=error[:4000],
+                    group=self.group,
+                )  # fmt: skip
                 break
             except Exception as exc:
                 log.warning(
-                    "%s %r: recording the failure failed (%s); retrying", self.type_name, c.id, exc
+                    "%s %r: recording the failure failed (%s); retrying", self.label, c.id, exc
                 )
                 await anyio.sleep(backoff)
                 backoff *= 2
@@ -357,7 +394,7 @@ class Consumer:
             # The lease runs out and the event comes back; the attempt still counts.
             log.error(
                 "%s %r: could not record the failure; its lease will expire",
-                self.type_name,
+                self.label,
                 c.id,
                 extra=self._fields(c),
             )
@@ -369,7 +406,7 @@ class Consumer:
             self._metrics.increment("dead_lettered", event_type=self.type_name)
             log.error(
                 "%s %r: dead letter after %d deliveries: %s",
-                self.type_name,
+                self.label,
                 c.id,
                 c.attempt,
                 error,
@@ -387,12 +424,12 @@ class Consumer:
             self._acking = batch
             self._settling.update(batch)
             try:
-                await self._store.ack(self.type_name, batch)
+                await self._store.ack(self.type_name, batch, group=self.group)
             except Exception as exc:
                 self._settling.difference_update(batch)
                 self._acks = batch + self._acks
                 self._metrics.increment("redis_errors", event_type=self.type_name)
-                log.warning("%s: ack failed (%s); retrying in %.2fs", self.type_name, exc, backoff)
+                log.warning("%s: ack failed (%s); retrying in %.2fs", self.label, exc, backoff)
                 await anyio.sleep(backoff)
                 backoff = min(backoff * 2, _MAX_BACKOFF)
                 continue
@@ -424,11 +461,11 @@ class Consumer:
                 continue
             try:
                 lost = await self._store.renew(
-                    self.type_name, list(self._leased), self._s.visibility_ms
+                    self.type_name, list(self._leased), self._s.visibility_ms, group=self.group
                 )
             except Exception as exc:
                 self._metrics.increment("redis_errors", event_type=self.type_name)
-                log.warning("%s: renewing leases failed (%s)", self.type_name, exc)
+                log.warning("%s: renewing leases failed (%s)", self.label, exc)
                 continue
             # an ack or fail that ran just before this renew ended the lease itself
             held = {p[0] for p in self._leased - self._settling}
@@ -437,7 +474,7 @@ class Consumer:
                 self._metrics.increment("leases_lost", len(lost), event_type=self.type_name)
                 log.warning(
                     "%s: lost the lease of %d events (expired, cancelled or replaced): %s",
-                    self.type_name,
+                    self.label,
                     len(lost),
                     [i.decode("utf-8", "replace") for i in lost[:10]],
                 )

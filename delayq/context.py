@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
-__all__ = ["Delivery", "current_delivery", "event_context"]
+__all__ = ["PROPAGATION_KEYS", "Delivery", "current_delivery", "event_context"]
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
+
+PROPAGATION_KEYS: frozenset[str] = frozenset({"traceparent", "tracestate", "baggage"})
+"""Context keys that carry trace propagation (W3C Trace Context and Baggage).
+
+Tracing (:mod:`delayq.otel`) writes them at enqueue; :func:`event_context`
+leaves them out unless asked.
+"""
+_hidden: frozenset[str] = PROPAGATION_KEYS
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +36,39 @@ class Delivery:
     claimed_us: int
     """When this process claimed it, in µs since the epoch by Redis's clock."""
     context: Mapping[str, str]
-    """The context given at enqueue time."""
+    """The context given at enqueue time, propagation keys included (see :func:`event_context`)."""
+    group: str = "default"
+    """The delivery group this delivery is for (see ``add_handler(group=...)``)."""
+    enqueued_ms: int | None = None
+    """When it was enqueued (or last replaced), in ms since the epoch by the producer's clock."""
+    envelope: bytes = field(default=b"", repr=False, compare=False)
+    """The stored envelope (never changes after enqueue; ``version`` is derived from it)."""
+
+    @property
+    def version(self) -> str:
+        """Which version of the event this is: 32 hex digits, the same on every redelivery.
+
+        It is a digest of the stored envelope (payload, context and enqueue time),
+        so an event enqueued again after it was handled, or replaced, is a new
+        version, while retries and redeliveries of one enqueue share it.
+        """
+        return hashlib.blake2b(self.envelope, digest_size=16).hexdigest()
+
+    @property
+    def idempotency_key(self) -> str:
+        """A stable key for this version of this event: ``"dq-"`` and 40 hex digits.
+
+        The same on every redelivery of one enqueue, different for another event
+        or another version of it. Pass it to external APIs that take idempotency
+        keys (Stripe's ``Idempotency-Key`` header, say) so a handler that runs
+        twice charges once.
+        """
+        digest = hashlib.blake2b(digest_size=20)
+        for part in (self.event_type.encode(), self.id.encode("utf-8", "surrogatepass")):
+            digest.update(len(part).to_bytes(4, "big"))
+            digest.update(part)
+        digest.update(self.envelope)
+        return "dq-" + digest.hexdigest()
 
     @property
     def lateness_ms(self) -> float | None:
@@ -40,10 +81,26 @@ class Delivery:
 _current: ContextVar[Delivery | None] = ContextVar("delayq_delivery", default=None)
 
 
-def event_context() -> Mapping[str, str]:
-    """The context mapping given at enqueue time, inside a handler; empty outside one."""
+def event_context(*, propagation: bool = False) -> Mapping[str, str]:
+    """The context mapping given at enqueue time, inside a handler; empty outside one.
+
+    Trace propagation keys (``traceparent``, ``tracestate``, ``baggage`` and
+    any other the configured propagator writes) are left out unless
+    ``propagation=True``.
+    """
     delivery = _current.get()
-    return _EMPTY if delivery is None else delivery.context
+    if delivery is None:
+        return _EMPTY
+    context = delivery.context
+    if propagation or _hidden.isdisjoint(context):
+        return context
+    return MappingProxyType({k: v for k, v in context.items() if k not in _hidden})
+
+
+def hide_context_keys(keys: frozenset[str] | set[str]) -> None:
+    """Also leave ``keys`` out of :func:`event_context` (a propagator's own fields)."""
+    global _hidden
+    _hidden = _hidden | frozenset(keys)
 
 
 def current_delivery() -> Delivery | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from redis.exceptions import OutOfMemoryError
 
-__all__ = ["DecodeError", "DelayqError", "QueueFullError"]
+__all__ = ["DecodeError", "DelayqError", "NotReplicatedError", "QueueFullError"]
 
 
 class DelayqError(Exception):
@@ -20,4 +20,13 @@ class QueueFullError(DelayqError, OutOfMemoryError):
 
     Nothing of the refused events was written. It is also a
     ``redis.exceptions.OutOfMemoryError`` (and so a ``ResponseError``).
+    """
+
+
+class NotReplicatedError(DelayqError):
+    """Fewer replicas than ``min_replicas`` confirmed an enqueue within ``replica_timeout``.
+
+    The events were written on the master, but a failover before the replicas
+    catch up could lose them. Enqueueing the same events again is safe: an id
+    that is already stored is kept (the call then reports it as not added).
     """

@@ -329,15 +329,20 @@ class Inspector:
         return items
 
     async def dead_letters(
-        self, event_type: EventTypeRef, limit: int = 100, offset: int = 0
+        self,
+        event_type: EventTypeRef,
+        limit: int = 100,
+        offset: int = 0,
+        *,
+        group: str | None = None,
     ) -> list[DeadLetter]:
-        """Up to ``limit`` dead letters from position ``offset``, oldest first."""
+        """Up to ``limit`` dead letters (of ``group``) from position ``offset``, oldest first."""
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise ValueError(f"limit must be a positive int, not {limit!r}")
         _check_page(min(limit, MAX_PAGE), offset)
         name, cls = self.resolve(event_type)
         items = []
-        for record in await self._store.dead_letters(name, offset, limit):
+        for record in await self._store.dead_letters(name, offset, limit, group=group):
             decoded = decode_payload(record.envelope, record.raw_id, cls, self._codec)
             items.append(
                 DeadLetter(

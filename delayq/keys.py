@@ -19,7 +19,15 @@ errors     HASH   id -> last failure ("Type: message")
 dead       ZSET   id -> time it became a dead letter (ms)
 meta       HASH   ``pushed`` counter, ``claims`` counter, ``wake`` mark, ``enqueue``
                   (the last enqueue call id: tells a retried call from a new one)
+groups     HASH   delivery group -> its max deliveries; exists only once a
+                  group has been named (see delayq.groups)
+pending    HASH   id -> how many groups still hold a fanned-out event
 ========== ====== ===========================================================
+
+Per delivery group ``G`` of a type with groups (``{p:T}:g:G:...``): scheduled
+(the group's retries), ready, queued, inflight, leases, attempts, errors, dead
+and meta, as above but for that group alone. The default group keeps the
+type's own keys, plus ``{p:T}:g:default:scheduled`` for its retries.
 
 Per prefix (``{p}:...``): ``types`` (SET of type names), ``scheduler-lock``,
 ``workers`` (ZSET worker id -> expiry) with one ``worker:<id>`` STRING per live
@@ -33,7 +41,10 @@ from dataclasses import dataclass
 
 from .events import validate_name
 
-__all__ = ["PrefixKeys", "TypeKeys"]
+__all__ = ["DEFAULT_GROUP", "PrefixKeys", "TypeKeys"]
+
+DEFAULT_GROUP = "default"
+"""The delivery group of handlers added without a ``group``: it uses the type's own keys."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,3 +166,38 @@ class TypeKeys:
             self.dead,
             self.meta,
         )
+
+    @property
+    def groups(self) -> str:
+        """HASH delivery group -> max deliveries (absent while no group is named)."""
+        return self._key("groups")
+
+    @property
+    def pending(self) -> str:
+        """HASH id -> number of groups still holding a fanned-out event."""
+        return self._key("pending")
+
+    def group_key(self, group: str, suffix: str) -> str:
+        """The key ``suffix`` of one named delivery group."""
+        return self._key(f"g:{group}:{suffix}")
+
+    def view(self, group: str | None = None) -> tuple[str, ...]:
+        """The 13 keys the per-group scripts take (see ``lua/_prelude.lua``).
+
+        The ten keys of the group as the type's scripts expect them (the
+        default group's are :meth:`all`), then the registry, ``pending`` and
+        the group's retry schedule.
+        """
+        if group is None or group == DEFAULT_GROUP:
+            retries = self.group_key(DEFAULT_GROUP, "scheduled")
+            return (*self.all(), self.groups, self.pending, retries)
+        g = self.group_keys(group)
+        return (self.events, *g, self.groups, self.pending, g[0])
+
+    def group_keys(self, group: str) -> tuple[str, ...]:
+        """The nine keys of one group, in the order ``lua/_groups.lua`` expects."""
+        if group == DEFAULT_GROUP:
+            return (self.group_key(group, "scheduled"), *self.all()[2:])
+        names = ("scheduled", "ready", "queued", "inflight", "leases", "attempts", "errors")
+        return (*(self.group_key(group, n) for n in names),
+                self.group_key(group, "dead"), self.group_key(group, "meta"))  # fmt: skip

@@ -1,33 +1,52 @@
-"""The metrics interface: counters and gauges the service reports.
+"""The metrics interface: counters, gauges and durations the service reports.
 
-Pass any object with ``increment`` and ``gauge`` methods as ``metrics=`` to
-feed Prometheus, StatsD or OpenTelemetry. Names reported:
+Pass any object with ``increment``, ``gauge`` and ``observe`` methods as
+``metrics=`` to feed Prometheus (:mod:`delayq.prometheus` ships one), StatsD or
+OpenTelemetry. A sink written before ``observe`` existed (only ``increment``
+and ``gauge``) still works: the service wraps it and drops the durations.
+
+Names reported:
 
 counters: ``enqueued``, ``kept``, ``replaced``, ``cancelled``, ``moved``,
 ``delivered``, ``succeeded``, ``failed``, ``retried``, ``dead_lettered``,
 ``decode_errors``, ``leases_lost``, ``redis_errors``
-gauges: ``in_flight``, ``lateness_ms`` (of the latest delivery)
+
+gauges: ``in_flight`` (handlers running in this process), ``lateness_ms`` (of
+the latest delivery)
+
+durations (``observe``, in seconds): ``lateness`` (due time → claim, Redis's
+clock), ``handler_duration`` (with ``outcome`` ``success``, ``failure``,
+``timeout`` or ``cancelled``), ``enqueue_to_done`` (enqueue → successful end of the handler)
 
 Every call carries ``event_type`` (the wire name, or ``""`` for the scheduler).
+Calls made for a named delivery group (``add_handler(..., group="audit")``)
+also carry ``group="audit"`` when the sink's methods accept a ``group``
+keyword; a sink without it gets ``event_type="<type>:<group>"`` instead (see
+``delayq.groups.GroupMetrics``). The default group's calls never carry it.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["InMemoryMetrics", "Metrics", "NoopMetrics"]
+__all__ = ["InMemoryMetrics", "Metrics", "NoopMetrics", "as_metrics"]
 
 
 @runtime_checkable
 class Metrics(Protocol):
-    """What a metrics sink must provide."""
+    """What a metrics sink provides."""
 
     def increment(self, name: str, value: int = 1, *, event_type: str = "") -> None:
         """Add ``value`` to the counter ``name``."""
 
     def gauge(self, name: str, value: float, *, event_type: str = "") -> None:
         """Set the gauge ``name`` to ``value``."""
+
+    def observe(
+        self, name: str, seconds: float, *, event_type: str = "", outcome: str = ""
+    ) -> None:
+        """Record one duration of ``seconds`` under ``name`` (a histogram, a summary...)."""
 
 
 class NoopMetrics:
@@ -39,22 +58,97 @@ class NoopMetrics:
     def gauge(self, name: str, value: float, *, event_type: str = "") -> None:
         """Do nothing."""
 
+    def observe(
+        self, name: str, seconds: float, *, event_type: str = "", outcome: str = ""
+    ) -> None:
+        """Do nothing."""
+
+
+class _WithoutObserve:
+    """A sink with only ``increment`` and ``gauge``: durations are dropped.
+
+    Attribute reads go to the wrapped sink, so ``service.options.metrics.x``
+    still finds what the user's object has.
+    """
+
+    def __init__(self, sink: Any):
+        self.wrapped = sink
+        self.increment = sink.increment
+        self.gauge = sink.gauge
+
+    def observe(
+        self, name: str, seconds: float, *, event_type: str = "", outcome: str = ""
+    ) -> None:
+        """Do nothing: the wrapped sink has no ``observe``."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.wrapped, name)
+
+
+def as_metrics(sink: object) -> Metrics:
+    """``sink`` itself when it has all three methods; wrapped when it lacks ``observe``.
+
+    Raises ``TypeError`` when ``increment`` or ``gauge`` is missing.
+    """
+    if not (callable(getattr(sink, "increment", None)) and callable(getattr(sink, "gauge", None))):
+        raise TypeError(
+            "metrics must have increment(name, value, *, event_type) and "
+            "gauge(name, value, *, event_type) methods (and optionally "
+            "observe(name, seconds, *, event_type, outcome))"
+        )
+    if callable(getattr(sink, "observe", None)):
+        return sink  # type: ignore[return-value]
+    return _WithoutObserve(sink)
+
 
 class InMemoryMetrics:
-    """Keeps counters and gauges in dicts; handy in tests and the demo."""
+    """Keeps counters, gauges and duration totals in dicts; handy in tests and the demo.
+
+    ``counters`` sums every group of a type; ``group_counters`` keeps the
+    calls made for named groups by ``(name, event_type, group)``.
+    """
 
     def __init__(self) -> None:
         self.counters: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.gauges: dict[tuple[str, str], float] = {}
+        self.group_counters: defaultdict[tuple[str, str, str], int] = defaultdict(int)
+        # (name, event_type, outcome) -> [count, sum of seconds, max seconds]
+        self.durations: defaultdict[tuple[str, str, str], list[float]] = defaultdict(
+            lambda: [0, 0.0, 0.0]
+        )
 
-    def increment(self, name: str, value: int = 1, *, event_type: str = "") -> None:
-        """Add ``value`` to the counter ``(name, event_type)``."""
+    def increment(
+        self, name: str, value: int = 1, *, event_type: str = "", group: str = ""
+    ) -> None:
+        """Add ``value`` to the counter ``(name, event_type)`` (and its group's)."""
         self.counters[name, event_type] += value
+        if group:
+            self.group_counters[name, event_type, group] += value
 
-    def gauge(self, name: str, value: float, *, event_type: str = "") -> None:
-        """Set the gauge ``(name, event_type)``."""
-        self.gauges[name, event_type] = value
+    def gauge(self, name: str, value: float, *, event_type: str = "", group: str = "") -> None:
+        """Set the gauge ``(name, event_type)``, or ``(name, "<type>:<group>")`` for a group."""
+        self.gauges[name, f"{event_type}:{group}" if group else event_type] = value
+
+    def observe(
+        self, name: str, seconds: float, *, event_type: str = "", outcome: str = ""
+    ) -> None:
+        """Add one duration to ``durations[name, event_type, outcome]`` (count, sum, max)."""
+        entry = self.durations[name, event_type, outcome]
+        entry[0] += 1
+        entry[1] += seconds
+        if seconds > entry[2]:
+            entry[2] = seconds
 
     def total(self, name: str) -> int:
         """The counter ``name`` summed over event types."""
         return sum(v for (n, _), v in self.counters.items() if n == name)
+
+    def observed(self, name: str, outcome: str | None = None) -> int:
+        """How many durations ``name`` (of ``outcome``, if given) were recorded, over all types."""
+        return int(
+            sum(
+                v[0]
+                for (n, _, o), v in self.durations.items()
+                if n == name and (outcome is None or o == outcome)
+            )
+        )

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import math
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 from .codec import Serializer
-from .metrics import Metrics, NoopMetrics
+from .metrics import Metrics, NoopMetrics, as_metrics
+from .observer import Tracing
 from .retry import Backoff, delay_seconds, exponential
 
 __all__ = ["Options"]
+
+log = logging.getLogger("delayq.options")
 
 
 def _seconds(name: str, value: Any, *, low: float, high: float) -> float:
@@ -42,12 +48,17 @@ class Options:
     enable_scheduling: bool = True
     polling_timeout: float = 5.0
     lock_timeout: float = 10.0
+    takeover_delay: float = 0.5
     serializer: Serializer = "msgpack"
     max_payload_bytes: int = 512 * 1024
     metrics: Metrics = field(default_factory=NoopMetrics)
+    tracing: Tracing | None = None
     shutdown_grace: float = 10.0
     heartbeat_interval: float = 5.0
     history_interval: float = 10.0
+    outbox: Callable[[Any], AbstractAsyncContextManager[Any]] | None = None
+    min_replicas: int = 0
+    replica_timeout: float = 1.0
 
     @classmethod
     def build(cls, **kwargs: Any) -> Options:
@@ -59,7 +70,7 @@ class Options:
                 f"unknown EventService options: {sorted(unknown)}; known: {sorted(names)}"
             )
         opts: dict[str, Any] = {
-            k: v for k, v in kwargs.items() if v is not None or k == "handler_timeout"
+            k: v for k, v in kwargs.items() if v is not None or k in ("handler_timeout", "outbox")
         }
         from .events import validate_name
 
@@ -74,7 +85,9 @@ class Options:
             ("scheduling_interval", 0.01, 3600.0),
             ("polling_timeout", 0.05, 300.0),
             ("lock_timeout", 0.5, 3600.0),
+            ("takeover_delay", 0.05, 600.0),
             ("shutdown_grace", 0.0, 3600.0),
+            ("replica_timeout", 0.001, 60.0),
         ):
             if name in opts:
                 opts[name] = _seconds(name, opts[name], low=low, high=high)
@@ -88,18 +101,24 @@ class Options:
             )
         if "scheduling_batch_size" in opts:
             _int("scheduling_batch_size", opts["scheduling_batch_size"], low=1, high=2000)
+        if opts.get("outbox") is not None and not callable(opts["outbox"]):
+            raise TypeError(
+                "outbox must be made by delayq.postgres.outbox_relay(dsn, ...) (a callable "
+                "taking the service and returning an async context manager)"
+            )
+        if "min_replicas" in opts:
+            _int("min_replicas", opts["min_replicas"], low=0, high=64)
         if "max_payload_bytes" in opts:
             _int("max_payload_bytes", opts["max_payload_bytes"], low=64, high=512 * 1024 * 1024)
         if "enable_scheduling" in opts and not isinstance(opts["enable_scheduling"], bool):
             raise TypeError("enable_scheduling must be a bool")
         if opts.get("serializer", "msgpack") not in ("json", "msgpack"):
             raise ValueError(f"serializer must be 'json' or 'msgpack', not {opts['serializer']!r}")
-        metrics = opts.get("metrics")
-        if metrics is not None and not isinstance(metrics, Metrics):
-            raise TypeError(
-                "metrics must have increment(name, value, *, event_type) and "
-                "gauge(name, value, *, event_type) methods"
-            )
+        if opts.get("metrics") is not None:
+            # a sink without observe() (written before it existed) is wrapped, not refused
+            opts["metrics"] = as_metrics(opts["metrics"])
+        if "tracing" in opts:
+            opts["tracing"] = _tracing(opts["tracing"])
         built = cls(**opts)
         if built.lock_timeout <= built.scheduling_interval and "lock_timeout" in opts:
             raise ValueError("lock_timeout must be longer than scheduling_interval")
@@ -111,6 +130,30 @@ class Options:
         return math.ceil(self.visibility_timeout * 1000)
 
     @property
+    def replica_timeout_ms(self) -> int:
+        """The replica timeout in whole ms (at least 1: ``WAIT`` with 0 would block forever)."""
+        return max(1, math.ceil(self.replica_timeout * 1000))
+
+    @property
     def lock_ms(self) -> int:
         """The scheduler lock's time to live in ms, never shorter than two sweeps."""
         return math.ceil(max(self.lock_timeout, 2 * self.scheduling_interval) * 1000)
+
+
+def _tracing(value: Any) -> Tracing | None:
+    """``tracing=True`` means OpenTelemetry, when it is installed; an object is used as given."""
+    if value is False:
+        return None
+    if value is True:
+        try:
+            from .otel import OTelTracing
+        except ImportError:
+            log.info("tracing=True but opentelemetry-api is not installed: tracing stays off")
+            return None
+        return OTelTracing()
+    if not isinstance(value, Tracing):
+        raise TypeError(
+            "tracing must be True, False or an object with sending/handling/handled "
+            f"methods (such as delayq.otel.OTelTracing()), not {value!r}"
+        )
+    return value

@@ -1,16 +1,23 @@
 """The scheduler: moves due events of every type to their ready lists.
 
-One scheduler per prefix is active at a time, the holder of a short-TTL lock;
-the others retry the lock every ``scheduling_interval``. The lock only saves
-work: each move is one atomic script, so two schedulers moving at once never
-move an event twice.
+One scheduler per prefix leads at a time, the holder of a short-TTL lock; the
+others stand by. The lock only saves work: each move is one atomic script, so
+two schedulers moving at once never move an event twice.
 
-The active scheduler sleeps until the earliest time any type needs a look (a
-due time, a lease deadline, an orphan check), at most ``scheduling_interval``,
-and wakes early when an enqueue publishes that it made an earlier due time.
-Every ``scheduling_interval`` it looks at every type with events pending, and
-every ten intervals at all types, so a lost wake-up only delays, never
-strands, an event.
+The leader sleeps until the earliest time any type needs a look (a due time,
+a lease deadline, an orphan check), at most ``scheduling_interval``, and wakes
+early when an enqueue publishes that it made an earlier due time. Every
+``scheduling_interval`` it looks at every type with events pending, and every
+ten intervals at all types, so a lost wake-up only delays, never strands, an
+event.
+
+A standby watches the same times ``takeover_delay`` later. If it then finds an
+event still not moved (the leader died, or its process stopped running), it
+moves it itself and takes the lock from the silent leader with a
+compare-and-set on the token it last saw, so a dead leader is replaced within
+``takeover_delay`` instead of the lock's time to live. A leader that stops
+gracefully releases the lock and publishes so on the wake-up channel, and a
+standby takes it at once.
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ log = logging.getLogger("delayq.scheduler")
 _MAX_BACKOFF = 5.0
 # Every this many scheduling intervals, all known types get a look, even idle ones.
 _FULL_SWEEP = 10
+# Published on the wake-up channel by a leader that released the lock (see lock_release.lua).
+_RELEASED = ":released"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +56,7 @@ class SchedulerSettings:
     visibility_ms: int
     max_deliveries: int
     lock_ms: int
+    takeover_delay: float = 0.5
     listen_timeout: float = 5.0  # below the blocking client's socket timeout
 
 
@@ -59,6 +69,7 @@ class Scheduler:
         self._metrics = metrics
         self.token = uuid.uuid4().hex
         self.is_leader = False
+        self._holder: str | None = None  # the leader's token, as last seen by a standby
         self._stopping = False
         self._scope: anyio.CancelScope | None = None
         self._wake: anyio.Event | None = None
@@ -87,6 +98,9 @@ class Scheduler:
             self._last_full = -math.inf
         else:
             self._woken.add(type_name)
+        self._interrupt()
+
+    def _interrupt(self) -> None:
         if self._wake is not None:
             self._wake.set()
 
@@ -117,6 +131,8 @@ class Scheduler:
             try:
                 if await self._hold_lock():
                     sleep_for = await self._pass()
+                else:
+                    sleep_for = await self._standby_pass()
                 backoff = 0.1
             except Exception as exc:  # loops never die: log, back off, go on
                 self._metrics.increment("redis_errors")
@@ -135,20 +151,96 @@ class Scheduler:
             self._wake = anyio.Event()
 
     async def _hold_lock(self) -> bool:
-        """Take the lock, or renew it once a third of its time to live has passed."""
-        if self.is_leader and time.monotonic() - self._lock_taken_at < self._s.lock_ms / 3000:
+        """Keep the lock (renewed once a third of its time to live has passed), or try to
+        take it once per ``interval`` while standing by."""
+        since = time.monotonic() - self._lock_taken_at
+        if self.is_leader and since < self._s.lock_ms / 3000:
             return True
+        if not self.is_leader and since < self._s.interval:
+            return False
         return await self._take_lock()
 
-    async def _take_lock(self) -> bool:
-        held = await self._store.take_lock(self.token, self._s.lock_ms)
-        self._lock_taken_at = time.monotonic()
+    def _became(self, held: bool, how: str) -> None:
         if held != self.is_leader:
-            log.info("scheduler %s %s the lock", self.token[:8], "took" if held else "lost")
+            log.info("scheduler %s %s the lock", self.token[:8], how if held else "lost")
             if held:
                 self._last_full = -math.inf  # a new leader looks at everything first
         self.is_leader = held
+
+    async def _take_lock(self) -> bool:
+        held, self._holder = await self._store.take_lock(self.token, self._s.lock_ms)
+        self._lock_taken_at = time.monotonic()
+        self._became(held, "took")
         return held
+
+    async def _take_over(self, late_ms: int) -> None:
+        """Take the lock from a leader that left events overdue (or take it if free)."""
+        if self._holder is None:
+            await self._take_lock()
+            return
+        held = await self._store.steal_lock(self._holder, self.token, self._s.lock_ms)
+        self._lock_taken_at = time.monotonic()
+        if held:
+            self._metrics.increment("scheduler_takeovers")
+            log.warning(
+                "scheduler %s took over from %s, which left events %d ms overdue",
+                self.token[:8],
+                self._holder[:8],
+                late_ms,
+            )
+            self._holder = None
+        self._became(held, "took over")
+
+    async def _standby_pass(self) -> float:
+        """Move what the leader left overdue by ``takeover_delay``; take over if any.
+
+        A standby looks at a type ``takeover_delay`` after the time the leader
+        should have (as learned from its own looks and from wake-ups), and at
+        every type every ``_FULL_SWEEP`` intervals. It returns how long to sleep.
+        """
+        delay = self._s.takeover_delay
+        now = time.monotonic()
+        todo = {t for t, at in self._next.items() if at + delay <= now}
+        if now - self._last_full >= _FULL_SWEEP * self._s.interval:
+            self._types = await self._known_types()
+            self._last_full = now
+            todo |= self._types
+        late = 0
+        for type_name in sorted(todo):
+            late = max(late, await self._move_or_log(type_name))
+        if late >= delay * 1000 and not self._stopping:
+            await self._take_over(late)
+            if self.is_leader:
+                return 0.0
+        now = time.monotonic()
+        wake_at = min(
+            min(self._next.values(), default=math.inf) + delay,
+            self._lock_taken_at + self._s.interval,
+            self._last_full + _FULL_SWEEP * self._s.interval,
+        )
+        return max(0.0, wake_at - now)
+
+    async def _known_types(self) -> set[str]:
+        try:
+            return await self._store.known_types()
+        except ResponseError as exc:
+            # the type set is unreadable (a value of the wrong type written by
+            # someone else): sweep the types this process already knows
+            self._metrics.increment("redis_errors")
+            log.error("reading the set of event types failed: %s", exc)
+            return self._types
+
+    async def _move_or_log(self, type_name: str) -> int:
+        """Move what is due for one type; a refused script does not stop the other types."""
+        try:
+            return await self._move(type_name)
+        except ResponseError as exc:
+            # Redis refused this type's script (say, a key of the wrong type
+            # written by someone else): the other types must still move.
+            self._metrics.increment("redis_errors", event_type=type_name)
+            log.error("%s: moving due events failed: %s; trying again later", type_name, exc)
+            self._next[type_name] = time.monotonic() + 10 * self._s.interval
+            return 0
 
     async def _pass(self) -> float:
         """Move what is due; return how long to sleep before the next pass.
@@ -161,13 +253,7 @@ class Scheduler:
         now = time.monotonic()
         todo = {t for t, at in self._next.items() if at <= now}
         if now - self._last_full >= _FULL_SWEEP * self._s.interval:
-            try:
-                self._types = await self._store.known_types()
-            except ResponseError as exc:
-                # the type set is unreadable (a value of the wrong type written by
-                # someone else): sweep the types this process already knows
-                self._metrics.increment("redis_errors")
-                log.error("reading the set of event types failed: %s", exc)
+            self._types = await self._known_types()
             self._last_full = self._last_sweep = now
             todo |= self._types
         elif now - self._last_sweep >= self._s.interval:
@@ -177,23 +263,19 @@ class Scheduler:
         self._types |= self._woken
         self._woken.clear()
         for type_name in sorted(todo):
-            try:
-                await self._move(type_name)
-            except ResponseError as exc:
-                # Redis refused this type's script (say, a key of the wrong type
-                # written by someone else): the other types must still move.
-                self._metrics.increment("redis_errors", event_type=type_name)
-                log.error("%s: moving due events failed: %s; trying again later", type_name, exc)
-                self._next[type_name] = time.monotonic() + 10 * self._s.interval
+            await self._move_or_log(type_name)
         now = time.monotonic()
         nearest = min(self._next.values(), default=math.inf)
         return max(0.0, min(nearest - now, self._last_sweep + self._s.interval - now))
 
-    async def _move(self, type_name: str) -> None:
+    async def _move(self, type_name: str) -> int:
+        """Move one type's due events, batch after batch; return how late the oldest was (ms)."""
+        late = 0
         while True:
             r = await self._store.move_due(
                 type_name, self._s.batch_size, self._s.visibility_ms, self._s.max_deliveries
             )
+            late = max(late, r.late_ms)
             if r.moved:
                 self._metrics.increment("moved", r.moved, event_type=type_name)
             if r.dead:
@@ -213,9 +295,9 @@ class Scheduler:
             if not r.more or self._stopping:
                 break
             # A long drain keeps the lock fresh and lets this process's consumers run.
-            if time.monotonic() - self._lock_taken_at > self._s.lock_ms / 3000:
+            if self.is_leader and time.monotonic() - self._lock_taken_at > self._s.lock_ms / 3000:
                 if not await self._take_lock():
-                    return
+                    return late
             await anyio.lowlevel.checkpoint()
         # Ready entries need a look now and then (a consumer may die between
         # popping one and claiming it); due times and leases are in _next.
@@ -227,6 +309,7 @@ class Scheduler:
             self._next.pop(type_name, None)
         else:
             self._next[type_name] = time.monotonic() + max(0, r.next_ms - r.now_ms) / 1000
+        return late
 
     async def _listen(self) -> None:
         """Turn wake-up messages into early passes; resubscribe after disconnects."""
@@ -239,13 +322,8 @@ class Scheduler:
                 backoff = 0.1
                 while True:
                     name = await listener.next(timeout=self._s.listen_timeout)
-                    if name and self.is_leader:
-                        try:
-                            validate_name(name)
-                        except ValueError:  # not from an enqueue: someone else published it
-                            log.debug("ignoring wake-up for invalid type name %r", name)
-                            continue
-                        self.wake(name)
+                    if name:
+                        self._on_message(name)
             except Exception as exc:
                 log.info("wake-up subscription dropped (%s); resubscribing in %.2fs", exc, backoff)
                 await anyio.sleep(backoff)
@@ -253,3 +331,23 @@ class Scheduler:
             finally:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(1):
                     await listener.aclose()
+
+    def _on_message(self, name: str) -> None:
+        """A leader looks at a woken type now; a standby ``takeover_delay`` from now."""
+        if name == _RELEASED:
+            if not self.is_leader:
+                self._lock_taken_at = -math.inf  # the lock is free: try it at once
+                self._interrupt()
+            return
+        try:
+            validate_name(name)
+        except ValueError:  # not from an enqueue: someone else published it
+            log.debug("ignoring wake-up for invalid type name %r", name)
+            return
+        if self.is_leader:
+            self.wake(name)
+        else:
+            # the new due time may be soon: check then whether the leader moved it
+            self._types.add(name)
+            self._next[name] = min(self._next.get(name, math.inf), time.monotonic())
+            self._interrupt()

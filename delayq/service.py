@@ -3,33 +3,34 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 import anyio
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from redis.backoff import ExponentialBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.retry import Retry
 
+from . import connect
 from .browsing import DueHistogram, InFlightEvent, due_histogram, in_flight
 from .codec import Codec, check_context
 from .consumer import Consumer, ConsumerSettings, Handler
 from .events import Event, check_event_type, validate_name
+from .groups import GroupMetrics, Groups, check_group, group_settings
 from .health import ServiceHealth
 from .heartbeat import Heartbeat, WorkerInfo, read_workers
 from .history import HistoryPoint, HistoryRecorder, HistoryWriter, TeeMetrics, Window, read_history
 from .inspection import DeadLetter, EventInfo, EventTypeRef, Inspector, ScheduledEvent
+from .observer import Observer
 from .options import Options
-from .retry import delay_seconds
+from .retry import Backoff, delay_seconds
 from .scheduler import Scheduler, SchedulerSettings
+from .sentinel import SentinelWatch
 from .store import QueueCounts, Store
 
 __all__ = ["Client", "DeadLetter", "EventService", "HistoryPoint", "WorkerInfo"]
@@ -72,16 +73,26 @@ class EventService:
         if _connection_kwargs(redis).get("decode_responses"):
             raise ValueError("delayq needs a Redis client with decode_responses=False")
         self._redis = redis
-        self._owned: list[Client] = []
-        self._store = Store(redis, opts.prefix, blocking=blocking)
+        self._owned: list[Any] = []
+        self._watch: SentinelWatch | None = None
+        self._store = Store(
+            redis,
+            opts.prefix,
+            blocking=blocking,
+            min_replicas=opts.min_replicas,
+            replica_timeout_ms=opts.replica_timeout_ms,
+        )
         self._codec = Codec(opts.serializer, opts.max_payload_bytes)
         # the history recorder sees every metric; the user's sink sees them unchanged
         self._history = HistoryRecorder()
         self._metrics = TeeMetrics(opts.metrics, self._history)
+        self._observer = Observer(self._metrics, opts.tracing)
         self._types: dict[str, type[Event]] = {}
+        # (type name, group; None for the default group) -> its consumer here
+        self._consumers: dict[tuple[str, str | None], Consumer] = {}
+        self._groups = Groups(self._store, 1 + opts.retry_attempts)
         self._inspector = Inspector(self._store, self._codec, self._types)
         self._running_loops: set[Consumer | Scheduler | Heartbeat | HistoryWriter] = set()
-        self._consumers: dict[str, Consumer] = {}
         self._consumer_settings = ConsumerSettings(
             visibility_ms=opts.visibility_ms,
             polling_timeout=self._block_time(blocking or redis),
@@ -100,6 +111,7 @@ class EventService:
                     visibility_ms=opts.visibility_ms,
                     max_deliveries=1 + opts.retry_attempts,
                     lock_ms=opts.lock_ms,
+                    takeover_delay=opts.takeover_delay,
                     listen_timeout=self._consumer_settings.polling_timeout,
                 ),
                 self._metrics,
@@ -131,34 +143,61 @@ class EventService:
         """Connect to the Redis at ``url`` (``redis://``, ``rediss://``, ``unix://``).
 
         With ``cluster=True``, ``url`` names any node of a Redis Cluster and the
-        other nodes are discovered from it. Creates two clients owned (and
-        closed) by the service: one for commands and scripts, one for BRPOP and
-        pub/sub with a socket timeout above the block time. Both speak RESP2
-        and retry connection errors with backoff.
+        other nodes are discovered from it. A ``redis+sentinel://`` URL goes to
+        :meth:`from_sentinel`. Creates two clients owned (and closed) by the
+        service: one for commands and scripts, one for BRPOP and pub/sub with a
+        socket timeout above the block time. Both speak RESP2 and retry
+        connection errors with backoff.
         """
         polling = delay_seconds(options.get("polling_timeout") or 5.0, "polling_timeout")
-        factory: Any = RedisCluster.from_url if cluster else Redis.from_url
+        if url.split("://", 1)[0] in connect.SENTINEL_SCHEMES:
+            if cluster:
+                raise ValueError("a redis+sentinel:// URL cannot be used with cluster=True")
+            sentinels, name, kwargs = connect.parse_sentinel_url(url)
+            return cls.from_sentinel(sentinels, name, **kwargs, **options)
+        return cls._owning(connect.url_clients(url, cluster=cluster, polling=polling), options)
 
-        def client(socket_timeout: float) -> Client:
-            return factory(  # type: ignore[no-any-return]
-                url,
-                protocol=2,
-                decode_responses=False,
-                socket_timeout=socket_timeout,
-                socket_connect_timeout=5,
-                socket_keepalive=True,
-                retry=Retry(ExponentialBackoff(cap=1.0, base=0.02), retries=3),
-                retry_on_error=[RedisConnectionError, RedisTimeoutError, ConnectionResetError],
-            )
+    @classmethod
+    def from_sentinel(
+        cls,
+        sentinels: list[tuple[str, int]],
+        service_name: str,
+        *,
+        password: str | None = None,
+        username: str | None = None,
+        db: int = 0,
+        ssl: bool = False,
+        sentinel_kwargs: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> EventService:
+        """Connect to the master that ``sentinels`` name ``service_name`` (Redis Sentinel).
 
-        commands = client(10.0)
-        blocking = client(polling + 10.0)
+        ``sentinels`` is a list of ``(host, port)``; ``password``/``username``,
+        ``db`` and ``ssl`` are for the data servers, ``sentinel_kwargs`` (e.g.
+        ``{"password": ...}``) for the sentinels. After a failover the service
+        reconnects to the new master by itself. The same as
+        ``from_url("redis+sentinel://host:port,host:port/service_name")``.
+        """
+        polling = delay_seconds(options.get("polling_timeout") or 5.0, "polling_timeout")
+        kwargs: dict[str, Any] = {"db": db}
+        if password is not None:
+            kwargs["password"] = password
+        if username is not None:
+            kwargs["username"] = username
+        if ssl:
+            kwargs["ssl"] = True
+        clients = connect.sentinel_clients(
+            list(sentinels), service_name, polling=polling, sentinel_kwargs=sentinel_kwargs,
+            **kwargs,
+        )  # fmt: skip
+        return cls._owning(clients, options)
+
+    @classmethod
+    def _owning(cls, clients: connect.Clients, options: dict[str, Any]) -> EventService:
         service = cls.__new__(cls)
-        try:
-            service._setup(commands, blocking, options)
-        except BaseException:
-            raise  # the clients never connected: nothing to close
-        service._owned = [commands, blocking]
+        service._setup(clients.commands, clients.blocking, options)  # nothing to close on error
+        service._owned = clients.owned
+        service._watch = clients.watch
         return service
 
     @property
@@ -196,14 +235,32 @@ class EventService:
             return validate_name(event_type)
         return self._register_type(event_type)
 
-    def add_handler(self, event_type: type[Event], handler: Handler, concurrency: int = 1) -> None:
+    def add_handler(
+        self,
+        event_type: type[Event],
+        handler: Handler,
+        concurrency: int = 1,
+        *,
+        group: str | None = None,
+        retry_attempts: int | None = None,
+        retry_backoff: Backoff | None = None,
+    ) -> None:
         """Handle events of ``event_type`` with ``async def handler(event)``.
 
-        At most ``concurrency`` handlers of this type run at once in this
-        process. The handler returns True or None when done; False or an
-        exception means "retry later". Works before and after :meth:`start`.
+        At most ``concurrency`` handlers of this type (and group) run at once
+        in this process. The handler returns True or None when done; False or
+        an exception means "retry later". Works before and after :meth:`start`.
+
+        ``group`` names a delivery group: every group registered for the type
+        gets each event once, with its own retries and dead letters (see the
+        README, "Delivery groups"). The group is registered in Redis when its
+        consumer starts. Without ``group`` the handler joins the default
+        group. ``retry_attempts`` and ``retry_backoff`` override the service's
+        options for this group's deliveries.
         """
         name = self._register_type(event_type)
+        group = check_group(group)
+        settings = group_settings(self._consumer_settings, retry_attempts, retry_backoff)
         if not callable(handler) or not (
             inspect.iscoroutinefunction(handler)
             or inspect.iscoroutinefunction(getattr(handler, "__call__", None))  # noqa: B004
@@ -215,8 +272,12 @@ class EventService:
             or not (1 <= concurrency <= 10_000)
         ):
             raise ValueError(f"concurrency must be an int from 1 to 10000, not {concurrency!r}")
-        if name in self._consumers:
-            raise ValueError(f"{name!r} already has a handler; remove_handler() it first")
+        if (name, group) in self._consumers:
+            raise ValueError(
+                f"{name!r} already has a handler"
+                + ("" if group is None else f" in group {group!r}")
+                + "; remove_handler() it first"
+            )
         if self._closed or (self._closing is not None and self._closing.is_set()):
             raise RuntimeError("the service is closed")
         consumer = Consumer(
@@ -225,23 +286,79 @@ class EventService:
             event_type=event_type,
             handler=handler,
             concurrency=concurrency,
-            settings=self._consumer_settings,
-            metrics=self._metrics,
+            settings=settings,
+            metrics=self._metrics if group is None else GroupMetrics(self._metrics, group),
+            group=group,
+            observer=self._observer,
         )
-        self._consumers[name] = consumer
+        self._consumers[name, group] = consumer
         if self._task_group is not None:
             self._task_group.start_soon(self._keep_running, consumer)
 
-    async def remove_handler(self, event_type: type[Event]) -> bool:
-        """Stop handling ``event_type`` once its in-flight handlers finish; False if none."""
+    async def remove_handler(self, event_type: type[Event], *, group: str | None = None) -> bool:
+        """Stop handling ``event_type`` (in ``group``) once its in-flight handlers finish.
+
+        False if there was no such handler. The group stays registered: its
+        events wait for it (see :meth:`remove_group`).
+        """
         name = self._register_type(event_type)
-        consumer = self._consumers.pop(name, None)
+        consumer = self._consumers.pop((name, check_group(group)), None)
         if consumer is None:
             return False
         consumer.stop()
         if self._task_group is not None:
             await consumer.wait_finished()
         return True
+
+    # -- delivery groups -------------------------------------------------------------
+
+    async def register_group(
+        self, event_type: type[Event], group: str, *, retry_attempts: int | None = None
+    ) -> bool:
+        """Register a delivery group of ``event_type`` in Redis; True when it is new.
+
+        From the scheduler's next move on, every event of the type that becomes
+        due is delivered to this group too, even while no process handles it
+        (its events wait in its ready list). ``add_handler(..., group=...)``
+        registers its group by itself; this is for registering one ahead of
+        its handlers. ``retry_attempts`` (default: the service's) sets how many
+        times a lease of this group may expire before the event becomes the
+        group's dead letter. Registering the first named group registers the
+        default group with it (remove it if no handler uses it).
+        """
+        name = self._register_type(event_type)
+        checked = check_group(group)
+        return await self._groups.register(name, checked or "default", retry_attempts)
+
+    async def remove_group(self, event_type: type[Event], group: str) -> bool:
+        """Drop a delivery group: its pending deliveries, retries and dead letters.
+
+        Events no other group holds are deleted. This process's handler for
+        the group is stopped; stop the group's handlers in other processes
+        first, or they register it again when they start. Returns False when
+        the group was not registered; raises ``ValueError`` for the type's
+        last group.
+        """
+        name = self._register_type(event_type)
+        checked = check_group(group)
+        consumer = self._consumers.pop((name, checked), None)
+        if consumer is not None:
+            consumer.stop()
+            if self._task_group is not None:
+                await consumer.wait_finished()
+        return await self._groups.remove(name, checked or "default")
+
+    async def groups(self, event_type: type[Event]) -> list[str]:
+        """The delivery groups registered for ``event_type`` (``["default"]`` if none is named)."""
+        return await self._groups.names(self._register_type(event_type))
+
+    async def group_stats(self, event_type: type[Event]) -> dict[str, QueueCounts]:
+        """Counts per delivery group of ``event_type``.
+
+        A group's ``scheduled`` counts the type's events not yet due (each will
+        reach every group) plus the group's own retries waiting.
+        """
+        return await self._groups.counts(self._register_type(event_type))
 
     # -- enqueueing ----------------------------------------------------------------
 
@@ -258,10 +375,11 @@ class EventService:
     async def _enqueue_one(
         self, event: Event, ms: int, *, absolute: bool, context: Any, replace: bool
     ) -> bool:
-        name, envelope = self._prepare(event, context)
-        (code,) = await self._store.enqueue(
-            name, [(event.id, envelope, ms)], absolute=absolute, replace=replace
-        )
+        with self._observer.sending(event, context) as stored_context:
+            name, envelope = self._prepare(event, stored_context)
+            (code,) = await self._store.enqueue(
+                name, [(event.id, envelope, ms)], absolute=absolute, replace=replace
+            )
         self._count_codes(name, [code])
         return code != 0
 
@@ -320,9 +438,26 @@ class EventService:
         """
         default_ms = math.ceil(delay_seconds(delay) * 1000)
         check_context(context)
+        items = list(events)
+        names = [] if self._observer.tracing is None else self._type_names(items)
+        with self._observer.sending_many(names, len(items), context) as stored_context:
+            return await self._enqueue_items(items, default_ms, stored_context, replace)
+
+    def _type_names(self, items: list[Any]) -> list[str]:
+        return [
+            getattr(type(i[0] if isinstance(i, tuple) else i), "event_name", "") for i in items
+        ]
+
+    async def _enqueue_items(
+        self,
+        items: list[Event | tuple[Event, float | timedelta]],
+        default_ms: int,
+        context: Mapping[str, str] | None,
+        replace: bool,
+    ) -> list[bool]:
         by_type: dict[str, list[tuple[int, tuple[str, bytes, int]]]] = {}
         count = 0
-        for index, item in enumerate(events):
+        for index, item in enumerate(items):
             if isinstance(item, tuple):
                 if len(item) != 2:
                     raise TypeError(f"enqueue_many items are events or (event, delay): {item!r}")
@@ -343,6 +478,47 @@ class EventService:
                 results[index] = code != 0
         return results
 
+    async def enqueue_envelopes(
+        self,
+        event_type: str,
+        items: Sequence[tuple[str, bytes, int]],
+        *,
+        absolute: bool = False,
+        replace: bool = False,
+    ) -> list[int]:
+        """Enqueue events already encoded into envelopes; one code per item, in order.
+
+        For tools that encode elsewhere and send later, such as the transactional
+        outbox of :mod:`delayq.postgres`: ``event_type`` is a wire name, and each
+        item is ``(id, envelope, ms)`` with an envelope made by
+        :class:`delayq.codec.Codec` and ``ms`` a delay in ms or, with
+        ``absolute=True``, a unix time in ms. The same script, dedup and
+        ``replace`` rule as every enqueue apply. Codes: 1 added, 0 kept (the id
+        existed), 2 replaced. Envelopes are not decoded here: one that does not
+        decode becomes a dead letter when it is delivered.
+        """
+        validate_name(event_type)
+        checked = []
+        for item in items:
+            if not (
+                isinstance(item, tuple)
+                and len(item) == 3
+                and isinstance(item[0], str)
+                and item[0]
+                and isinstance(item[1], bytes)
+                and isinstance(item[2], int)
+                and not isinstance(item[2], bool)
+            ):
+                raise TypeError(f"items are (id: str, envelope: bytes, ms: int), not {item!r}")
+            if not absolute and item[2] < 0:
+                raise ValueError(f"a delay in ms must be >= 0: {item!r}")
+            checked.append(item)
+        if not checked:
+            return []
+        codes = await self._store.enqueue(event_type, checked, absolute=absolute, replace=replace)
+        self._count_codes(event_type, codes)
+        return codes
+
     async def cancel(self, event_type: EventTypeRef, id: str) -> bool:
         """Remove a pending (scheduled, ready or in-flight) event; True when one was removed.
 
@@ -358,12 +534,20 @@ class EventService:
     # -- dead letters and stats ----------------------------------------------------
 
     async def dead_letters(
-        self, event_type: EventTypeRef, limit: int = 100, offset: int = 0
+        self,
+        event_type: EventTypeRef,
+        limit: int = 100,
+        offset: int = 0,
+        *,
+        group: str | None = None,
     ) -> list[DeadLetter]:
-        """Up to ``limit`` dead letters of ``event_type`` (class or wire name), oldest first."""
+        """Up to ``limit`` dead letters of ``event_type`` (class or wire name; in ``group``),
+        oldest first."""
         if not isinstance(event_type, str):
             self._register_type(event_type)
-        return await self._inspector.dead_letters(event_type, limit, offset)
+        return await self._inspector.dead_letters(
+            event_type, limit, offset, group=check_group(group)
+        )
 
     async def inspect(self, event_type: EventTypeRef, id: str) -> EventInfo:
         """Where one event is (scheduled, ready, in flight, dead, absent) and all Redis holds
@@ -387,37 +571,54 @@ class EventService:
         event_type: EventTypeRef,
         ids: Iterable[str] | None = None,
         delay: float | timedelta = 0,
+        *,
+        group: str | None = None,
     ) -> int:
         """Schedule dead letters (all, or those in ``ids``) again after ``delay``; return how many.
 
         Their attempt counts start over. ``event_type`` is the class or its wire name.
+        With ``group``, that group's dead letters, delivered again to that group alone.
         """
         name = self._name(event_type)
+        group = check_group(group)
         ms = math.ceil(delay_seconds(delay) * 1000)
         if ids is not None:
-            return sum([await self._store.requeue_dead(name, p, ms) for p in self._pages(ids)])
+            return sum(
+                [await self._store.requeue_dead(name, p, ms, group=group) for p in self._pages(ids)]
+            )
         # Only what is dead now: a requeued event that fails again must not
         # come round in this same call.
         total, seen = 0, 0
-        limit = (await self.stats_for(event_type)).dead
+        limit = await self._store.dead_count(name, group=group)
         while seen < limit:
-            page = await self._store.dead_ids(name, min(_BULK_PAGE, limit - seen))
+            page = await self._store.dead_ids(name, min(_BULK_PAGE, limit - seen), group=group)
             if not page:
                 break
             seen += len(page)
-            total += await self._store.requeue_dead(name, page, ms)
+            total += await self._store.requeue_dead(name, page, ms, group=group)
         return total
 
     async def purge_dead_letters(
-        self, event_type: EventTypeRef, ids: Iterable[str] | None = None
+        self,
+        event_type: EventTypeRef,
+        ids: Iterable[str] | None = None,
+        *,
+        group: str | None = None,
     ) -> int:
-        """Delete dead letters (all, or those in ``ids``) for good; return how many."""
+        """Delete dead letters (all, or those in ``ids``; of ``group``) for good; return how many.
+
+        ``event_type`` is the class or its wire name. An event leaves Redis with the last
+        group that held it.
+        """
         name = self._name(event_type)
+        group = check_group(group)
         if ids is not None:
-            return sum([await self._store.purge_dead(name, p) for p in self._pages(ids)])
+            return sum(
+                [await self._store.purge_dead(name, p, group=group) for p in self._pages(ids)]
+            )
         total = 0
-        while page := await self._store.dead_ids(name, _BULK_PAGE):
-            removed = await self._store.purge_dead(name, page)
+        while page := await self._store.dead_ids(name, _BULK_PAGE, group=group):
+            removed = await self._store.purge_dead(name, page, group=group)
             total += removed
             if not removed:
                 break
@@ -460,7 +661,11 @@ class EventService:
     # -- workers and history ----------------------------------------------------------
 
     def _snapshot(self) -> dict[str, tuple[int, int]]:
-        return {n: (c.concurrency, c.running_handlers) for n, c in self._consumers.items()}
+        # a named group's consumer shows as "type:group" (type names hold no ':')
+        return {
+            name if group is None else f"{name}:{group}": (c.concurrency, c.running_handlers)
+            for (name, group), c in self._consumers.items()
+        }
 
     @property
     def worker_id(self) -> str | None:
@@ -481,8 +686,8 @@ class EventService:
 
     @property
     def handled_types(self) -> list[str]:
-        """Wire names of the event types this service has handlers for."""
-        return sorted(self._consumers)
+        """Wire names of the event types this service has handlers for (in any group)."""
+        return sorted({name for name, _ in self._consumers})
 
     @property
     def is_running(self) -> bool:
@@ -505,8 +710,8 @@ class EventService:
         loops: dict[str, bool] = {}
         if self._scheduler is not None:
             loops["scheduler"] = self._scheduler in self._running_loops
-        for name, consumer in self._consumers.items():
-            loops[f"consumer:{name}"] = consumer in self._running_loops
+        for consumer in self._consumers.values():
+            loops[f"consumer:{consumer.label}"] = consumer in self._running_loops
         started = self.is_running
         return ServiceHealth(
             started=started,
@@ -550,8 +755,12 @@ class EventService:
                 for reporter in (self._heartbeat, self._history_writer):
                     if reporter is not None:
                         tg.start_soon(self._keep_running, reporter)
-                started.set_result(None)
-                await self._closing.wait()
+                async with contextlib.AsyncExitStack() as beside:
+                    if self._options.outbox is not None:
+                        # relays stop (finishing their batch) before the loops do
+                        await beside.enter_async_context(self._options.outbox(self))
+                    started.set_result(None)
+                    await self._closing.wait()
                 consumers = list(self._consumers.values())
                 for consumer in consumers:
                     consumer.stop()
@@ -614,6 +823,8 @@ class EventService:
             if not task.cancelled() and task.exception() is not None:
                 log.error("the service's tasks ended with an error", exc_info=task.exception())
         await self._store.aclose()
+        if self._watch is not None:
+            await self._watch.aclose()
         for client in self._owned:
             await client.aclose()
 

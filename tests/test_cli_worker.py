@@ -321,3 +321,36 @@ def test_importing_delayq_imports_no_cli_dependencies():
     code = "import sys, delayq; print(sorted(m for m in sys.modules if m.split('.')[0] in {'typer', 'rich', 'click', 'watchfiles', 'uvloop'}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+async def test_metrics_port_serves_prometheus(redis_url, prefix, producer, wait_for):
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    port = free_port()
+    proc = spawn(redis_url, prefix, "--metrics-port", str(port), "--metrics-host", "127.0.0.1")
+    try:
+        assert await producer.enqueue_with_delay(CliJob(id="later"), 3600)
+
+        async def scrape() -> dict[str, float] | None:
+            try:
+                async with httpx.AsyncClient() as client:
+                    reply = await client.get(f"http://127.0.0.1:{port}/metrics", timeout=2)
+            except httpx.HTTPError:
+                return None
+            if reply.status_code != 200:
+                return None
+            return {
+                f"{sample.name}{sorted(sample.labels.items())}": sample.value
+                for family in text_string_to_metric_families(reply.text)
+                for sample in family.samples
+            }
+
+        samples = await wait_for(scrape, timeout=20)
+        scheduled = [v for k, v in samples.items() if "cli-job" in k and "scheduled" in k]
+        assert scheduled == [1.0], samples
+        proc.send_signal(signal.SIGTERM)
+        code, err = await asyncio.to_thread(finish, proc)
+        assert code == 0, err[-2000:]
+    finally:
+        proc.kill()

@@ -112,3 +112,40 @@ async def test_moves_are_bounded_batches(services, wait_for) -> None:
         f"\n{total} events due together, batches of 100: {len([m for m in moves if m])} moves, "
         f"lateness p50 {lateness[total // 2]:.0f} ms, max {lateness[-1]:.0f} ms"
     )
+
+
+async def test_lock_steal_is_a_compare_and_set(services, redis_client, prefix) -> None:
+    store = services.producer().store
+    lock = f"{{{prefix}}}:scheduler-lock"
+    assert await store.take_lock("leader", 60_000) == (True, None)
+    assert await store.take_lock("standby-1", 60_000) == (False, "leader")
+    # a standby that saw another token cannot take it; one that saw the holder's can
+    assert not await store.steal_lock("someone-else", "standby-2", 60_000)
+    assert await store.steal_lock("leader", "standby-1", 1_000)
+    assert await redis_client.get(lock) == b"standby-1"
+    assert 0 < await redis_client.pttl(lock) <= 1_000
+    # the second standby saw the dead leader too: too late, the lock moved on
+    assert not await store.steal_lock("leader", "standby-2", 60_000)
+    assert await store.take_lock("leader", 60_000) == (False, "standby-1")
+    # free: anyone takes it
+    assert await store.release_lock("standby-1")
+    assert await store.steal_lock("leader", "standby-2", 60_000)
+    assert await redis_client.get(lock) == b"standby-2"
+
+
+async def test_release_tells_the_standbys(services, redis_client, prefix, wait_for) -> None:
+    # lock and interval far longer than the test: the standby can only lead through the
+    # release message
+    a = await services.start(lock_timeout=120)
+    await wait_for(lambda: a.is_scheduler_leader, timeout=10)
+    b = await services.start(lock_timeout=120, scheduling_interval=60)
+    channel = f"{{{prefix}}}:wakeup"
+
+    async def both_listening() -> bool:
+        ((_, n),) = await redis_client.pubsub_numsub(channel)
+        return n == 2
+
+    await wait_for(both_listening, timeout=10)
+    assert not b.is_scheduler_leader
+    await a.aclose()
+    await wait_for(lambda: b.is_scheduler_leader, timeout=5)

@@ -44,13 +44,13 @@ class Secured(Event, event_name="security-event"):
 #: Every command delayq sends, directly or from its Lua scripts (ACLs apply inside scripts).
 ACL_COMMANDS = (
     # sent by the client
-    "evalsha script|load brpop subscribe unsubscribe sadd smembers zcard zrange "
+    "evalsha script|load brpop subscribe unsubscribe sadd smembers zcard zrange hkeys hgetall "
     # sent by the client: worker heartbeat listing, history rings (the dashboard)
     "mget hmget "
     # called inside the Lua scripts
     "time type get set del pexpire pttl hget hmget hset hdel hincrby hexists llen lindex lpush rpop "
     "zadd zrem zscore zcard zcount zrange zrangebyscore zrevrangebyscore zpopmin publish "
-    "zremrangebyscore"
+    "exists hlen zremrangebyscore"
 ).split()
 ACL_COMMANDS = list(dict.fromkeys(ACL_COMMANDS))  # zcard, zrange: both sides
 

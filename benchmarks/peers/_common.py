@@ -689,8 +689,9 @@ class Runner:
         cpu1 = tree_cpu(cpu_roots)
         count = len(self.collector.records)
         t_last = max(r[1] for r in self.collector.records) if count else time.time()
-        if "t0" not in state:
-            # the work ended before every worker had handled an event (a small n):
+        if "t0" not in state or count - state["count0"] <= 0:
+            # the work ended before (or just as) every worker had handled an event (a
+            # small n):
             # count from the first handled event; CPU then includes start-up
             t_first = min(r[1] for r in self.collector.records) if count else spawned
             state.update(t0=t_first, count0=0, cpu0=0.0)

@@ -22,6 +22,7 @@ COMMAND_MODULES: list[str] = [
     "delayq.cli.check",
     "delayq.cli.ops",
     "delayq.cli.dashboard",
+    "delayq.cli.outbox",
 ]
 """Modules whose ``register(app: typer.Typer)`` adds commands, in help order."""
 

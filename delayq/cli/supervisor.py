@@ -81,6 +81,8 @@ async def supervise(cfg: Any, early: list[int] | None = None) -> int:
     async def spawn(slot: int) -> None:
         health_file = None
         args = [sys.executable, "-m", "delayq", "worker", *cfg.child_args()]
+        if cfg.metrics_port is not None:
+            args += ["--metrics-port", str(cfg.metrics_port + slot if cfg.metrics_port else 0)]
         if cfg.health_port is not None:
             health_file = os.path.join(tmp, f"child-{slot}.port")
             with contextlib.suppress(FileNotFoundError):

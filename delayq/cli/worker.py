@@ -52,6 +52,8 @@ class WorkerConfig:
     reload: bool = False
     reload_dirs: list[Path] = field(default_factory=list)
     child_health_file: str | None = None
+    metrics_port: int | None = None
+    metrics_host: str = "0.0.0.0"
     addons: list[ServiceAddon] = field(default_factory=list)
     """Run beside the service (in each worker process); other modules append here."""
 
@@ -65,6 +67,7 @@ class WorkerConfig:
             args.append("--uvloop" if self.use_uvloop else "--no-uvloop")
         if self.burst:
             args.append("--burst")
+        args += ["--metrics-host", self.metrics_host]
         return args
 
 
@@ -311,6 +314,22 @@ def register(app: typer.Typer) -> None:
                 "--reload-dir", help="Directory to watch with --reload (repeatable; default: .)."
             ),
         ] = None,
+        metrics_port: Annotated[
+            int | None,
+            typer.Option(
+                "--metrics-port",
+                min=0,
+                max=65535,
+                help="Serve Prometheus metrics at GET /metrics on this port (needs "
+                "delayq[prometheus]): queue depth and backlog age read from Redis, plus this "
+                "process's counters and histograms when the service was built with "
+                "metrics=PrometheusMetrics(). With --processes N, worker i uses PORT+i.",
+                show_default=False,
+            ),
+        ] = None,
+        metrics_host: Annotated[
+            str, typer.Option("--metrics-host", help="Address the metrics endpoint binds to.")
+        ] = "0.0.0.0",
         child_health_file: Annotated[
             str | None, typer.Option("--child-health-file", hidden=True)
         ] = None,
@@ -339,9 +358,26 @@ def register(app: typer.Typer) -> None:
             reload=reload,
             reload_dirs=list(reload_dir or []),
             child_health_file=child_health_file,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
             addons=list(WORKER_ADDONS),
         )
+        if metrics_port is not None and processes == 1 and not reload:
+            cfg.addons.append(_metrics_addon(metrics_host, metrics_port))
         raise typer.Exit(run_worker(cfg))
+
+
+def _metrics_addon(host: str, port: int) -> ServiceAddon:
+    """``--metrics-port``: delayq.prometheus's /metrics endpoint beside the service."""
+    try:
+        from ..prometheus import serve
+    except ImportError as exc:
+        fail(f"--metrics-port needs the prometheus extra (pip install 'delayq[prometheus]'): {exc}")
+
+    def addon(service: EventService) -> AbstractAsyncContextManager[Any]:
+        return serve(port, host=host, service=service)
+
+    return addon
 
 
 WORKER_ADDONS: list[ServiceAddon] = []

@@ -2,7 +2,8 @@
 
 Each ``.lua`` file opens with a comment listing its KEYS, ARGV, return value
 and guarantees. Per-type scripts get ``_prelude.lua`` prepended (key names and
-the helpers they share); the lock scripts work on one key and stand alone.
+the helpers they share); the scripts that act on every delivery group of a type
+get ``_groups.lua`` after it; the lock scripts work on one key and stand alone.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from functools import cache
 from importlib import resources
 
-__all__ = ["PER_TYPE", "source"]
+__all__ = ["GROUPED", "PER_TYPE", "source"]
 
 PER_TYPE = (
     "enqueue",
@@ -26,20 +27,31 @@ PER_TYPE = (
     "run_now",
     "inflight_list",
     "due_histogram",
+    "group_register",
     "inspect",
     "counts",
     "scheduled_list",
 )
-STANDALONE = ("lock_take", "lock_release", "heartbeat", "worker_remove", "history_add")
+GROUPED = ("group_move", "group_cancel", "group_replace", "group_remove")
+STANDALONE = (
+    "lock_take",
+    "lock_steal",
+    "lock_release",
+    "heartbeat",
+    "worker_remove",
+    "history_add",
+)
 
 
 @cache
 def source(name: str) -> str:
     """Return the full source of the script ``name`` as sent to Redis."""
-    if name not in PER_TYPE and name not in STANDALONE:
+    if name not in PER_TYPE and name not in GROUPED and name not in STANDALONE:
         raise KeyError(f"no Lua script named {name!r}")
     here = resources.files(__name__)
     body = (here / f"{name}.lua").read_text(encoding="utf-8")
-    if name in PER_TYPE:
+    if name in GROUPED:
+        body = (here / "_groups.lua").read_text(encoding="utf-8") + "\n" + body
+    if name in PER_TYPE or name in GROUPED:
         return (here / "_prelude.lua").read_text(encoding="utf-8") + "\n" + body
     return body

@@ -1,8 +1,42 @@
 -- Prelude: prepended by delayq/lua/__init__.py to every per-type script.
--- KEYS are always the ten keys of ONE event type (delayq.keys.TypeKeys.all()),
--- which share the hash tag {prefix:type}, so a script touches one cluster slot.
+-- KEYS start with the ten keys of ONE delivery group of one event type
+-- (delayq.keys.TypeKeys.view(group)), which share the hash tag {prefix:type},
+-- so a script touches one cluster slot. For the default group they are the
+-- type's own keys (delayq.keys.TypeKeys.all()); for a named group `scheduled`
+-- (its retries), ready, queued, inflight, leases, attempts, errors, dead and
+-- meta are the group's own, and `events` is the type's shared envelope hash.
+-- Scripts that care about groups get three more:
+--   KEYS[11] groups   the type's group registry (absent: only the default group)
+--   KEYS[12] pending  id -> groups still holding a fanned-out event
+--   KEYS[13] the group's retry schedule once groups exist (for a named group
+--            the same key as KEYS[2]; for the default group its own zset, since
+--            the type's `scheduled` then holds events not yet fanned out)
 local K_EVENTS, K_SCHEDULED, K_READY, K_QUEUED, K_INFLIGHT = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local K_LEASES, K_ATTEMPTS, K_ERRORS, K_DEAD, K_META = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local K_GROUPS, K_PENDING, K_GSCHED = KEYS[11], KEYS[12], KEYS[13]
+
+-- True when the type has named delivery groups (its registry exists). Callers
+-- that pass no registry key (delayq.spark's older callers, tests) are ungrouped.
+local function grouped()
+  return K_GROUPS ~= nil and redis.call('EXISTS', K_GROUPS) == 1
+end
+
+-- True when some fanned-out event still has groups counted in `pending`
+-- (checked once per call: without groups this is the only extra work).
+local function counting()
+  return K_PENDING ~= nil and redis.call('EXISTS', K_PENDING) == 1
+end
+
+-- A group is done with an event (acked, dead letter purged, group removed):
+-- the last group to let go deletes the envelope. An id without a count (moved
+-- before the type had groups) has one holder. `counted`: from counting().
+local function release(id, counted)
+  if counted then
+    if redis.call('HINCRBY', K_PENDING, id, -1) > 0 then return end
+    redis.call('HDEL', K_PENDING, id)
+  end
+  redis.call('HDEL', K_EVENTS, id)
+end
 
 -- Stops the script before its first write when one of the given KEYS (by
 -- index) holds a value of the wrong Redis type, written by something other
@@ -10,10 +44,11 @@ local K_LEASES, K_ATTEMPTS, K_ERRORS, K_DEAD, K_META = KEYS[6], KEYS[7], KEYS[8]
 -- key could leave an event in no state at all (stranded). Scripts check the
 -- keys they write after their first write; keys read before any write need no
 -- check (the read fails first).
-local KEY_TYPES = {'hash', 'zset', 'list', 'zset', 'zset', 'hash', 'hash', 'hash', 'zset', 'hash'}
+local KEY_TYPES = {'hash', 'zset', 'list', 'zset', 'zset', 'hash', 'hash', 'hash', 'zset', 'hash',
+  'hash', 'hash', 'zset'}
 local function check_keys(...)
   for _, i in ipairs({...}) do
-    local found = redis.call('TYPE', KEYS[i]).ok
+    local found = KEYS[i] and redis.call('TYPE', KEYS[i]).ok or 'none'
     if found ~= 'none' and found ~= KEY_TYPES[i] then
       error('WRONGTYPE delayq key ' .. KEYS[i] .. ' holds a ' .. found .. ', not a ' ..
         KEY_TYPES[i] .. ': something other than delayq wrote it; nothing was changed', 0)
@@ -41,10 +76,10 @@ end
 -- consumer can measure lateness. Because the list is only pushed on the left
 -- and popped on the right, `pushed - LLEN` tells which sequence numbers have
 -- been popped: that is how move_due finds entries a dead consumer popped.
-local function push_ready(ids, dues)
+local function push_ready_to(k_ready, k_queued, k_meta, ids, dues)
   local n = #ids
   if n == 0 then return end
-  local seq = redis.call('HINCRBY', K_META, 'pushed', n) - n
+  local seq = redis.call('HINCRBY', k_meta, 'pushed', n) - n
   local entries, scored = {}, {}
   for i = 1, n do
     -- due times read back from a sorted set are already whole-ms strings
@@ -56,15 +91,19 @@ local function push_ready(ids, dues)
     scored[2 * i - 1] = seq + i
     scored[2 * i] = ids[i]
   end
-  redis.call('LPUSH', K_READY, unpack(entries))
-  redis.call('ZADD', K_QUEUED, unpack(scored))
+  redis.call('LPUSH', k_ready, unpack(entries))
+  redis.call('ZADD', k_queued, unpack(scored))
+end
+
+local function push_ready(ids, dues)
+  push_ready_to(K_READY, K_QUEUED, K_META, ids, dues)
 end
 
 -- Adds id to the schedule. When it becomes earlier than the time the scheduler
 -- last said it would look at this type again, publishes a wake-up. Pub/sub only
 -- makes moves faster; the scheduler's timed sweep is what guarantees them.
-local function schedule(id, due, channel, type_name)
-  redis.call('ZADD', K_SCHEDULED, due, id)
+local function schedule(id, due, channel, type_name, k_scheduled)
+  redis.call('ZADD', k_scheduled or K_SCHEDULED, due, id)
   local wake = tonumber(redis.call('HGET', K_META, 'wake'))
   if wake == nil or due < wake then
     redis.call('HSET', K_META, 'wake', string.format('%.0f', due))

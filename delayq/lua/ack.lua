@@ -1,11 +1,13 @@
 -- ack: handlers succeeded; their events leave Redis.
 --
--- KEYS: the ten keys of the type (see _prelude.lua).
+-- KEYS: the ten keys of the group, then groups, pending (see _prelude.lua).
 -- ARGV: pairs id, token (the claim token of the delivery that succeeded)
 -- Returns: how many events were removed.
 -- Guarantees: only the current delivery removes an event. A stale ack (the
 -- lease expired and the event was redelivered, replaced or cancelled) is a
--- no-op, so a newer delivery or a replaced payload is never lost.
+-- no-op, so a newer delivery or a replaced payload is never lost. The envelope
+-- goes with the last group holding the event (see release in _prelude.lua).
+local counted = counting()
 local removed = 0
 for i = 1, #ARGV, 2 do
   local id = ARGV[i]
@@ -16,7 +18,7 @@ for i = 1, #ARGV, 2 do
     redis.call('HDEL', K_ATTEMPTS, id)
     redis.call('ZREM', K_INFLIGHT, id)
     redis.call('HDEL', K_LEASES, id)
-    redis.call('HDEL', K_EVENTS, id)
+    release(id, counted)
     removed = removed + 1
   end
 end

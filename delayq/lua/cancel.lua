@@ -1,12 +1,14 @@
 -- cancel: remove an event that has not been handled successfully yet.
 --
--- KEYS: the ten keys of the type (see _prelude.lua).
+-- KEYS: the ten keys of the type, then groups (see _prelude.lua).
 -- ARGV[1] id
 -- Returns: 1 removed, 0 no such pending event (unknown, or a dead letter:
---          dead letters are removed with dead_purge).
+--          dead letters are removed with dead_purge), or {'stale', group...}
+--          when the type has delivery groups (the caller runs group_cancel.lua).
 -- Guarantees: the event is gone from every state at once; a stale ready
 -- entry is skipped by claim, and a running handler's ack becomes a no-op.
 local id = ARGV[1]
+if grouped() then return {'stale', unpack(redis.call('HKEYS', K_GROUPS))} end
 if redis.call('ZSCORE', K_DEAD, id) then return 0 end
 if redis.call('HDEL', K_EVENTS, id) == 0 then return 0 end
 redis.call('ZREM', K_SCHEDULED, id)

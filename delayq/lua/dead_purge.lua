@@ -1,17 +1,18 @@
 -- dead_purge: delete dead letters for good.
 --
--- KEYS: the ten keys of the type (see _prelude.lua).
+-- KEYS: the ten keys of the group, then groups, pending (see _prelude.lua).
 -- ARGV: ids
 -- Returns: how many dead letters were deleted.
 -- Guarantees: only dead letters are deleted; pending events with the same
--- ids are untouched.
+-- ids are untouched. The envelope goes with the last group holding the event.
+local counted = counting()
 local n = 0
 for i = 1, #ARGV do
   local id = ARGV[i]
   if redis.call('ZREM', K_DEAD, id) == 1 then
-    redis.call('HDEL', K_EVENTS, id)
     redis.call('HDEL', K_ATTEMPTS, id)
     redis.call('HDEL', K_ERRORS, id)
+    release(id, counted)
     n = n + 1
   end
 end

@@ -1,15 +1,17 @@
 -- dead_requeue: give dead letters a fresh start.
 --
--- KEYS: the ten keys of the type (see _prelude.lua).
+-- KEYS: the ten keys of the group, then groups, pending, the group's retry
+--       schedule (see _prelude.lua).
 -- ARGV[1] delay in ms, ARGV[2] wake-up channel, ARGV[3] type name
 -- ARGV[4..] ids
 -- Returns: how many dead letters were requeued.
 -- Guarantees: each requeued event is scheduled with its attempt count and
 -- last error reset; ids that are not dead letters are left alone; a dead
 -- letter without an envelope (written by someone else) is dropped.
-check_keys(1, 2, 3, 4, 7, 8, 9, 10)
+check_keys(1, 2, 3, 4, 7, 8, 9, 10, 13)
 local now = clock_ms()
 local delay = tonumber(ARGV[1])
+local k_sched = grouped() and K_GSCHED or K_SCHEDULED  -- with groups: this group alone
 local ready_ids, ready_dues = {}, {}
 local n = 0
 for i = 4, #ARGV do
@@ -23,7 +25,7 @@ for i = 4, #ARGV do
         ready_ids[#ready_ids + 1] = id
         ready_dues[#ready_dues + 1] = now
       else
-        schedule(id, now + delay, ARGV[2], ARGV[3])
+        schedule(id, now + delay, ARGV[2], ARGV[3], k_sched)
       end
     end
   end

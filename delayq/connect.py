@@ -1,0 +1,151 @@
+"""Building the redis.asyncio clients a service owns: one Redis, a Cluster, or Sentinel.
+
+Every client speaks RESP2 and retries connection errors with backoff (a retried
+script is safe: every script is safe to run twice). The service needs a client
+for commands and scripts and one for blocking calls (BRPOP, pub/sub) whose
+socket timeout is above the block time.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.sentinel import Sentinel
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+from .sentinel import CheckedSentinelPool, SentinelWatch
+
+__all__ = ["Clients", "SentinelAddress", "parse_sentinel_url", "sentinel_clients", "url_clients"]
+
+log = logging.getLogger("delayq.connect")
+
+SentinelAddress = tuple[str, int]
+"""``(host, port)`` of one sentinel."""
+
+# A command (not a blocking one) that takes longer than this is treated as a lost connection.
+COMMAND_TIMEOUT = 10.0
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+# With a 1 s backoff cap: about 8 s of retries, longer than a typical failover.
+SENTINEL_RETRIES = 10
+
+
+def _common(retries: int = 3) -> dict[str, Any]:
+    return {
+        "protocol": 2,
+        "decode_responses": False,
+        "socket_connect_timeout": 5,
+        "socket_keepalive": True,
+        "retry": Retry(ExponentialBackoff(cap=1.0, base=0.02), retries=retries),
+        "retry_on_error": [RedisConnectionError, RedisTimeoutError, ConnectionResetError],
+    }
+
+
+@dataclass
+class Clients:
+    """The clients a service owns, and what else must be closed with them."""
+
+    commands: Redis | RedisCluster
+    blocking: Redis | RedisCluster | None
+    owned: list[Any] = field(default_factory=list)
+    watch: SentinelWatch | None = None
+
+
+def url_clients(url: str, *, cluster: bool, polling: float) -> Clients:
+    """Two clients on ``url`` (a single Redis, or any node of a Cluster)."""
+    factory: Any = RedisCluster.from_url if cluster else Redis.from_url
+    commands = factory(url, socket_timeout=COMMAND_TIMEOUT, **_common())
+    blocking = factory(url, socket_timeout=polling + COMMAND_TIMEOUT, **_common())
+    return Clients(commands, blocking, [commands, blocking])
+
+
+def sentinel_clients(
+    sentinels: list[SentinelAddress],
+    service_name: str,
+    *,
+    polling: float,
+    sentinel_kwargs: dict[str, Any] | None = None,
+    **connection_kwargs: Any,
+) -> Clients:
+    """One client for the master named ``service_name``, found through ``sentinels``.
+
+    Commands, scripts, BRPOP and pub/sub share one master connection pool: its
+    socket timeout is above the block time. When the sentinels promote another
+    server, connections to the old master fail (Sentinel kills them, or the
+    server answers READONLY) and new ones are made to the new master.
+    """
+    if not sentinels:
+        raise ValueError("from_sentinel needs at least one (host, port) sentinel address")
+    for address in sentinels:
+        if (
+            not isinstance(address, tuple)
+            or len(address) != 2
+            or not isinstance(address[0], str)
+            or not isinstance(address[1], int)
+        ):
+            raise TypeError(f"a sentinel address is a (host, port) tuple, not {address!r}")
+    if not isinstance(service_name, str) or not service_name:
+        raise ValueError(f"service_name must be a non-empty str, not {service_name!r}")
+    manager = Sentinel(  # type: ignore[no-untyped-call]
+        sentinels,
+        sentinel_kwargs={"socket_timeout": 2.0, "socket_connect_timeout": 2.0,
+                         **(sentinel_kwargs or {})},
+    )  # fmt: skip
+    # more retries than on one Redis: a command rides through a failover (a few seconds)
+    # instead of failing during it
+    options = {
+        **_common(retries=SENTINEL_RETRIES),
+        "socket_timeout": polling + COMMAND_TIMEOUT,
+        **connection_kwargs,
+    }
+    master = manager.master_for(service_name, connection_pool_class=CheckedSentinelPool, **options)
+    pool = master.connection_pool
+    assert isinstance(pool, CheckedSentinelPool)
+    return Clients(master, None, [master, manager], pool.watch)
+
+
+def parse_sentinel_url(url: str) -> tuple[list[SentinelAddress], str, dict[str, Any]]:
+    """Split ``redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db]``.
+
+    Returns the sentinel addresses, the service name and the master's connection
+    options (``password``, ``username``, ``db``, ``ssl`` for ``rediss+sentinel``);
+    ``?sentinel_password=...`` is the sentinels' own password.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in SENTINEL_SCHEMES:
+        raise ValueError(f"not a redis+sentinel:// URL: {url!r}")
+    netloc = parts.netloc
+    kwargs: dict[str, Any] = {}
+    if "@" in netloc:
+        auth, netloc = netloc.rsplit("@", 1)
+        user, _, password = auth.partition(":")
+        if user:
+            kwargs["username"] = unquote(user)
+        if password:
+            kwargs["password"] = unquote(password)
+    addresses: list[SentinelAddress] = []
+    for item in netloc.split(","):
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"sentinel addresses are host:port, not {item!r} in {url!r}")
+        addresses.append((host.strip("[]"), int(port)))
+    path = [p for p in parts.path.split("/") if p]
+    if not path or len(path) > 2:
+        raise ValueError(f"expected /<service name>[/<db>] in {url!r}")
+    if len(path) == 2:
+        if not path[1].isdigit():
+            raise ValueError(f"the database number must be an integer in {url!r}")
+        kwargs["db"] = int(path[1])
+    if parts.scheme == "rediss+sentinel":
+        kwargs["ssl"] = True
+    sentinel_password = parse_qs(parts.query).get("sentinel_password")
+    if sentinel_password:
+        kwargs["sentinel_kwargs"] = {"password": sentinel_password[-1]}
+    return addresses, unquote(path[0]), kwargs

@@ -1,0 +1,151 @@
+"""Delivery groups: several independent subscribers of one event type.
+
+Each event that becomes due is delivered once to every group registered for
+its type, and each group has its own ready list, leases, retries and dead
+letters: a failure in one group never re-runs another group's handler.
+Handlers added without a ``group`` form the default group, which uses the
+type's own keys; a type whose handlers never name a group works (and costs)
+exactly as without this module. The fan-out happens in the scheduler's move
+(``lua/group_move.lua``), so enqueueing costs the same whatever the number of
+groups. See docs/ARCHITECTURE.md, "Delivery groups".
+
+This module holds what the service needs beyond the store's group scripts:
+group names, per-group options and metrics labels, and the group-level
+operations behind ``EventService.register_group`` and friends.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+from typing import Any
+
+from .consumer import ConsumerSettings
+from .events import validate_name
+from .keys import DEFAULT_GROUP
+from .metrics import Metrics
+from .retry import Backoff
+from .store import QueueCounts, Store
+
+__all__ = ["DEFAULT_GROUP", "GroupMetrics", "Groups", "check_group", "group_settings"]
+
+log = logging.getLogger("delayq.groups")
+
+
+def check_group(group: object) -> str | None:
+    """Validate a group name; return None for the default group (``None`` or ``"default"``)."""
+    if group is None or group == DEFAULT_GROUP:
+        return None
+    return validate_name(group, "group name")
+
+
+def group_settings(
+    base: ConsumerSettings, retry_attempts: int | None, retry_backoff: Backoff | None
+) -> ConsumerSettings:
+    """A group's consumer settings: the service's, with the group's overrides."""
+    changes: dict[str, Any] = {}
+    if retry_attempts is not None:
+        if (
+            not isinstance(retry_attempts, int)
+            or isinstance(retry_attempts, bool)
+            or not 0 <= retry_attempts <= 1000
+        ):
+            raise ValueError(
+                f"retry_attempts must be an int from 0 to 1000, not {retry_attempts!r}"
+            )
+        changes["retry_attempts"] = retry_attempts
+    if retry_backoff is not None:
+        if not callable(retry_backoff):
+            raise TypeError("retry_backoff must be a callable attempt -> seconds or timedelta")
+        changes["retry_backoff"] = retry_backoff
+    return dataclasses.replace(base, **changes) if changes else base
+
+
+def _accepts_group(method: Any) -> bool:
+    try:
+        params = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "group" or p.kind is p.VAR_KEYWORD for p in params)
+
+
+class GroupMetrics:
+    """The service's metrics sink, as a named group's consumer reports to it.
+
+    Calls carry ``group=<name>`` when the sink's methods accept a ``group``
+    keyword (as ``InMemoryMetrics`` does); older sinks get the group folded
+    into the label as ``event_type="<type>:<group>"`` (type names hold no
+    ``:``), so they keep working unchanged.
+    """
+
+    def __init__(self, sink: Metrics, group: str):
+        self._sink = sink
+        self.group = group
+        self._inc_group = _accepts_group(sink.increment)
+        self._gauge_group = _accepts_group(sink.gauge)
+        self._observe_group = _accepts_group(sink.observe)
+
+    def increment(self, name: str, value: int = 1, *, event_type: str = "") -> None:
+        """Add ``value`` to the counter ``name`` of this group."""
+        if self._inc_group:
+            self._sink.increment(name, value, event_type=event_type, group=self.group)  # type: ignore[call-arg]
+        else:
+            self._sink.increment(name, value, event_type=f"{event_type}:{self.group}")
+
+    def gauge(self, name: str, value: float, *, event_type: str = "") -> None:
+        """Set the gauge ``name`` of this group."""
+        if self._gauge_group:
+            self._sink.gauge(name, value, event_type=event_type, group=self.group)  # type: ignore[call-arg]
+        else:
+            self._sink.gauge(name, value, event_type=f"{event_type}:{self.group}")
+
+    def observe(
+        self, name: str, seconds: float, *, event_type: str = "", outcome: str = ""
+    ) -> None:
+        """Record a duration of this group."""
+        if self._observe_group:
+            self._sink.observe(  # type: ignore[call-arg]
+                name, seconds, event_type=event_type, outcome=outcome, group=self.group
+            )
+        else:
+            self._sink.observe(
+                name, seconds, event_type=f"{event_type}:{self.group}", outcome=outcome
+            )
+
+
+class Groups:
+    """Group-level operations of one service (the store does the Redis side)."""
+
+    def __init__(self, store: Store, default_max_deliveries: int):
+        self._store = store
+        self._max = default_max_deliveries
+
+    async def register(self, type_name: str, group: str, retry_attempts: int | None = None) -> bool:
+        """Register ``group`` for ``type_name``; True when it is new."""
+        max_deliveries = self._max if retry_attempts is None else 1 + retry_attempts
+        await self._store.register_type(type_name)
+        return await self._store.register_group(type_name, group, max_deliveries)
+
+    async def remove(self, type_name: str, group: str) -> bool:
+        """Drop ``group`` and its pending deliveries; False when it was not registered."""
+        code = await self._store.remove_group(type_name, group)
+        if code < 0:
+            raise ValueError(
+                f"{group!r} is the last delivery group of {type_name!r}; a type always has one"
+            )
+        if code:
+            log.info("%s: removed delivery group %r", type_name, group)
+        return code > 0
+
+    async def names(self, type_name: str) -> list[str]:
+        """The registered groups (``["default"]`` while no group has been named)."""
+        groups = await self._store.groups(type_name)
+        return sorted(groups) if groups else [DEFAULT_GROUP]
+
+    async def counts(self, type_name: str) -> dict[str, QueueCounts]:
+        """Counts per registered group."""
+        groups = await self._store.groups(type_name)
+        if not groups:
+            return {DEFAULT_GROUP: (await self._store.counts([type_name]))[type_name]}
+        return await self._store.group_counts(type_name, groups)

@@ -1,0 +1,158 @@
+-- group_move: the scheduler's step for a type with delivery groups (move_due.lua
+-- for a type without them), bounded by a batch size per category and group.
+--
+-- KEYS: see _groups.lua, with every registered group.
+-- ARGV: n, the group names, then
+-- ARG(1) batch, ARG(2) visibility timeout in ms, ARG(3) max deliveries for a
+--        group registered without one
+-- Returns: as move_due.lua, or {'stale', group...} when the groups passed are
+--   not the registered ones (nothing changed: call again with those).
+--   moved counts deliveries (an event due for three groups counts three);
+--   queued sums the groups' ready lists.
+-- Guarantees: the fan-out: each event due in the type's schedule is pushed to
+-- the ready list of every group registered now, in the same atomic step that
+-- removes it from the schedule (once per due time, whoever runs it), and
+-- `pending` counts the groups that hold it. Per group, as move_due.lua: its
+-- own retries become ready, its expired leases and orphaned entries come back
+-- to its ready list alone (or become its dead letters after its max
+-- deliveries), so no group's failure re-runs another group's handler.
+local reg, names = registry()
+if not reg then return stale(names) end
+check_keys(1, 2, 10, 12)
+check_group_keys()
+keep_working_when_full()
+local now = clock_ms()
+local batch = tonumber(ARG(1))
+local vt = tonumber(ARG(2))
+local default_max = tonumber(ARG(3))
+local moved, more, dead, late, queued = 0, 0, 0, 0, 0
+local missing = {}
+local next_ms = nil
+local function earliest(t)
+  if t and (next_ms == nil or t < next_ms) then next_ms = t end
+end
+
+for g = 1, N_GROUPS do
+  local k_ready, k_queued, k_meta = gkey(g, G_READY), gkey(g, G_QUEUED), gkey(g, G_META)
+  local k_sched, k_inflight = gkey(g, G_SCHED), gkey(g, G_INFLIGHT)
+  local max_deliveries = reg[GROUP_NAMES[g]] or default_max
+  local ids, dues = {}, {}
+  local function take(id, due)
+    if redis.call('HEXISTS', K_EVENTS, id) == 1 then
+      ids[#ids + 1] = id
+      dues[#dues + 1] = due
+    else
+      missing[#missing + 1] = id
+    end
+  end
+
+  -- 1. Orphans of this group's ready list (see move_due.lua).
+  local llen = redis.call('LLEN', k_ready)
+  local pushed = tonumber(redis.call('HGET', k_meta, 'pushed')) or 0
+  local popped_max = pushed - llen
+  if llen == 0 then popped_max = '+inf' end
+  local suspects = redis.call('ZRANGEBYSCORE', k_queued, 1, popped_max, 'LIMIT', 0, batch)
+  for _, id in ipairs(suspects) do
+    redis.call('ZADD', k_queued, 'XX', -now, id)
+  end
+  if #suspects == batch then more = 1 end
+  local orphans = redis.call('ZRANGEBYSCORE', k_queued, -(now - vt), '(0', 'LIMIT', 0, batch)
+  for _, id in ipairs(orphans) do
+    redis.call('ZREM', k_queued, id)
+    take(id, now)
+  end
+  if #orphans == batch then more = 1 end
+
+  -- 2. This group's retries that are due.
+  local n_due = redis.call('ZCOUNT', k_sched, '-inf', now)
+  if n_due > batch then
+    n_due = batch
+    more = 1
+  end
+  if n_due > 0 then
+    local due = redis.call('ZPOPMIN', k_sched, n_due)
+    if now - tonumber(due[2]) > late then late = now - tonumber(due[2]) end
+    local n = #ids
+    for i = 1, #due, 2 do
+      n = n + 1
+      ids[n] = due[i]
+      dues[n] = due[i + 1]
+    end
+  end
+
+  -- 3. This group's expired leases.
+  local expired = redis.call('ZRANGEBYSCORE', k_inflight, '-inf', now, 'LIMIT', 0, batch)
+  if #expired > 0 then
+    local deadline = tonumber(redis.call('ZSCORE', k_inflight, expired[1]))
+    if now - deadline > late then late = now - deadline end
+  end
+  for _, id in ipairs(expired) do
+    redis.call('ZREM', k_inflight, id)
+    redis.call('HDEL', gkey(g, G_LEASES), id)
+    redis.call('HSET', gkey(g, G_ERRORS), id,
+      'LeaseExpired: the handler neither finished nor renewed its lease (worker died or stalled)')
+    local n = tonumber(redis.call('HGET', gkey(g, G_ATTEMPTS), id)) or 0
+    if n >= max_deliveries then
+      redis.call('ZADD', gkey(g, G_DEAD), now, id)
+      dead = dead + 1
+    else
+      take(id, now)
+    end
+  end
+  if #expired == batch then more = 1 end
+
+  push_ready_to(k_ready, k_queued, k_meta, ids, dues)
+  moved = moved + #ids
+
+  local first = redis.call('ZRANGE', k_sched, 0, 0, 'WITHSCORES')
+  if first[2] then earliest(tonumber(first[2])) end
+  first = redis.call('ZRANGE', k_inflight, 0, 0, 'WITHSCORES')
+  if first[2] then earliest(tonumber(first[2])) end
+  first = redis.call('ZREVRANGEBYSCORE', k_queued, '(0', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if first[2] then earliest(vt - tonumber(first[2])) end
+end
+
+-- 4. The fan-out: events due for every group. Pushed to each group's list as
+-- move_due.lua pushes to the one list; `pending` counts the groups holding each.
+local n_due = redis.call('ZCOUNT', K_SCHEDULED, '-inf', now)
+if n_due > batch then
+  n_due = batch
+  more = 1
+end
+if n_due > 0 and N_GROUPS > 0 then
+  local due = redis.call('ZPOPMIN', K_SCHEDULED, n_due)
+  if now - tonumber(due[2]) > late then late = now - tonumber(due[2]) end
+  local ids, dues, counts = {}, {}, {}
+  for i = 1, #due, 2 do
+    ids[#ids + 1] = due[i]
+    dues[#dues + 1] = due[i + 1]
+    counts[#counts + 1] = due[i]
+    counts[#counts + 1] = N_GROUPS
+  end
+  redis.call('HSET', K_PENDING, unpack(counts))
+  for g = 1, N_GROUPS do
+    push_ready_to(gkey(g, G_READY), gkey(g, G_QUEUED), gkey(g, G_META), ids, dues)
+  end
+  moved = moved + #ids * N_GROUPS
+end
+local first = redis.call('ZRANGE', K_SCHEDULED, 0, 0, 'WITHSCORES')
+if first[2] then earliest(tonumber(first[2])) end
+
+-- The wake mark, in the type's meta and in each group's (fail.lua compares a
+-- retry's due time with its group's mark: see schedule() in _prelude.lua).
+local metas = {K_META}
+for g = 1, N_GROUPS do
+  if gkey(g, G_META) ~= K_META then metas[#metas + 1] = gkey(g, G_META) end
+end
+for _, meta in ipairs(metas) do
+  if next_ms == nil then
+    redis.call('HDEL', meta, 'wake')
+  else
+    redis.call('HSET', meta, 'wake', string.format('%.0f', next_ms))
+  end
+end
+for g = 1, N_GROUPS do queued = queued + redis.call('ZCARD', gkey(g, G_QUEUED)) end
+
+local result = {moved, more, next_ms or -1, now, dead, queued, late}
+for _, id in ipairs(missing) do result[#result + 1] = id end
+return result

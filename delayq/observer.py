@@ -1,0 +1,135 @@
+"""What the service reports around each enqueue and each handler run.
+
+One :class:`Observer` per service, shared by its consumers: it times handler
+runs and records the durations through the metrics sink (``observe``), and,
+when tracing is on, opens and closes the spans of a :class:`Tracing`
+implementation (:mod:`delayq.otel` has the OpenTelemetry one). It sends
+nothing to Redis: everything it reports comes from what the consumer already
+has in hand.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any, Protocol, runtime_checkable
+
+from .context import Delivery
+from .metrics import Metrics
+
+__all__ = ["HandlerRun", "Observer", "Tracing"]
+
+TIMEOUT_PREFIX = "HandlerTimeout:"
+CANCELLED = "Cancelled: the handler was cancelled (the service is stopping)"
+
+
+@runtime_checkable
+class Tracing(Protocol):
+    """Span hooks around enqueues and handler runs (see :mod:`delayq.otel`)."""
+
+    def sending(
+        self,
+        type_names: Sequence[str],
+        event_id: str | None,
+        count: int,
+        context: Mapping[str, str] | None,
+    ) -> AbstractContextManager[Mapping[str, str] | None]:
+        """Open a span around an enqueue of ``count`` events; yield the context to store.
+
+        ``event_id`` is given for a single event. The yielded mapping is
+        ``context`` with the propagation keys added (or ``context`` unchanged).
+        """
+
+    def handling(self, delivery: Delivery) -> Any:
+        """Open the span of one handler run (current until :meth:`handled`); return its state."""
+
+    def handled(
+        self, state: Any, outcome: str, failure: str | None, error: BaseException | None
+    ) -> None:
+        """Close the span opened by :meth:`handling`, with the run's outcome."""
+
+
+class HandlerRun:
+    """One handler run in progress, as the observer tracks it."""
+
+    __slots__ = ("delivery", "error", "span", "started")
+
+    def __init__(self, delivery: Delivery, started: float, span: Any):
+        self.delivery = delivery
+        self.started = started
+        self.span = span
+        self.error: BaseException | None = None
+        """The exception the handler raised, if any (set by the consumer)."""
+
+
+class Observer:
+    """Times handler runs and drives the tracing hooks; the consumers call it."""
+
+    def __init__(self, metrics: Metrics, tracing: Tracing | None = None):
+        self.metrics = metrics
+        self.tracing = tracing
+
+    # -- enqueue -------------------------------------------------------------------
+
+    def sending(
+        self, event: Any, context: Mapping[str, str] | None
+    ) -> AbstractContextManager[Mapping[str, str] | None]:
+        """The producer span of one enqueue (a no-op without tracing); yields the context to store.
+
+        ``event`` is not validated yet: the enqueue inside the span does that.
+        """
+        if self.tracing is None:
+            return nullcontext(context)
+        name = getattr(type(event), "event_name", "")
+        return self.tracing.sending((name,), str(getattr(event, "id", "")), 1, context)
+
+    @contextmanager
+    def sending_many(
+        self, type_names: Sequence[str], count: int, context: Mapping[str, str] | None
+    ) -> Iterator[Mapping[str, str] | None]:
+        """The producer span of an ``enqueue_many`` call (one span for the call)."""
+        if self.tracing is None or not count:
+            yield context
+            return
+        with self.tracing.sending(sorted(set(type_names)), None, count, context) as stored:
+            yield stored
+
+    # -- handler runs ----------------------------------------------------------------
+
+    def started(self, delivery: Delivery) -> HandlerRun:
+        """A handler is about to run ``delivery``: record its lateness, open its span."""
+        lateness_ms = delivery.lateness_ms
+        if lateness_ms is not None:
+            self.metrics.gauge("lateness_ms", lateness_ms, event_type=delivery.event_type)
+            self.metrics.observe(
+                "lateness", max(0.0, lateness_ms / 1000), event_type=delivery.event_type
+            )
+        span = None if self.tracing is None else self.tracing.handling(delivery)
+        return HandlerRun(delivery, time.perf_counter(), span)
+
+    def finished(self, run: HandlerRun, failure: str | None) -> None:
+        """The handler of ``run`` returned (``failure`` None) or failed: record and close."""
+        elapsed = time.perf_counter() - run.started
+        delivery = run.delivery
+        if failure is None:
+            outcome = "success"
+        elif failure.startswith(TIMEOUT_PREFIX):
+            outcome = "timeout"
+        elif failure is CANCELLED:
+            outcome = "cancelled"
+        else:
+            outcome = "failure"
+        metrics = self.metrics
+        metrics.observe(
+            "handler_duration", elapsed, event_type=delivery.event_type, outcome=outcome
+        )
+        if failure is None and delivery.enqueued_ms:
+            # the producer's clock against ours: hosts' clocks must agree (NTP)
+            metrics.observe(
+                "enqueue_to_done",
+                max(0.0, time.time() - delivery.enqueued_ms / 1000),
+                event_type=delivery.event_type,
+            )
+        if run.span is not None and self.tracing is not None:
+            self.tracing.handled(run.span, outcome, failure, run.error)

@@ -1,0 +1,141 @@
+"""``Outbox``: enqueue an event if and only if the caller's transaction commits.
+
+The event is encoded into its envelope right away (validation errors raise here, in the
+request, not later in the relay) and inserted into ``<schema>.outbox`` through the caller's
+connection, inside the caller's transaction. Nothing reaches Redis until that transaction
+commits; then a :class:`~delayq.postgres.OutboxRelay` moves the row to Redis and deletes it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..codec import Codec, Serializer
+from ..events import Event
+from ..retry import delay_seconds
+from . import _db
+from .schema import validate_schema
+
+__all__ = ["Outbox"]
+
+
+class Outbox:
+    """Writes events into the outbox table through the caller's connection and transaction.
+
+    ``schema`` names the schema :func:`~delayq.postgres.migrate` created the tables in.
+    ``serializer`` and ``max_payload_bytes`` mean what they mean for an
+    :class:`~delayq.EventService` (envelopes are encoded here, at insert time).
+
+    The connection given to each call is an asyncpg connection or a SQLAlchemy
+    ``AsyncConnection``/``AsyncSession``. Call it inside your transaction; outside one the
+    insert commits at once (asyncpg) or opens a transaction you must commit (SQLAlchemy).
+
+    Unlike :meth:`EventService.enqueue_with_delay`, these methods return nothing: whether
+    an event with the same id already exists in Redis is only known when the relay sends
+    the row, and the same dedup and ``replace`` rule applies then.
+    """
+
+    def __init__(
+        self,
+        schema: str = "delayq",
+        *,
+        serializer: Serializer = "msgpack",
+        max_payload_bytes: int = 512 * 1024,
+    ):
+        self.schema = validate_schema(schema)
+        self._codec = Codec(serializer, max_payload_bytes)
+        self._insert = (
+            f'INSERT INTO "{self.schema}".outbox '
+            "(event_type, event_id, envelope, due_ms, absolute, replace_existing) "
+            "SELECT t, i, e, d, CAST($5 AS boolean), CAST($6 AS boolean) FROM unnest("
+            "CAST($1 AS text[]), CAST($2 AS text[]), CAST($3 AS bytea[]), CAST($4 AS bigint[])"
+            ") AS u(t, i, e, d)"
+        )
+
+    def _row(self, event: Any, context: Mapping[str, str] | None) -> tuple[str, str, bytes]:
+        if not isinstance(event, Event):
+            raise TypeError(f"expected an instance of a delayq.Event subclass, got {event!r}")
+        if not isinstance(event.id, str):
+            raise TypeError(f"event id must be a str, not {type(event.id).__name__}")
+        if not event.id:
+            raise ValueError(f"event id must not be empty: {event!r}")
+        return type(event).event_name, event.id, self._codec.encode(event, context)
+
+    async def _write(
+        self, conn: Any, rows: list[tuple[str, str, bytes, int]], absolute: bool, replace: bool
+    ) -> None:
+        if not rows:
+            return
+        columns = list(zip(*rows))
+        await _db.fetch(conn, self._insert, *map(list, columns), absolute, bool(replace))
+
+    async def enqueue_with_delay(
+        self,
+        conn: Any,
+        event: Event,
+        delay: float | timedelta = 0,
+        *,
+        context: Mapping[str, str] | None = None,
+        replace: bool = False,
+    ) -> None:
+        """Insert ``event`` into the outbox, due ``delay`` (a timedelta or seconds) after relay.
+
+        The delay counts from when the relay moves the row to Redis: the commit plus the
+        relay's lag, milliseconds while a relay runs (see docs/POSTGRES.md). Use
+        :meth:`enqueue_at` for a deadline that must not move.
+        """
+        ms = math.ceil(delay_seconds(delay) * 1000)
+        await self._write(conn, [(*self._row(event, context), ms)], False, replace)
+
+    async def enqueue_at(
+        self,
+        conn: Any,
+        event: Event,
+        when: datetime,
+        *,
+        context: Mapping[str, str] | None = None,
+        replace: bool = False,
+    ) -> None:
+        """Insert ``event`` into the outbox, due at ``when`` (timezone-aware; past means now)."""
+        if not isinstance(when, datetime):
+            raise TypeError(f"when must be a datetime, not {type(when).__name__}")
+        if when.tzinfo is None or when.utcoffset() is None:
+            raise ValueError("when must be timezone-aware, e.g. datetime.now(timezone.utc)")
+        ms = math.ceil(when.timestamp() * 1000)
+        await self._write(conn, [(*self._row(event, context), ms)], True, replace)
+
+    async def enqueue_many(
+        self,
+        conn: Any,
+        events: Iterable[Event | tuple[Event, float | timedelta]],
+        delay: float | timedelta = 0,
+        *,
+        context: Mapping[str, str] | None = None,
+        replace: bool = False,
+    ) -> int:
+        """Insert many events with one statement; return how many.
+
+        Items are events (due ``delay`` after relay) or ``(event, delay)`` pairs. All are
+        validated and encoded before anything is written.
+        """
+        default_ms = math.ceil(delay_seconds(delay) * 1000)
+        rows = []
+        for item in events:
+            if isinstance(item, tuple):
+                if len(item) != 2:
+                    raise TypeError(f"enqueue_many items are events or (event, delay): {item!r}")
+                event, item_delay = item
+                ms = math.ceil(delay_seconds(item_delay) * 1000)
+            else:
+                event, ms = item, default_ms
+            rows.append((*self._row(event, context), ms))
+        await self._write(conn, rows, False, replace)
+        return len(rows)
+
+    async def pending(self, conn: Any) -> int:
+        """How many committed rows wait for a relay (as seen by ``conn``'s transaction)."""
+        rows = await _db.fetch(conn, f'SELECT count(*) FROM "{self.schema}".outbox')
+        return int(rows[0][0])

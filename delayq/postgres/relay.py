@@ -1,0 +1,313 @@
+"""``OutboxRelay``: moves committed outbox rows to Redis, then deletes them.
+
+One batch is one PostgreSQL transaction: delete up to ``batch_size`` rows, picked with ``FOR
+UPDATE SKIP LOCKED`` so several relays share the table without waiting for each other, and
+get them back (``RETURNING``); enqueue them through :meth:`EventService.enqueue_envelopes`
+(the normal enqueue script: same (type, id) dedup, same ``replace`` rule); commit. A relay that dies between the enqueue and
+the commit leaves its rows in the table, unlocked; the next batch sends them again, and Redis
+keeps the event it already has (counted as ``kept``). A re-sent row carries the very envelope
+of the first send, so even an event that was already handled comes back as the *same version*
+(:attr:`delayq.Delivery.version`), which the inbox recognises.
+
+The relay sleeps on ``LISTEN <schema>_outbox`` (a trigger notifies at each commit that
+inserted rows) and polls every ``poll_interval`` all the same, so a lost notification or a
+dropped listening connection only delays rows, never strands them. It also prunes the inbox
+every ``prune_interval``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import time
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from typing import Any
+
+import asyncpg
+
+from ..retry import delay_seconds
+from ..service import EventService
+from .inbox import prune_inbox
+from .schema import channel_name, validate_schema
+
+__all__ = ["OutboxRelay"]
+
+log = logging.getLogger("delayq.postgres.relay")
+
+_MAX_BACKOFF = 5.0
+
+
+class OutboxRelay:
+    """Relays committed outbox rows of ``schema`` at ``dsn`` into ``service``'s Redis.
+
+    Run it next to (or inside) a service, in as many processes as you like::
+
+        async with EventService.from_url(redis_url) as service, OutboxRelay(service, dsn):
+            ...   # the relay runs until the block ends
+
+    or drive it yourself: ``await relay.run()`` until :meth:`stop`, or :meth:`relay_once`
+    for one batch. The relay opens (and closes) two connections of its own: one for the
+    batches, one that listens.
+
+    Args:
+        service: where events go (only its enqueue API is used; it need not be started).
+        dsn: a ``postgresql://`` URL for ``asyncpg.connect``.
+        schema: the schema :func:`~delayq.postgres.migrate` created the tables in.
+        batch_size: most rows per transaction (1–10000).
+        poll_interval: the longest the relay sleeps without a notification (seconds).
+        listen: ``False`` to rely on polling alone (say, behind a pooler in transaction
+            mode, where LISTEN does not work).
+        inbox_retention: inbox rows older than this are deleted; ``None`` never prunes.
+        prune_interval: how often this relay prunes the inbox.
+        connect_kwargs: extra keyword arguments for ``asyncpg.connect`` (ssl, timeouts...).
+        shutdown_grace: how long :meth:`aclose` lets a batch under way finish.
+    """
+
+    def __init__(
+        self,
+        service: EventService,
+        dsn: str,
+        *,
+        schema: str = "delayq",
+        batch_size: int = 500,
+        poll_interval: float | timedelta = 1.0,
+        listen: bool = True,
+        inbox_retention: float | timedelta | None = timedelta(days=7),
+        prune_interval: float | timedelta = timedelta(minutes=10),
+        connect_kwargs: Mapping[str, Any] | None = None,
+        shutdown_grace: float = 10.0,
+    ):
+        if not isinstance(service, EventService):
+            raise TypeError(f"service must be an EventService, not {type(service).__name__}")
+        if not isinstance(dsn, str):
+            raise TypeError("dsn must be a postgresql:// URL")
+        if not isinstance(batch_size, int) or not 1 <= batch_size <= 10_000:
+            raise ValueError(f"batch_size must be an int from 1 to 10000, not {batch_size!r}")
+        self.service = service
+        self.schema = validate_schema(schema)
+        self.batch_size = batch_size
+        self.poll_interval = delay_seconds(poll_interval, "poll_interval")
+        if not 0.01 <= self.poll_interval <= 3600:
+            raise ValueError("poll_interval must be between 0.01 and 3600 seconds")
+        self.listen = bool(listen)
+        self.inbox_retention = (
+            None if inbox_retention is None else delay_seconds(inbox_retention, "inbox_retention")
+        )
+        self.prune_interval = delay_seconds(prune_interval, "prune_interval")
+        self.shutdown_grace = shutdown_grace
+        self._dsn = dsn
+        self._connect_kwargs = dict(connect_kwargs or {})
+        self._channel = channel_name(self.schema)
+        table = f'"{self.schema}".outbox'
+        # One statement takes the batch: the rows are deleted (and stay locked) until the
+        # transaction commits after Redis has them; a crash before that rolls the delete back.
+        # A row waits while an earlier row of the same event is still there (locked by
+        # another relay, say), so one event's rows reach Redis in insertion order.
+        self._take = (
+            f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} o WHERE NOT EXISTS ("
+            f"SELECT 1 FROM {table} p WHERE p.event_type = o.event_type "
+            "AND p.event_id = o.event_id AND p.id < o.id) "
+            "ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED) "
+            "RETURNING id, event_type, event_id, envelope, due_ms, absolute, replace_existing"
+        )
+        self._conn: asyncpg.Connection | None = None
+        self._listener: asyncpg.Connection | None = None
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._task: asyncio.Task[None] | None = None
+        self._next_prune = 0.0
+        #: rows moved to Redis and deleted
+        self.relayed = 0
+        #: of those, rows whose event already existed in Redis (a re-sent row, or a
+        #: duplicate id): Redis kept the event it had
+        self.kept = 0
+        #: batches committed
+        self.batches = 0
+        #: inbox rows pruned
+        self.pruned = 0
+
+    # -- connections --------------------------------------------------------------
+
+    async def _connection(self) -> asyncpg.Connection:
+        if self._conn is None or self._conn.is_closed():
+            self._conn = await asyncpg.connect(self._dsn, **self._connect_kwargs)
+        return self._conn
+
+    def _notified(self, *_: object) -> None:
+        self._wake.set()
+
+    async def _ensure_listening(self) -> None:
+        if not self.listen or (self._listener is not None and not self._listener.is_closed()):
+            return
+        if self._listener is not None:
+            await self._drop(self._listener)
+        self._listener = None
+        listener = await asyncpg.connect(self._dsn, **self._connect_kwargs)
+        try:
+            await listener.add_listener(self._channel, self._notified)
+        except BaseException:
+            await self._drop(listener)
+            raise
+        self._listener = listener
+        self._wake.set()  # rows committed while nobody listened
+
+    @staticmethod
+    async def _drop(conn: asyncpg.Connection | None) -> None:
+        if conn is None or conn.is_closed():
+            return
+        try:
+            await asyncio.wait_for(conn.close(), 2.0)
+        except Exception:
+            conn.terminate()
+
+    async def _close_connections(self) -> None:
+        conn, listener, self._conn, self._listener = self._conn, self._listener, None, None
+        await self._drop(conn)
+        await self._drop(listener)
+
+    # -- the work -----------------------------------------------------------------------
+
+    async def relay_once(self) -> int:
+        """Relay one batch: send up to ``batch_size`` committed rows to Redis; return how many."""
+        conn = await self._connection()
+        async with conn.transaction():
+            rows = sorted(await conn.fetch(self._take, self.batch_size), key=lambda r: r[0])
+            if not rows:
+                return 0
+            kept = await self._send(rows)
+        self.relayed += len(rows)
+        self.kept += kept
+        self.batches += 1
+        return len(rows)
+
+    async def _send(self, rows: list[Any]) -> int:
+        """Enqueue the rows, grouped by (type, mode, replace) in first-seen order; return kept."""
+        groups: dict[tuple[str, bool, bool], list[tuple[str, bytes, int]]] = {}
+        for _, event_type, event_id, envelope, due_ms, absolute, replace in rows:
+            groups.setdefault((event_type, absolute, replace), []).append(
+                (event_id, bytes(envelope), due_ms)
+            )
+        kept = 0
+        for (event_type, absolute, replace), items in groups.items():
+            codes = await self.service.enqueue_envelopes(
+                event_type, items, absolute=absolute, replace=replace
+            )
+            kept += codes.count(0)
+        return kept
+
+    async def prune_inbox(self) -> int:
+        """Delete inbox rows older than ``inbox_retention`` now; return how many."""
+        if self.inbox_retention is None:
+            return 0
+        pruned = await prune_inbox(await self._connection(), self.inbox_retention, self.schema)
+        self.pruned += pruned
+        return pruned
+
+    # -- the loop -------------------------------------------------------------------------
+
+    @property
+    def stopping(self) -> bool:
+        """True once :meth:`stop` has been called."""
+        return self._stopping
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return after the batch under way."""
+        self._stopping = True
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Relay until :meth:`stop`: batches while rows wait, then sleep until notified or polled.
+
+        Errors (PostgreSQL or Redis down, a dropped connection) are logged and retried with
+        backoff; the loop goes on. Closes its connections when it returns.
+        """
+        backoff = 0.1
+        try:
+            while not self._stopping:
+                try:
+                    await self._ensure_listening()
+                    # cleared before the batch: a commit notified during it is not lost
+                    self._wake.clear()
+                    moved = await self.relay_once()
+                    if self.inbox_retention is not None and time.monotonic() >= self._next_prune:
+                        self._next_prune = time.monotonic() + self.prune_interval
+                        await self.prune_inbox()
+                    backoff = 0.1
+                    if moved >= self.batch_size:
+                        continue  # more are waiting
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), self.poll_interval)
+                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                    await self._failed(exc, backoff)
+                    backoff = min(backoff * 2, _MAX_BACKOFF)
+                except Exception as exc:  # Redis errors, QueueFullError...: loops never die
+                    await self._failed(exc, backoff)
+                    backoff = min(backoff * 2, _MAX_BACKOFF)
+        finally:
+            await self._close_connections()
+
+    async def _failed(self, exc: Exception, backoff: float) -> None:
+        log.warning("outbox relay (%s): %s: %s; retrying in %.1fs", self.schema,
+                    type(exc).__name__, exc, backoff)  # fmt: skip
+        await self._close_connections()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._wait_stopping(), backoff)
+
+    async def _wait_stopping(self) -> None:
+        while not self._stopping:
+            self._wake.clear()
+            await self._wake.wait()
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Run :meth:`run` in a task owned by this relay (closed by :meth:`aclose`)."""
+        if self._task is not None:
+            return
+        self._stopping = False
+        self._task = asyncio.create_task(self.run(), name=f"delayq-outbox-relay-{self.schema}")
+
+    async def aclose(self) -> None:
+        """Stop: let the batch under way finish (up to ``shutdown_grace``), then cancel."""
+        self.stop()
+        task, self._task = self._task, None
+        if task is None:
+            await self._close_connections()
+            return
+        await asyncio.wait([task], timeout=self.shutdown_grace)
+        while not task.done():
+            # a cancelled batch rolls back: its rows are sent again by the next relay
+            task.cancel()
+            await asyncio.wait([task], timeout=1.0)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("the outbox relay ended with an error", exc_info=task.exception())
+
+    async def __aenter__(self) -> OutboxRelay:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+def outbox_relay(dsn: str, **options: Any) -> Callable[[EventService], OutboxRelay]:
+    """For ``EventService(..., outbox=outbox_relay(dsn, schema=...))``: the service runs a relay.
+
+    The relay starts with the service and stops (finishing its batch) when the
+    service closes, before its consumers drain. ``options`` are
+    :class:`OutboxRelay`'s keyword arguments; they are checked now.
+    """
+    allowed = set(inspect.signature(OutboxRelay.__init__).parameters) - {"self", "service", "dsn"}
+    unknown = set(options) - allowed
+    if unknown:
+        raise TypeError(f"unknown OutboxRelay options {sorted(unknown)}; known: {sorted(allowed)}")
+    if not isinstance(dsn, str) or not dsn:
+        raise ValueError(f"dsn must be a postgresql:// URL, not {dsn!r}")
+
+    def make(service: EventService) -> OutboxRelay:
+        return OutboxRelay(service, dsn, **options)
+
+    return make

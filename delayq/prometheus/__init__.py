@@ -1,0 +1,28 @@
+"""Prometheus metrics for delayq (``pip install 'delayq[prometheus]'``).
+
+* :class:`PrometheusMetrics`: pass it as ``EventService(metrics=...)``; counts
+  and times what this process does.
+* :class:`QueueDepthCollector`: the queue depth under a prefix, read from
+  Redis at scrape time (cached a few seconds).
+* :func:`make_asgi_app`: a ``/metrics`` ASGI app to mount in FastAPI or
+  Starlette; :func:`serve`: a small ``/metrics`` server for worker processes.
+
+docs/OBSERVABILITY.md lists every metric, with alert examples and a Grafana
+dashboard.
+"""
+
+from .app import MetricsApp, MetricsServer, make_asgi_app, serve
+from .depth import QueueDepthCollector, read_depth
+from .sink import DURATION_BUCKETS, LONG_BUCKETS, PrometheusMetrics
+
+__all__ = [
+    "DURATION_BUCKETS",
+    "LONG_BUCKETS",
+    "MetricsApp",
+    "MetricsServer",
+    "PrometheusMetrics",
+    "QueueDepthCollector",
+    "make_asgi_app",
+    "read_depth",
+    "serve",
+]

@@ -1,0 +1,130 @@
+"""Queue depth read from Redis at scrape time: what every process of the fleet shares.
+
+The counters of :class:`~delayq.prometheus.PrometheusMetrics` say what *this*
+process did; how many events wait, and for how long, is a property of Redis.
+:class:`QueueDepthCollector` reads it when Prometheus scrapes, at most once per
+``cache_seconds`` however many scrapers ask.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from ..store import QueueCounts
+
+if TYPE_CHECKING:
+    from ..service import EventService
+
+__all__ = ["QueueDepthCollector", "read_depth"]
+
+log = logging.getLogger("delayq.prometheus")
+
+
+async def read_depth(service: EventService) -> dict[str, QueueCounts]:
+    """The counts of every event type used under the service's prefix: ``service.stats()``.
+
+    Cost: one SMEMBERS, then one read-only script call per type, pipelined
+    (``counts.lua``: a fixed number of O(log n) commands inside Redis).
+    """
+    return await service.stats()
+
+
+class QueueDepthCollector(Collector):
+    """A prometheus-client collector of the queue depth under one service's prefix.
+
+    Exports, per event type: ``{ns}_queue_events{state=scheduled|ready|in_flight|dead}``,
+    ``{ns}_queue_due_events`` (due, not yet handled) and
+    ``{ns}_queue_oldest_overdue_seconds``; and ``{ns}_queue_up`` (1 when the last
+    read worked). Await :meth:`refresh` before rendering (the ASGI app and
+    :func:`~delayq.prometheus.serve` do): it reads Redis at most once per
+    ``cache_seconds`` and shares one read among concurrent scrapes. A failed
+    read keeps the previous figures and sets ``queue_up`` to 0.
+    """
+
+    def __init__(
+        self,
+        service: EventService,
+        *,
+        namespace: str = "delayq",
+        cache_seconds: float = 5.0,
+        read: Callable[[EventService], Awaitable[dict[str, QueueCounts]]] = read_depth,
+    ):
+        if not 0 <= cache_seconds <= 3600:
+            raise ValueError(f"cache_seconds must be between 0 and 3600, not {cache_seconds!r}")
+        self.service = service
+        self.namespace = namespace
+        self.cache_seconds = cache_seconds
+        self._read = read
+        self._lock = asyncio.Lock()
+        self._snapshot: dict[str, QueueCounts] = {}
+        self._read_at = -math.inf
+        self._up = 0
+        self.reads = 0
+        """How many times Redis was read (a cached scrape does not count)."""
+
+    @property
+    def snapshot(self) -> dict[str, QueueCounts]:
+        """The figures of the last successful read."""
+        return dict(self._snapshot)
+
+    async def refresh(self) -> None:
+        """Read Redis unless the last read is younger than ``cache_seconds``."""
+        if time.monotonic() - self._read_at < self.cache_seconds:
+            return
+        async with self._lock:
+            # another scrape may have read while this one waited for the lock
+            if time.monotonic() - self._read_at < self.cache_seconds:
+                return
+            try:
+                self._snapshot = await self._read(self.service)
+                self._up = 1
+            except Exception as exc:  # Redis away: report it, keep the last figures
+                self._up = 0
+                log.warning("reading the queue depth failed: %s: %s", type(exc).__name__, exc)
+            finally:
+                self.reads += 1
+                self._read_at = time.monotonic()
+
+    def describe(self) -> Iterator[Metric]:
+        """The metric families (no samples), for the registry's duplicate check."""
+        return iter(self._families({}, 0))
+
+    def collect(self) -> Iterator[Metric]:
+        """The figures of the last read."""
+        return iter(self._families(self._snapshot, self._up))
+
+    def _families(self, snapshot: dict[str, QueueCounts], up: int) -> list[Metric]:
+        ns = self.namespace
+        events = GaugeMetricFamily(
+            f"{ns}_queue_events",
+            "Events in Redis per type and state (all processes of the prefix)",
+            labels=["event_type", "state"],
+        )
+        due = GaugeMetricFamily(
+            f"{ns}_queue_due_events",
+            "Events past their due time that no handler has started yet",
+            labels=["event_type"],
+        )
+        oldest = GaugeMetricFamily(
+            f"{ns}_queue_oldest_overdue_seconds",
+            "How long the oldest due-but-unhandled event has been due (0: none)",
+            labels=["event_type"],
+        )
+        up_family = GaugeMetricFamily(
+            f"{ns}_queue_up", "1 when the last read of the queue depth from Redis worked"
+        )
+        for name, d in sorted(snapshot.items()):
+            for state in ("scheduled", "ready", "in_flight", "dead"):
+                events.add_metric([name, state], getattr(d, state))
+            due.add_metric([name], d.due)
+            oldest.add_metric([name], d.backlog_age)
+        up_family.add_metric([], up)
+        return [events, due, oldest, up_family]

@@ -1,0 +1,259 @@
+"""``PrometheusMetrics``: the service's counters, gauges and durations as Prometheus metrics."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Sequence
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["DURATION_BUCKETS", "LONG_BUCKETS", "PrometheusMetrics"]
+
+log = logging.getLogger("delayq.prometheus")
+
+DURATION_BUCKETS: tuple[float, ...] = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+    300,
+    900,
+    1800,
+    3600,
+    3 * 3600,
+    6 * 3600,
+)
+"""Buckets of ``lateness_seconds`` and ``handler_duration_seconds``: 1 ms to 6 h.
+
+Fine below a second, where a healthy queue's lateness and most handlers sit;
+coarse from a minute to hours, where a backlog or a stuck handler shows.
+"""
+
+LONG_BUCKETS: tuple[float, ...] = (
+    0.01,
+    0.1,
+    0.5,
+    1,
+    5,
+    10,
+    30,
+    60,
+    300,
+    900,
+    1800,
+    3600,
+    3 * 3600,
+    6 * 3600,
+    12 * 3600,
+    86400,
+    3 * 86400,
+    7 * 86400,
+)
+"""Buckets of ``enqueue_to_done_seconds``: 10 ms to 7 days (it includes the chosen delay)."""
+
+# service counter name -> (metric, help, outcome label value or None)
+_COUNTERS: dict[str, tuple[str, str, str | None]] = {
+    "enqueued": ("enqueued", "Events passed to enqueue, by outcome", "new"),
+    "kept": ("enqueued", "", "kept"),
+    "replaced": ("enqueued", "", "replaced"),
+    "cancelled": ("cancelled", "Pending events removed by cancel()", None),
+    "moved": ("moved", "Due events the scheduler moved to their ready list", None),
+    "delivered": ("delivered", "Deliveries claimed by this process (each attempt counts)", None),
+    "succeeded": ("succeeded", "Handler runs that succeeded and were acknowledged", None),
+    "failed": ("failed", "Handler runs that failed, and events that did not decode", None),
+    "retried": ("retried", "Failed events scheduled for another attempt", None),
+    "dead_lettered": (
+        "dead_lettered",
+        "Events moved to dead letters (attempts used up, undecodable, or a last lease expired)",
+        None,
+    ),
+    "decode_errors": ("decode_errors", "Stored events that did not decode", None),
+    "leases_lost": ("leases_lost", "Leases lost while a handler ran", None),
+    "redis_errors": ("redis_errors", "Redis calls that failed (then retried)", None),
+}
+_HISTOGRAMS: dict[str, tuple[str, bool, bool]] = {
+    # observe() name -> (help, has an outcome label, long buckets)
+    "lateness": (
+        "From an event's due time to its claim by a consumer (Redis's clock)",
+        False,
+        False,
+    ),
+    "handler_duration": ("How long handlers ran, by outcome", True, False),
+    "enqueue_to_done": (
+        "From enqueue (or replace) to the successful end of the handler (producer's clock "
+        "against the consumer's)",
+        False,
+        True,
+    ),
+}
+_NAME = r"[a-zA-Z_][a-zA-Z0-9_]*"
+
+
+def _valid(name: str) -> bool:
+    return re.fullmatch(_NAME, name) is not None
+
+
+class PrometheusMetrics:
+    """A metrics sink for ``EventService(metrics=...)`` that feeds prometheus-client.
+
+    Registers its metrics in ``registry`` (default: prometheus-client's global
+    ``REGISTRY``) under ``namespace``; see docs/OBSERVABILITY.md for each one.
+    Counters are ``{namespace}_{name}_total`` labelled by ``event_type``
+    (``enqueued_total`` also by ``outcome``: ``new``, ``kept``, ``replaced``);
+    histograms are ``lateness_seconds``, ``handler_duration_seconds`` (by
+    ``outcome``) and ``enqueue_to_done_seconds``; ``handlers_in_flight`` is a
+    gauge. One instance can serve several services of a process; a second
+    instance on the same registry and namespace is refused by prometheus-client.
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        namespace: str = "delayq",
+        *,
+        buckets: Sequence[float] = DURATION_BUCKETS,
+        long_buckets: Sequence[float] = LONG_BUCKETS,
+    ):
+        if not _valid(namespace):
+            raise ValueError(f"namespace must match {_NAME}, not {namespace!r}")
+        self.registry = REGISTRY if registry is None else registry
+        self.namespace = namespace
+        self._buckets = tuple(buckets)
+        self._long_buckets = tuple(long_buckets)
+        self._counters: dict[str, Counter] = {}
+        self._histograms: dict[str, Histogram] = {}
+        self._gauges: dict[str, Gauge] = {}
+        # (name, event_type[, outcome]) -> the bound method of the labelled child: the hot
+        # path is one dict lookup and one call
+        self._inc: dict[tuple[str, str], Callable[[float], None]] = {}
+        self._obs: dict[tuple[str, str, str], Callable[[float], None]] = {}
+        self._set: dict[tuple[str, str], Callable[[float], None]] = {}
+        for metric, doc, outcome in _COUNTERS.values():
+            if metric not in self._counters:
+                labels = ("event_type", "outcome") if outcome else ("event_type",)
+                self._counters[metric] = Counter(
+                    metric, doc, labels, namespace=namespace, registry=self.registry
+                )
+        for name in _HISTOGRAMS:
+            self._histogram(name)
+        self._gauges["in_flight"] = Gauge(
+            "handlers_in_flight",
+            "Handlers running (or recording their outcome) in this process",
+            ("event_type",),
+            namespace=namespace,
+            registry=self.registry,
+        )
+
+    # -- the Metrics protocol ------------------------------------------------------------
+
+    def increment(self, name: str, value: int = 1, *, event_type: str = "") -> None:
+        """Add ``value`` to the counter of ``name``."""
+        try:
+            inc = self._inc[name, event_type]
+        except KeyError:
+            inc = self._bind_counter(name, event_type)
+        inc(value)
+
+    def gauge(self, name: str, value: float, *, event_type: str = "") -> None:
+        """Set the gauge of ``name`` (``in_flight``; ``lateness_ms`` is left to the histogram)."""
+        try:
+            set_ = self._set[name, event_type]
+        except KeyError:
+            set_ = self._bind_gauge(name, event_type)
+        set_(value)
+
+    def observe(
+        self, name: str, seconds: float, *, event_type: str = "", outcome: str = ""
+    ) -> None:
+        """Record one duration in the histogram ``{name}_seconds``."""
+        try:
+            obs = self._obs[name, event_type, outcome]
+        except KeyError:
+            obs = self._bind_histogram(name, event_type, outcome)
+        obs(seconds)
+
+    # -- binding labelled children ---------------------------------------------------------
+
+    def _bind_counter(self, name: str, event_type: str) -> Callable[[float], None]:
+        known = _COUNTERS.get(name)
+        if known is not None:
+            metric, _, outcome = known
+            counter = self._counters[metric]
+            child = counter.labels(event_type, outcome) if outcome else counter.labels(event_type)
+        elif _valid(name):  # a counter this version does not know: export it as is
+            unknown = self._counters.get(name)
+            if unknown is None:
+                unknown = self._counters[name] = Counter(
+                    name,
+                    f"delayq counter {name}",
+                    ("event_type",),
+                    namespace=self.namespace,
+                    registry=self.registry,
+                )
+            child = unknown.labels(event_type)
+        else:
+            log.debug("ignoring counter with an invalid name %r", name)
+            return _ignore
+        inc = self._inc[name, event_type] = child.inc
+        return inc
+
+    def _bind_gauge(self, name: str, event_type: str) -> Callable[[float], None]:
+        if name == "lateness_ms":  # the lateness histogram says more than the latest value
+            set_ = self._set[name, event_type] = _ignore
+            return set_
+        gauge = self._gauges.get(name)
+        if gauge is None:
+            if not _valid(name):
+                log.debug("ignoring gauge with an invalid name %r", name)
+                return _ignore
+            gauge = self._gauges[name] = Gauge(
+                name,
+                f"delayq gauge {name}",
+                ("event_type",),
+                namespace=self.namespace,
+                registry=self.registry,
+            )
+        set_ = self._set[name, event_type] = gauge.labels(event_type).set
+        return set_
+
+    def _histogram(self, name: str) -> tuple[Histogram, bool]:
+        """The histogram ``{name}_seconds`` and whether it has an ``outcome`` label."""
+        doc, by_outcome, long = _HISTOGRAMS.get(name, (f"delayq duration {name}", True, True))
+        histogram = self._histograms.get(name)
+        if histogram is None:
+            histogram = self._histograms[name] = Histogram(
+                f"{name}_seconds",
+                doc,
+                ("event_type", "outcome") if by_outcome else ("event_type",),
+                namespace=self.namespace,
+                registry=self.registry,
+                buckets=self._long_buckets if long else self._buckets,
+            )
+        return histogram, by_outcome
+
+    def _bind_histogram(self, name: str, event_type: str, outcome: str) -> Callable[[float], None]:
+        if not _valid(name):
+            log.debug("ignoring duration with an invalid name %r", name)
+            return _ignore
+        histogram, by_outcome = self._histogram(name)
+        child = (
+            histogram.labels(event_type, outcome) if by_outcome else histogram.labels(event_type)
+        )
+        obs = self._obs[name, event_type, outcome] = child.observe
+        return obs
+
+
+def _ignore(value: float) -> None:
+    pass

@@ -1,0 +1,347 @@
+"""Delivery groups (issue 13): every registered group gets each due event once, with its own
+retries, dead letters and stats; cancel, replace and remove_group act across groups; nothing
+is left in Redis once every group is done. Against a real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from core_support import Recorder, ServicePool, prefix_keys
+
+from delayq import EventService, InMemoryMetrics, fixed
+from delayq.events import Event
+from delayq.keys import TypeKeys
+
+
+class Order(Event, event_name="grp-order"):
+    """The event type of these tests."""
+
+    n: int = 0
+
+
+class Plain(Event, event_name="grp-plain"):
+    """A type whose handlers never name a group."""
+
+
+@pytest.fixture
+async def services(redis_url: str, prefix: str):
+    pool = ServicePool(redis_url, prefix, retry_backoff=fixed(0.05))
+    yield pool
+    await pool.aclose()
+
+
+def keys(prefix: str) -> TypeKeys:
+    return TypeKeys(prefix, Order.event_name)
+
+
+async def leftovers(redis_client, prefix: str) -> list[str]:
+    """Keys of the prefix other than counters and registries (which outlive events)."""
+    names = [k.decode() for k in await prefix_keys(redis_client, prefix)]
+    keep = (":types", ":meta", ":groups", ":scheduler-lock")
+    return [k for k in names if not k.endswith(keep)]
+
+
+async def settled(service: EventService) -> bool:
+    stats = await service.group_stats(Order)
+    return all(c.scheduled == c.ready == c.in_flight == 0 for c in stats.values())
+
+
+async def test_two_groups_each_get_every_event_once_and_nothing_is_left(
+    services, redis_client, prefix, wait_for
+) -> None:
+    metrics = InMemoryMetrics()
+    service = await services.start(metrics=metrics)
+    assert await service.groups(Order) == ["default"]
+    assert await service.register_group(Order, "audit")
+    assert not await service.register_group(Order, "audit")  # already there
+    assert await service.groups(Order) == ["audit", "default"]
+    billing, audit = Recorder(), Recorder()
+    service.add_handler(Order, billing, concurrency=4)
+    service.add_handler(Order, audit, concurrency=4, group="audit")
+    n = 60
+    assert all(
+        await service.enqueue_many([(Order(id=f"o{i}", n=i), (i % 6) / 10) for i in range(n)])
+    )
+    await wait_for(lambda: billing.finished >= n and audit.finished >= n, timeout=15)
+    await wait_for(lambda: settled(service), timeout=10)
+    assert sorted(billing.counts.values()) == [1] * n
+    assert sorted(audit.counts.values()) == [1] * n
+    assert {d.group for d in billing.deliveries} == {"default"}
+    assert {d.group for d in audit.deliveries} == {"audit"}
+    assert all(d.attempt == 1 for d in audit.deliveries)
+    # the envelope went with the last group's ack: no key left behind
+    assert await redis_client.hlen(keys(prefix).events) == 0
+    assert await leftovers(redis_client, prefix) == []
+    # metrics: the default group's calls as before, the named group's labelled
+    assert metrics.counters["succeeded", Order.event_name] == 2 * n
+    assert metrics.group_counters["succeeded", Order.event_name, "audit"] == n
+    assert metrics.counters["moved", Order.event_name] == 2 * n
+
+
+async def test_two_named_groups_and_no_default(services, redis_client, prefix, wait_for) -> None:
+    service = await services.start()
+    await service.register_group(Order, "billing")
+    await service.register_group(Order, "audit")
+    assert await service.remove_group(Order, "default")
+    assert await service.groups(Order) == ["audit", "billing"]
+    billing, audit = Recorder(), Recorder()
+    service.add_handler(Order, billing, group="billing", concurrency=8)
+    service.add_handler(Order, audit, group="audit", concurrency=8)
+    # due now: through the schedule, so both groups get them
+    assert all(await service.enqueue_many([Order(id=f"n{i}") for i in range(40)]))
+    await wait_for(lambda: billing.finished >= 40 and audit.finished >= 40, timeout=15)
+    await wait_for(lambda: settled(service), timeout=10)
+    assert sorted(billing.counts.values()) == sorted(audit.counts.values()) == [1] * 40
+    assert await leftovers(redis_client, prefix) == []
+    assert await service.remove_group(Order, "billing")  # stops this process's handler too
+    with pytest.raises(ValueError, match="last delivery group"):
+        await service.remove_group(Order, "audit")
+
+
+@pytest.mark.parametrize("failing", ["audit", "default"])
+async def test_a_failing_group_dead_letters_without_rerunning_the_other(
+    services, redis_client, prefix, wait_for, failing
+) -> None:
+    service = await services.start()
+    await service.register_group(Order, "audit", retry_attempts=2)
+
+    async def boom(event: Order) -> None:
+        raise RuntimeError("nope")
+
+    good, bad = Recorder(), Recorder(boom)
+    handlers = {"default": good, "audit": good}
+    handlers[failing] = bad
+    service.add_handler(Order, handlers["default"], concurrency=4, retry_attempts=2)
+    service.add_handler(
+        Order, handlers["audit"], concurrency=4, group="audit", retry_attempts=2,
+        retry_backoff=fixed(0.05),
+    )  # fmt: skip
+    ids = [f"f{i}" for i in range(10)]
+    assert all(await service.enqueue_many([Order(id=i) for i in ids]))
+    group = None if failing == "default" else "audit"
+
+    async def all_dead() -> bool:
+        return len(await service.dead_letters(Order, group=group)) == len(ids)
+
+    await wait_for(all_dead, timeout=15)
+    await wait_for(lambda: settled(service), timeout=10)
+    assert sorted(good.counts.values()) == [1] * len(ids)  # never re-run by the failures
+    assert sorted(bad.counts.values()) == [3] * len(ids)  # 1 + retry_attempts
+    other = "audit" if failing == "default" else None
+    assert await service.dead_letters(Order, group=other) == []
+    dead = await service.dead_letters(Order, group=group)
+    assert {d.id for d in dead} == set(ids)
+    assert all(d.attempts == 3 and d.error == "RuntimeError: nope" for d in dead)
+    assert all(d.event == Order(id=d.id) for d in dead)  # the dead letter keeps the envelope
+    stats = await service.group_stats(Order)
+    assert (
+        stats[failing].dead == len(ids)
+        and stats["audit" if failing == "default" else "default"].dead == 0
+    )
+
+    # requeue for the failing group alone: it now succeeds; the other group is not re-run
+    bad.behaviour = None
+    assert await service.requeue_dead_letters(Order, ids[:5], group=group) == 5
+    await wait_for(lambda: bad.finished >= 3 * len(ids) + 5, timeout=10)
+    await wait_for(lambda: settled(service), timeout=10)
+    assert sorted(good.counts.values()) == [1] * len(ids)
+    # purge the rest: the last holder gone, so is the envelope
+    assert await service.purge_dead_letters(Order, group=group) == 5
+    assert await redis_client.hlen(keys(prefix).events) == 0
+    assert await leftovers(redis_client, prefix) == []
+
+
+async def test_a_group_with_no_process_gets_its_events_when_one_starts(
+    services, redis_client, prefix, wait_for
+) -> None:
+    producer = services.producer()
+    await producer.register_group(Order, "audit")
+    first = await services.start()
+    billing = Recorder()
+    first.add_handler(Order, billing, concurrency=4)
+    assert all(await producer.enqueue_many([(Order(id=f"w{i}", n=i), 0.05) for i in range(20)]))
+    await wait_for(billing.handled(20), timeout=10)
+
+    async def waiting() -> bool:
+        return (await first.group_stats(Order))["audit"].ready == 20
+
+    await wait_for(waiting, timeout=10)
+    assert await redis_client.hlen(keys(prefix).events) == 20  # held for audit
+    second = await services.start()
+    audit = Recorder()
+    second.add_handler(Order, audit, concurrency=4, group="audit")
+    await wait_for(audit.handled(20), timeout=10)
+    await wait_for(lambda: settled(first), timeout=10)
+    assert sorted(audit.counts.values()) == [1] * 20
+    assert sorted(billing.counts.values()) == [1] * 20
+    assert sorted(e.n for e in audit.events) == list(range(20))
+    assert await leftovers(redis_client, prefix) == []
+
+
+async def test_a_group_registered_late_gets_what_becomes_due_after(
+    services, redis_client, prefix, wait_for
+) -> None:
+    service = await services.start()
+    billing, audit = Recorder(), Recorder()
+    service.add_handler(Order, billing, concurrency=4)
+    assert await service.enqueue_with_delay(Order(id="early"), 0)
+    assert await service.enqueue_with_delay(Order(id="later"), 1.0)  # enqueued before audit
+    await wait_for(billing.handled(1), timeout=10)
+    # no groups so far: the type's keys as always, no registry
+    assert await redis_client.exists(keys(prefix).groups, keys(prefix).pending) == 0
+    service.add_handler(Order, audit, concurrency=4, group="audit")  # registers "audit"
+
+    async def registered() -> bool:
+        return "audit" in await service.groups(Order)
+
+    await wait_for(registered, timeout=5)
+    await wait_for(lambda: billing.finished >= 2 and audit.finished >= 1, timeout=10)
+    await wait_for(lambda: settled(service), timeout=10)
+    assert audit.ids == ["later"]
+    assert sorted(billing.ids) == ["early", "later"]
+    assert await leftovers(redis_client, prefix) == []
+
+
+async def test_remove_group_drops_its_pending_deliveries(
+    services, redis_client, prefix, wait_for
+) -> None:
+    service = await services.start()
+    await service.register_group(Order, "audit")
+    await service.register_group(Order, "reports")
+    billing = Recorder()
+    service.add_handler(Order, billing, concurrency=4)
+    assert all(await service.enqueue_many([Order(id=f"r{i}") for i in range(30)]))
+    await wait_for(billing.handled(30), timeout=10)
+
+    async def held() -> bool:
+        s = await service.group_stats(Order)
+        return s["audit"].ready == s["reports"].ready == 30
+
+    await wait_for(held, timeout=10)
+    assert await redis_client.hlen(keys(prefix).events) == 30
+    assert await service.remove_group(Order, "audit")
+    assert not await service.remove_group(Order, "audit")
+    assert await service.groups(Order) == ["default", "reports"]
+    assert await redis_client.hlen(keys(prefix).events) == 30  # reports still holds them
+    assert await service.remove_group(Order, "reports")
+    assert await redis_client.hlen(keys(prefix).events) == 0
+    assert await leftovers(redis_client, prefix) == []
+    # a later event reaches the one group left
+    assert await service.enqueue_with_delay(Order(id="after"), 0)
+    await wait_for(billing.handled(31), timeout=10)
+    with pytest.raises(ValueError, match="last delivery group"):
+        await service.remove_group(Order, "default")
+
+
+async def test_cancel_across_groups(services, redis_client, prefix, wait_for) -> None:
+    service = await services.start()
+    await service.register_group(Order, "audit")  # no audit process yet
+    billing = Recorder()
+    service.add_handler(Order, billing, concurrency=2)
+    assert await service.enqueue_with_delay(Order(id="future"), 60)
+    assert await service.enqueue_with_delay(Order(id="now"), 0)
+    await wait_for(billing.handled(1), timeout=10)
+
+    async def audit_holds() -> bool:
+        return (await service.group_stats(Order))["audit"].ready == 1
+
+    await wait_for(audit_holds, timeout=10)
+    assert await service.cancel(Order, "future")  # not fanned out yet
+    assert await service.cancel(Order, "now")  # waiting in audit's ready list
+    assert not await service.cancel(Order, "now")
+    assert await redis_client.hlen(keys(prefix).events) == 0
+    audit = Recorder()
+    service.add_handler(Order, audit, group="audit")
+    assert await service.enqueue_with_delay(Order(id="marker"), 0)
+    await wait_for(audit.handled(1), timeout=10)
+    await wait_for(lambda: settled(service), timeout=10)
+    assert audit.ids == ["marker"]
+    assert sorted(billing.ids) == ["marker", "now"]
+    assert await leftovers(redis_client, prefix) == []
+
+
+async def test_replace_across_groups(services, redis_client, prefix, wait_for) -> None:
+    service = await services.start()
+    await service.register_group(Order, "audit")
+    billing = Recorder()
+    service.add_handler(Order, billing, concurrency=2)
+    # not due yet: every group gets the new version
+    assert await service.enqueue_with_delay(Order(id="a", n=1), 60)
+    assert await service.enqueue_with_delay(Order(id="a", n=2), 0.1, replace=True)
+    # already handled by billing, waiting for audit: audit gets the new version, billing
+    # (which handled it) not again
+    assert await service.enqueue_with_delay(Order(id="b", n=1), 0)
+    await wait_for(lambda: billing.finished >= 2, timeout=10)
+
+    async def audit_holds() -> bool:
+        return (await service.group_stats(Order))["audit"].ready == 2
+
+    await wait_for(audit_holds, timeout=10)
+    assert await service.enqueue_with_delay(Order(id="b", n=2), 0.2, replace=True)
+    assert not await service.enqueue_with_delay(Order(id="b", n=3), 0)  # kept, as ever
+    audit = Recorder()
+    service.add_handler(Order, audit, group="audit", concurrency=2)
+    await wait_for(audit.handled(2), timeout=10)
+    await wait_for(lambda: settled(service), timeout=10)
+    assert sorted((e.id, e.n) for e in billing.events) == [("a", 2), ("b", 1)]
+    assert sorted((e.id, e.n) for e in audit.events) == [("a", 2), ("b", 2)]
+    assert await leftovers(redis_client, prefix) == []
+
+
+async def test_replace_while_a_group_runs_the_old_version(
+    services, redis_client, prefix, wait_for
+) -> None:
+    service = await services.start()
+    await service.register_group(Order, "audit")
+    release = asyncio.Event()
+
+    async def slow(event: Order) -> None:
+        if event.n == 1:
+            await release.wait()
+
+    billing, audit = Recorder(), Recorder(slow)
+    service.add_handler(Order, billing)
+    service.add_handler(Order, audit, group="audit")
+    assert await service.enqueue_with_delay(Order(id="x", n=1), 0)
+    await wait_for(lambda: billing.finished == 1 and audit.started == 1, timeout=10)
+    assert await service.enqueue_with_delay(Order(id="x", n=2), 0, replace=True)
+    release.set()  # the old run ends; its ack is stale and changes nothing
+    await wait_for(audit.handled(2), timeout=10)
+    await wait_for(lambda: settled(service), timeout=10)
+    assert [e.n for e in audit.events] == [1, 2]
+    assert [e.n for e in billing.events] == [1]  # billing had handled it already
+    assert await leftovers(redis_client, prefix) == []
+
+
+async def test_without_groups_no_group_key_ever_appears(
+    services, redis_client, prefix, wait_for
+) -> None:
+    service = await services.start()
+
+    async def flaky(event: Plain) -> bool:
+        return event.id not in ("p1", "p2") or recorder.counts[event.id] > 1  # two retries
+
+    recorder = Recorder(flaky)
+    service.add_handler(Plain, recorder, concurrency=2)
+    assert all(await service.enqueue_many([(Plain(id=f"p{i}"), i / 20) for i in range(8)]))
+    await wait_for(lambda: recorder.finished == 10, timeout=15)
+    names = {k.decode() for k in await prefix_keys(redis_client, prefix)}
+    assert not any(":g:" in k or k.endswith((":groups", ":pending")) for k in names), names
+
+
+async def test_group_names_are_checked(services) -> None:
+    service = services.make()
+
+    async def handler(event: Order) -> None:
+        pass
+
+    for bad in ("a:b", "", "x y", "{t}", 3):
+        with pytest.raises((ValueError, TypeError)):
+            service.add_handler(Order, handler, group=bad)  # type: ignore[arg-type]
+    service.add_handler(Order, handler, group="audit")
+    service.add_handler(Order, handler, group="default")  # the default group
+    with pytest.raises(ValueError, match="already has a handler"):
+        service.add_handler(Order, handler)
+    with pytest.raises(ValueError):
+        service.add_handler(Order, handler, group="other", retry_attempts=-1)

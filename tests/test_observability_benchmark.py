@@ -1,0 +1,36 @@
+"""benchmarks/observability.py must not rot: a tiny run of every mode (no speed asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from delayq.testing import find_redis_server_binary
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_observability_benchmark_runs(tmp_path: Path) -> None:
+    try:
+        find_redis_server_binary()
+    except RuntimeError as exc:
+        pytest.skip(f"needs a redis-server binary: {exc}")
+    out = tmp_path / "obs.json"
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/observability.py", "--events", "300", "--rounds", "1",
+         "--modes", "plain,prometheus,otel,observed", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    data = json.loads(out.read_text())
+    assert set(data["best"]) == {"plain", "prometheus", "otel", "observed"}
+    for rounds in data["rounds"].values():
+        (r,) = rounds
+        assert r["enqueue_per_s"] > 0 and r["handle_per_s"] > 0
+        assert r["redis_commands_per_event"] > 0
+    assert data["spans_exported"] == 2 * 2 * 300  # a send and a process span per event, twice
+    assert "| observed |" in proc.stdout

@@ -1,0 +1,412 @@
+"""Prometheus metrics scraped over real HTTP after a known workload (issue 11).
+
+The workload: successes, retries, a dead letter, an undecodable entry, a kept and a
+replaced enqueue, a cancel, a future event and an overdue event nobody handles. The
+scrape is parsed with prometheus-client's own text parser; every counter must equal
+what happened, histogram counts must match the handler runs, and the queue-depth
+collector must agree with ``stats()``. Its Redis cost per scrape is counted with MONITOR.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from core_support import ServicePool, keys_of, redis_time_ms
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from delayq import Event, InMemoryMetrics, fixed
+from delayq.prometheus import PrometheusMetrics, make_asgi_app, serve
+from delayq.testing import RedisServer
+
+
+class PromOk(Event, event_name="obs-prom-ok"):
+    """Always handled."""
+
+
+class PromFlaky(Event, event_name="obs-prom-flaky"):
+    """Fails on its first attempt."""
+
+
+class PromDead(Event, event_name="obs-prom-dead"):
+    """Always fails."""
+
+
+class PromIdle(Event, event_name="obs-prom-idle"):
+    """Nobody handles it."""
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def parse(text: str) -> Samples:
+    samples: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples[s.name, frozenset(s.labels.items())] = s.value
+    return samples
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+async def scrape(port: int) -> tuple[str, Samples]:
+    async with httpx.AsyncClient(timeout=10) as client:
+        response = await client.get(f"http://127.0.0.1:{port}/metrics")
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/plain")
+    return response.text, parse(response.text)
+
+
+_MONITOR_LINE = re.compile(rb'^\+\d+\.\d+ \[\d+ ([^\]]+)\] "([^"]+)"')
+
+
+class Monitor:
+    """Commands clients send (not those run inside scripts), up to a marker command."""
+
+    def __init__(self, server: RedisServer):
+        self.server = server
+
+    async def __aenter__(self) -> Monitor:
+        self.reader, self.writer = await asyncio.open_connection(self.server.host, self.server.port)
+        self.writer.write(b"MONITOR\r\n")
+        await self.writer.drain()
+        assert await self.reader.readline() == b"+OK\r\n"
+        return self
+
+    async def counts(self) -> Counter[str]:
+        """Send a marker through another connection; count what came before it."""
+        marker = b"obs-monitor-marker"
+        _, w = await asyncio.open_connection(self.server.host, self.server.port)
+        w.write(b"ECHO " + marker + b"\r\n")
+        await w.drain()
+        counts: Counter[str] = Counter()
+        while True:
+            line = await asyncio.wait_for(self.reader.readline(), 10)
+            if marker in line:
+                break
+            match = _MONITOR_LINE.match(line)
+            assert match, line
+            if match.group(1) != b"lua":
+                counts[match.group(2).decode().upper()] += 1
+        w.close()
+        return counts
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.writer.close()
+        await self.writer.wait_closed()
+
+
+async def test_metrics_over_http_match_the_workload(
+    private_server: RedisServer, prefix: str, wait_for
+) -> None:
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry)
+    pool = ServicePool(
+        private_server.url, prefix, retry_attempts=2, retry_backoff=fixed(0.05), metrics=metrics
+    )
+    attempts: Counter[str] = Counter()
+
+    async def ok(event: PromOk) -> None:
+        attempts[event.id] += 1
+
+    async def flaky(event: PromFlaky) -> None:
+        attempts[event.id] += 1
+        if attempts[event.id] == 1:
+            raise RuntimeError("first attempt fails")
+
+    async def dead(event: PromDead) -> None:
+        attempts[event.id] += 1
+        raise ValueError("always fails")
+
+    try:
+        service = await pool.start()
+        producer = pool.producer()
+        raw = service.store.redis
+        service.add_handler(PromOk, ok, concurrency=4)
+        service.add_handler(PromFlaky, flaky, concurrency=4)
+        service.add_handler(PromDead, dead, concurrency=1)
+        for i in range(5):
+            assert await service.enqueue_with_delay(PromOk(id=f"ok-{i}"))
+        assert (
+            await service.enqueue_many([PromFlaky(id=f"flaky-{i}") for i in range(3)]) == [True] * 3
+        )
+        assert await service.enqueue_with_delay(PromDead(id="dead-1"))
+        # kept, replaced, cancelled; one event for later; one due event nobody handles
+        assert await service.enqueue_with_delay(PromOk(id="later-1"), 3600)
+        assert not await service.enqueue_with_delay(PromOk(id="later-1"), 3600)
+        assert await service.enqueue_with_delay(PromOk(id="later-1"), 7200, replace=True)
+        assert await service.cancel(PromOk, "later-1")
+        assert await service.enqueue_with_delay(PromOk(id="future-1"), 3600)
+        assert await service.enqueue_with_delay(PromIdle(id="idle-1"))
+        # an undecodable entry, due now
+        k = keys_of(prefix, PromOk.event_name)
+        now = await redis_time_ms(raw)
+        await raw.hset(k.events, "garbage-1", b'["truncated')
+        await raw.zadd(k.scheduled, {"garbage-1": now})
+
+        def counter(name: str, event_type: str) -> float:
+            return (
+                registry.get_sample_value(f"delayq_{name}_total", {"event_type": event_type}) or 0
+            )
+
+        async def settled() -> bool:
+            counts = await service.stats()
+            return (
+                counter("succeeded", "obs-prom-ok") == 5
+                and counter("succeeded", "obs-prom-flaky") == 3
+                and counts["obs-prom-dead"].dead == 1
+                and counts["obs-prom-ok"].dead == 1
+                and counts["obs-prom-idle"].ready == 1
+                and all(c.in_flight == 0 for c in counts.values())
+            )
+
+        await wait_for(settled, timeout=20)
+        stats = await service.stats()
+        async with serve(
+            0, host="127.0.0.1", service=producer, registry=registry, cache_seconds=0
+        ) as srv:
+            text, samples = await scrape(srv.port)
+    finally:
+        await pool.aclose()
+
+    # -- counters: exactly what happened --------------------------------------------------
+    expected_counters = {
+        ("enqueued", "obs-prom-ok", "new"): 7,  # 5 + later-1 + future-1
+        ("enqueued", "obs-prom-ok", "kept"): 1,
+        ("enqueued", "obs-prom-ok", "replaced"): 1,
+        ("enqueued", "obs-prom-flaky", "new"): 3,
+        ("enqueued", "obs-prom-dead", "new"): 1,
+        ("enqueued", "obs-prom-idle", "new"): 1,
+    }
+    for (name, event_type, outcome), n in expected_counters.items():
+        assert (
+            value(samples, f"delayq_{name}_total", event_type=event_type, outcome=outcome) == n
+        ), (name, event_type, outcome)
+    per_type = {
+        "cancelled": {"obs-prom-ok": 1},
+        "delivered": {"obs-prom-ok": 6, "obs-prom-flaky": 6, "obs-prom-dead": 3},
+        "succeeded": {"obs-prom-ok": 5, "obs-prom-flaky": 3},
+        "failed": {"obs-prom-ok": 1, "obs-prom-flaky": 3, "obs-prom-dead": 3},
+        "retried": {"obs-prom-flaky": 3, "obs-prom-dead": 2},
+        "dead_lettered": {"obs-prom-ok": 1, "obs-prom-dead": 1},
+        "decode_errors": {"obs-prom-ok": 1},
+    }
+    types = ["obs-prom-ok", "obs-prom-flaky", "obs-prom-dead", "obs-prom-idle"]
+    for name, by_type in per_type.items():
+        for event_type in types:
+            got = value(samples, f"delayq_{name}_total", event_type=event_type)
+            assert got == by_type.get(event_type, 0), (name, event_type, got)
+    for name in ("leases_lost", "redis_errors"):
+        assert sum(v for (n, _), v in samples.items() if n == f"delayq_{name}_total") == 0
+    assert attempts == Counter(
+        {**{f"ok-{i}": 1 for i in range(5)}, **{f"flaky-{i}": 2 for i in range(3)}, "dead-1": 3}
+    )
+
+    # -- histograms: one observation per handler run -------------------------------------
+    runs = {
+        ("obs-prom-ok", "success"): 5,
+        ("obs-prom-flaky", "failure"): 3,
+        ("obs-prom-flaky", "success"): 3,
+        ("obs-prom-dead", "failure"): 3,
+    }
+    for (event_type, outcome), n in runs.items():
+        labels = {"event_type": event_type, "outcome": outcome}
+        assert value(samples, "delayq_handler_duration_seconds_count", **labels) == n
+        assert value(samples, "delayq_handler_duration_seconds_bucket", **labels, le="+Inf") == n
+    lateness = {"obs-prom-ok": 5, "obs-prom-flaky": 6, "obs-prom-dead": 3}
+    done = {"obs-prom-ok": 5, "obs-prom-flaky": 3}
+    for event_type in types:
+        assert value(
+            samples, "delayq_lateness_seconds_count", event_type=event_type
+        ) == lateness.get(event_type, 0)
+        assert value(
+            samples, "delayq_enqueue_to_done_seconds_count", event_type=event_type
+        ) == done.get(event_type, 0)
+    # the documented buckets: 1 ms ... 6 h for lateness, up to 7 days for enqueue_to_done
+    les = {dict(labels)["le"] for (n, labels) in samples if n == "delayq_lateness_seconds_bucket"}
+    assert {"0.001", "21600.0", "+Inf"} <= les
+    for event_type in ("obs-prom-ok", "obs-prom-flaky", "obs-prom-dead"):
+        assert value(samples, "delayq_handlers_in_flight", event_type=event_type) == 0
+
+    # -- the queue depth agrees with stats() ---------------------------------------------
+    for event_type, counts in stats.items():
+        for state in ("scheduled", "ready", "in_flight", "dead"):
+            got = value(samples, "delayq_queue_events", event_type=event_type, state=state)
+            assert got == getattr(counts, state), (event_type, state)
+    assert value(samples, "delayq_queue_events", event_type="obs-prom-ok", state="scheduled") == 1
+    assert value(samples, "delayq_queue_due_events", event_type="obs-prom-ok") == 0
+    assert value(samples, "delayq_queue_oldest_overdue_seconds", event_type="obs-prom-ok") == 0
+    assert value(samples, "delayq_queue_due_events", event_type="obs-prom-idle") == 1
+    assert (
+        0 < value(samples, "delayq_queue_oldest_overdue_seconds", event_type="obs-prom-idle") < 120
+    )
+    assert value(samples, "delayq_queue_up") == 1
+    # names follow the conventions: counters end in _total, durations in _seconds
+    for family in text_string_to_metric_families(text):
+        if family.type == "counter":
+            assert all(s.name.endswith(("_total", "_created")) for s in family.samples)
+        if family.type == "histogram":
+            assert family.name.endswith("_seconds")
+
+
+async def test_queue_depth_costs_a_few_commands_per_type_and_is_cached(
+    private_server: RedisServer, prefix: str
+) -> None:
+    """One read per cache period, shared by concurrent scrapes; its commands counted."""
+    pool = ServicePool(private_server.url, prefix)
+    try:
+        producer = pool.producer()
+        for event_type in (PromOk, PromFlaky, PromDead):
+            assert await producer.enqueue_with_delay(event_type(id="x"), 3600)
+        app = make_asgi_app(producer, registry=CollectorRegistry(), cache_seconds=30)
+        assert app.collector is not None
+        await producer.stats()  # loads the counts script: what follows is the steady state
+        async with Monitor(private_server) as monitor:
+            await app.render()
+            first = await monitor.counts()
+            # concurrent and later scrapes within cache_seconds: no Redis command at all
+            await asyncio.gather(*(app.render() for _ in range(5)))
+            cached = await monitor.counts()
+        app.close()
+    finally:
+        await pool.aclose()
+    print(f"\nqueue depth, 3 types: {sum(first.values())} commands per read: {dict(first)}")
+    assert app.collector.reads == 1
+    assert cached == Counter()
+    # service.stats(): SMEMBERS, then one read-only script call per type, pipelined
+    assert first == Counter({"SMEMBERS": 1, "EVALSHA": 3})
+
+
+async def test_asgi_app_mounts_in_fastapi(private_server: RedisServer, prefix: str) -> None:
+    fastapi = pytest.importorskip("fastapi")
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry, namespace="shop")
+    pool = ServicePool(private_server.url, prefix, metrics=metrics)
+    try:
+        producer = pool.producer()
+        assert await producer.enqueue_with_delay(PromOk(id="a"), 3600)
+        web = fastapi.FastAPI()
+        metrics_app = make_asgi_app(producer, registry=registry, namespace="shop")
+        web.mount("/metrics", metrics_app)
+        transport = httpx.ASGITransport(app=web)
+        async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+            response = await client.get("/metrics/")
+            openmetrics = await client.get(
+                "/metrics/", headers={"Accept": "application/openmetrics-text; version=1.0.0"}
+            )
+            post = await client.post("/metrics/")
+        metrics_app.close()
+    finally:
+        await pool.aclose()
+    assert response.status_code == 200
+    samples = parse(response.text)
+    assert value(samples, "shop_enqueued_total", event_type="obs-prom-ok", outcome="new") == 1
+    assert value(samples, "shop_queue_events", event_type="obs-prom-ok", state="scheduled") == 1
+    assert openmetrics.headers["content-type"].startswith("application/openmetrics-text")
+    assert openmetrics.text.rstrip().endswith("# EOF")
+    assert post.status_code == 405
+
+
+def test_sinks_without_observe_keep_working() -> None:
+    """A sink written before observe() existed is wrapped, not refused."""
+    from delayq import EventService
+
+    class Old:
+        def __init__(self) -> None:
+            self.calls: list[Any] = []
+
+        def increment(self, name: str, value: int = 1, *, event_type: str = "") -> None:
+            self.calls.append((name, value))
+
+        def gauge(self, name: str, value: float, *, event_type: str = "") -> None:
+            self.calls.append((name, value))
+
+    import redis.asyncio as aioredis
+
+    old = Old()
+    service = EventService(aioredis.Redis(), metrics=old)
+    sink = service.options.metrics
+    sink.observe("lateness", 0.5, event_type="x")  # dropped, no error
+    sink.increment("enqueued", 2, event_type="x")
+    assert old.calls == [("enqueued", 2)]
+    assert sink.calls is old.calls  # attributes reach the user's object
+    with pytest.raises(TypeError, match="increment"):
+        EventService(aioredis.Redis(), metrics=object())
+    memory = InMemoryMetrics()
+    assert EventService(aioredis.Redis(), metrics=memory).options.metrics is memory
+
+
+async def test_every_metric_is_documented_and_the_dashboard_uses_real_ones() -> None:
+    import json
+
+    from prometheus_client import generate_latest
+
+    from delayq import QueueCounts
+    from delayq.prometheus import QueueDepthCollector
+
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry)
+    for name in (
+        "enqueued", "kept", "replaced", "cancelled", "moved", "delivered", "succeeded", "failed",
+        "retried", "dead_lettered", "decode_errors", "leases_lost", "redis_errors",
+    ):  # fmt: skip
+        metrics.increment(name, event_type="t")
+    metrics.gauge("in_flight", 1, event_type="t")
+    for name in ("lateness", "handler_duration", "enqueue_to_done"):
+        metrics.observe(name, 0.01, event_type="t", outcome="success")
+
+    async def fake_read(service: Any) -> dict[str, QueueCounts]:
+        return {"t": QueueCounts(1, 2, 3, 4, due=2, backlog_age=1.5)}
+
+    collector = QueueDepthCollector(None, read=fake_read)  # type: ignore[arg-type]
+    registry.register(collector)
+    await collector.refresh()
+    exposition = generate_latest(registry).decode()
+    # (the text format's `_created` samples parse as families of their own)
+    families = {
+        f.name
+        for f in text_string_to_metric_families(exposition)
+        if not f.name.endswith("_created")
+    }
+    doc = (ROOT / "docs" / "OBSERVABILITY.md").read_text()
+    for family in families:
+        documented = family + ("_total" if f"`{family}_total`" in doc else "")
+        assert f"`{documented}`" in doc, family
+    dashboard = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    used = {m for e in exprs for m in re.findall(r"delayq_[a-z_]+", e)}
+    for metric in used:
+        base = re.sub(r"_(total|bucket|count|sum)$", "", metric)
+        assert base in families, metric
+    assert {"delayq_queue_oldest_overdue_seconds", "delayq_lateness_seconds_bucket"} <= used
+
+
+async def test_serve_answers_only_metrics_and_stops_cleanly() -> None:
+    registry = CollectorRegistry()
+    PrometheusMetrics(registry).increment("enqueued", 3, event_type="t")
+    async with serve(0, host="127.0.0.1", registry=registry) as srv:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{srv.port}", timeout=10) as client:
+            ok = await client.get("/metrics")
+            root = await client.get("/")
+            head = await client.head("/metrics")
+            missing = await client.get("/other")
+            post = await client.post("/metrics")
+        # a client that connects and says nothing is cut off when the server stops
+        reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
+    assert await reader.read() == b""
+    writer.close()
+    assert value(parse(ok.text), "delayq_enqueued_total", event_type="t", outcome="new") == 3
+    assert root.status_code == 200 and root.text == ok.text
+    assert head.status_code == 200 and head.content == b""
+    assert missing.status_code == 404
+    assert post.status_code == 405
