@@ -20,6 +20,7 @@ bucket, so p50/p99 are approximate (within the bucket's width).
 from __future__ import annotations
 
 import bisect
+import inspect
 import logging
 import time
 from dataclasses import dataclass
@@ -116,31 +117,78 @@ class HistoryRecorder:
                 mine[i] += v
 
 
+def _takes_group(method: Any) -> bool:
+    try:
+        params = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "group" or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def _label(event_type: str, group: str) -> str:
+    # a named delivery group's figures go under "type:group" (type names hold no ':')
+    return f"{event_type}:{group}" if group else event_type
+
+
 class TeeMetrics:
-    """Sends every metric to the user's sink and to the history recorder."""
+    """Sends every metric to the user's sink and to the history recorder.
+
+    Takes the ``group`` keyword a named delivery group's consumer passes: the
+    user's sink gets it when its method accepts it (else folded into
+    ``event_type`` as ``"type:group"``), the recorder keeps such a group's
+    history under ``"type:group"``.
+    """
 
     def __init__(self, user: Metrics, recorder: HistoryRecorder):
         self.user = user
         self.recorder = recorder
         self._user_observe: Any = getattr(user, "observe", None)
+        self._group_ok = (
+            _takes_group(user.increment),
+            _takes_group(user.gauge),
+            self._user_observe is not None and _takes_group(self._user_observe),
+        )
 
-    def increment(self, name: str, value: int = 1, *, event_type: str = "") -> None:
+    def increment(
+        self, name: str, value: int = 1, *, event_type: str = "", group: str = ""
+    ) -> None:
         """Forward a counter."""
-        self.user.increment(name, value, event_type=event_type)
-        self.recorder.increment(name, value, event_type=event_type)
+        if group and self._group_ok[0]:
+            self.user.increment(name, value, event_type=event_type, group=group)  # type: ignore[call-arg]
+        else:
+            self.user.increment(name, value, event_type=_label(event_type, group))
+        self.recorder.increment(name, value, event_type=_label(event_type, group))
 
-    def gauge(self, name: str, value: float, *, event_type: str = "") -> None:
+    def gauge(self, name: str, value: float, *, event_type: str = "", group: str = "") -> None:
         """Forward a gauge."""
-        self.user.gauge(name, value, event_type=event_type)
-        self.recorder.gauge(name, value, event_type=event_type)
+        if group and self._group_ok[1]:
+            self.user.gauge(name, value, event_type=event_type, group=group)  # type: ignore[call-arg]
+        else:
+            self.user.gauge(name, value, event_type=_label(event_type, group))
+        self.recorder.gauge(name, value, event_type=_label(event_type, group))
 
     def observe(
-        self, name: str, seconds: float, *, event_type: str = "", outcome: str = ""
+        self,
+        name: str,
+        seconds: float,
+        *,
+        event_type: str = "",
+        outcome: str = "",
+        group: str = "",
     ) -> None:
         """Forward a duration (to the user's sink when it takes them)."""
         if self._user_observe is not None:
-            self._user_observe(name, seconds, event_type=event_type, outcome=outcome)
-        self.recorder.observe(name, seconds, event_type=event_type, outcome=outcome)
+            if group and self._group_ok[2]:
+                self._user_observe(
+                    name, seconds, event_type=event_type, outcome=outcome, group=group
+                )
+            else:
+                self._user_observe(
+                    name, seconds, event_type=_label(event_type, group), outcome=outcome
+                )
+        self.recorder.observe(
+            name, seconds, event_type=_label(event_type, group), outcome=outcome
+        )
 
 
 class HistoryWriter:
