@@ -10,6 +10,8 @@ from .context import Delivery, current_delivery, event_context
 from .errors import DecodeError, DelayqError, NotReplicatedError, QueueFullError
 from .events import Event, event_name
 from .health import ServiceHealth
+from .heartbeat import WorkerInfo
+from .history import HistoryPoint
 from .inspection import DeadLetter, EventInfo, EventState, EventTypeRef, ScheduledEvent
 from .metrics import InMemoryMetrics, Metrics, NoopMetrics
 from .options import Options
@@ -28,6 +30,7 @@ __all__ = [
     "EventService",
     "EventState",
     "EventTypeRef",
+    "HistoryPoint",
     "InMemoryMetrics",
     "Metrics",
     "NoopMetrics",
@@ -38,6 +41,7 @@ __all__ = [
     "ScheduledEvent",
     "Serializer",
     "ServiceHealth",
+    "WorkerInfo",
     "current_delivery",
     "event_context",
     "event_name",

@@ -34,6 +34,11 @@ Per delivery group ``G`` of a type with groups (``{p:T}:g:G:...``): scheduled
 (the group's retries), ready, queued, inflight, leases, attempts, errors, dead
 and meta, as above but for that group alone. The default group keeps the
 type's own keys, plus ``{p:T}:g:default:scheduled`` for its retries.
+
+Per prefix (``{p}:...``): ``types`` (SET of type names), ``scheduler-lock``,
+``workers`` (ZSET worker id -> expiry) with one ``worker:<id>`` STRING per live
+process (TTL), and ``history:minute:<type>`` / ``history:coarse:<type>``
+(HASH rings of at most 60 and 72 fields, see :mod:`delayq.history`).
 """
 
 from __future__ import annotations
@@ -72,6 +77,19 @@ class PrefixKeys:
     def wakeup_channel(self) -> str:
         """Pub/sub channel on which enqueues wake the scheduler early."""
         return f"{{{self.prefix}}}:wakeup"
+
+    @property
+    def workers(self) -> str:
+        """ZSET worker id -> expiry (ms) of the live workers' heartbeat records."""
+        return f"{{{self.prefix}}}:workers"
+
+    def worker(self, worker_id: str) -> str:
+        """STRING: one worker's heartbeat record (JSON), with a TTL."""
+        return f"{{{self.prefix}}}:worker:{worker_id}"
+
+    def history(self, type_name: str, ring: str) -> str:
+        """HASH: the ``ring`` ("minute" or "coarse") of one type's handled/failed/lateness history."""
+        return f"{{{self.prefix}}}:history:{ring}:{type_name}"
 
     def for_type(self, type_name: str) -> TypeKeys:
         """The keys of one event type."""

@@ -54,6 +54,8 @@ class Options:
     metrics: Metrics = field(default_factory=NoopMetrics)
     tracing: Tracing | None = None
     shutdown_grace: float = 10.0
+    heartbeat_interval: float = 5.0
+    history_interval: float = 10.0
     outbox: Callable[[Any], AbstractAsyncContextManager[Any]] | None = None
     min_replicas: int = 0
     replica_timeout: float = 1.0
@@ -89,6 +91,10 @@ class Options:
         ):
             if name in opts:
                 opts[name] = _seconds(name, opts[name], low=low, high=high)
+        for name in ("heartbeat_interval", "history_interval"):
+            # 0 turns the worker heartbeat / the history off
+            if name in opts and opts[name] != 0:
+                opts[name] = _seconds(name, opts[name], low=0.05, high=3600.0)
         if opts.get("handler_timeout") is not None:
             opts["handler_timeout"] = _seconds(
                 "handler_timeout", opts["handler_timeout"], low=0.001, high=7 * 24 * 3600.0

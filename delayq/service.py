@@ -17,11 +17,14 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from . import connect
+from .browsing import DueHistogram, InFlightEvent, due_histogram, in_flight
 from .codec import Codec, check_context
 from .consumer import Consumer, ConsumerSettings, Handler
 from .events import Event, check_event_type, validate_name
 from .groups import GroupMetrics, Groups, check_group, group_settings
 from .health import ServiceHealth
+from .heartbeat import Heartbeat, WorkerInfo, read_workers
+from .history import HistoryPoint, HistoryRecorder, HistoryWriter, TeeMetrics, Window, read_history
 from .inspection import DeadLetter, EventInfo, EventTypeRef, Inspector, ScheduledEvent
 from .observer import Observer
 from .options import Options
@@ -32,7 +35,7 @@ from .scheduler import Scheduler, SchedulerSettings
 from .sentinel import SentinelWatch
 from .store import QueueCounts, Store
 
-__all__ = ["Client", "DeadLetter", "EventService"]
+__all__ = ["Client", "DeadLetter", "EventService", "HistoryPoint", "WorkerInfo"]
 
 Client = Redis | RedisCluster
 """The redis.asyncio clients delayq works with: a single Redis or a Redis Cluster."""
@@ -83,14 +86,16 @@ class EventService:
         )
         self._router = Router(self._store)
         self._codec = Codec(opts.serializer, opts.max_payload_bytes)
-        self._metrics = opts.metrics
-        self._observer = Observer(opts.metrics, opts.tracing)
+        # the history recorder sees every metric; the user's sink sees them unchanged
+        self._history = HistoryRecorder()
+        self._metrics = TeeMetrics(opts.metrics, self._history)
+        self._observer = Observer(self._metrics, opts.tracing)
         self._types: dict[str, type[Event]] = {}
         # (type name, group; None for the default group) -> its consumer here
         self._consumers: dict[tuple[str, str | None], Consumer] = {}
         self._groups = Groups(self._store, 1 + opts.retry_attempts)
         self._inspector = Inspector(self._store, self._codec, self._types)
-        self._running_loops: set[Consumer | Scheduler] = set()
+        self._running_loops: set[Consumer | Scheduler | Heartbeat | HistoryWriter] = set()
         self._consumer_settings = ConsumerSettings(
             visibility_ms=opts.visibility_ms,
             polling_timeout=self._block_time(blocking or redis),
@@ -113,6 +118,14 @@ class EventService:
                     listen_timeout=self._consumer_settings.polling_timeout,
                 ),
                 self._metrics,
+            )
+        self._heartbeat: Heartbeat | None = None
+        if opts.heartbeat_interval:
+            self._heartbeat = Heartbeat(self._store, opts.heartbeat_interval, self._snapshot)
+        self._history_writer: HistoryWriter | None = None
+        if opts.history_interval:
+            self._history_writer = HistoryWriter(
+                self._store, self._history, opts.history_interval
             )
         self._supervisor: asyncio.Task[None] | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -645,6 +658,52 @@ class EventService:
         name = self._register_type(event_type)
         return await repartition(self._store, name, event_type.event_partitions, wait=wait)
 
+    # -- browsing --------------------------------------------------------------------
+
+    async def in_flight(
+        self, event_type: EventTypeRef, limit: int = 100, offset: int = 0
+    ) -> list[InFlightEvent]:
+        """Up to ``limit`` in-flight events (class or wire name), earliest lease deadline first."""
+        return await in_flight(self._store, self._name(event_type), limit, offset)
+
+    async def due_histogram(self, event_type: EventTypeRef) -> DueHistogram:
+        """How many scheduled events fall due: overdue, next minute, hour, day, later."""
+        return await due_histogram(self._store, self._name(event_type))
+
+    async def run_now(self, event_type: EventTypeRef, id: str) -> bool:
+        """Hand a scheduled event to the consumers now; False when it is not scheduled.
+
+        Its attempt count and last error are kept (a retry waiting for its backoff
+        runs now as that retry).
+        """
+        return await self._store.run_now(self._name(event_type), id)
+
+    # -- workers and history ----------------------------------------------------------
+
+    def _snapshot(self) -> dict[str, tuple[int, int]]:
+        # a named group's consumer shows as "type:group" (type names hold no ':')
+        return {
+            name if group is None else f"{name}:{group}": (c.concurrency, c.running_handlers)
+            for (name, group), c in self._consumers.items()
+        }
+
+    @property
+    def worker_id(self) -> str | None:
+        """This process's id in :meth:`workers` (None when ``heartbeat_interval=0``)."""
+        return None if self._heartbeat is None else self._heartbeat.worker_id
+
+    async def workers(self, limit: int = 1000) -> list[WorkerInfo]:
+        """The live worker processes under the prefix, from their heartbeats (oldest first)."""
+        return await read_workers(self._store, limit)
+
+    async def history(
+        self, event_type: EventTypeRef, window: Window = "hour"
+    ) -> list[HistoryPoint]:
+        """Handled, failed and lateness of a type (class or wire name) per minute
+        (``window="hour"``: 60 points) or per 20 minutes (``"day"``: 72 points),
+        summed over every worker, oldest first."""
+        return await read_history(self._store, self._name(event_type), window)
+
     @property
     def handled_types(self) -> list[str]:
         """Wire names of the event types this service has handlers for (in any group)."""
@@ -720,22 +779,36 @@ class EventService:
                     tg.start_soon(self._keep_running, self._scheduler)
                 for consumer in self._consumers.values():
                     tg.start_soon(self._keep_running, consumer)
+                for reporter in (self._heartbeat, self._history_writer):
+                    if reporter is not None:
+                        tg.start_soon(self._keep_running, reporter)
                 async with contextlib.AsyncExitStack() as beside:
                     if self._options.outbox is not None:
                         # relays stop (finishing their batch) before the loops do
                         await beside.enter_async_context(self._options.outbox(self))
                     started.set_result(None)
                     await self._closing.wait()
-                for consumer in self._consumers.values():
+                consumers = list(self._consumers.values())
+                for consumer in consumers:
                     consumer.stop()
                 if self._scheduler is not None:
                     self._scheduler.stop()
+                # the last history flush and the heartbeat's removal come after the
+                # consumers' last acks
+                with anyio.move_on_after(self._options.shutdown_grace * 2 + 5):
+                    for consumer in consumers:
+                        await consumer.wait_finished()
+                for reporter in (self._heartbeat, self._history_writer):
+                    if reporter is not None:
+                        reporter.stop()
         finally:
             self._task_group = None
             if not started.done():
                 started.set_result(None)
 
-    async def _keep_running(self, loop: Consumer | Scheduler) -> None:
+    async def _keep_running(
+        self, loop: Consumer | Scheduler | Heartbeat | HistoryWriter
+    ) -> None:
         """Run a loop; should a bug make it raise, log and start it again."""
         delay = 0.5
         while True:

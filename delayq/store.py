@@ -937,6 +937,76 @@ class Store:
                     await self.redis.script_load(source.script)
         raise AssertionError("unreachable")
 
+    # -- browsing (the dashboard) ------------------------------------------------
+
+    async def run_now(self, type_name: str, event_id: str) -> bool:
+        """Move a scheduled event to the ready list now; False when it is not scheduled."""
+        return bool(await self._run("run_now", type_name, [event_id]))
+
+    async def inflight_page(
+        self, type_name: str, offset: int, limit: int
+    ) -> tuple[int, list[tuple[bytes, int, int]]]:
+        """Redis's time (ms) and ``(id, lease deadline ms, attempts)`` of in-flight events."""
+        r = await self._run("inflight_list", type_name, [offset, limit])
+        page = [(r[i], int(float(r[i + 1])), _int(r[i + 2])) for i in range(1, len(r), 3)]
+        return int(r[0]), page
+
+    async def due_histogram(
+        self, type_name: str, bounds_ms: Sequence[int]
+    ) -> tuple[int, list[int]]:
+        """Redis's time (ms) and scheduled counts per due-time range (see due_histogram.lua)."""
+        r = await self._run("due_histogram", type_name, list(bounds_ms))
+        return int(r[0]), [int(x) for x in r[1:]]
+
+    # -- worker heartbeats and history (see heartbeat.py, history.py) ----------
+
+    async def heartbeat(self, worker_id: str, record: bytes, ttl_ms: int) -> int:
+        """Write this worker's record with a TTL and index it; return Redis's time in ms."""
+        keys = [self.keys.workers, self.keys.worker(worker_id)]
+        return int(await self._scripts["heartbeat"](keys=keys, args=[worker_id, record, ttl_ms]))
+
+    async def remove_worker(self, worker_id: str) -> bool:
+        """Delete this worker's record and index entry; True when the record was there."""
+        keys = [self.keys.workers, self.keys.worker(worker_id)]
+        return bool(await self._scripts["worker_remove"](keys=keys, args=[worker_id]))
+
+    async def worker_records(self, limit: int) -> list[bytes]:
+        """Records of up to ``limit`` live workers (one ZRANGE and one MGET)."""
+        ids = cast(list[bytes], await self.redis.zrange(self.keys.workers, 0, limit - 1))
+        if not ids:
+            return []
+        base = self.keys.worker("").encode()
+        values = cast(list[bytes | None], await self.redis.mget([base + i for i in ids]))
+        return [v for v in values if v]  # records that expired since the index was pruned
+
+    async def add_history(
+        self,
+        items: Sequence[tuple[str, bytes]],
+        *,
+        minute_slots: int,
+        coarse_seconds: int,
+        coarse_slots: int,
+        ttl_ms: int,
+    ) -> None:
+        """Merge ``(type name, packed aggregate)`` items into the history rings (one script)."""
+        if not items:
+            return
+        keys = [
+            key
+            for name, _ in items
+            for key in (self.keys.history(name, "minute"), self.keys.history(name, "coarse"))
+        ]
+        args: list[Any] = [minute_slots, coarse_seconds, coarse_slots, ttl_ms]
+        args.extend(packed for _, packed in items)
+        await self._scripts["history_add"](keys=keys, args=args)
+
+    async def history_ring(self, type_name: str, ring: str, slots: int) -> list[bytes | None]:
+        """Every slot of one history ring (HMGET of at most ``slots`` fields)."""
+        fields = [str(i) for i in range(slots)]
+        return cast(
+            list[bytes | None], await self.redis.hmget(self.keys.history(type_name, ring), fields)
+        )
+
     async def eviction_policy(self) -> str | None:
         """Redis's ``maxmemory-policy``, or None when CONFIG is not allowed."""
         try:

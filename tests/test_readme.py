@@ -59,3 +59,18 @@ async def test_testing_example_runs() -> None:
     namespace = await _run(block)
     service = namespace["service"]
     await service.aclose()  # type: ignore[attr-defined]
+
+
+async def test_dashboard_example_mounts_and_serves(redis_url: str, prefix: str) -> None:
+    import httpx
+
+    (block,) = [b for b in _python_blocks() if 'app.mount("/delayq", create_app(' in b]
+    source = block.replace("redis://localhost:6379/0", redis_url).replace('"shop"', repr(prefix))
+    namespace = await _run(source)
+    transport = httpx.ASGITransport(app=namespace["app"])  # type: ignore[arg-type]
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            r = await http.get("/delayq/")
+            assert r.status_code == 200 and "Event types" in r.text
+    finally:
+        await namespace["service"].aclose()  # type: ignore[attr-defined]

@@ -45,6 +45,8 @@ class Secured(Event, event_name="security-event"):
 ACL_COMMANDS = (
     # sent by the client
     "evalsha script|load brpop subscribe unsubscribe sadd smembers zcard zrange hkeys hgetall "
+    # sent by the client: worker heartbeat listing, history rings (the dashboard)
+    "mget hmget "
     # called inside the Lua scripts
     "time type get set del pexpire pttl hget hmget hset hdel hincrby hexists llen lindex lpush rpop "
     "zadd zrem zscore zcard zcount zrange zrangebyscore zrevrangebyscore zpopmin publish "

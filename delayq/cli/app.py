@@ -21,6 +21,7 @@ COMMAND_MODULES: list[str] = [
     "delayq.cli.worker",
     "delayq.cli.check",
     "delayq.cli.ops",
+    "delayq.cli.dashboard",
     "delayq.cli.outbox",
 ]
 """Modules whose ``register(app: typer.Typer)`` adds commands, in help order."""

@@ -24,6 +24,9 @@ PER_TYPE = (
     "dead_list",
     "dead_requeue",
     "dead_purge",
+    "run_now",
+    "inflight_list",
+    "due_histogram",
     "group_register",
     "migrate_out",
     "inspect",
@@ -31,7 +34,15 @@ PER_TYPE = (
     "scheduled_list",
 )
 GROUPED = ("group_move", "group_cancel", "group_replace", "group_remove")
-STANDALONE = ("lock_take", "lock_steal", "lock_release", "members")
+STANDALONE = (
+    "lock_take",
+    "lock_steal",
+    "lock_release",
+    "heartbeat",
+    "worker_remove",
+    "history_add",
+    "members",
+)
 
 
 @cache

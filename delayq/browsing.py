@@ -1,0 +1,81 @@
+"""Views of one event type that the dashboard needs beyond the lookup API.
+
+In-flight events with their leases, a histogram of due times, and running a
+scheduled event now. Each is one read-only script (or, for ``run_now``, one
+atomic script) through :class:`~delayq.store.Store`, bounded by its page size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from .store import Store
+
+__all__ = ["DUE_RANGES", "DueHistogram", "InFlightEvent", "due_histogram", "in_flight"]
+
+DUE_RANGES: tuple[tuple[str, int], ...] = (
+    ("overdue", 0),
+    ("next minute", 60_000),
+    ("next hour", 3_600_000),
+    ("next day", 86_400_000),
+)
+"""Labels and upper bounds (ms from now) of the due-time ranges; a last range is ``later``."""
+
+MAX_PAGE = 1000
+
+
+def _utc(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc)
+
+
+@dataclass(frozen=True, slots=True)
+class InFlightEvent:
+    """An event a consumer has claimed and whose handler runs (or whose lease is running out)."""
+
+    id: str
+    """The event id."""
+    attempt: int
+    """Which delivery this is (1 = first)."""
+    lease_deadline: datetime
+    """When the lease runs out unless the handler's process renews it (UTC, Redis's clock)."""
+    checked_at: datetime
+    """Redis's time of the read."""
+
+
+@dataclass(frozen=True, slots=True)
+class DueHistogram:
+    """How many scheduled events fall due in each range, counted at ``checked_at``."""
+
+    counts: dict[str, int]
+    """``overdue``, ``next minute``, ``next hour``, ``next day``, ``later`` -> count (each range
+    excludes the earlier ones)."""
+    checked_at: datetime
+    """Redis's time of the count."""
+
+
+def _check_page(limit: int, offset: int) -> None:
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
+        raise ValueError(f"limit must be an int from 1 to {MAX_PAGE}, not {limit!r}")
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise ValueError(f"offset must be an int >= 0, not {offset!r}")
+
+
+async def in_flight(
+    store: Store, type_name: str, limit: int = 100, offset: int = 0
+) -> list[InFlightEvent]:
+    """Up to ``limit`` in-flight events of a type, earliest lease deadline first."""
+    _check_page(limit, offset)
+    now_ms, page = await store.inflight_page(type_name, offset, limit)
+    checked = _utc(now_ms)
+    return [
+        InFlightEvent(raw.decode("utf-8", "replace"), attempt, _utc(deadline), checked)
+        for raw, deadline, attempt in page
+    ]
+
+
+async def due_histogram(store: Store, type_name: str) -> DueHistogram:
+    """Scheduled events of a type by when they fall due (five ZCOUNTs in one script)."""
+    now_ms, counts = await store.due_histogram(type_name, [ms for _, ms in DUE_RANGES])
+    labels = [label for label, _ in DUE_RANGES] + ["later"]
+    return DueHistogram(dict(zip(labels, counts, strict=True)), _utc(now_ms))

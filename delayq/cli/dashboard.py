@@ -1,0 +1,63 @@
+"""``delayq dashboard``: serve the web dashboard (the ``dashboard`` extra) with uvicorn."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from .ops import DEFAULT_URL, Cluster, Prefix, RedisUrl
+from .output import console, fail
+
+__all__ = ["register"]
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``dashboard`` command."""
+    app.command(rich_help_panel="Operate")(dashboard)
+
+
+def dashboard(
+    redis_url: RedisUrl = DEFAULT_URL,
+    prefix: Prefix = "delayq",
+    cluster: Cluster = False,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+    read_only: Annotated[
+        bool, typer.Option("--read-only", help="Hide and refuse every action.")
+    ] = False,
+    refresh: Annotated[
+        float, typer.Option(help="Seconds between live refreshes of the overview and type pages (0: off).")
+    ] = 5.0,
+    page_size: Annotated[int, typer.Option(help="Rows per list page (1..1000).")] = 25,
+    root_path: Annotated[
+        str, typer.Option(help="URL prefix the dashboard is served under behind a proxy.")
+    ] = "",
+) -> None:
+    """Serve the web dashboard: queues, events, dead letters, workers (the dashboard extra)."""
+    missing = [m for m in ("starlette", "jinja2", "uvicorn", "multipart") if importlib.util.find_spec(m) is None]
+    if missing:
+        fail(f"the dashboard needs the dashboard extra: pip install 'delayq[dashboard]' (missing: {', '.join(missing)})")
+    import uvicorn
+
+    from ..dashboard import create_app
+    from ..service import EventService
+
+    try:
+        if cluster:
+            service = EventService.from_url(
+                redis_url, cluster=True, prefix=prefix, enable_scheduling=False,
+                heartbeat_interval=0, history_interval=0,
+            )  # fmt: skip
+            web = create_app(service, read_only=read_only, refresh_seconds=refresh, page_size=page_size)
+        else:
+            web = create_app(
+                redis_url, prefix, read_only=read_only, refresh_seconds=refresh, page_size=page_size
+            )
+    except (TypeError, ValueError) as exc:
+        fail(f"bad dashboard settings: {exc}")
+    where = f"http://{host}:{port}{root_path}/"
+    console.print(f"delayq dashboard for prefix [bold]{escape(prefix)}[/] on {escape(where)}")
+    uvicorn.run(web, host=host, port=port, root_path=root_path, log_level="info")

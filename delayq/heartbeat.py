@@ -1,0 +1,189 @@
+"""Worker heartbeats: every started service keeps a small record of itself in Redis.
+
+The record (host, pid, handled types with their concurrency, handlers in
+flight, start time, delayq version) is a short JSON string written with a TTL
+of three heartbeat intervals, and indexed in a per-prefix sorted set, by one
+script call per interval (default every 5 s: 0.2 commands/s per process). A
+process that dies stops beating and its record expires by itself; one that
+closes removes it at once. :func:`read_workers` lists the live ones with one
+ZRANGE and one MGET.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import cache
+
+import anyio
+import msgspec
+
+from .store import Store
+
+__all__ = ["Heartbeat", "WorkerInfo", "read_workers"]
+
+log = logging.getLogger("delayq.heartbeat")
+
+# A record lives this many heartbeat intervals: one lost beat does not hide a live worker.
+TTL_INTERVALS = 3
+
+
+class _Record(msgspec.Struct, forbid_unknown_fields=False):
+    """The stored heartbeat record."""
+
+    id: str
+    host: str
+    pid: int
+    types: dict[str, int]
+    in_flight: dict[str, int]
+    started_at_ms: int
+    seen_at_ms: int
+    version: str
+    ttl_ms: int = 0
+
+
+_decode_record = msgspec.json.Decoder(_Record).decode
+_encode = msgspec.json.Encoder().encode
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A live worker process, as its last heartbeat described it."""
+
+    id: str
+    """Unique per service instance: ``host:pid:random``."""
+    host: str
+    """The host name the process runs on."""
+    pid: int
+    """Its process id."""
+    types: Mapping[str, int]
+    """Event type name -> handler concurrency."""
+    in_flight: Mapping[str, int]
+    """Event type name -> handlers running at the last heartbeat."""
+    started_at: datetime
+    """When the service started (UTC)."""
+    seen_at: datetime
+    """When the last heartbeat was written (UTC, the worker's clock)."""
+    version: str
+    """The worker's delayq version."""
+    ttl: float
+    """Seconds the record lives without a new heartbeat."""
+
+
+@cache
+def delayq_version() -> str:
+    """The installed delayq version."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("delayq")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _ms_to_datetime(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc)
+
+
+class Heartbeat:
+    """The loop that keeps one service's record alive; owned by the service's task group."""
+
+    def __init__(
+        self,
+        store: Store,
+        interval: float,
+        snapshot: Callable[[], Mapping[str, tuple[int, int]]],
+    ):
+        """``snapshot()`` returns type name -> (concurrency, handlers in flight)."""
+        self._store = store
+        self.interval = interval
+        self.ttl_ms = max(1, round(interval * TTL_INTERVALS * 1000))
+        self._snapshot = snapshot
+        host = socket.gethostname() or "unknown"
+        # only characters that are safe inside a key and in a URL
+        safe_host = "".join(c if c.isalnum() or c in "-._" else "_" for c in host)[:64]
+        self.worker_id = f"{safe_host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._host = host
+        self._started_ms = 0
+        self._stopping = False
+        self._stop_event: anyio.Event | None = None
+
+    @property
+    def stopping(self) -> bool:
+        """True once :meth:`stop` has been called."""
+        return self._stopping
+
+    def stop(self) -> None:
+        """End :meth:`run`; the record is removed on the way out."""
+        self._stopping = True
+        if self._stop_event is not None:
+            self._stop_event.set()
+
+    def record(self) -> bytes:
+        """This worker's record as stored."""
+        snap = self._snapshot()
+        return _encode(
+            _Record(
+                id=self.worker_id,
+                host=self._host,
+                pid=os.getpid(),
+                types={name: c for name, (c, _) in snap.items()},
+                in_flight={name: n for name, (_, n) in snap.items()},
+                started_at_ms=self._started_ms,
+                seen_at_ms=time.time_ns() // 1_000_000,
+                version=delayq_version(),
+                ttl_ms=self.ttl_ms,
+            )
+        )
+
+    async def run(self) -> None:
+        """Beat every ``interval`` until :meth:`stop`; then remove the record."""
+        self._stop_event = anyio.Event()
+        if not self._started_ms:
+            self._started_ms = time.time_ns() // 1_000_000
+        try:
+            while not self._stopping:
+                try:
+                    await self._store.heartbeat(self.worker_id, self.record(), self.ttl_ms)
+                except Exception as exc:  # loops never die; the next beat may get through
+                    log.warning("heartbeat failed (%s: %s)", type(exc).__name__, exc)
+                with anyio.move_on_after(self.interval):
+                    await self._stop_event.wait()
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                try:
+                    await self._store.remove_worker(self.worker_id)
+                except Exception as exc:  # it expires by itself
+                    log.debug("removing the heartbeat record failed: %s", exc)
+
+
+async def read_workers(store: Store, limit: int = 1000) -> list[WorkerInfo]:
+    """The live workers under the store's prefix (at most ``limit``), oldest first."""
+    workers = []
+    for raw in await store.worker_records(limit):
+        try:
+            r = _decode_record(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            log.debug("ignoring an unreadable worker record %r", raw[:100])
+            continue
+        workers.append(
+            WorkerInfo(
+                id=r.id,
+                host=r.host,
+                pid=r.pid,
+                types=r.types,
+                in_flight=r.in_flight,
+                started_at=_ms_to_datetime(r.started_at_ms),
+                seen_at=_ms_to_datetime(r.seen_at_ms),
+                version=r.version,
+                ttl=r.ttl_ms / 1000,
+            )
+        )
+    workers.sort(key=lambda w: (w.started_at, w.id))
+    return workers

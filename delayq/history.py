@@ -1,0 +1,335 @@
+"""Handled, failed and lateness history per event type, from small per-process aggregates.
+
+Each started service tees its metrics into a :class:`HistoryRecorder`, which
+only adds to a few integers per type in memory (no Redis work per event). A
+:class:`HistoryWriter` merges them into Redis at most every ``history_interval``
+(10 s by default), one script call for all types, and only when something
+happened. Redis keeps two rings per type, HASHes of fixed size:
+
+* ``minute``: 60 one-minute slots (the last hour);
+* ``coarse``: 72 twenty-minute slots (the last day).
+
+A slot is MessagePack ``[period, handled, failed, b1..b19]`` where ``bN``
+counts deliveries whose lateness (start time minus due time) fell in bucket N
+of :data:`LATENESS_BOUNDS_MS`: about 30 bytes, so a type's history is capped
+near 132 slots x ~45 bytes = ~6 KB (both rings stay compact listpacks), and
+expires two days after its last write. Percentiles are interpolated within a
+bucket, so p50/p99 are approximate (within the bucket's width).
+"""
+
+from __future__ import annotations
+
+import bisect
+import inspect
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+import anyio
+import msgspec
+
+from .metrics import Metrics
+from .store import Store
+
+__all__ = [
+    "LATENESS_BOUNDS_MS",
+    "HistoryPoint",
+    "HistoryRecorder",
+    "HistoryWriter",
+    "TeeMetrics",
+    "Window",
+    "read_history",
+]
+
+log = logging.getLogger("delayq.history")
+
+LATENESS_BOUNDS_MS: tuple[int, ...] = (
+    1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 30_000, 60_000,
+    300_000, 900_000, 3_600_000,
+)  # fmt: skip
+"""Upper bounds (ms) of the lateness buckets; one more bucket holds everything later."""
+
+MINUTE_SLOTS = 60
+COARSE_SECONDS = 20 * 60
+COARSE_SLOTS = 72
+RING_TTL_MS = 2 * 24 * 3600 * 1000
+
+Window = Literal["hour", "day"]
+_N = 2 + len(LATENESS_BOUNDS_MS) + 1  # handled, failed, buckets
+
+_pack = msgspec.msgpack.Encoder().encode
+_unpack = msgspec.msgpack.Decoder(list[int]).decode
+
+
+class HistoryRecorder:
+    """A metrics sink that keeps per-type counts until the writer takes them.
+
+    Counts ``succeeded`` as handled and ``failed``; lateness from
+    ``observe("lateness", seconds)`` once the service reports it that way,
+    else from the ``lateness_ms`` gauge (never both).
+    """
+
+    def __init__(self) -> None:
+        self._agg: dict[str, list[int]] = {}
+        self._observed = False
+
+    def _row(self, event_type: str) -> list[int]:
+        row = self._agg.get(event_type)
+        if row is None:
+            row = self._agg[event_type] = [0] * _N
+        return row
+
+    def _late(self, ms: float, event_type: str) -> None:
+        self._row(event_type)[2 + bisect.bisect_left(LATENESS_BOUNDS_MS, ms)] += 1
+
+    def increment(self, name: str, value: int = 1, *, event_type: str = "") -> None:
+        """Count ``succeeded`` and ``failed``."""
+        if name == "succeeded" and event_type:
+            self._row(event_type)[0] += value
+        elif name == "failed" and event_type:
+            self._row(event_type)[1] += value
+
+    def gauge(self, name: str, value: float, *, event_type: str = "") -> None:
+        """Bucket ``lateness_ms`` (unless lateness comes through :meth:`observe`)."""
+        if name == "lateness_ms" and event_type and not self._observed:
+            self._late(value, event_type)
+
+    def observe(
+        self, name: str, seconds: float, *, event_type: str = "", outcome: str = ""
+    ) -> None:
+        """Bucket the ``lateness`` duration (also accepted as ``lateness_seconds``)."""
+        if name in ("lateness", "lateness_seconds") and event_type:
+            self._observed = True
+            self._late(seconds * 1000, event_type)
+
+    def take(self) -> dict[str, list[int]]:
+        """Everything counted since the last call, and start over."""
+        taken, self._agg = self._agg, {}
+        return taken
+
+    def put_back(self, rows: dict[str, list[int]]) -> None:
+        """Add rows that could not be written to what is counted now."""
+        for name, row in rows.items():
+            mine = self._row(name)
+            for i, v in enumerate(row):
+                mine[i] += v
+
+
+def _takes_group(method: Any) -> bool:
+    try:
+        params = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "group" or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def _label(event_type: str, group: str) -> str:
+    # a named delivery group's figures go under "type:group" (type names hold no ':')
+    return f"{event_type}:{group}" if group else event_type
+
+
+class TeeMetrics:
+    """Sends every metric to the user's sink and to the history recorder.
+
+    Takes the ``group`` keyword a named delivery group's consumer passes: the
+    user's sink gets it when its method accepts it (else folded into
+    ``event_type`` as ``"type:group"``), the recorder keeps such a group's
+    history under ``"type:group"``.
+    """
+
+    def __init__(self, user: Metrics, recorder: HistoryRecorder):
+        self.user = user
+        self.recorder = recorder
+        self._user_observe: Any = getattr(user, "observe", None)
+        self._group_ok = (
+            _takes_group(user.increment),
+            _takes_group(user.gauge),
+            self._user_observe is not None and _takes_group(self._user_observe),
+        )
+
+    def increment(
+        self, name: str, value: int = 1, *, event_type: str = "", group: str = ""
+    ) -> None:
+        """Forward a counter."""
+        if group and self._group_ok[0]:
+            self.user.increment(name, value, event_type=event_type, group=group)  # type: ignore[call-arg]
+        else:
+            self.user.increment(name, value, event_type=_label(event_type, group))
+        self.recorder.increment(name, value, event_type=_label(event_type, group))
+
+    def gauge(self, name: str, value: float, *, event_type: str = "", group: str = "") -> None:
+        """Forward a gauge."""
+        if group and self._group_ok[1]:
+            self.user.gauge(name, value, event_type=event_type, group=group)  # type: ignore[call-arg]
+        else:
+            self.user.gauge(name, value, event_type=_label(event_type, group))
+        self.recorder.gauge(name, value, event_type=_label(event_type, group))
+
+    def observe(
+        self,
+        name: str,
+        seconds: float,
+        *,
+        event_type: str = "",
+        outcome: str = "",
+        group: str = "",
+    ) -> None:
+        """Forward a duration (to the user's sink when it takes them)."""
+        if self._user_observe is not None:
+            if group and self._group_ok[2]:
+                self._user_observe(
+                    name, seconds, event_type=event_type, outcome=outcome, group=group
+                )
+            else:
+                self._user_observe(
+                    name, seconds, event_type=_label(event_type, group), outcome=outcome
+                )
+        self.recorder.observe(
+            name, seconds, event_type=_label(event_type, group), outcome=outcome
+        )
+
+
+class HistoryWriter:
+    """The loop that writes the recorder's counts every ``interval``; owned by the service."""
+
+    def __init__(self, store: Store, recorder: HistoryRecorder, interval: float):
+        self._store = store
+        self._recorder = recorder
+        self.interval = interval
+        self._stopping = False
+        self._stop_event: anyio.Event | None = None
+
+    @property
+    def stopping(self) -> bool:
+        """True once :meth:`stop` has been called."""
+        return self._stopping
+
+    def stop(self) -> None:
+        """Write what is left and end :meth:`run`."""
+        self._stopping = True
+        if self._stop_event is not None:
+            self._stop_event.set()
+
+    async def flush(self) -> None:
+        """Write what was counted since the last flush (nothing when nothing happened)."""
+        rows = self._recorder.take()
+        if not rows:
+            return
+        try:
+            await self._store.add_history(
+                [(name, _pack(row)) for name, row in sorted(rows.items())],
+                minute_slots=MINUTE_SLOTS,
+                coarse_seconds=COARSE_SECONDS,
+                coarse_slots=COARSE_SLOTS,
+                ttl_ms=RING_TTL_MS,
+            )
+        except BaseException:
+            self._recorder.put_back(rows)
+            raise
+
+    async def run(self) -> None:
+        """Flush every ``interval`` until :meth:`stop`, then once more."""
+        self._stop_event = anyio.Event()
+        try:
+            while not self._stopping:
+                with anyio.move_on_after(self.interval):
+                    await self._stop_event.wait()
+                try:
+                    await self.flush()
+                except Exception as exc:  # kept for the next flush
+                    log.warning("writing history failed (%s: %s)", type(exc).__name__, exc)
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                try:
+                    await self.flush()
+                except Exception as exc:
+                    log.debug("the last history flush failed: %s", exc)
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryPoint:
+    """One period of one event type's history, summed over every worker."""
+
+    start: datetime
+    """Start of the period (UTC)."""
+    seconds: int
+    """Length of the period: 60 (``"hour"`` window) or 1200 (``"day"``)."""
+    handled: int
+    """Events handled successfully."""
+    failed: int
+    """Failed deliveries (retried or dead-lettered)."""
+    lateness_p50: float | None
+    """Median lateness in seconds (approximate), None without deliveries."""
+    lateness_p99: float | None
+    """99th percentile lateness in seconds (approximate), None without deliveries."""
+
+    @property
+    def handled_per_minute(self) -> float:
+        """Handled events per minute over the period."""
+        return self.handled * 60 / self.seconds
+
+    @property
+    def failed_per_minute(self) -> float:
+        """Failed deliveries per minute over the period."""
+        return self.failed * 60 / self.seconds
+
+
+def percentile(buckets: list[int], q: float) -> float | None:
+    """The ``q`` quantile (0..1) in ms of lateness bucket counts, interpolated; None if empty."""
+    total = sum(buckets)
+    if total <= 0:
+        return None
+    rank = q * total
+    seen = 0
+    for i, n in enumerate(buckets):
+        if n and seen + n >= rank:
+            low = LATENESS_BOUNDS_MS[i - 1] if i > 0 else 0
+            high = LATENESS_BOUNDS_MS[i] if i < len(LATENESS_BOUNDS_MS) else low
+            return low + (high - low) * max(0.0, rank - seen) / n
+        seen += n
+    return float(LATENESS_BOUNDS_MS[-1])
+
+
+async def read_history(
+    store: Store, type_name: str, window: Window = "hour", *, now: float | None = None
+) -> list[HistoryPoint]:
+    """One point per period of ``window`` (60 minutes or 72 x 20 minutes), oldest first.
+
+    Periods without data are zeros. One HMGET of at most 72 fields.
+    """
+    if window == "hour":
+        ring, period, slots = "minute", 60, MINUTE_SLOTS
+    elif window == "day":
+        ring, period, slots = "coarse", COARSE_SECONDS, COARSE_SLOTS
+    else:
+        raise ValueError(f"window must be 'hour' or 'day', not {window!r}")
+    values = await store.history_ring(type_name, ring, slots)
+    current = int((time.time() if now is None else now) // period)
+    rows: dict[int, list[int]] = {}
+    for raw in values:
+        if not raw:
+            continue
+        try:
+            row = _unpack(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            continue
+        if len(row) == _N + 1 and current - slots < row[0] <= current:
+            rows[row[0]] = row[1:]
+    points = []
+    for index in range(current - slots + 1, current + 1):
+        row = rows.get(index, [0] * _N)
+        buckets = row[2:]
+        p50, p99 = percentile(buckets, 0.5), percentile(buckets, 0.99)
+        points.append(
+            HistoryPoint(
+                start=datetime.fromtimestamp(index * period, timezone.utc),
+                seconds=period,
+                handled=row[0],
+                failed=row[1],
+                lateness_p50=None if p50 is None else p50 / 1000,
+                lateness_p99=None if p99 is None else p99 / 1000,
+            )
+        )
+    return points

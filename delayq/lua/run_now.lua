@@ -1,0 +1,15 @@
+-- run_now: hand a scheduled event to the consumers now instead of at its due time.
+--
+-- KEYS: the ten keys of the type (see _prelude.lua).
+-- ARGV[1] id
+-- Returns: 1 when the event was scheduled and is now ready, else 0 (not
+--          scheduled: unknown, already ready or in flight, or a dead letter).
+-- Guarantees: the event leaves the schedule and enters the ready list in one
+-- step, as move_due would move it; its attempts and last error are kept.
+local id = ARGV[1]
+if not redis.call('ZSCORE', K_SCHEDULED, id) then return 0 end
+check_keys(1, 3, 4, 10)
+if redis.call('HEXISTS', K_EVENTS, id) == 0 then return 0 end  -- move_due drops it
+redis.call('ZREM', K_SCHEDULED, id)
+push_ready({id}, {clock_ms()})
+return 1

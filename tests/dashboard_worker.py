@@ -1,0 +1,61 @@
+"""A worker process for tests/test_dashboard_browser.py.
+
+    python tests/dashboard_worker.py URL PREFIX [--heartbeat S]
+
+Handles ``ui-job`` events until SIGTERM. A job with ``fail=True`` raises until the
+key ``<PREFIX>-test:fixed`` exists (the "fix is deployed"); every handled job's id is
+added to the set ``<PREFIX>-test:handled``. No retries: a failure is a dead letter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+
+import redis.asyncio as aioredis
+
+from delayq import Event, EventService
+
+
+class UiJob(Event, event_name="ui-job"):
+    """The event type the browser tests enqueue."""
+
+    fail: bool = False
+    note: str = ""
+
+
+async def main() -> None:
+    """Parse the arguments and run the worker until SIGTERM."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("url")
+    parser.add_argument("prefix")
+    parser.add_argument("--heartbeat", type=float, default=0.3)
+    args = parser.parse_args()
+    raw = aioredis.Redis.from_url(args.url, protocol=2)
+
+    async def handle(event: UiJob) -> None:
+        if event.fail and not await raw.exists(f"{args.prefix}-test:fixed"):
+            raise RuntimeError(f"cannot handle {event.note!r} yet")
+        await raw.sadd(f"{args.prefix}-test:handled", event.id)
+
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    async with EventService.from_url(
+        args.url,
+        prefix=args.prefix,
+        retry_attempts=0,
+        heartbeat_interval=args.heartbeat,
+        history_interval=0.5,
+        scheduling_interval=0.2,
+        polling_timeout=1.0,
+        shutdown_grace=1.0,
+    ) as service:
+        service.add_handler(UiJob, handle, concurrency=4)
+        await raw.sadd(f"{args.prefix}-test:ready", str(service.worker_id))
+        await stop.wait()
+    await raw.aclose()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

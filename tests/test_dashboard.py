@@ -1,0 +1,183 @@
+"""The dashboard over HTTP (no browser): pages, escaping, CSRF, read-only, actions."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from core_support import ServicePool
+
+from delayq import Event, EventService
+from delayq.dashboard import create_app
+
+
+class Page(Event, event_name="dash-page"):
+    """An event with a text field."""
+
+    text: str = ""
+
+
+class Boom(Event, event_name="dash-boom"):
+    """Fails every time."""
+
+
+async def _boom(event: Boom) -> None:
+    raise RuntimeError("<b>boom</b>")
+
+
+@pytest.fixture
+async def setup(redis_url: str, prefix: str) -> AsyncIterator[tuple[EventService, ServicePool]]:
+    pool = ServicePool(redis_url, prefix, retry_attempts=0)
+    try:
+        yield pool.producer(heartbeat_interval=0), pool
+    finally:
+        await pool.aclose()
+
+
+def _client(app) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://dash.test")
+
+
+def _csrf(html: str) -> str:
+    match = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert match, "no CSRF field on the page"
+    return match.group(1)
+
+
+async def test_pages_render_and_escape_untrusted_data(setup) -> None:
+    service, _ = setup
+    evil = "<script>alert(1)</script>"
+    await service.enqueue_with_delay(Page(id=evil, text=evil), 3600, context={"who": evil})
+    async with _client(create_app(service)) as http:
+        for path, params in (
+            ("/", {}),
+            ("/", {"window": "day"}),
+            ("/live/overview", {}),
+            ("/type", {"name": "dash-page"}),
+            ("/live/type", {"name": "dash-page"}),
+            ("/event", {"type": "dash-page", "id": evil}),
+            ("/event", {"id": evil}),
+            ("/workers", {}),
+        ):
+            r = await http.get(path, params=params)
+            assert r.status_code == 200, (path, r.text[:500])
+            assert "<script>alert" not in r.text
+        r = await http.get("/event", params={"type": "dash-page", "id": evil})
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in r.text
+        payload = r.text.split('id="payload">')[1].split("</pre>")[0]
+        assert "&#34;text&#34;: &#34;&lt;script&gt;alert(1)&lt;/script&gt;" in payload
+        assert "scheduled" in r.text
+        assert "default-src 'none'" in r.headers["content-security-policy"]
+        r = await http.get("/static/style.css")
+        assert r.status_code == 200 and "svg" in r.text
+        r = await http.get("/event", params={"id": "nope"})
+        assert r.status_code == 404
+
+
+async def test_actions_need_csrf_and_do_what_they_say(setup, wait_for) -> None:
+    service, _ = setup
+    await service.enqueue_with_delay(Page(id="a"), 3600)
+    await service.enqueue_with_delay(Page(id="b"), 3600)
+    async with _client(create_app(service)) as http:
+        page = await http.get("/type", params={"name": "dash-page"})
+        token = _csrf(page.text)
+        # forged: no token, wrong token, other origin
+        for data, headers in (
+            ({"type": "dash-page", "id": "a", "action": "cancel"}, {}),
+            ({"type": "dash-page", "id": "a", "action": "cancel", "csrf": "x" * 64}, {}),
+            (
+                {"type": "dash-page", "id": "a", "action": "cancel", "csrf": token},
+                {"origin": "http://evil.test"},
+            ),
+        ):
+            r = await http.post("/actions/event", data=data, headers=headers)
+            assert r.status_code == 403
+        assert (await service.inspect("dash-page", "a")).state == "scheduled"
+        r = await http.post(
+            "/actions/event", data={"type": "dash-page", "id": "a", "action": "cancel", "csrf": token}
+        )
+        assert r.status_code == 200 and "Cancelled" in r.text
+        assert (await service.inspect("dash-page", "a")).state == "absent"
+        r = await http.post(
+            "/actions/event",
+            data={"type": "dash-page", "id": "b", "action": "run_now", "csrf": token},
+        )
+        assert "Running now" in r.text
+        assert (await service.inspect("dash-page", "b")).state == "ready"
+
+
+async def test_dead_letter_bulk_actions_ask_first(setup, wait_for) -> None:
+    service, pool = setup
+    worker = await pool.start(heartbeat_interval=0)
+    worker.add_handler(Boom, _boom)
+    await service.enqueue_many([Boom(id=f"d{i}") for i in range(3)])
+
+    async def dead() -> bool:
+        return (await service.stats_for("dash-boom")).dead == 3
+
+    await wait_for(dead, timeout=10)
+    await worker.remove_handler(Boom)
+    async with _client(create_app(service)) as http:
+        page = await http.get("/type", params={"name": "dash-boom"})
+        assert "&lt;b&gt;boom&lt;/b&gt;" in page.text
+        token = _csrf(page.text)
+        base = {"type": "dash-boom", "csrf": token}
+        r = await http.post("/actions/dead", data={**base, "action": "purge", "id": ["d0", "d1"]})
+        assert "Yes, purge" in r.text  # a confirmation page, nothing done yet
+        assert (await service.stats_for("dash-boom")).dead == 3
+        r = await http.post(
+            "/actions/dead", data={**base, "action": "purge", "id": ["d0", "d1"], "confirm": "yes"}
+        )
+        assert "Purged 2 dead letter(s)" in r.text
+        r = await http.post("/actions/dead", data={**base, "action": "requeue", "scope": "all"})
+        assert "all 1 dead letters" in r.text
+        r = await http.post(
+            "/actions/dead",
+            data={**base, "action": "requeue", "scope": "all", "confirm": "yes"},
+        )
+        assert "Requeued 1" in r.text
+        assert (await service.stats_for("dash-boom")).dead == 0
+
+
+async def test_read_only_hides_and_refuses_actions(setup) -> None:
+    service, _ = setup
+    await service.enqueue_with_delay(Page(id="a"), 3600)
+    async with _client(create_app(service, read_only=True)) as http:
+        page = await http.get("/type", params={"name": "dash-page"})
+        assert "read-only" in page.text and "<button" not in page.text.split("</header>")[1]
+        event = await http.get("/event", params={"type": "dash-page", "id": "a"})
+        assert "Cancel" not in event.text
+        token = _csrf(page.text) if 'name="csrf"' in page.text else "x"
+        r = await http.post(
+            "/actions/event", data={"type": "dash-page", "id": "a", "action": "cancel", "csrf": token}
+        )
+        assert r.status_code == 403
+    assert (await service.inspect("dash-page", "a")).state == "scheduled"
+
+
+async def test_auth_hook(setup) -> None:
+    service, _ = setup
+
+    def auth(request) -> bool:
+        return request.headers.get("x-key") == "sesame"
+
+    async with _client(create_app(service, auth=auth)) as http:
+        assert (await http.get("/")).status_code == 403
+        assert (await http.get("/", headers={"x-key": "sesame"})).status_code == 200
+
+
+async def test_from_url_and_mounted_under_a_path(redis_url: str, prefix: str) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    dash = create_app(redis_url, prefix)
+    outer = Starlette(routes=[Mount("/delayq", app=dash)])
+    async with _client(outer) as http:
+        r = await http.get("/delayq/")
+        assert r.status_code == 200
+        assert 'href="/delayq/static/style.css"' in r.text
+        assert "delayq_csrf" in r.headers.get("set-cookie", "")
+        assert "Path=/delayq" in r.headers["set-cookie"]
+    await dash.state.service.aclose()
