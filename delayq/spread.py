@@ -168,7 +168,7 @@ class Spread:
                 if self._units:
                     try:
                         if time.monotonic() - self._last_beat >= self._interval:
-                            self._set_members(await self._store.heartbeat(self.token, self._ttl_ms))
+                            self._set_members(await self._store.scheduler_membership(self.token, self._ttl_ms))
                             self._joined = True
                             self._last_beat = time.monotonic()
                         sleep_for = await self._pass()
@@ -189,7 +189,7 @@ class Spread:
             if self._joined:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                     try:
-                        await self._store.heartbeat(self.token, self._ttl_ms, "leave")
+                        await self._store.scheduler_membership(self.token, self._ttl_ms, "leave")
                     except Exception as exc:
                         log.debug("leaving the scheduler membership failed: %s", exc)
 
@@ -228,7 +228,7 @@ class Spread:
             log.warning("scheduler %s: moved partitions that %s left %d ms overdue; "
                         "taking them over", self.token[:8], owner[:8], late)  # fmt: skip
             self._set_members(
-                await self._store.heartbeat(self.token, self._ttl_ms, f"evict:{owner}")
+                await self._store.scheduler_membership(self.token, self._ttl_ms, f"evict:{owner}")
             )
             self._last_beat = time.monotonic()
         now = time.monotonic()

@@ -611,7 +611,7 @@ class Store:
         """Every shard of every type (and layout) used under the prefix."""
         return {s for name in await self.known_types() for s in self.shards(name)}
 
-    async def heartbeat(self, token: str, ttl_ms: int, mode: str = "beat") -> list[str]:
+    async def scheduler_membership(self, token: str, ttl_ms: int, mode: str = "beat") -> list[str]:
         """Keep ``token`` in the scheduler membership (``beat``), leave it (``leave``), or
         evict another member (``evict:<token>``); return the live members, sorted."""
         reply = await self._scripts["members"](
