@@ -43,6 +43,10 @@ def _common(retries: int = 3) -> dict[str, Any]:
         "decode_responses": False,
         "socket_connect_timeout": 5,
         "socket_keepalive": True,
+        # redis-py's default of 100 is below what a few consumers with high concurrency
+        # use at once (each failure record, claim and ack takes a connection): past it
+        # commands raise MaxConnectionsError instead of waiting
+        "max_connections": 1000,
         "retry": Retry(ExponentialBackoff(cap=1.0, base=0.02), retries=retries),
         "retry_on_error": [RedisConnectionError, RedisTimeoutError, ConnectionResetError],
     }

@@ -697,6 +697,10 @@ class Runner:
             state.update(t0=t_first, count0=0, cpu0=0.0)
             self.notes_add("not every worker started before the work ended: rate counted "
                            "from the first handled event, CPU includes start-up")  # fmt: skip
+        if cpu1 - state["cpu0"] <= 0:
+            # the window was shorter than the clock tick (10 ms) of /proc CPU times
+            state["cpu0"] = 0.0
+            self.notes_add("the work took less than a CPU clock tick: CPU includes start-up")
         self.metrics["handled"] = count
         self.metrics["startup_s"] = round(state["t0"] - spawned, 3)
         window = max(1e-9, t_last - state["t0"])
