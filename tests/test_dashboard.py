@@ -181,3 +181,75 @@ async def test_from_url_and_mounted_under_a_path(redis_url: str, prefix: str) ->
         assert "delayq_csrf" in r.headers.get("set-cookie", "")
         assert "Path=/delayq" in r.headers["set-cookie"]
     await dash.state.service.aclose()
+
+
+class Audited(Event, event_name="dash-audited"):
+    """Delivered to the default group and to "audit"."""
+
+
+async def _fails_a0(event: Audited) -> None:
+    if event.id == "a0":
+        raise RuntimeError("default says no")
+
+
+async def _audit_fails(event: Audited) -> None:
+    raise RuntimeError("audit says no")
+
+
+async def test_groups_are_shown_and_dead_letter_actions_act_on_the_selected_group(
+    setup, wait_for
+) -> None:
+    service, pool = setup
+    evil = "<script>g</script>"
+    worker = await pool.start(heartbeat_interval=0)
+    assert await worker.register_group(Audited, evil)  # no handler: its events wait
+    worker.add_handler(Audited, _fails_a0)
+    worker.add_handler(Audited, _audit_fails, group="audit")
+    await service.enqueue_many([Audited(id="a0"), Audited(id="a1")])
+
+    async def dead() -> bool:
+        stats = await service.group_stats("dash-audited")
+        return stats["default"].dead == 1 and stats["audit"].dead == 2
+
+    await wait_for(dead, timeout=10)
+    await worker.remove_handler(Audited)
+    await worker.remove_handler(Audited, group="audit")
+
+    def row(html: str, group: str) -> list[str]:
+        part = html.split(f'class="group-row" data-group="{group}"')[1].split("</tr>")[0]
+        return re.findall(r'<td class="n[^"]*">([\d,]+)</td>', part)
+
+    async with _client(create_app(service)) as http:
+        overview = await http.get("/")
+        assert '<td class="n groups">3</td>' in overview.text
+        page = await http.get("/type", params={"name": "dash-audited"})
+        assert page.status_code == 200
+        assert "<script>g" not in page.text and "&lt;script&gt;g&lt;/script&gt;" in page.text
+        # scheduled, ready, in flight, dead per group
+        assert row(page.text, "default") == ["0", "0", "0", "1"]
+        assert row(page.text, "audit") == ["0", "0", "0", "2"]
+        assert row(page.text, "&lt;script&gt;g&lt;/script&gt;") == ["0", "2", "0", "0"]
+        # the default group's dead letters unless another is selected
+        assert 'data-id="a0"' in page.text and 'data-id="a1"' not in page.text
+        page = await http.get("/type", params={"name": "dash-audited", "group": "audit"})
+        assert 'data-id="a0"' in page.text and 'data-id="a1"' in page.text
+        assert '<input type="hidden" name="group" value="audit">' in page.text
+        assert (await http.get("/type", params={"name": "x", "group": "a{b}"})).status_code == 400
+        token = _csrf(page.text)
+        base = {"type": "dash-audited", "csrf": token, "action": "requeue"}
+        # the group travels in the CSRF-checked form: a forged one does nothing
+        r = await http.post("/actions/dead", data={**base, "csrf": "x" * 64, "group": "audit",
+                                                   "id": "a0"})  # fmt: skip
+        assert r.status_code == 403
+        r = await http.post("/actions/dead", data={**base, "group": "audit", "id": "a0"})
+        assert r.status_code == 200 and "Requeued 1 dead letter(s)" in r.text
+        assert "group audit" in r.text and "group=audit" in r.text  # the back link keeps it
+        r = await http.post("/actions/dead", data={**base, "group": "audit", "scope": "all"})
+        assert "all 1 dead letters of dash-audited, group audit?" in r.text
+        assert '<input type="hidden" name="group" value="audit">' in r.text
+    assert [d.id for d in await service.dead_letters("dash-audited", group="audit")] == ["a1"]
+    assert [d.id for d in await service.dead_letters("dash-audited")] == ["a0"]
+    stats = await service.group_stats("dash-audited")
+    assert stats["default"].dead == 1 and stats["audit"].dead == 1
+    assert stats["audit"].scheduled + stats["audit"].ready == 1
+    assert stats["default"].scheduled + stats["default"].ready + stats["default"].in_flight == 0

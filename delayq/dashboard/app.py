@@ -33,6 +33,7 @@ from .security import AuthHook, Csrf, SecurityMiddleware
 __all__ = ["create_app"]
 
 _MAX_TYPES_WITH_CHARTS = 50
+_DEFAULT_GROUP = "default"
 
 
 def _fmt_time(when: datetime | None) -> str:
@@ -148,6 +149,23 @@ class Dashboard:
 
             raise HTTPException(400, f"bad event type name: {exc}") from exc
 
+    @staticmethod
+    def _group_name(value: object) -> str:
+        """A delivery group name from a query or form ("default" when absent)."""
+        if value is None or value == "":
+            return _DEFAULT_GROUP
+        try:
+            return validate_name(str(value), "group name")
+        except (TypeError, ValueError) as exc:
+            from starlette.exceptions import HTTPException
+
+            raise HTTPException(400, f"bad group name: {exc}") from exc
+
+    @staticmethod
+    def _group_arg(group: str) -> str | None:
+        """The ``group=`` argument of the service's dead-letter calls."""
+        return None if group == _DEFAULT_GROUP else group
+
     # -- data ----------------------------------------------------------------
 
     async def _history_charts(self, names: Sequence[str], window: str) -> dict[str, Any]:
@@ -189,23 +207,37 @@ class Dashboard:
         window = "day" if request.query_params.get("window") == "day" else "hour"
         stats = await self.service.stats()
         names = sorted(stats)
-        charts = await self._history_charts(names, window)
-        return {"stats": stats, "names": names, "charts": charts, "window": window}
+        charts, groups = await asyncio.gather(
+            self._history_charts(names, window),
+            asyncio.gather(*(self.service.groups(n) for n in names)),
+        )
+        group_counts = dict(zip(names, (len(g) for g in groups), strict=True))
+        return {
+            "stats": stats,
+            "names": names,
+            "charts": charts,
+            "window": window,
+            "group_counts": group_counts,
+            "any_groups": any(g != [_DEFAULT_GROUP] for g in groups),
+        }
 
     async def _type_context(self, request: Request, name: str) -> dict[str, Any]:
         size = self.page_size
         offset = _int_param(request, "offset")
         in_offset = _int_param(request, "in_offset")
-        counts, histogram, upcoming, in_flight = await asyncio.gather(
+        counts, histogram, upcoming, in_flight, group_stats = await asyncio.gather(
             self.service.stats_for(name),
             self.service.due_histogram(name),
             self.service.scheduled(name, limit=size, offset=offset),
             self.service.in_flight(name, limit=size, offset=in_offset),
+            self.service.group_stats(name),
         )
         bars = [(label, n) for label, n in histogram.counts.items()]
         return {
             "name": name,
             "counts": counts,
+            # only a type with a named group gets the per-group table and selector
+            "group_stats": group_stats if list(group_stats) != [_DEFAULT_GROUP] else {},
             "histogram": bar_chart(bars, title="scheduled events by due time"),
             "upcoming": upcoming,
             "in_flight": in_flight,
@@ -228,18 +260,27 @@ class Dashboard:
     async def type_page(self, request: Request) -> Response:
         """One type: due histogram, upcoming, in flight, dead letters, charts."""
         name = self._type_name(request, request.query_params.get("name"))
+        group = self._group_name(request.query_params.get("group"))
         context = await self._type_context(request, name)
         dead_offset = _int_param(request, "dead_offset")
         window = "day" if request.query_params.get("window") == "day" else "hour"
         dead, charts = await asyncio.gather(
-            self.service.dead_letters(name, limit=self.page_size, offset=dead_offset),
+            self.service.dead_letters(
+                name, limit=self.page_size, offset=dead_offset, group=self._group_arg(group)
+            ),
             self._history_charts([name], window),
         )
+        group_counts = context["group_stats"].get(group)
+        dead_total = context["counts"].dead if group_counts is None else group_counts.dead
         return self.render(
             request,
             "type.html",
             dead=dead,
             dead_offset=dead_offset,
+            dead_total=dead_total,
+            group=group,
+            # the pager and back links name the group only when it is not the default
+            group_param=self._group_arg(group),
             charts=charts[name],
             window=window,
             **context,
@@ -306,6 +347,8 @@ class Dashboard:
         if refused is not None:
             return refused
         name = self._type_name(request, str(form.get("type", "")))
+        group = self._group_name(form.get("group"))
+        group_arg = self._group_arg(group)
         action = form.get("action")
         if action not in ("requeue", "purge"):
             return self.render(request, "message.html", status_code=400, heading="Bad request",
@@ -314,24 +357,34 @@ class Dashboard:
         ids = [str(i) for i in form.getlist("id") if str(i)]
         if not every and not ids:
             return self.render(request, "message.html", status_code=400, heading="Nothing selected",
-                               message="Select dead letters first.", back=name)  # fmt: skip
+                               message="Select dead letters first.", back=name,
+                               back_group=group_arg)  # fmt: skip
         if (every or len(ids) > 1) and form.get("confirm") != "yes":
-            total = await self.service.stats_for(name)
+            if group_arg is None:
+                total = (await self.service.stats_for(name)).dead
+            else:
+                per_group = await self.service.group_stats(name)
+                total = per_group[group].dead if group in per_group else 0
             return self.render(
                 request, "confirm.html", name=name, action=action, every=every, ids=ids,
-                total=total.dead,
+                total=total, group=group, group_param=group_arg,
             )  # fmt: skip
         if action == "requeue":
-            done = await self.service.requeue_dead_letters(name, None if every else ids)
+            done = await self.service.requeue_dead_letters(
+                name, None if every else ids, group=group_arg
+            )
             verb = "Requeued"
         else:
-            done = await self.service.purge_dead_letters(name, None if every else ids)
+            done = await self.service.purge_dead_letters(
+                name, None if every else ids, group=group_arg
+            )
             verb = "Purged"
         what = "all dead letters" if every else f"{len(ids)} selected dead letter(s)"
+        where = name if group_arg is None else f"{name}, group {group}"
         return self.render(
             request, "message.html", heading=f"{verb} {done} dead letter(s)",
-            message=f"{verb} {done} of {what} of {name}.",
-            ids=[] if every else ids[:100], back=name,
+            message=f"{verb} {done} of {what} of {where}.",
+            ids=[] if every else ids[:100], back=name, back_group=group_arg,
         )  # fmt: skip
 
     async def event_action(self, request: Request) -> Response:
