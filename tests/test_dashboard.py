@@ -202,6 +202,8 @@ async def test_groups_are_shown_and_dead_letter_actions_act_on_the_selected_grou
     service, pool = setup
     evil = "<script>g</script>"
     worker = await pool.start(heartbeat_interval=0)
+    # registered before the events are enqueued, so that both groups get them
+    assert await worker.register_group(Audited, "audit")
     assert await worker.register_group(Audited, evil)  # no handler: its events wait
     worker.add_handler(Audited, _fails_a0)
     worker.add_handler(Audited, _audit_fails, group="audit")

@@ -214,6 +214,71 @@ def test_requeue_a_dead_letter_and_a_worker_handles_it(
     raw.close()
 
 
+class UiGrouped(Event, event_name="ui-grouped"):
+    """Handled by the default group, failed by the "audit" group."""
+
+
+async def _audit_dead_letter(url: str, prefix: str) -> None:
+    """Make one dead letter of group "audit" (the default group handles the event)."""
+    import asyncio
+
+    from core_support import ServicePool
+
+    async def ok(event: UiGrouped) -> None:
+        pass
+
+    async def audit(event: UiGrouped) -> None:
+        raise RuntimeError("audit is down")
+
+    pool = ServicePool(url, prefix, retry_attempts=0)
+    try:
+        service = await pool.start(heartbeat_interval=0)
+        assert await service.register_group(UiGrouped, "audit")  # before the event is enqueued
+        service.add_handler(UiGrouped, ok)
+        service.add_handler(UiGrouped, audit, group="audit")
+        await service.enqueue_many([UiGrouped(id="g-1")])
+        for _ in range(300):
+            stats = await service.group_stats(UiGrouped)
+            done = stats["default"].in_flight == stats["default"].ready == 0
+            if stats["audit"].dead == 1 and done:
+                return
+            await asyncio.sleep(0.05)
+        pytest.fail("no dead letter in group audit")
+    finally:
+        await pool.aclose()
+
+
+def test_requeue_a_dead_letter_of_a_delivery_group(
+    redis_url: str, prefix: str, procs: Procs, browser, shots: Path
+) -> None:
+    _run(_audit_dead_letter(redis_url, prefix))
+    base = _dashboard(procs, redis_url, prefix)
+    browser.get(base + "/type?name=ui-grouped")
+    groups = [r.get_attribute("data-group") for r in _css(browser, "#groups tr.group-row")]
+    assert groups == ["audit", "default"]
+    assert not _css(browser, "tr.dead-row")  # the default group has none
+    _click(browser, '#group-select a[data-group="audit"]')
+    _find(browser, 'tr.dead-row[data-id="g-1"]')
+    browser.save_screenshot(str(shots / "groups.png"))
+    _click(browser, "button.requeue-one")
+    assert "Requeued 1 dead letter" in _find(browser, "#result").text
+    _click(browser, "#back")
+    _find(browser, '#group-select a.on[data-group="audit"]')
+    assert not _css(browser, "tr.dead-row")
+
+    async def check() -> None:
+        service = EventService.from_url(redis_url, prefix=prefix)
+        try:
+            stats = await service.group_stats("ui-grouped")
+            assert stats["audit"].dead == 0 and stats["audit"].scheduled + stats["audit"].ready == 1
+            assert stats["default"].dead == 0
+            assert stats["default"].scheduled + stats["default"].ready == 0
+        finally:
+            await service.aclose()
+
+    _run(check())
+
+
 def test_search_cancel_and_run_now(
     redis_url: str, prefix: str, procs: Procs, browser, shots: Path
 ) -> None:
