@@ -352,17 +352,18 @@ class EventService:
                 await consumer.wait_finished()
         return await self._groups.remove(name, checked or "default")
 
-    async def groups(self, event_type: type[Event]) -> list[str]:
-        """The delivery groups registered for ``event_type`` (``["default"]`` if none is named)."""
-        return await self._groups.names(self._register_type(event_type))
+    async def groups(self, event_type: EventTypeRef) -> list[str]:
+        """The delivery groups registered for ``event_type`` (class or wire name;
+        ``["default"]`` if none is named)."""
+        return await self._groups.names(self._name(event_type))
 
-    async def group_stats(self, event_type: type[Event]) -> dict[str, QueueCounts]:
-        """Counts per delivery group of ``event_type``.
+    async def group_stats(self, event_type: EventTypeRef) -> dict[str, QueueCounts]:
+        """Counts per delivery group of ``event_type`` (class or wire name).
 
         A group's ``scheduled`` counts the type's events not yet due (each will
         reach every group) plus the group's own retries waiting.
         """
-        return await self._groups.counts(self._register_type(event_type))
+        return await self._groups.counts(self._name(event_type))
 
     # -- enqueueing ----------------------------------------------------------------
 
