@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol, runtime_checkable
 
 from .context import Delivery
+from .keys import DEFAULT_GROUP
 from .metrics import Metrics
 
 __all__ = ["HandlerRun", "Observer", "Tracing"]
@@ -69,6 +70,7 @@ class Observer:
     def __init__(self, metrics: Metrics, tracing: Tracing | None = None):
         self.metrics = metrics
         self.tracing = tracing
+        self._by_group: dict[str, Metrics] = {}
 
     # -- enqueue -------------------------------------------------------------------
 
@@ -97,12 +99,25 @@ class Observer:
 
     # -- handler runs ----------------------------------------------------------------
 
+    def _metrics_of(self, delivery: Delivery) -> Metrics:
+        """The sink as the delivery's group reports to it (labelled with the group)."""
+        if delivery.group == DEFAULT_GROUP:
+            return self.metrics
+        metrics = self._by_group.get(delivery.group)
+        if metrics is None:
+            # deferred: groups imports consumer, which imports this module
+            from .groups import GroupMetrics
+
+            metrics = self._by_group[delivery.group] = GroupMetrics(self.metrics, delivery.group)
+        return metrics
+
     def started(self, delivery: Delivery) -> HandlerRun:
         """A handler is about to run ``delivery``: record its lateness, open its span."""
         lateness_ms = delivery.lateness_ms
         if lateness_ms is not None:
-            self.metrics.gauge("lateness_ms", lateness_ms, event_type=delivery.event_type)
-            self.metrics.observe(
+            metrics = self._metrics_of(delivery)
+            metrics.gauge("lateness_ms", lateness_ms, event_type=delivery.event_type)
+            metrics.observe(
                 "lateness", max(0.0, lateness_ms / 1000), event_type=delivery.event_type
             )
         span = None if self.tracing is None else self.tracing.handling(delivery)
@@ -120,7 +135,7 @@ class Observer:
             outcome = "cancelled"
         else:
             outcome = "failure"
-        metrics = self.metrics
+        metrics = self._metrics_of(delivery)
         metrics.observe(
             "handler_duration", elapsed, event_type=delivery.event_type, outcome=outcome
         )

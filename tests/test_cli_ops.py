@@ -10,7 +10,7 @@ import pytest
 import redis
 from cli_app import CliJob
 
-from delayq import EventService
+from delayq import Event, EventService
 from delayq.cli.app import main
 from delayq.cli.durations import parse_duration
 from delayq.testing import free_port, wait_for
@@ -175,6 +175,8 @@ def test_requeue_all_with_progress(cli, redis_url, prefix):
         (["enqueue", "cli_app:nothing", "--id", "x"], "has no attribute"),
         (["enqueue", "cli_app:service", "--id", "x"], "not a subclass of delayq.Event"),
         (["stats", "--interval", "0"], "at least 100ms"),
+        (["dead", "list", "cli-job", "--group", "nope"], "no delivery group 'nope'"),
+        (["dead", "purge", "cli-job", "--all", "--yes", "--group", "a:b"], "group name"),
     ],
 )
 def test_bad_input_writes_nothing(cli, redis_url, prefix, sync_redis, args, message):
@@ -210,3 +212,70 @@ def test_untrusted_text_is_not_markup(cli, redis_url, prefix):
     asyncio.run(go())
     out, _ = cli("scheduled", "cli-job")
     assert "[bold red]x[/]" in out
+
+
+class CliFan(Event, event_name="cli-fan"):
+    """A type with a named delivery group whose handler fails."""
+
+
+def test_delivery_groups(cli, redis_url, prefix):
+    prepare(redis_url, prefix)
+
+    async def go() -> None:
+        async def ok(event: CliFan) -> None:
+            pass
+
+        async def fail(event: CliFan) -> None:
+            raise RuntimeError(f"audit {event.id}")
+
+        worker = EventService.from_url(
+            redis_url, prefix=prefix, scheduling_interval=0.1, polling_timeout=1
+        )
+        worker.add_handler(CliFan, ok)
+        worker.add_handler(CliFan, fail, group="audit", retry_attempts=0)
+        async with worker:
+            async def registered() -> bool:  # groups register as their consumers start
+                return "audit" in await worker.groups("cli-fan")
+
+            await wait_for(registered)
+            await worker.enqueue_many([CliFan(id=f"f{i}") for i in range(3)])
+
+            async def settled() -> bool:
+                counts = await worker.group_stats("cli-fan")
+                audit, default = counts.get("audit"), counts.get("default")
+                return bool(audit and default and audit.dead == 3 and not default.in_flight)
+
+            await wait_for(settled)
+
+    asyncio.run(go())
+
+    types = cli("stats", "--json")["types"]
+    assert "groups" not in types["cli-job"]
+    fan = types["cli-fan"]
+    assert set(fan["groups"]) == {"audit", "default"}
+    audit, default = fan["groups"]["audit"], fan["groups"]["default"]
+    assert (audit["scheduled"], audit["ready"], audit["in_flight"], audit["dead"]) == (0, 0, 0, 3)
+    assert (default["ready"], default["in_flight"], default["dead"]) == (0, 0, 0)
+    assert set(audit) == set(types["cli-job"])  # the same count fields
+    out, _ = cli("stats")
+    assert "  cli-fan [audit]" in out and "  cli-fan [default]" in out
+    assert "cli-job [" not in out
+
+    assert cli("dead", "list", "cli-fan", "--json")["dead"] == []
+    listed = cli("dead", "list", "cli-fan", "--group", "audit", "--json")
+    assert listed["group"] == "audit"
+    assert sorted(d["id"] for d in listed["dead"]) == ["f0", "f1", "f2"]
+    assert listed["dead"][0]["error"].startswith("RuntimeError: audit")
+    out, _ = cli("dead", "list", "cli-fan", "--group", "audit")
+    assert "cli-fan [audit]" in out and "f0" in out
+
+    got = cli("dead", "requeue", "cli-fan", "f0", "--group", "audit", "--delay", "1h", "--json")
+    assert got == {"type": "cli-fan", "group": "audit", "requeued": 1}
+    # the default group has no dead letters to requeue
+    assert cli("dead", "requeue", "cli-fan", "--all", "--json")["requeued"] == 0
+    audit = cli("stats", "--json")["types"]["cli-fan"]["groups"]["audit"]
+    assert (audit["scheduled"], audit["dead"]) == (1, 2)
+    assert cli("dead", "purge", "cli-fan", "f1", "--group", "audit", "--json")["purged"] == 1
+    purged = cli("dead", "purge", "cli-fan", "--all", "--yes", "--group", "audit", "--json")
+    assert purged["purged"] == 1
+    assert cli("stats", "--json")["types"]["cli-fan"]["groups"]["audit"]["dead"] == 0

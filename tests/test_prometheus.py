@@ -42,6 +42,10 @@ class PromIdle(Event, event_name="obs-prom-idle"):
     """Nobody handles it."""
 
 
+class PromFan(Event, event_name="obs-prom-fan"):
+    """Handled by the default group; the audit group fails it."""
+
+
 ROOT = Path(__file__).resolve().parent.parent
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -156,7 +160,10 @@ async def test_metrics_over_http_match_the_workload(
 
         def counter(name: str, event_type: str) -> float:
             return (
-                registry.get_sample_value(f"delayq_{name}_total", {"event_type": event_type}) or 0
+                registry.get_sample_value(
+                    f"delayq_{name}_total", {"event_type": event_type, "group": "default"}
+                )
+                or 0
             )
 
         async def settled() -> bool:
@@ -203,8 +210,10 @@ async def test_metrics_over_http_match_the_workload(
     }
     types = ["obs-prom-ok", "obs-prom-flaky", "obs-prom-dead", "obs-prom-idle"]
     for name, by_type in per_type.items():
+        # the counters of deliveries have a group label ("default": handlers without a group)
+        labels = {"group": "default"} if name != "cancelled" else {}
         for event_type in types:
-            got = value(samples, f"delayq_{name}_total", event_type=event_type)
+            got = value(samples, f"delayq_{name}_total", event_type=event_type, **labels)
             assert got == by_type.get(event_type, 0), (name, event_type, got)
     for name in ("leases_lost", "redis_errors"):
         assert sum(v for (n, _), v in samples.items() if n == f"delayq_{name}_total") == 0
@@ -220,23 +229,23 @@ async def test_metrics_over_http_match_the_workload(
         ("obs-prom-dead", "failure"): 3,
     }
     for (event_type, outcome), n in runs.items():
-        labels = {"event_type": event_type, "outcome": outcome}
+        labels = {"event_type": event_type, "outcome": outcome, "group": "default"}
         assert value(samples, "delayq_handler_duration_seconds_count", **labels) == n
         assert value(samples, "delayq_handler_duration_seconds_bucket", **labels, le="+Inf") == n
     lateness = {"obs-prom-ok": 5, "obs-prom-flaky": 6, "obs-prom-dead": 3}
     done = {"obs-prom-ok": 5, "obs-prom-flaky": 3}
     for event_type in types:
         assert value(
-            samples, "delayq_lateness_seconds_count", event_type=event_type
+            samples, "delayq_lateness_seconds_count", event_type=event_type, group="default"
         ) == lateness.get(event_type, 0)
         assert value(
-            samples, "delayq_enqueue_to_done_seconds_count", event_type=event_type
+            samples, "delayq_enqueue_to_done_seconds_count", event_type=event_type, group="default"
         ) == done.get(event_type, 0)
     # the documented buckets: 1 ms ... 6 h for lateness, up to 7 days for enqueue_to_done
     les = {dict(labels)["le"] for (n, labels) in samples if n == "delayq_lateness_seconds_bucket"}
     assert {"0.001", "21600.0", "+Inf"} <= les
     for event_type in ("obs-prom-ok", "obs-prom-flaky", "obs-prom-dead"):
-        assert value(samples, "delayq_handlers_in_flight", event_type=event_type) == 0
+        assert value(samples, "delayq_handlers_in_flight", event_type=event_type, group="default") == 0
 
     # -- the queue depth agrees with stats() ---------------------------------------------
     for event_type, counts in stats.items():
@@ -283,8 +292,73 @@ async def test_queue_depth_costs_a_few_commands_per_type_and_is_cached(
     print(f"\nqueue depth, 3 types: {sum(first.values())} commands per read: {dict(first)}")
     assert app.collector.reads == 1
     assert cached == Counter()
-    # service.stats(): SMEMBERS, then one read-only script call per type, pipelined
-    assert first == Counter({"SMEMBERS": 1, "EVALSHA": 3})
+    # service.stats(): SMEMBERS, then one read-only script call per type, pipelined; and
+    # each type's delivery groups (none here: nothing more)
+    assert first == Counter({"SMEMBERS": 1, "EVALSHA": 3, "HGETALL": 3})
+
+
+async def test_delivery_groups_are_labelled(
+    private_server: RedisServer, prefix: str, wait_for
+) -> None:
+    registry = CollectorRegistry()
+    pool = ServicePool(private_server.url, prefix, metrics=PrometheusMetrics(registry))
+
+    async def ok(event: PromFan) -> None:
+        pass
+
+    async def audit(event: PromFan) -> None:
+        raise RuntimeError("audit fails")
+
+    try:
+        service = pool.make()
+        service.add_handler(PromFan, ok)
+        service.add_handler(PromFan, audit, group="audit", retry_attempts=1, retry_backoff=fixed(0))
+        await service.start()
+
+        async def registered() -> bool:
+            return "audit" in await service.groups(PromFan)
+
+        await wait_for(registered)
+        producer = pool.producer()
+        await producer.enqueue_many([PromFan(id=f"f{i}") for i in range(2)])
+        assert await producer.enqueue_with_delay(PromOk(id="later"), 3600)
+
+        async def settled() -> bool:
+            counts = await service.group_stats(PromFan)
+            return counts["audit"].dead == 2 and counts["default"].in_flight == 0
+
+        await wait_for(settled, timeout=20)
+        async with serve(
+            0, host="127.0.0.1", service=producer, registry=registry, cache_seconds=0
+        ) as srv:
+            _, samples = await scrape(srv.port)
+    finally:
+        await pool.aclose()
+
+    fan = {"event_type": "obs-prom-fan"}
+    for group, succeeded, failed in (("default", 2, 0), ("audit", 0, 4)):
+        labels = {**fan, "group": group}
+        assert value(samples, "delayq_delivered_total", **labels) == succeeded + failed
+        assert value(samples, "delayq_succeeded_total", **labels) == succeeded
+        assert value(samples, "delayq_failed_total", **labels) == failed
+        assert value(samples, "delayq_handlers_in_flight", **labels) == 0
+        assert value(samples, "delayq_lateness_seconds_count", **labels) == succeeded + failed
+    assert value(samples, "delayq_retried_total", **fan, group="audit") == 2
+    assert value(samples, "delayq_dead_lettered_total", **fan, group="audit") == 2
+    assert value(samples, "delayq_enqueued_total", **fan, outcome="new") == 2  # per type
+    # no event_type "type:group" folding for a sink that takes group=
+    assert not [k for k in samples if any(v.startswith("obs-prom-fan:") for _, v in k[1])]
+    # the queue depth per group, for the type with named groups only
+    for group, dead in (("default", 0), ("audit", 2)):
+        labels = {**fan, "group": group}
+        assert value(samples, "delayq_queue_group_events", **labels, state="dead") == dead
+        assert value(samples, "delayq_queue_group_events", **labels, state="ready") == 0
+    assert not [
+        k for k in samples
+        if k[0] == "delayq_queue_group_events" and ("event_type", "obs-prom-ok") in k[1]
+    ]  # fmt: skip
+    assert value(samples, "delayq_queue_events", event_type="obs-prom-ok", state="scheduled") == 1
+    assert value(samples, "delayq_queue_events", **fan, state="dead") == 0
 
 
 async def test_asgi_app_mounts_in_fastapi(private_server: RedisServer, prefix: str) -> None:
@@ -368,7 +442,10 @@ async def test_every_metric_is_documented_and_the_dashboard_uses_real_ones() -> 
     async def fake_read(service: Any) -> dict[str, QueueCounts]:
         return {"t": QueueCounts(1, 2, 3, 4, due=2, backlog_age=1.5)}
 
-    collector = QueueDepthCollector(None, read=fake_read)  # type: ignore[arg-type]
+    async def fake_groups(service: Any, names: list[str]) -> dict[str, dict[str, QueueCounts]]:
+        return {"t": {"default": QueueCounts(1, 2, 3, 4), "audit": QueueCounts(1, 0, 0, 1)}}
+
+    collector = QueueDepthCollector(None, read=fake_read, read_groups=fake_groups)  # type: ignore[arg-type]
     registry.register(collector)
     await collector.refresh()
     exposition = generate_latest(registry).decode()

@@ -55,6 +55,10 @@ class SparkNullable(Event, event_name="spark-nullable"):
     comment: str | None  # required, but may be None
 
 
+class SparkFan(Event, event_name="spark-fan"):
+    order_id: int
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One local[2] SparkSession for every test of this module."""
@@ -477,6 +481,64 @@ async def test_read_queue_returns_what_the_service_sees(
         if row.event_type == "spark-held":
             assert row.state == "in_flight" and row.attempts == 1
             assert row.due_at.replace(tzinfo=timezone.utc) > now  # the lease deadline
+
+
+async def test_read_queue_covers_delivery_groups(
+    spark: Any, redis_url: str, prefix: str, wait_for: Any
+) -> None:
+    from delayq.spark import STATES, read_queue
+
+    release = asyncio.Event()
+
+    async def ok(event: SparkFan) -> None:
+        pass
+
+    async def audit(event: SparkFan) -> None:
+        raise RuntimeError(f"audit {event.order_id}")
+
+    async def hold(event: SparkFan) -> None:
+        await release.wait()
+
+    service = EventService.from_url(redis_url, prefix=prefix, retry_attempts=0)
+    async with service:
+        service.add_handler(SparkFan, ok)
+        service.add_handler(SparkFan, audit, group="audit")
+        service.add_handler(SparkFan, hold, group="hold", concurrency=2)
+
+        async def registered() -> bool:
+            return len(await service.groups(SparkFan)) == 3
+
+        await wait_for(registered)
+        await service.enqueue_many([SparkFan(id=f"f-{i}", order_id=i) for i in range(2)])
+        await service.enqueue_with_delay(SparkFan(id="later", order_id=9), 3600)
+        await service.enqueue_with_delay(SparkOrder(id="o", order_id=1, amount=1, customer="c"), 60)
+
+        async def settled() -> bool:
+            counts = await service.group_stats(SparkFan)
+            return counts["audit"].dead == 2 and counts["hold"].in_flight == 2
+
+        await wait_for(settled, timeout=30)
+        rows = await asyncio.to_thread(
+            lambda: read_queue(spark, redis_url=redis_url, prefix=prefix, states=STATES).collect()
+        )
+        release.set()
+
+    got = sorted((r.event_type, r.group or "", r.state, r.id) for r in rows)
+    assert got == [
+        ("spark-fan", "", "scheduled", "later"),
+        ("spark-fan", "audit", "dead", "f-0"),
+        ("spark-fan", "audit", "dead", "f-1"),
+        ("spark-fan", "hold", "in_flight", "f-0"),
+        ("spark-fan", "hold", "in_flight", "f-1"),
+        ("spark-order", "", "scheduled", "o"),
+    ]
+    assert all(r.group is None for r in rows if r.state == "scheduled")
+    for row in rows:
+        if row.group == "audit":
+            assert row.last_error == f"RuntimeError: audit {row.id[2:]}" and row.attempts == 1
+            assert msgspec.json.decode(row.payload_json, type=SparkFan).id == row.id
+        if row.group == "hold":
+            assert row.attempts == 1 and row.last_error is None
 
 
 async def _stats_equal(service: EventService, expected: dict[str, QueueCounts]) -> bool:

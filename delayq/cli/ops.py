@@ -19,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from ..events import validate_name
+from ..keys import DEFAULT_GROUP
 from ..service import EventService
 from ..store import QueueCounts
 from .durations import parse_duration
@@ -58,6 +59,10 @@ Cluster = Annotated[
 Json = Annotated[bool, typer.Option("--json", help="Print JSON (stable field names) for scripts.")]
 TypeName = Annotated[
     str, typer.Argument(metavar="TYPE", help="The event type's wire name.", show_default=False)
+]
+GroupName = Annotated[
+    str,
+    typer.Option("--group", help="The delivery group (handlers added without a group: default)."),
 ]
 EventId = Annotated[str, typer.Argument(metavar="ID", help="The event id.", show_default=False)]
 DEFAULT_URL = "redis://localhost:6379/0"
@@ -127,7 +132,46 @@ def _counts_dict(c: QueueCounts) -> dict[str, Any]:
     }
 
 
-def _stats_table(prefix: str, stats: dict[str, QueueCounts]) -> Table:
+_Read = tuple[dict[str, QueueCounts], dict[str, dict[str, QueueCounts]]]
+
+
+async def _known_group(service: EventService, name: str, group: str) -> str | None:
+    """``group`` if ``name`` has it (None for the default group); else a one-line failure."""
+    if group == DEFAULT_GROUP:
+        return None
+    try:
+        validate_name(group, "group name")
+    except (TypeError, ValueError) as exc:
+        fail(str(exc))
+    groups = await service.groups(name)
+    if group not in groups:
+        fail(f"{name!r} has no delivery group {group!r} (groups: {', '.join(groups)})")
+    return group
+
+
+async def _dead_count(service: EventService, name: str, group: str | None) -> int:
+    if group is None:
+        return (await service.stats_for(name)).dead
+    counts = await service.group_stats(name)
+    return counts[group].dead if group in counts else 0
+
+
+async def _group_stats(
+    service: EventService, names: list[str]
+) -> dict[str, dict[str, QueueCounts]]:
+    """Counts per delivery group of the types (among ``names``) that have named groups."""
+    found: dict[str, dict[str, QueueCounts]] = {}
+    for name in names:
+        if await service.groups(name) != [DEFAULT_GROUP]:
+            found[name] = await service.group_stats(name)
+    return found
+
+
+def _stats_table(
+    prefix: str,
+    stats: dict[str, QueueCounts],
+    groups: dict[str, dict[str, QueueCounts]] | None = None,
+) -> Table:
     table = Table(title=f"delayq · prefix {prefix}", title_justify="left")
     for column in ("type", "scheduled", "ready", "in flight", "dead", "due", "next due", "backlog age"):
         table.add_column(column, justify="left" if column in ("type", "next due") else "right")
@@ -146,6 +190,18 @@ def _stats_table(prefix: str, stats: dict[str, QueueCounts]) -> Table:
             when(c.next_due_at, now),
             age,
         )
+        for group, g in sorted((groups or {}).get(name, {}).items()):
+            # a group has its own ready, in-flight and dead sets; due times are the type's
+            table.add_row(
+                text(f"  {name} [{group}]"),
+                str(g.scheduled),
+                str(g.ready),
+                str(g.in_flight),
+                str(g.dead) if not g.dead else f"[red]{g.dead}[/red]",
+                "",
+                "",
+                "",
+            )
     if not stats:
         table.caption = "no event types under this prefix"
     return table
@@ -183,9 +239,10 @@ async def _bulk(
     label: str,
     apply: Callable[[list[str]], Awaitable[int]],
     show: bool,
+    group: str | None = None,
 ) -> int:
     """Apply ``apply`` page by page (all dead letters now present, or ``ids``), with a progress bar."""
-    total = len(ids) if ids is not None else (await service.stats_for(name)).dead
+    total = len(ids) if ids is not None else await _dead_count(service, name, group)
     done = 0
     with Progress(
         TextColumn(label),
@@ -201,7 +258,12 @@ async def _bulk(
             if ids is not None:
                 page = ids[seen : seen + 500]
             else:
-                page = [d.id for d in await service.dead_letters(name, limit=min(500, total - seen))]
+                page = [
+                    d.id
+                    for d in await service.dead_letters(
+                        name, limit=min(500, total - seen), group=group
+                    )
+                ]
                 if not page:
                     break
             seen += len(page)
@@ -234,31 +296,45 @@ def register(app: typer.Typer) -> None:
         the backlog's age (how long the oldest due, unclaimed event has waited).
 
         With --watch --json, one JSON object per line at every refresh.
+        Types with named delivery groups get one more row per group ("type [group]"; in
+        JSON, a "groups" object of the same fields per group).
         """
         period = _parse_delay(interval)
         if period < 0.1:
             fail("--interval must be at least 100ms")
 
-        def as_data(stats: dict[str, QueueCounts]) -> dict[str, Any]:
-            return {"prefix": prefix, "types": {n: _counts_dict(c) for n, c in sorted(stats.items())}}
+        async def read(service: EventService) -> _Read:
+            stats = await service.stats()
+            return stats, await _group_stats(service, sorted(stats))
+
+        def as_data(got: _Read) -> dict[str, Any]:
+            stats, groups = got
+            types: dict[str, Any] = {}
+            for n, c in sorted(stats.items()):
+                types[n] = _counts_dict(c)
+                if n in groups:
+                    types[n]["groups"] = {
+                        g: _counts_dict(gc) for g, gc in sorted(groups[n].items())
+                    }
+            return {"prefix": prefix, "types": types}
 
         async def main() -> None:
             async with _connect(redis_url, prefix, cluster) as service:
                 if not watch:
-                    stats = await service.stats()
+                    got = await read(service)
                     if as_json:
-                        print_json(as_data(stats))
+                        print_json(as_data(got))
                     else:
-                        console.print(_stats_table(prefix, stats))
+                        console.print(_stats_table(prefix, *got))
                     return
                 if as_json:
                     while True:
-                        sys.stdout.write(json.dumps(as_data(await service.stats())) + "\n")
+                        sys.stdout.write(json.dumps(as_data(await read(service))) + "\n")
                         sys.stdout.flush()
                         await asyncio.sleep(period)
                 with Live(console=console, auto_refresh=False) as live:
                     while True:
-                        live.update(_stats_table(prefix, await service.stats()), refresh=True)
+                        live.update(_stats_table(prefix, *await read(service)), refresh=True)
                         await asyncio.sleep(period)
 
         try:
@@ -348,20 +424,31 @@ def register(app: typer.Typer) -> None:
         type_name: TypeName,
         limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="Most rows.")] = 20,
         offset: Annotated[int, typer.Option("--offset", min=0, help="Skip this many (oldest first).")] = 0,
+        group: GroupName = DEFAULT_GROUP,
         as_json: Json = False,
         redis_url: RedisUrl = DEFAULT_URL,
         prefix: Prefix = "delayq",
         cluster: Cluster = False,
     ) -> None:
-        """Dead letters of one type, oldest first, with their last error."""
+        """Dead letters of one type (of one delivery group), oldest first, with their last error."""
 
         async def main() -> None:
             async with _connect(redis_url, prefix, cluster) as service:
-                items = await service.dead_letters(await _known(service, type_name), limit, offset)
+                name = await _known(service, type_name)
+                chosen = await _known_group(service, name, group)
+                items = await service.dead_letters(name, limit, offset, group=chosen)
             if as_json:
-                print_json({"type": type_name, "offset": offset, "dead": [d.to_dict() for d in items]})
+                print_json(
+                    {
+                        "type": type_name,
+                        "group": group,
+                        "offset": offset,
+                        "dead": [d.to_dict() for d in items],
+                    }
+                )
                 return
-            table = Table(title=f"{type_name}: dead letters from #{offset}", title_justify="left")
+            where = type_name if group == DEFAULT_GROUP else f"{type_name} [{group}]"
+            table = Table(title=text(f"{where}: dead letters from #{offset}"), title_justify="left")
             for column in ("id", "failed", "attempts", "error", "payload"):
                 table.add_column(column)
             for d in items:
@@ -382,31 +469,34 @@ def register(app: typer.Typer) -> None:
         ids: Annotated[list[str] | None, typer.Argument(metavar="[ID]...", help="Dead letters to requeue.", show_default=False)] = None,
         all_: Annotated[bool, typer.Option("--all", help="Requeue every dead letter of the type.")] = False,
         delay: Annotated[str, typer.Option("--delay", help="Due after this long (250ms, 30s, 5m, 3h, 2d).")] = "0",
+        group: GroupName = DEFAULT_GROUP,
         yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
         as_json: Json = False,
         redis_url: RedisUrl = DEFAULT_URL,
         prefix: Prefix = "delayq",
         cluster: Cluster = False,
     ) -> None:
-        """Schedule dead letters again (their attempt counts start over)."""
+        """Schedule dead letters again (their attempt counts start over); with --group, that
+        group's, delivered again to that group alone."""
         chosen = _pick_ids(ids, all_, "requeue")
         seconds = _parse_delay(delay)
 
         async def main() -> int:
             async with _connect(redis_url, prefix, cluster) as service:
                 name = await _known(service, type_name)
+                g = await _known_group(service, name, group)
                 if chosen is None:
-                    count = (await service.stats_for(name)).dead
+                    count = await _dead_count(service, name, g)
                     _confirm(f"Requeue all {count} dead letters of {name}?", yes or as_json, False)
 
                 async def apply(page: list[str]) -> int:
-                    return await service.requeue_dead_letters(name, ids=page, delay=seconds)
+                    return await service.requeue_dead_letters(name, ids=page, delay=seconds, group=g)
 
-                return await _bulk(service, name, chosen, "requeueing", apply, not as_json)
+                return await _bulk(service, name, chosen, "requeueing", apply, not as_json, g)
 
         done = _run(main)
         if as_json:
-            print_json({"type": type_name, "requeued": done})
+            print_json({"type": type_name, "group": group, "requeued": done})
         else:
             console.print(f"requeued {done} dead letters")
 
@@ -416,29 +506,31 @@ def register(app: typer.Typer) -> None:
         ids: Annotated[list[str] | None, typer.Argument(metavar="[ID]...", help="Dead letters to delete.", show_default=False)] = None,
         all_: Annotated[bool, typer.Option("--all", help="Delete every dead letter of the type.")] = False,
         yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (required off a terminal with --all).")] = False,
+        group: GroupName = DEFAULT_GROUP,
         as_json: Json = False,
         redis_url: RedisUrl = DEFAULT_URL,
         prefix: Prefix = "delayq",
         cluster: Cluster = False,
     ) -> None:
-        """Delete dead letters for good."""
+        """Delete dead letters (of one delivery group with --group) for good."""
         chosen = _pick_ids(ids, all_, "purge")
 
         async def main() -> int:
             async with _connect(redis_url, prefix, cluster) as service:
                 name = await _known(service, type_name)
+                g = await _known_group(service, name, group)
                 if chosen is None:
-                    count = (await service.stats_for(name)).dead
+                    count = await _dead_count(service, name, g)
                     _confirm(f"Delete all {count} dead letters of {name} for good?", yes, True)
 
                 async def apply(page: list[str]) -> int:
-                    return await service.purge_dead_letters(name, ids=page)
+                    return await service.purge_dead_letters(name, ids=page, group=g)
 
-                return await _bulk(service, name, chosen, "purging", apply, not as_json)
+                return await _bulk(service, name, chosen, "purging", apply, not as_json, g)
 
         done = _run(main)
         if as_json:
-            print_json({"type": type_name, "purged": done})
+            print_json({"type": type_name, "group": group, "purged": done})
         else:
             console.print(f"purged {done} dead letters")
 

@@ -12,7 +12,7 @@ dashboard.
 """
 
 from .app import MetricsApp, MetricsServer, make_asgi_app, serve
-from .depth import QueueDepthCollector, read_depth
+from .depth import QueueDepthCollector, read_depth, read_group_depth
 from .sink import DURATION_BUCKETS, LONG_BUCKETS, PrometheusMetrics
 
 __all__ = [
@@ -24,5 +24,6 @@ __all__ = [
     "QueueDepthCollector",
     "make_asgi_app",
     "read_depth",
+    "read_group_depth",
     "serve",
 ]

@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ..keys import DEFAULT_GROUP
 from ..store import QueueCounts
 
 if TYPE_CHECKING:
     from ..service import EventService
 
-__all__ = ["QueueDepthCollector", "read_depth"]
+__all__ = ["QueueDepthCollector", "read_depth", "read_group_depth"]
 
 log = logging.getLogger("delayq.prometheus")
 
@@ -37,12 +38,28 @@ async def read_depth(service: EventService) -> dict[str, QueueCounts]:
     return await service.stats()
 
 
+async def read_group_depth(
+    service: EventService, type_names: list[str]
+) -> dict[str, dict[str, QueueCounts]]:
+    """Counts per delivery group of those of ``type_names`` that have named groups.
+
+    Cost: one HGETALL per type (its groups), then ``service.group_stats`` for
+    each type with named groups; types without groups cost nothing more.
+    """
+    found = await asyncio.gather(*(service.groups(name) for name in type_names))
+    grouped = [name for name, groups in zip(type_names, found) if groups != [DEFAULT_GROUP]]
+    counts = await asyncio.gather(*(service.group_stats(name) for name in grouped))
+    return dict(zip(grouped, counts))
+
+
 class QueueDepthCollector(Collector):
     """A prometheus-client collector of the queue depth under one service's prefix.
 
     Exports, per event type: ``{ns}_queue_events{state=scheduled|ready|in_flight|dead}``,
     ``{ns}_queue_due_events`` (due, not yet handled) and
-    ``{ns}_queue_oldest_overdue_seconds``; and ``{ns}_queue_up`` (1 when the last
+    ``{ns}_queue_oldest_overdue_seconds``; for types with named delivery groups,
+    ``{ns}_queue_group_events{group=...,state=...}`` per group (``default`` for
+    handlers added without a group); and ``{ns}_queue_up`` (1 when the last
     read worked). Await :meth:`refresh` before rendering (the ASGI app and
     :func:`~delayq.prometheus.serve` do): it reads Redis at most once per
     ``cache_seconds`` and shares one read among concurrent scrapes. A failed
@@ -56,6 +73,9 @@ class QueueDepthCollector(Collector):
         namespace: str = "delayq",
         cache_seconds: float = 5.0,
         read: Callable[[EventService], Awaitable[dict[str, QueueCounts]]] = read_depth,
+        read_groups: Callable[
+            [EventService, list[str]], Awaitable[dict[str, dict[str, QueueCounts]]]
+        ] = read_group_depth,
     ):
         if not 0 <= cache_seconds <= 3600:
             raise ValueError(f"cache_seconds must be between 0 and 3600, not {cache_seconds!r}")
@@ -63,6 +83,8 @@ class QueueDepthCollector(Collector):
         self.namespace = namespace
         self.cache_seconds = cache_seconds
         self._read = read
+        self._read_groups = read_groups
+        self._group_snapshot: dict[str, dict[str, QueueCounts]] = {}
         self._lock = asyncio.Lock()
         self._snapshot: dict[str, QueueCounts] = {}
         self._read_at = -math.inf
@@ -84,7 +106,9 @@ class QueueDepthCollector(Collector):
             if time.monotonic() - self._read_at < self.cache_seconds:
                 return
             try:
-                self._snapshot = await self._read(self.service)
+                snapshot = await self._read(self.service)
+                groups = await self._read_groups(self.service, sorted(snapshot))
+                self._snapshot, self._group_snapshot = snapshot, groups
                 self._up = 1
             except Exception as exc:  # Redis away: report it, keep the last figures
                 self._up = 0
@@ -95,13 +119,18 @@ class QueueDepthCollector(Collector):
 
     def describe(self) -> Iterator[Metric]:
         """The metric families (no samples), for the registry's duplicate check."""
-        return iter(self._families({}, 0))
+        return iter(self._families({}, {}, 0))
 
     def collect(self) -> Iterator[Metric]:
         """The figures of the last read."""
-        return iter(self._families(self._snapshot, self._up))
+        return iter(self._families(self._snapshot, self._group_snapshot, self._up))
 
-    def _families(self, snapshot: dict[str, QueueCounts], up: int) -> list[Metric]:
+    def _families(
+        self,
+        snapshot: dict[str, QueueCounts],
+        group_snapshot: dict[str, dict[str, QueueCounts]],
+        up: int,
+    ) -> list[Metric]:
         ns = self.namespace
         events = GaugeMetricFamily(
             f"{ns}_queue_events",
@@ -118,6 +147,12 @@ class QueueDepthCollector(Collector):
             "How long the oldest due-but-unhandled event has been due (0: none)",
             labels=["event_type"],
         )
+        # a family of its own: summing queue_events by type must not count groups twice
+        group_events = GaugeMetricFamily(
+            f"{ns}_queue_group_events",
+            "Events in Redis per type, delivery group and state, for types with named groups",
+            labels=["event_type", "group", "state"],
+        )
         up_family = GaugeMetricFamily(
             f"{ns}_queue_up", "1 when the last read of the queue depth from Redis worked"
         )
@@ -126,5 +161,9 @@ class QueueDepthCollector(Collector):
                 events.add_metric([name, state], getattr(d, state))
             due.add_metric([name], d.due)
             oldest.add_metric([name], d.backlog_age)
+        for name, groups in sorted(group_snapshot.items()):
+            for group, g in sorted(groups.items()):
+                for state in ("scheduled", "ready", "in_flight", "dead"):
+                    group_events.add_metric([name, group, state], getattr(g, state))
         up_family.add_metric([], up)
-        return [events, due, oldest, up_family]
+        return [events, due, oldest, group_events, up_family]

@@ -8,6 +8,8 @@ from collections.abc import Callable, Sequence
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
+from ..keys import DEFAULT_GROUP
+
 __all__ = ["DURATION_BUCKETS", "LONG_BUCKETS", "PrometheusMetrics"]
 
 log = logging.getLogger("delayq.prometheus")
@@ -83,6 +85,10 @@ _COUNTERS: dict[str, tuple[str, str, str | None]] = {
     "leases_lost": ("leases_lost", "Leases lost while a handler ran", None),
     "redis_errors": ("redis_errors", "Redis calls that failed (then retried)", None),
 }
+# counters (metric names) a delivery group's consumer reports: they have a ``group`` label
+_GROUP_COUNTERS = frozenset(
+    {"delivered", "succeeded", "failed", "retried", "dead_lettered", "decode_errors", "leases_lost"}
+)
 _HISTOGRAMS: dict[str, tuple[str, bool, bool]] = {
     # observe() name -> (help, has an outcome label, long buckets)
     "lateness": (
@@ -114,7 +120,10 @@ class PrometheusMetrics:
     (``enqueued_total`` also by ``outcome``: ``new``, ``kept``, ``replaced``);
     histograms are ``lateness_seconds``, ``handler_duration_seconds`` (by
     ``outcome``) and ``enqueue_to_done_seconds``; ``handlers_in_flight`` is a
-    gauge. One instance can serve several services of a process; a second
+    gauge. The metrics of deliveries (``delivered``, ``succeeded``, ``failed``,
+    ``retried``, ``dead_lettered``, ``decode_errors``, ``leases_lost``, the
+    three histograms and ``handlers_in_flight``) also have a ``group`` label:
+    the delivery group (``default`` for handlers added without one). One instance can serve several services of a process; a second
     instance on the same registry and namespace is refused by prometheus-client.
     """
 
@@ -137,12 +146,14 @@ class PrometheusMetrics:
         self._gauges: dict[str, Gauge] = {}
         # (name, event_type[, outcome]) -> the bound method of the labelled child: the hot
         # path is one dict lookup and one call
-        self._inc: dict[tuple[str, str], Callable[[float], None]] = {}
-        self._obs: dict[tuple[str, str, str], Callable[[float], None]] = {}
-        self._set: dict[tuple[str, str], Callable[[float], None]] = {}
+        self._inc: dict[tuple[str, str, str], Callable[[float], None]] = {}
+        self._obs: dict[tuple[str, str, str, str], Callable[[float], None]] = {}
+        self._set: dict[tuple[str, str, str], Callable[[float], None]] = {}
         for metric, doc, outcome in _COUNTERS.values():
             if metric not in self._counters:
-                labels = ("event_type", "outcome") if outcome else ("event_type",)
+                labels: tuple[str, ...] = ("event_type", "outcome") if outcome else ("event_type",)
+                if metric in _GROUP_COUNTERS:
+                    labels += ("group",)
                 self._counters[metric] = Counter(
                     metric, doc, labels, namespace=namespace, registry=self.registry
                 )
@@ -151,47 +162,59 @@ class PrometheusMetrics:
         self._gauges["in_flight"] = Gauge(
             "handlers_in_flight",
             "Handlers running (or recording their outcome) in this process",
-            ("event_type",),
+            ("event_type", "group"),
             namespace=namespace,
             registry=self.registry,
         )
 
     # -- the Metrics protocol ------------------------------------------------------------
 
-    def increment(self, name: str, value: int = 1, *, event_type: str = "") -> None:
-        """Add ``value`` to the counter of ``name``."""
+    def increment(
+        self, name: str, value: int = 1, *, event_type: str = "", group: str = DEFAULT_GROUP
+    ) -> None:
+        """Add ``value`` to the counter of ``name`` (of delivery group ``group``)."""
         try:
-            inc = self._inc[name, event_type]
+            inc = self._inc[name, event_type, group]
         except KeyError:
-            inc = self._bind_counter(name, event_type)
+            inc = self._bind_counter(name, event_type, group)
         inc(value)
 
-    def gauge(self, name: str, value: float, *, event_type: str = "") -> None:
+    def gauge(
+        self, name: str, value: float, *, event_type: str = "", group: str = DEFAULT_GROUP
+    ) -> None:
         """Set the gauge of ``name`` (``in_flight``; ``lateness_ms`` is left to the histogram)."""
         try:
-            set_ = self._set[name, event_type]
+            set_ = self._set[name, event_type, group]
         except KeyError:
-            set_ = self._bind_gauge(name, event_type)
+            set_ = self._bind_gauge(name, event_type, group)
         set_(value)
 
     def observe(
-        self, name: str, seconds: float, *, event_type: str = "", outcome: str = ""
+        self,
+        name: str,
+        seconds: float,
+        *,
+        event_type: str = "",
+        outcome: str = "",
+        group: str = DEFAULT_GROUP,
     ) -> None:
         """Record one duration in the histogram ``{name}_seconds``."""
         try:
-            obs = self._obs[name, event_type, outcome]
+            obs = self._obs[name, event_type, outcome, group]
         except KeyError:
-            obs = self._bind_histogram(name, event_type, outcome)
+            obs = self._bind_histogram(name, event_type, outcome, group)
         obs(seconds)
 
     # -- binding labelled children ---------------------------------------------------------
 
-    def _bind_counter(self, name: str, event_type: str) -> Callable[[float], None]:
+    def _bind_counter(self, name: str, event_type: str, group: str) -> Callable[[float], None]:
         known = _COUNTERS.get(name)
         if known is not None:
             metric, _, outcome = known
-            counter = self._counters[metric]
-            child = counter.labels(event_type, outcome) if outcome else counter.labels(event_type)
+            values: tuple[str, ...] = (event_type, outcome) if outcome else (event_type,)
+            if metric in _GROUP_COUNTERS:
+                values += (group,)
+            child = self._counters[metric].labels(*values)
         elif _valid(name):  # a counter this version does not know: export it as is
             unknown = self._counters.get(name)
             if unknown is None:
@@ -202,16 +225,16 @@ class PrometheusMetrics:
                     namespace=self.namespace,
                     registry=self.registry,
                 )
-            child = unknown.labels(event_type)
+            child = unknown.labels(_folded(event_type, group))
         else:
             log.debug("ignoring counter with an invalid name %r", name)
             return _ignore
-        inc = self._inc[name, event_type] = child.inc
+        inc = self._inc[name, event_type, group] = child.inc
         return inc
 
-    def _bind_gauge(self, name: str, event_type: str) -> Callable[[float], None]:
+    def _bind_gauge(self, name: str, event_type: str, group: str) -> Callable[[float], None]:
         if name == "lateness_ms":  # the lateness histogram says more than the latest value
-            set_ = self._set[name, event_type] = _ignore
+            set_ = self._set[name, event_type, group] = _ignore
             return set_
         gauge = self._gauges.get(name)
         if gauge is None:
@@ -225,7 +248,11 @@ class PrometheusMetrics:
                 namespace=self.namespace,
                 registry=self.registry,
             )
-        set_ = self._set[name, event_type] = gauge.labels(event_type).set
+        if name == "in_flight":
+            child = gauge.labels(event_type, group)
+        else:
+            child = gauge.labels(_folded(event_type, group))
+        set_ = self._set[name, event_type, group] = child.set
         return set_
 
     def _histogram(self, name: str) -> tuple[Histogram, bool]:
@@ -233,26 +260,40 @@ class PrometheusMetrics:
         doc, by_outcome, long = _HISTOGRAMS.get(name, (f"delayq duration {name}", True, True))
         histogram = self._histograms.get(name)
         if histogram is None:
+            labels: tuple[str, ...] = ("event_type", "outcome") if by_outcome else ("event_type",)
+            if name in _HISTOGRAMS:
+                labels += ("group",)
             histogram = self._histograms[name] = Histogram(
                 f"{name}_seconds",
                 doc,
-                ("event_type", "outcome") if by_outcome else ("event_type",),
+                labels,
                 namespace=self.namespace,
                 registry=self.registry,
                 buckets=self._long_buckets if long else self._buckets,
             )
         return histogram, by_outcome
 
-    def _bind_histogram(self, name: str, event_type: str, outcome: str) -> Callable[[float], None]:
+    def _bind_histogram(
+        self, name: str, event_type: str, outcome: str, group: str
+    ) -> Callable[[float], None]:
         if not _valid(name):
             log.debug("ignoring duration with an invalid name %r", name)
             return _ignore
         histogram, by_outcome = self._histogram(name)
-        child = (
-            histogram.labels(event_type, outcome) if by_outcome else histogram.labels(event_type)
-        )
-        obs = self._obs[name, event_type, outcome] = child.observe
+        if name in _HISTOGRAMS:
+            values: tuple[str, ...] = (event_type, group)
+        else:
+            values = (_folded(event_type, group),)
+        if by_outcome:
+            values = (values[0], outcome, *values[1:])
+        obs = self._obs[name, event_type, outcome, group] = histogram.labels(*values).observe
         return obs
+
+
+def _folded(event_type: str, group: str) -> str:
+    """The ``event_type`` label of a metric without a ``group`` label (one this version
+    does not know): a named group folded in as ``type:group``, as ``GroupMetrics`` does."""
+    return event_type if group == DEFAULT_GROUP else f"{event_type}:{group}"
 
 
 def _ignore(value: float) -> None:

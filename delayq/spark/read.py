@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from ..codec import Codec, open_envelope
 from ..errors import DecodeError
 from ..events import Event, check_event_type, validate_name
-from ..keys import PrefixKeys, TypeKeys
+from ..keys import DEFAULT_GROUP, PrefixKeys, TypeKeys
 from ..partitions import parse_member
 from .clients import new_client, resolve_cluster, shared_client
 from .schemas import QUEUE_SCHEMA, STATES
@@ -56,6 +56,7 @@ class _Page:
     stop: int
     partition: int = 0
     partitions: int = 1
+    group: str | None = None
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,13 @@ class _ReadJob:
     classes: Mapping[str, type[Event] | None]
 
 
-def _state_key(keys: TypeKeys, state: str) -> str:
+# the states a delivery group has sets of its own (the schedule is the type's)
+_GROUP_STATES = ("ready", "in_flight", "dead")
+
+
+def _state_key(keys: TypeKeys, state: str, group: str | None = None) -> str:
+    if group is not None and group != DEFAULT_GROUP:
+        return keys.group_key(group, {"ready": "queued", "in_flight": "inflight"}.get(state, state))
     return {
         "scheduled": keys.scheduled,
         "ready": keys.queued,
@@ -75,19 +82,27 @@ def _state_key(keys: TypeKeys, state: str) -> str:
     }[state]
 
 
+def _hashes(keys: TypeKeys, group: str | None) -> tuple[str, str]:
+    """The attempts and errors hashes of a group (the type's own for the default group)."""
+    if group is None or group == DEFAULT_GROUP:
+        return keys.attempts, keys.errors
+    return keys.group_key(group, "attempts"), keys.group_key(group, "errors")
+
+
 def _read_page(job: _ReadJob, page: _Page) -> Iterator[tuple[Any, ...]]:
     """Read one page: ZRANGE by index, then HMGET of envelopes, attempts and errors."""
     client = shared_client(job.redis_url, job.cluster)
     keys = TypeKeys(job.prefix, page.type_name, page.partition, page.partitions)
-    state_key = _state_key(keys, page.state)
+    state_key = _state_key(keys, page.state, page.group)
+    attempts_key, errors_key = _hashes(keys, page.group)
     members = client.zrange(state_key, page.start, page.stop, withscores=True)
     if not members:
         return
     ids = [m for m, _ in members]
     pipe = client.pipeline(transaction=False)
     pipe.hmget(keys.events, ids)
-    pipe.hmget(keys.attempts, ids)
-    pipe.hmget(keys.errors, ids)
+    pipe.hmget(attempts_key, ids)
+    pipe.hmget(errors_key, ids)
     envelopes, attempts, errors = pipe.execute()
     # An id without an envelope was acked or purged between the two reads, unless
     # it is still in its state: only then is its envelope really missing.
@@ -134,6 +149,7 @@ def _read_page(job: _ReadJob, page: _Page) -> Iterator[tuple[Any, ...]]:
             payload_json,
             context_json,
             enqueued,
+            page.group,
         )
 
 
@@ -153,7 +169,12 @@ def read_queue(
     ``state`` (``scheduled``, ``ready``, ``in_flight`` or ``dead``),
     ``due_at`` (due time when scheduled, lease deadline when in flight, time
     of failure when dead, null when ready), ``attempts`` (deliveries so far),
-    ``last_error``, ``payload_json``, ``context_json`` and ``enqueued_at``.
+    ``last_error``, ``payload_json``, ``context_json``, ``enqueued_at`` and
+    ``group``. A type with named delivery groups also has rows from each
+    group's ready, in-flight and dead sets, with the group's name in ``group``
+    (``"default"`` for handlers added without a group); ``group`` is null on
+    scheduled rows (the schedule is the type's) and on every row of a type
+    without named groups.
 
     ``event_types`` are Event classes (payloads are validated against them and
     an undecodable one gets a null payload and the reason in ``last_error``)
@@ -208,16 +229,27 @@ def read_queue(
             for count in sorted(layouts.get(name) or {1})
             for k in range(count)
         ]
+        # each shard's delivery groups (registered in every partition alike)
         pipe = client.pipeline(transaction=False)
         for name, k, count in shards:
-            keys = TypeKeys(prefix, name, k, count)
+            pipe.hkeys(TypeKeys(prefix, name, k, count).groups)
+        found = pipe.execute() if shards else []
+        # (shard, state, group): the sets to read; the default group's are the type's
+        sets: list[tuple[tuple[str, int, int], str, str | None]] = []
+        for shard, groups in zip(shards, found):
+            named = sorted(g.decode() if isinstance(g, bytes) else str(g) for g in groups)
             for state in wanted:
-                pipe.zcard(_state_key(keys, state))
-        sizes = iter(pipe.execute()) if shards and wanted else iter(())
+                grouped = bool(named) and state in _GROUP_STATES
+                sets.append((shard, state, DEFAULT_GROUP if grouped else None))
+                if grouped:
+                    sets.extend((shard, state, g) for g in named if g != DEFAULT_GROUP)
+        pipe = client.pipeline(transaction=False)
+        for (name, k, count), state, group in sets:
+            pipe.zcard(_state_key(TypeKeys(prefix, name, k, count), state, group))
+        sizes = iter(pipe.execute()) if sets else iter(())
         pages = [
-            _Page(name, state, start, min(start + page_size, size) - 1, k, count)
-            for name, k, count in shards
-            for state in wanted
+            _Page(name, state, start, min(start + page_size, size) - 1, k, count, group)
+            for (name, k, count), state, group in sets
             for size in [int(next(sizes))]
             for start in range(0, size, page_size)
         ]

@@ -34,5 +34,8 @@ QUEUE_SCHEMA = StructType(
         StructField("payload_json", StringType(), True),
         StructField("context_json", StringType(), True),
         StructField("enqueued_at", TimestampType(), True),
+        # the delivery group whose set the row comes from; null for a type
+        # without named groups and for the type's (shared) schedule
+        StructField("group", StringType(), True),
     ]
 )
