@@ -64,9 +64,19 @@ def _check_page(limit: int, offset: int) -> None:
 async def in_flight(
     store: Store, type_name: str, limit: int = 100, offset: int = 0
 ) -> list[InFlightEvent]:
-    """Up to ``limit`` in-flight events of a type, earliest lease deadline first."""
+    """Up to ``limit`` in-flight events of a type, earliest lease deadline first (a
+    partitioned type's partitions merged)."""
     _check_page(limit, offset)
-    now_ms, page = await store.inflight_page(type_name, offset, limit)
+    shards = store.shards(type_name)
+    if len(shards) == 1:
+        now_ms, page = await store.inflight_page(shards[0], offset, limit)
+    else:
+        now_ms, page = 0, []
+        for shard in shards:
+            shard_now, part = await store.inflight_page(shard, 0, offset + limit)
+            now_ms = max(now_ms, shard_now)
+            page.extend(part)
+        page = sorted(page, key=lambda e: (e[1], e[0]))[offset : offset + limit]
     checked = _utc(now_ms)
     return [
         InFlightEvent(raw.decode("utf-8", "replace"), attempt, _utc(deadline), checked)
@@ -75,7 +85,12 @@ async def in_flight(
 
 
 async def due_histogram(store: Store, type_name: str) -> DueHistogram:
-    """Scheduled events of a type by when they fall due (five ZCOUNTs in one script)."""
-    now_ms, counts = await store.due_histogram(type_name, [ms for _, ms in DUE_RANGES])
+    """Scheduled events of a type by when they fall due (five ZCOUNTs in one script per
+    partition)."""
+    now_ms, counts = 0, [0] * (len(DUE_RANGES) + 1)
+    for shard in store.shards(type_name):
+        shard_now, part = await store.due_histogram(shard, [ms for _, ms in DUE_RANGES])
+        now_ms = max(now_ms, shard_now)
+        counts = [a + b for a, b in zip(counts, part, strict=True)]
     labels = [label for label, _ in DUE_RANGES] + ["later"]
     return DueHistogram(dict(zip(labels, counts, strict=True)), _utc(now_ms))

@@ -20,7 +20,7 @@ from . import connect
 from .browsing import DueHistogram, InFlightEvent, due_histogram, in_flight
 from .codec import Codec, check_context
 from .consumer import Consumer, ConsumerSettings, Handler
-from .events import Event, check_event_type, validate_name
+from .events import Event, check_event_type, find_event_type, validate_name
 from .groups import GroupMetrics, Groups, check_group, group_settings
 from .health import ServiceHealth
 from .heartbeat import Heartbeat, WorkerInfo, read_workers
@@ -85,6 +85,7 @@ class EventService:
             replica_timeout_ms=opts.replica_timeout_ms,
         )
         self._router = Router(self._store)
+        self._layouts_read: set[str] = set()  # type names whose layouts were read from Redis
         self._codec = Codec(opts.serializer, opts.max_payload_bytes)
         # the history recorder sees every metric; the user's sink sees them unchanged
         self._history = HistoryRecorder()
@@ -517,9 +518,26 @@ class EventService:
             checked.append(item)
         if not checked:
             return []
-        codes = await self._store.enqueue(event_type, checked, absolute=absolute, replace=replace)
+        codes = await self._router.enqueue(
+            event_type,
+            await self._partitions_of(event_type),
+            checked,
+            absolute=absolute,
+            replace=replace,
+        )
         self._count_codes(event_type, codes)
         return codes
+
+    async def _partitions_of(self, name: str) -> int:
+        """The partition count of a type known by name: its class's, when the class is
+        defined in this process, else the largest layout recorded in Redis."""
+        cls = self._types.get(name) or find_event_type(name)
+        if cls is not None:
+            return cls.event_partitions
+        if name not in self._layouts_read:
+            self._layouts_read.add(name)
+            await self._store.known_types()  # refreshes the layouts
+        return self._store.layouts(name)[0]
 
     async def cancel(self, event_type: EventTypeRef, id: str) -> bool:
         """Remove a pending (scheduled, ready or in-flight) event; True when one was removed.
@@ -677,7 +695,11 @@ class EventService:
         Its attempt count and last error are kept (a retry waiting for its backoff
         runs now as that retry).
         """
-        return await self._store.run_now(self._name(event_type), id)
+        name = self._name(event_type)
+        for shard in self._router.shards_of_id(name, id):
+            if await self._store.run_now(shard, id):
+                return True
+        return False
 
     # -- workers and history ----------------------------------------------------------
 
