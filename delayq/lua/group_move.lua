@@ -46,70 +46,26 @@ for g = 1, N_GROUPS do
     end
   end
 
-  -- 1. Orphans of this group's ready list (see move_due.lua).
-  local llen = redis.call('LLEN', k_ready)
-  local pushed = tonumber(redis.call('HGET', k_meta, 'pushed')) or 0
-  local popped_max = pushed - llen
-  if llen == 0 then popped_max = '+inf' end
-  local suspects = redis.call('ZRANGEBYSCORE', k_queued, 1, popped_max, 'LIMIT', 0, batch)
-  for _, id in ipairs(suspects) do
-    redis.call('ZADD', k_queued, 'XX', -now, id)
-  end
-  if #suspects == batch then more = 1 end
-  local orphans = redis.call('ZRANGEBYSCORE', k_queued, -(now - vt), '(0', 'LIMIT', 0, batch)
-  for _, id in ipairs(orphans) do
-    redis.call('ZREM', k_queued, id)
-    take(id, now)
-  end
-  if #orphans == batch then more = 1 end
+  local full, t, expired_dead
+  -- 1. Orphans of this group's ready list.
+  if recover_orphans(k_ready, k_queued, k_meta, now, vt, batch, take) then more = 1 end
 
   -- 2. This group's retries that are due.
-  local n_due = redis.call('ZCOUNT', k_sched, '-inf', now)
-  if n_due > batch then
-    n_due = batch
-    more = 1
-  end
-  if n_due > 0 then
-    local due = redis.call('ZPOPMIN', k_sched, n_due)
-    if now - tonumber(due[2]) > late then late = now - tonumber(due[2]) end
-    local n = #ids
-    for i = 1, #due, 2 do
-      n = n + 1
-      ids[n] = due[i]
-      dues[n] = due[i + 1]
-    end
-  end
+  full, t = pop_due(k_sched, now, batch, ids, dues)
+  if full then more = 1 end
+  if t > late then late = t end
 
   -- 3. This group's expired leases.
-  local expired = redis.call('ZRANGEBYSCORE', k_inflight, '-inf', now, 'LIMIT', 0, batch)
-  if #expired > 0 then
-    local deadline = tonumber(redis.call('ZSCORE', k_inflight, expired[1]))
-    if now - deadline > late then late = now - deadline end
-  end
-  for _, id in ipairs(expired) do
-    redis.call('ZREM', k_inflight, id)
-    redis.call('HDEL', gkey(g, G_LEASES), id)
-    redis.call('HSET', gkey(g, G_ERRORS), id,
-      'LeaseExpired: the handler neither finished nor renewed its lease (worker died or stalled)')
-    local n = tonumber(redis.call('HGET', gkey(g, G_ATTEMPTS), id)) or 0
-    if n >= max_deliveries then
-      redis.call('ZADD', gkey(g, G_DEAD), now, id)
-      dead = dead + 1
-    else
-      take(id, now)
-    end
-  end
-  if #expired == batch then more = 1 end
+  full, t, expired_dead = expire_leases(k_inflight, gkey(g, G_LEASES), gkey(g, G_ERRORS),
+    gkey(g, G_ATTEMPTS), gkey(g, G_DEAD), now, batch, max_deliveries, take)
+  if full then more = 1 end
+  if t > late then late = t end
+  dead = dead + expired_dead
 
   push_ready_to(k_ready, k_queued, k_meta, ids, dues)
   moved = moved + #ids
 
-  local first = redis.call('ZRANGE', k_sched, 0, 0, 'WITHSCORES')
-  if first[2] then earliest(tonumber(first[2])) end
-  first = redis.call('ZRANGE', k_inflight, 0, 0, 'WITHSCORES')
-  if first[2] then earliest(tonumber(first[2])) end
-  first = redis.call('ZREVRANGEBYSCORE', k_queued, '(0', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  if first[2] then earliest(vt - tonumber(first[2])) end
+  next_looks(k_sched, k_inflight, k_queued, vt, earliest)
 end
 
 -- 4. The fan-out: events due for every group. Pushed to each group's list as

@@ -41,80 +41,34 @@ local function take(id, due)
   end
 end
 
--- 1. Orphans. Entries with sequence <= pushed - LLEN have left the list; if
--- their id is still in `queued`, no claim has run for them yet. Mark them with
--- the time we noticed (a negative score) and give them back after vt.
-local llen = redis.call('LLEN', K_READY)
-local pushed = tonumber(redis.call('HGET', K_META, 'pushed')) or 0
-local popped_max = pushed - llen
-if llen == 0 then popped_max = '+inf' end
-local suspects = redis.call('ZRANGEBYSCORE', K_QUEUED, 1, popped_max, 'LIMIT', 0, batch)
-for _, id in ipairs(suspects) do
-  redis.call('ZADD', K_QUEUED, 'XX', -now, id)
-end
-if #suspects == batch then more = 1 end
-local orphans = redis.call('ZRANGEBYSCORE', K_QUEUED, -(now - vt), '(0', 'LIMIT', 0, batch)
-for _, id in ipairs(orphans) do
-  redis.call('ZREM', K_QUEUED, id)
-  take(id, now)
-end
-if #orphans == batch then more = 1 end
+local function max_late(t) if t > late then late = t end end
+local full, t
 
--- 2. Due events.
--- They are the lowest scores: count them, then pop that many in one call
--- (no ZREM per id); the scores come back as strings, ready for the entries.
-local n_due = redis.call('ZCOUNT', K_SCHEDULED, '-inf', now)
-if n_due > batch then
-  n_due = batch
-  more = 1
-end
--- No envelope check here (one call per id): claim skips and reports an id
--- whose envelope is gone, which only something other than delayq can cause.
-if n_due > 0 then
-  local due = redis.call('ZPOPMIN', K_SCHEDULED, n_due)
-  late = now - tonumber(due[2])
-  local n = #ids
-  for i = 1, #due, 2 do
-    n = n + 1
-    ids[n] = due[i]
-    dues[n] = due[i + 1]
-  end
-end
+-- 1. Orphans: popped by a consumer that died before claiming them.
+if recover_orphans(K_READY, K_QUEUED, K_META, now, vt, batch, take) then more = 1 end
+
+-- 2. Due events. No envelope check here (one call per id): claim skips and
+-- reports an id whose envelope is gone, which only something other than
+-- delayq can cause.
+full, t = pop_due(K_SCHEDULED, now, batch, ids, dues)
+if full then more = 1 end
+max_late(t)
 
 -- 3. Expired leases: the worker died or stalled past its visibility timeout.
-local expired = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', now, 'LIMIT', 0, batch)
-if #expired > 0 then
-  local deadline = tonumber(redis.call('ZSCORE', K_INFLIGHT, expired[1]))
-  if now - deadline > late then late = now - deadline end
-end
-for _, id in ipairs(expired) do
-  redis.call('ZREM', K_INFLIGHT, id)
-  redis.call('HDEL', K_LEASES, id)
-  redis.call('HSET', K_ERRORS, id,
-    'LeaseExpired: the handler neither finished nor renewed its lease (worker died or stalled)')
-  local n = tonumber(redis.call('HGET', K_ATTEMPTS, id)) or 0
-  if n >= max_deliveries then
-    redis.call('ZADD', K_DEAD, now, id)
-    dead = dead + 1
-  else
-    take(id, now)
-  end
-end
-if #expired == batch then more = 1 end
+local expired_dead
+full, t, expired_dead = expire_leases(K_INFLIGHT, K_LEASES, K_ERRORS, K_ATTEMPTS, K_DEAD,
+  now, batch, max_deliveries, take)
+if full then more = 1 end
+max_late(t)
+dead = dead + expired_dead
 
 push_ready(ids, dues)
 
 -- When to look again: the earliest due time, lease deadline or orphan check.
 local next_ms = nil
-local function earliest(t)
-  if t and (next_ms == nil or t < next_ms) then next_ms = t end
-end
-local first = redis.call('ZRANGE', K_SCHEDULED, 0, 0, 'WITHSCORES')
-if first[2] then earliest(tonumber(first[2])) end
-first = redis.call('ZRANGE', K_INFLIGHT, 0, 0, 'WITHSCORES')
-if first[2] then earliest(tonumber(first[2])) end
-first = redis.call('ZREVRANGEBYSCORE', K_QUEUED, '(0', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
-if first[2] then earliest(vt - tonumber(first[2])) end
+next_looks(K_SCHEDULED, K_INFLIGHT, K_QUEUED, vt, function(t2)
+  if t2 and (next_ms == nil or t2 < next_ms) then next_ms = t2 end
+end)
 if next_ms == nil then
   redis.call('HDEL', K_META, 'wake')
   next_ms = -1
