@@ -11,10 +11,10 @@ import random
 import socket
 import time
 from collections.abc import Mapping
-from types import TracebackType
 
 import redis
 
+from .lifecycle import Lifecycle
 from .server import RedisServer
 
 __all__ = ["RedisClusterServer"]
@@ -43,7 +43,7 @@ def _cluster_ports(count: int) -> list[int]:
     return ports
 
 
-class RedisClusterServer:
+class RedisClusterServer(Lifecycle):
     """A Redis Cluster of ``masters`` primaries (no replicas), each a :class:`RedisServer`.
 
     Use it as a context manager; :attr:`url` points at the first node, and
@@ -122,19 +122,3 @@ class RedisClusterServer:
         for node in self.nodes:
             node.close()
 
-    def __enter__(self) -> RedisClusterServer:
-        """Start the cluster and return it."""
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Stop the cluster."""
-        self.close()

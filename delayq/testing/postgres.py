@@ -22,7 +22,6 @@ process's child: :meth:`PostgresServer.kill` can SIGKILL it and interpreter exit
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import glob
 import logging
@@ -32,14 +31,13 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from .binary import _HOST, free_port
+from .lifecycle import Lifecycle, LiveSet
 
 __all__ = ["PG_BIN_ENV", "PG_USER_ENV", "PostgresServer", "find_postgres_bin", "private_postgres"]
 
@@ -64,21 +62,7 @@ _DEFAULTS = {
     "log_min_messages": "warning",
 }
 
-_live_lock = threading.Lock()
-_live: set[PostgresServer] = set()
-
-
-def _cleanup_at_exit() -> None:
-    with _live_lock:
-        servers = list(_live)
-    for server in servers:
-        try:
-            server.close(timeout=2.0)
-        except Exception:  # pragma: no cover - best effort at interpreter exit
-            logger.exception("failed to clean up %r at exit", server)
-
-
-atexit.register(_cleanup_at_exit)
+_live = LiveSet()
 
 
 def find_postgres_bin(bin_dir: str | None = None) -> str:
@@ -128,7 +112,7 @@ def _run_as() -> tuple[int, int] | None:
     return entry.pw_uid, entry.pw_gid
 
 
-class PostgresServer:
+class PostgresServer(Lifecycle):
     """One private PostgreSQL server on ``127.0.0.1``, in a temporary data directory.
 
     The cluster is created by ``initdb`` with the superuser ``postgres`` and ``trust``
@@ -264,8 +248,7 @@ class PostgresServer:
             )  # fmt: skip
         finally:
             log.close()
-        with _live_lock:
-            _live.add(self)
+        _live.add(self)
         deadline = time.monotonic() + self._startup_timeout
         while not self._ready():
             if not self._alive():
@@ -328,20 +311,9 @@ class PostgresServer:
         try:
             self.stop(timeout)
         finally:
-            with _live_lock:
-                _live.discard(self)
+            _live.discard(self)
             shutil.rmtree(self._dir, ignore_errors=True)
 
-    def __enter__(self) -> PostgresServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"

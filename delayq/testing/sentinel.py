@@ -11,10 +11,10 @@ import logging
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from .binary import _HOST, free_port
+from .lifecycle import Lifecycle
 from .resp import _command, _RespError
 from .server import RedisServer
 
@@ -64,7 +64,7 @@ class SentinelProcess(RedisServer):
         return f"<SentinelProcess {self.host}:{self.port} pid={self.pid}>"
 
 
-class RedisSentinelSet:
+class RedisSentinelSet(Lifecycle):
     """A master, ``replicas`` replicas and ``sentinels`` sentinels, all on 127.0.0.1.
 
     Use it as a context manager. :attr:`sentinel_addresses` and :attr:`service_name` are
@@ -219,19 +219,3 @@ class RedisSentinelSet:
         for process in [*self.sentinels, *self.servers]:
             process.close()
 
-    def __enter__(self) -> RedisSentinelSet:
-        """Start the set and return it."""
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Stop the set."""
-        self.close()

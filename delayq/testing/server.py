@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import os
@@ -11,15 +10,14 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
 from .binary import _HOST, find_redis_server_binary, free_port
+from .lifecycle import Lifecycle, LiveSet
 from .resp import _command, _RespError
 
 logger = logging.getLogger("delayq.testing")
@@ -30,24 +28,10 @@ _RESERVED = frozenset({"port", "bind", "dir", "daemonize", "logfile", "pidfile"}
 
 # --------------------------------------------------------------------------- RedisServer
 
-_live_lock = threading.Lock()
-_live: set[RedisServer] = set()
+_live = LiveSet()
 
 
-def _cleanup_at_exit() -> None:
-    with _live_lock:
-        servers = list(_live)
-    for server in servers:
-        try:
-            server.close(timeout=2.0)
-        except Exception:  # pragma: no cover - best effort at interpreter exit
-            logger.exception("failed to clean up %r at exit", server)
-
-
-atexit.register(_cleanup_at_exit)
-
-
-class RedisServer:
+class RedisServer(Lifecycle):
     """One private ``redis-server`` process, listening on ``127.0.0.1``.
 
     The server starts with ``--save "" --appendonly no`` (nothing persisted) and a temporary
@@ -236,8 +220,7 @@ class RedisServer:
                 close_fds=True,
             )
         self._frozen = False
-        with _live_lock:
-            _live.add(self)
+        _live.add(self)
         deadline = time.monotonic() + self._startup_timeout
         delay = 0.005
         last_error: BaseException | None = None
@@ -375,28 +358,11 @@ class RedisServer:
         try:
             self.stop(timeout)
         finally:
-            with _live_lock:
-                _live.discard(self)
+            _live.discard(self)
             if self._owns_dir and not self._closed:
                 shutil.rmtree(self._dir, ignore_errors=True)
             self._closed = True
 
-    def __enter__(self) -> RedisServer:
-        """Start the server (if needed) and return it."""
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Stop the server and remove its temporary directory (see :meth:`close`)."""
-        self.close()
 
     def __repr__(self) -> str:
         state = "frozen" if self.frozen else "running" if self.running else "stopped"
