@@ -9,7 +9,14 @@ against one private redis-server:
   spans (sampler ``ParentBased(TraceIdRatioBased(--sample-ratio))``, default 1.0 =
   every span) into a ``BatchSpanProcessor`` whose exporter drops the batches (what is
   measured is delayq's instrumentation and the SDK, not a network);
-* ``observed``: both.
+* ``observed``: both;
+* ``otel-api``: ``tracing=OTelTracing(NoOpTracerProvider())``: delayq's own
+  instrumentation (attributes, context propagation) with no SDK behind it.
+
+``--handler noop`` (default) is the worst case for the ratios: the handler does
+nothing, so delayq's own work is all there is. ``--handler redis`` makes each
+handler do one Redis round trip (a ``GET`` on its own connection pool), the
+least a real handler does (look up an order, check a status).
 
 Each round, on a fresh prefix:
 
@@ -20,8 +27,10 @@ Each round, on a fresh prefix:
    time until every event has run is taken; each run is a CONSUMER span when traced,
    and three histogram observations and the counters with Prometheus.
 
-Redis commands per event (``total_commands_processed`` over both phases, calls inside
-scripts included) show whether a mode adds round trips. The best round of each mode
+``end to end`` is ``events / (enqueue time + handle time)``: the pipeline's throughput
+when one process both enqueues and handles. Redis commands per event
+(``total_commands_processed`` over both phases, calls inside scripts included, the
+handler's own ``GET`` too) show whether a mode adds round trips. The best round of each mode
 counts (other work on a shared machine only ever slows a round down). Prints a table
 and writes ``benchmarks/results/observability-<time>.json``::
 
@@ -48,6 +57,7 @@ import redis.asyncio
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.trace import NoOpTracerProvider
 from prometheus_client import CollectorRegistry
 
 from delayq import Event, EventService
@@ -75,7 +85,8 @@ class DropExporter(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
-MODES = ("plain", "prometheus", "otel", "observed")
+MODES = ("plain", "prometheus", "otel", "observed", "otel-api")
+RATES = ("enqueue_per_s", "handle_per_s", "end_to_end_per_s")
 
 
 def mode_options(
@@ -91,6 +102,8 @@ def mode_options(
         provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(sample_ratio)))
         provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=65536))
         options["tracing"] = OTelTracing(provider)
+    if mode == "otel-api":
+        options["tracing"] = OTelTracing(NoOpTracerProvider())
     return options, provider, exporter
 
 
@@ -126,9 +139,12 @@ async def one_round(
 
     handled = 0
     all_done = asyncio.Event()
+    checker = redis.asyncio.Redis.from_url(url) if args.handler == "redis" else None
 
     async def handle(event: ObsBench) -> None:
         nonlocal handled
+        if checker is not None:
+            await checker.get("obs-bench-status")
         handled += 1
         if handled == n:
             all_done.set()
@@ -139,10 +155,13 @@ async def one_round(
     async with service:
         await asyncio.wait_for(all_done.wait(), timeout=300)
         handle_s = time.perf_counter() - start
+    if checker is not None:
+        await checker.aclose()
     commands = await commands_processed(url) - commands_before
     return {
         "enqueue_per_s": n / enqueue_s,
         "handle_per_s": n / handle_s,
+        "end_to_end_per_s": n / (enqueue_s + handle_s),
         "redis_commands_per_event": commands / n,
     }
 
@@ -165,29 +184,26 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 result["load1"] = os.getloadavg()[0]
                 rounds[mode].append(result)
                 print(f"round {r + 1} {mode:10} enqueue {result['enqueue_per_s']:9,.0f}/s  "
-                      f"handle {result['handle_per_s']:9,.0f}/s  Redis commands/event "
+                      f"handle {result['handle_per_s']:9,.0f}/s  "
+                      f"end to end {result['end_to_end_per_s']:9,.0f}/s  Redis commands/event "
                       f"{result['redis_commands_per_event']:.2f}  load {result['load1']:.2f}")  # fmt: skip
             await asyncio.sleep(0)
     finally:
         server.stop()
     best = {
-        mode: {k: max(r[k] for r in results) for k in ("enqueue_per_s", "handle_per_s")}
-        for mode, results in rounds.items()
+        mode: {k: max(r[k] for r in results) for k in RATES} for mode, results in rounds.items()
     }
     base = best[modes[0]]
-    ratio = {
-        mode: {k: b[k] / base[k] for k in ("enqueue_per_s", "handle_per_s")}
-        for mode, b in best.items()
-    }
+    ratio = {mode: {k: b[k] / base[k] for k in RATES} for mode, b in best.items()}
     print()
     print(f"| mode | enqueue (events/s) | vs {modes[0]} | handle (events/s) | vs {modes[0]} "
-          "| Redis commands/event |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|")
+          f"| end to end (events/s) | vs {modes[0]} | Redis commands/event |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for mode in modes:
         b, q = best[mode], ratio[mode]
         per_event = statistics.median(r["redis_commands_per_event"] for r in rounds[mode])
-        print(f"| {mode} | {b['enqueue_per_s']:,.0f} | {100 * q['enqueue_per_s']:.1f} % | "
-              f"{b['handle_per_s']:,.0f} | {100 * q['handle_per_s']:.1f} % | {per_event:.2f} |")  # fmt: skip
+        cells = " | ".join(f"{b[k]:,.0f} | {100 * q[k]:.1f} %" for k in RATES)
+        print(f"| {mode} | {cells} | {per_event:.2f} |")
     print(f"\nspans exported (observed rounds): {spans:,}")
     return {
         "args": vars(args),
@@ -213,10 +229,17 @@ def cli() -> None:
     )
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default: results/)")
     parser.add_argument("--sample-ratio", type=float, default=1.0, help="OTel sampling ratio")
+    parser.add_argument(
+        "--handler",
+        choices=("noop", "redis"),
+        default="noop",
+        help="noop: the handler does nothing; redis: one GET round trip per event",
+    )
     args = parser.parse_args()
     results = asyncio.run(main(args))
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d-%H%M%S")
-    out = args.out or HERE / "results" / f"observability-{stamp}-sample{args.sample_ratio:g}.json"
+    name = f"observability-{stamp}-{args.handler}-sample{args.sample_ratio:g}.json"
+    out = args.out or HERE / "results" / name
     results["args"]["out"] = str(out)
     out.write_text(json.dumps(results, indent=2))
     print(f"wrote {out}")

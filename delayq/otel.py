@@ -25,18 +25,31 @@ times, and a parent-child trace would stretch over all of that. With
 ``OTelTracing(parent=True)`` the process span is a *child* of the creation
 context instead (and keeps the link), so producer and handler share one trace.
 Baggage from the producer is visible to the handler in both modes.
+
+Sampling is decided once, where the event is created, and the handler follows
+it (``follow_sampling=True``, the default): a handler run whose creation
+context was not sampled gets no span (the creation context is made current
+instead, so the handler's own spans are dropped by ``ParentBased`` samplers
+too), and an enqueue inside an unsampled trace gets no send span but stores
+that trace's context. So a trace is kept or dropped whole, from the request
+through the delay to the handler, and what is dropped costs about a
+microsecond instead of a span. Events without a creation context (enqueued
+with tracing off, or by a tool) leave each run to the configured sampler, as
+``follow_sampling=False`` does for every run.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from types import TracebackType
 from typing import Any
 
 from opentelemetry import baggage, propagate, trace
 from opentelemetry import context as otel_context
 from opentelemetry.trace import (
+    INVALID_SPAN_CONTEXT,
     Link,
     NonRecordingSpan,
     SpanContext,
@@ -55,8 +68,53 @@ __all__ = ["OTelTracing"]
 _SYSTEM = "delayq"
 _W3C_FIELDS = frozenset({"traceparent", "tracestate", "baggage"})
 # W3C Trace Context: version-trace_id-parent_id-flags; later versions may append fields
-_TRACEPARENT = r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?"
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
+# the last hex digit of the flags of a version-00 traceparent when "sampled" (bit 0) is off
+_UNSAMPLED_DIGITS = frozenset("02468ace")
 _EMPTY = otel_context.Context()
+
+
+def _traceparent(sc: SpanContext) -> str:
+    # %-formatting: the quickest way to write two long hex ids, on every traced enqueue
+    return "00-%032x-%016x-%02x" % (sc.trace_id, sc.span_id, sc.trace_flags)  # noqa: UP031
+
+
+def _span_context(traceparent: str, tracestate: str | None) -> SpanContext:
+    """The remote span context of a W3C ``traceparent``; invalid if it does not parse."""
+    match = _TRACEPARENT.fullmatch(traceparent)
+    if match is None or match[1] == "ff" or (match[1] == "00" and match[5]):
+        return INVALID_SPAN_CONTEXT
+    trace_id, span_id = int(match[2], 16), int(match[3], 16)
+    if not trace_id or not span_id:
+        return INVALID_SPAN_CONTEXT
+    return SpanContext(
+        trace_id,
+        span_id,
+        is_remote=True,
+        trace_flags=TraceFlags(int(match[4], 16)),
+        trace_state=TraceState.from_header([tracestate]) if tracestate else None,
+    )
+
+
+class _Unsampled(NonRecordingSpan):
+    """An unsampled creation context, current while its handler runs.
+
+    It is parsed only if something asks for it (a span the handler starts, an
+    enqueue it makes): most handlers of unsampled events never do.
+    """
+
+    def __init__(self, traceparent: str, tracestate: str | None):
+        self._carrier = (traceparent, tracestate)
+        self._parsed: SpanContext | None = None
+
+    def get_span_context(self) -> SpanContext:
+        """The creation context (parsed on first use)."""
+        if self._parsed is None:
+            self._parsed = _span_context(*self._carrier)
+        return self._parsed
+
+    def __repr__(self) -> str:
+        return f"_Unsampled({self.get_span_context()!r})"
 
 
 class OTelTracing:
@@ -65,19 +123,28 @@ class OTelTracing:
     ``tracer_provider``: the provider to take the tracer from (default: the
     global one, looked up when spans start). ``parent``: make each process span
     a child of its event's creation context rather than the root of a new trace
-    (it links to the creation context either way).
+    (it links to the creation context either way). ``follow_sampling``: trace a
+    handler run only when its creation context was sampled, and give no send
+    span to an enqueue inside an unsampled trace (see the module's docs).
     """
 
     def __init__(
-        self, tracer_provider: trace.TracerProvider | None = None, *, parent: bool = False
+        self,
+        tracer_provider: trace.TracerProvider | None = None,
+        *,
+        parent: bool = False,
+        follow_sampling: bool = True,
     ):
         self._tracer = trace.get_tracer("delayq", __version__, tracer_provider=tracer_provider)
         self.parent = parent
+        self.follow_sampling = follow_sampling
         # the keys the configured propagator writes: they stay out of event_context()
         self._fields = PROPAGATION_KEYS | frozenset(propagate.get_global_textmap().fields)
         hide_context_keys(self._fields)
         self._textmap: Any = None
         self._plain_w3c = False
+        # the traceparent of the unsampled span enqueues were last made under (a request's)
+        self._last: tuple[SpanContext, str] = (INVALID_SPAN_CONTEXT, "")
 
     def _w3c(self) -> bool:
         """True while the global propagator is W3C Trace Context (and Baggage) only.
@@ -95,7 +162,12 @@ class OTelTracing:
     def _inject(self, span: trace.Span, carrier: dict[str, str]) -> None:
         if self._w3c() and not baggage.get_all():
             sc = span.get_span_context()
-            carrier["traceparent"] = f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{sc.trace_flags:02x}"
+            last_sc, traceparent = self._last
+            if sc is not last_sc:
+                traceparent = _traceparent(sc)
+                if not span.is_recording():  # many enqueues may share it (one request's)
+                    self._last = (sc, traceparent)
+            carrier["traceparent"] = traceparent
             if sc.trace_state:
                 carrier["tracestate"] = sc.trace_state.to_header()
         else:
@@ -104,80 +176,59 @@ class OTelTracing:
     def _extract(self, ctx: Mapping[str, str]) -> otel_context.Context:
         """The creation context stored in ``ctx``, in an otherwise empty context."""
         if self._w3c() and "baggage" not in ctx:
-            match = re.fullmatch(_TRACEPARENT, ctx.get("traceparent", ""))
-            if match is None or match[1] == "ff" or (match[1] == "00" and match[5]):
+            span_context = _span_context(ctx.get("traceparent", ""), ctx.get("tracestate"))
+            if not span_context.is_valid:
                 return _EMPTY
-            trace_id, span_id = int(match[2], 16), int(match[3], 16)
-            if not trace_id or not span_id:
-                return _EMPTY
-            state = ctx.get("tracestate")
-            span_context = SpanContext(
-                trace_id,
-                span_id,
-                is_remote=True,
-                trace_flags=TraceFlags(int(match[4], 16)),
-                trace_state=TraceState.from_header([state]) if state else None,
-            )
             return trace.set_span_in_context(NonRecordingSpan(span_context), _EMPTY)
         # extract into an empty context: the consumer's ambient context is not the parent
         return propagate.extract(ctx, context=otel_context.Context())
 
     # -- producer ----------------------------------------------------------------------
 
-    @contextmanager
     def sending(
         self,
         type_names: Sequence[str],
         event_id: str | None,
         count: int,
         context: Mapping[str, str] | None,
-    ) -> Iterator[Mapping[str, str] | None]:
+    ) -> AbstractContextManager[Mapping[str, str] | None]:
         """The PRODUCER span of one enqueue call; yields the context to store with the events."""
-        destination = type_names[0] if len(type_names) == 1 else None
-        attributes: dict[str, Any] = {
-            "messaging.system": _SYSTEM,
-            "messaging.operation.type": "send",
-            "messaging.operation.name": "send",
-        }
-        if destination:
-            attributes["messaging.destination.name"] = destination
-        if event_id is not None:
-            attributes["messaging.message.id"] = event_id
-        if count != 1:
-            attributes["messaging.batch.message_count"] = count
-        links = None
         custom = context is not None and not self._fields.isdisjoint(context)
-        if custom:
-            assert context is not None
-            given = trace.get_current_span(self._extract(context)).get_span_context()
-            links = [Link(given)] if given.is_valid else None
-        span = self._tracer.start_span(
-            f"send {destination}" if destination else "send",
-            kind=SpanKind.PRODUCER,
-            attributes=attributes,
-            links=links,
-        )
-        token = otel_context.attach(trace.set_span_in_context(span))
-        try:
-            if custom or not span.get_span_context().is_valid:
-                yield context
-            else:
+        if self.follow_sampling and not custom:
+            current = trace.get_current_span()
+            sc = current.get_span_context()
+            if sc.is_valid and not sc.trace_flags.sampled and not current.is_recording():
+                # inside an unsampled trace: a ParentBased sampler would drop the send span;
+                # the events carry the trace's context so their handlers are dropped too
                 carrier = dict(context) if context else {}
-                self._inject(span, carrier)
-                yield carrier
-        except BaseException as exc:
-            _failed(span, type(exc).__qualname__, str(exc), exc)
-            raise
-        finally:
-            otel_context.detach(token)
-            span.end()
+                self._inject(current, carrier)
+                return nullcontext(carrier)
+        return _Sending(self, type_names, event_id, count, context, custom)
 
     # -- consumer ----------------------------------------------------------------------
 
     def handling(self, delivery: Delivery) -> Any:
         """Start the CONSUMER span of one handler run and make it current."""
         ctx = delivery.context
-        extracted = self._extract(ctx) if ctx and not self._fields.isdisjoint(ctx) else _EMPTY
+        if ctx and not self._fields.isdisjoint(ctx):
+            traceparent = ctx.get("traceparent")
+            if (
+                self.follow_sampling
+                and traceparent is not None
+                and len(traceparent) == 55
+                and traceparent[54] in _UNSAMPLED_DIGITS
+                and traceparent.startswith("00-")
+                and "baggage" not in ctx
+                and self._w3c()
+            ):
+                # not sampled where it was created: no span; the creation context is
+                # current so that the handler's own spans and enqueues follow it
+                creation_span = _Unsampled(traceparent, ctx.get("tracestate"))
+                current = trace.set_span_in_context(creation_span, _EMPTY)
+                return None, otel_context.attach(current)
+            extracted = self._extract(ctx)
+        else:
+            extracted = _EMPTY
         creation = trace.get_current_span(extracted).get_span_context()
         attributes: dict[str, Any] = {
             "messaging.system": _SYSTEM,
@@ -215,6 +266,9 @@ class OTelTracing:
     ) -> None:
         """End the span started by :meth:`handling`: status ERROR unless the handler succeeded."""
         span, token = state
+        if span is None:  # an unsampled run: nothing to end
+            otel_context.detach(token)
+            return
         try:
             if outcome != "success":
                 if error is not None:
@@ -224,6 +278,73 @@ class OTelTracing:
                 _failed(span, kind, failure or outcome, error)
         finally:
             otel_context.detach(token)
+            span.end()
+
+
+class _Sending:
+    """The send span of one enqueue call, as a context manager (cheaper than a generator)."""
+
+    __slots__ = ("_context", "_custom", "_span", "_token", "_tracing", "_what")
+
+    def __init__(
+        self,
+        tracing: OTelTracing,
+        type_names: Sequence[str],
+        event_id: str | None,
+        count: int,
+        context: Mapping[str, str] | None,
+        custom: bool,
+    ):
+        self._tracing = tracing
+        self._what = (type_names, event_id, count)
+        self._context = context
+        self._custom = custom
+
+    def __enter__(self) -> Mapping[str, str] | None:
+        tracing, context = self._tracing, self._context
+        type_names, event_id, count = self._what
+        destination = type_names[0] if len(type_names) == 1 else None
+        attributes: dict[str, Any] = {
+            "messaging.system": _SYSTEM,
+            "messaging.operation.type": "send",
+            "messaging.operation.name": "send",
+        }
+        if destination:
+            attributes["messaging.destination.name"] = destination
+        if event_id is not None:
+            attributes["messaging.message.id"] = event_id
+        if count != 1:
+            attributes["messaging.batch.message_count"] = count
+        links = None
+        if self._custom:
+            assert context is not None
+            given = trace.get_current_span(tracing._extract(context)).get_span_context()
+            links = [Link(given)] if given.is_valid else None
+        span = self._span = tracing._tracer.start_span(
+            f"send {destination}" if destination else "send",
+            kind=SpanKind.PRODUCER,
+            attributes=attributes,
+            links=links,
+        )
+        self._token = otel_context.attach(trace.set_span_in_context(span))
+        if self._custom or not span.get_span_context().is_valid:
+            return context
+        carrier = dict(context) if context else {}
+        tracing._inject(span, carrier)
+        return carrier
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        span = self._span
+        try:
+            if exc is not None:
+                _failed(span, type(exc).__qualname__, str(exc), exc)
+        finally:
+            otel_context.detach(self._token)
             span.end()
 
 

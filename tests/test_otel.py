@@ -363,3 +363,106 @@ async def test_baggage_reaches_the_handler(
     finally:
         await pool.aclose()
     assert seen == [("t-1", ["baggage", "traceparent"])]
+
+
+def _unsampled_parent() -> trace.NonRecordingSpan:
+    """A span of a trace its sampler dropped (as a request's span is when not sampled)."""
+    return trace.NonRecordingSpan(
+        trace.SpanContext(
+            int(uuid.uuid4().hex, 16),
+            int(uuid.uuid4().hex[:16], 16),
+            is_remote=False,
+            trace_flags=trace.TraceFlags(trace.TraceFlags.DEFAULT),
+        )
+    )
+
+
+@pytest.mark.parametrize("follow", [True, False])
+async def test_handlers_follow_the_sampling_of_the_enqueue(
+    redis_url: str, prefix: str, wait_for, follow: bool
+) -> None:
+    """An event created in an unsampled trace: no send span, no process span, and the
+    handler's own spans and enqueues stay in that (unsampled) trace. With
+    follow_sampling=False each process span (the root of its own trace) is left to the
+    sampler, which records roots here."""
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ParentBased(ALWAYS_ON))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    seen: dict[str, dict[str, str]] = {}
+
+    async def handle(event: TraceJob) -> None:
+        seen[event.id] = dict(event_context(propagation=True))
+        with provider.get_tracer("test").start_as_current_span("inside the handler"):
+            if event.id == "first":
+                await service.enqueue_with_delay(TraceJob(id="second"))
+
+    pool = ServicePool(
+        redis_url, prefix, tracing=OTelTracing(provider, follow_sampling=follow)
+    )
+    try:
+        service = await pool.start()
+        service.add_handler(TraceJob, handle)
+        parent = _unsampled_parent()
+        with trace.use_span(parent):
+            assert await service.enqueue_with_delay(TraceJob(id="first"))
+        await wait_for(lambda: len(seen) == 2, timeout=15)
+    finally:
+        await pool.aclose()
+    trace_id = f"{parent.get_span_context().trace_id:032x}"
+    finished = exporter.get_finished_spans()
+    if follow:
+        # the whole story stays unsampled and in the request's trace
+        assert seen["first"]["traceparent"] == (
+            f"00-{trace_id}-{parent.get_span_context().span_id:016x}-00"
+        )
+        assert seen["second"]["traceparent"].split("-")[1] == trace_id
+        assert seen["second"]["traceparent"].endswith("-00")
+        assert finished == ()
+    else:
+        # the first send span is dropped with its parent; the handler's spans are recorded
+        (send,) = by_kind(finished, SpanKind.PRODUCER)
+        assert send.attributes["messaging.message.id"] == "second"
+        assert len(by_kind(finished, SpanKind.CONSUMER)) == 2
+        assert len([s for s in finished if s.name == "inside the handler"]) == 2
+        assert all(s.context.trace_flags.sampled for s in finished)
+
+
+@pytest.mark.parametrize("parent", [True, False])
+async def test_sampled_enqueues_are_traced_whole_under_ratio_sampling(
+    redis_url: str, prefix: str, wait_for, parent: bool
+) -> None:
+    """Under a ratio sampler, a handler run is recorded only if its send span was: always in
+    parent mode (the run is in the send span's trace), at the sampler's ratio in link mode
+    (the run is the root of a trace of its own)."""
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(0.5)))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    handled: list[str] = []
+
+    async def handle(event: TraceJob) -> None:
+        handled.append(event.id)
+
+    n = 200
+    pool = ServicePool(redis_url, prefix, tracing=OTelTracing(provider, parent=parent))
+    try:
+        service = await pool.start()
+        service.add_handler(TraceJob, handle, concurrency=16)
+        for i in range(n):
+            assert await service.enqueue_with_delay(TraceJob(id=f"r{i}"))
+        await wait_for(lambda: len(handled) == n, timeout=20)
+    finally:
+        await pool.aclose()
+    finished = exporter.get_finished_spans()
+    sent = {s.attributes["messaging.message.id"] for s in by_kind(finished, SpanKind.PRODUCER)}
+    processed = {
+        s.attributes["messaging.message.id"] for s in by_kind(finished, SpanKind.CONSUMER)
+    }
+    assert 0 < len(sent) < n  # some sampled, some not
+    if parent:
+        assert processed == sent
+    else:
+        assert processed < sent

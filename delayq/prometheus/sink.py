@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
 from ..keys import DEFAULT_GROUP
+from .local import LocalCollector, LocalGauge, LocalHistogram
 
 __all__ = ["DURATION_BUCKETS", "LONG_BUCKETS", "PrometheusMetrics"]
 
@@ -142,8 +144,11 @@ class PrometheusMetrics:
         self._buckets = tuple(buckets)
         self._long_buckets = tuple(long_buckets)
         self._counters: dict[str, Counter] = {}
-        self._histograms: dict[str, Histogram] = {}
-        self._gauges: dict[str, Gauge] = {}
+        # histograms and gauges are set once or more per handled event: kept locally
+        # (see .local) and exported by one collector at scrape time
+        self._local = LocalCollector()
+        self._histograms: dict[str, LocalHistogram] = {}
+        self._gauges: dict[str, LocalGauge] = {}
         # (name, event_type[, outcome]) -> the bound method of the labelled child: the hot
         # path is one dict lookup and one call
         self._inc: dict[tuple[str, str, str], Callable[[float], None]] = {}
@@ -159,13 +164,18 @@ class PrometheusMetrics:
                 )
         for name in _HISTOGRAMS:
             self._histogram(name)
-        self._gauges["in_flight"] = Gauge(
-            "handlers_in_flight",
-            "Handlers running (or recording their outcome) in this process",
-            ("event_type", "group"),
-            namespace=namespace,
-            registry=self.registry,
+        self._gauges["in_flight"] = self._add(
+            LocalGauge(
+                f"{namespace}_handlers_in_flight",
+                "Handlers running (or recording their outcome) in this process",
+                ("event_type", "group"),
+            )
         )
+        self.registry.register(self._local)
+
+    def _add(self, metric: _Local) -> _Local:
+        self._local.add(metric)
+        return metric
 
     # -- the Metrics protocol ------------------------------------------------------------
 
@@ -233,29 +243,26 @@ class PrometheusMetrics:
         return inc
 
     def _bind_gauge(self, name: str, event_type: str, group: str) -> Callable[[float], None]:
+        set_: Callable[[float], None] = _ignore
         if name == "lateness_ms":  # the lateness histogram says more than the latest value
-            set_ = self._set[name, event_type, group] = _ignore
+            self._set[name, event_type, group] = set_
             return set_
         gauge = self._gauges.get(name)
         if gauge is None:
             if not _valid(name):
                 log.debug("ignoring gauge with an invalid name %r", name)
                 return _ignore
-            gauge = self._gauges[name] = Gauge(
-                name,
-                f"delayq gauge {name}",
-                ("event_type",),
-                namespace=self.namespace,
-                registry=self.registry,
+            gauge = self._gauges[name] = self._add(
+                LocalGauge(f"{self.namespace}_{name}", f"delayq gauge {name}", ("event_type",))
             )
         if name == "in_flight":
-            child = gauge.labels(event_type, group)
+            set_ = gauge.setter(event_type, group)
         else:
-            child = gauge.labels(_folded(event_type, group))
-        set_ = self._set[name, event_type, group] = child.set
+            set_ = gauge.setter(_folded(event_type, group))
+        self._set[name, event_type, group] = set_
         return set_
 
-    def _histogram(self, name: str) -> tuple[Histogram, bool]:
+    def _histogram(self, name: str) -> tuple[LocalHistogram, bool]:
         """The histogram ``{name}_seconds`` and whether it has an ``outcome`` label."""
         doc, by_outcome, long = _HISTOGRAMS.get(name, (f"delayq duration {name}", True, True))
         histogram = self._histograms.get(name)
@@ -263,13 +270,13 @@ class PrometheusMetrics:
             labels: tuple[str, ...] = ("event_type", "outcome") if by_outcome else ("event_type",)
             if name in _HISTOGRAMS:
                 labels += ("group",)
-            histogram = self._histograms[name] = Histogram(
-                f"{name}_seconds",
-                doc,
-                labels,
-                namespace=self.namespace,
-                registry=self.registry,
-                buckets=self._long_buckets if long else self._buckets,
+            histogram = self._histograms[name] = self._add(
+                LocalHistogram(
+                    f"{self.namespace}_{name}_seconds",
+                    doc,
+                    labels,
+                    self._long_buckets if long else self._buckets,
+                )
             )
         return histogram, by_outcome
 
@@ -286,8 +293,11 @@ class PrometheusMetrics:
             values = (_folded(event_type, group),)
         if by_outcome:
             values = (values[0], outcome, *values[1:])
-        obs = self._obs[name, event_type, outcome, group] = histogram.labels(*values).observe
+        obs = self._obs[name, event_type, outcome, group] = histogram.observer(*values)
         return obs
+
+
+_Local = TypeVar("_Local", LocalHistogram, LocalGauge)
 
 
 def _folded(event_type: str, group: str) -> str:
