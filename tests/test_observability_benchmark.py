@@ -22,15 +22,16 @@ def test_observability_benchmark_runs(tmp_path: Path) -> None:
     out = tmp_path / "obs.json"
     proc = subprocess.run(
         [sys.executable, "benchmarks/observability.py", "--events", "300", "--rounds", "1",
-         "--modes", "plain,prometheus,otel,observed", "--out", str(out)],
+         "--modes", "plain,prometheus,otel,observed,otel-api", "--handler", "redis",
+         "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     data = json.loads(out.read_text())
-    assert set(data["best"]) == {"plain", "prometheus", "otel", "observed"}
+    assert set(data["best"]) == {"plain", "prometheus", "otel", "observed", "otel-api"}
     for rounds in data["rounds"].values():
         (r,) = rounds
-        assert r["enqueue_per_s"] > 0 and r["handle_per_s"] > 0
-        assert r["redis_commands_per_event"] > 0
+        assert r["enqueue_per_s"] > 0 and r["handle_per_s"] > 0 and r["end_to_end_per_s"] > 0
+        assert r["redis_commands_per_event"] > 1  # the handler's GET counts too
     assert data["spans_exported"] == 2 * 2 * 300  # a send and a process span per event, twice
     assert "| observed |" in proc.stdout
