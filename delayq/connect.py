@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
+from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
@@ -29,6 +30,13 @@ log = logging.getLogger("delayq.connect")
 
 SentinelAddress = tuple[str, int]
 """``(host, port)`` of one sentinel."""
+
+# Names for redis-py's types, so that modules which must not import redis can annotate
+# with them (under TYPE_CHECKING): delayq/_store/ (see delayq/store.py)
+RedisClient: TypeAlias = Redis | RedisCluster
+"""A client for commands and scripts: one Redis (or a Sentinel master) or a Cluster."""
+LuaScript: TypeAlias = AsyncScript
+"""A script registered on a client (``register_script``): EVALSHA, loading it when missing."""
 
 # A command (not a blocking one) that takes longer than this is treated as a lost connection.
 COMMAND_TIMEOUT = 10.0
@@ -56,8 +64,8 @@ def _common(retries: int = 3) -> dict[str, Any]:
 class Clients:
     """The clients a service owns, and what else must be closed with them."""
 
-    commands: Redis | RedisCluster
-    blocking: Redis | RedisCluster | None
+    commands: RedisClient
+    blocking: RedisClient | None
     owned: list[Any] = field(default_factory=list)
     watch: SentinelWatch | None = None
 

@@ -1,0 +1,121 @@
+"""Reading queue state: counts, one event's record, pages of scheduled and in-flight events,
+the due-time histogram, the dashboard's run-now action, and Redis's clock and policy."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .layouts import Layouts
+from .records import (
+    EventRecord,
+    QueueCounts,
+    ScheduledRecord,
+    _counts,
+    _int,
+    _opt_int,
+    _sum_counts,
+    _text,
+)
+
+
+class Browsing(Layouts):
+    """Read-only views of a type's queues (and ``run_now``), one consistent read per call."""
+
+    async def counts(self, type_names: Iterable[str]) -> dict[str, QueueCounts]:
+        """Per-type counts, next due time and backlog age: one read-only script per shard.
+
+        A partitioned type counts as one: sums over the shards of every known
+        layout (the earliest next due time, the oldest backlog). The calls for
+        all types go in one pipeline (on a cluster, a few at a time).
+        """
+        names = sorted(type_names)
+        per_name = [self.shards(name) for name in names]
+        replies = await self._per_type("counts", [(s, []) for sl in per_name for s in sl])
+        result: dict[str, QueueCounts] = {}
+        at = 0
+        for name, shard_list in zip(names, per_name, strict=True):
+            result[name] = _sum_counts([_counts(r) for r in replies[at : at + len(shard_list)]])
+            at += len(shard_list)
+        return result
+
+    async def shard_counts(self, shard_list: Sequence[str]) -> list[QueueCounts]:
+        """Counts of each shard on its own."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for shard in shard_list:
+                k = self._k(shard)
+                for i in (1, 3, 4, 8):
+                    pipe.zcard(k[i])
+            replies = [int(x) for x in await pipe.execute()]
+        return [
+            QueueCounts(
+                scheduled=replies[4 * i], ready=replies[4 * i + 1],
+                in_flight=replies[4 * i + 2], dead=replies[4 * i + 3],
+            )
+            for i in range(len(shard_list))
+        ]  # fmt: skip
+
+    async def inspect(self, type_name: str, event_id: str) -> EventRecord:
+        """Everything stored about one event, in one atomic read."""
+        r = await self._run("inspect", type_name, [event_id])
+        return EventRecord(
+            now_ms=int(r[0]),
+            envelope=r[1] or None,
+            scheduled_ms=_opt_int(r[2]),
+            queued_score=float(r[3]) if r[3] else None,
+            lease_deadline_ms=_opt_int(r[4]),
+            dead_at_ms=_opt_int(r[5]),
+            attempts=_int(r[6]),
+            error=_text(r[7]),
+        )
+
+    async def scheduled_page(
+        self, type_name: str, offset: int, limit: int
+    ) -> list[ScheduledRecord]:
+        """Scheduled events ``offset .. offset+limit-1`` by due time, earliest first."""
+        r = await self._run("scheduled_list", type_name, [offset, limit])
+        return [
+            ScheduledRecord(
+                raw_id=r[i],
+                due_ms=int(float(r[i + 1])),
+                envelope=r[i + 2] or None,
+                attempts=_int(r[i + 3]),
+                error=_text(r[i + 4]),
+            )
+            for i in range(0, len(r), 5)
+        ]
+
+    async def server_time_ms(self) -> int:
+        """Redis's clock in ms (TIME): also a cheap check that Redis answers."""
+        seconds, micros = await self.redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    async def eviction_policy(self) -> str | None:
+        """Redis's ``maxmemory-policy``, or None when CONFIG is not allowed."""
+        try:
+            reply: dict[Any, Any] = await self.redis.config_get("maxmemory-policy")
+        except Exception:  # ACLs or managed Redis may forbid CONFIG
+            return None
+        value: Any = reply.get(b"maxmemory-policy") or reply.get("maxmemory-policy")
+        return value.decode() if isinstance(value, bytes) else value
+
+    # -- the dashboard -----------------------------------------------------------
+
+    async def run_now(self, type_name: str, event_id: str) -> bool:
+        """Move a scheduled event to the ready list now; False when it is not scheduled."""
+        return bool(await self._run("run_now", type_name, [event_id]))
+
+    async def inflight_page(
+        self, type_name: str, offset: int, limit: int
+    ) -> tuple[int, list[tuple[bytes, int, int]]]:
+        """Redis's time (ms) and ``(id, lease deadline ms, attempts)`` of in-flight events."""
+        r = await self._run("inflight_list", type_name, [offset, limit])
+        page = [(r[i], int(float(r[i + 1])), _int(r[i + 2])) for i in range(1, len(r), 3)]
+        return int(r[0]), page
+
+    async def due_histogram(
+        self, type_name: str, bounds_ms: Sequence[int]
+    ) -> tuple[int, list[int]]:
+        """Redis's time (ms) and scheduled counts per due-time range (see due_histogram.lua)."""
+        r = await self._run("due_histogram", type_name, list(bounds_ms))
+        return int(r[0]), [int(x) for x in r[1:]]

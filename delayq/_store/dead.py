@@ -1,0 +1,62 @@
+"""Dead letters: list them, count them, schedule them again or delete them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import cast
+
+from .base import StoreBase
+from .records import DeadRecord, _int
+
+
+class DeadLetters(StoreBase):
+    """The dead letters of one group of a type."""
+
+    async def dead_letters(
+        self, type_name: str, offset: int, limit: int, *, group: str | None = None
+    ) -> list[DeadRecord]:
+        """Dead letters of one type (and group), oldest first."""
+        r = await self._run("dead_list", type_name, [offset, limit], group=group)
+        return [
+            DeadRecord(
+                raw_id=r[i],
+                failed_at_ms=int(float(r[i + 1])),
+                envelope=r[i + 2] or None,
+                attempts=_int(r[i + 3]),
+                error=(r[i + 4] or b"").decode("utf-8", "replace"),
+            )
+            for i in range(0, len(r), 5)
+        ]
+
+    async def dead_ids(
+        self, type_name: str, count: int, *, group: str | None = None
+    ) -> list[bytes]:
+        """The ``count`` oldest dead-letter ids."""
+        key = self._k(type_name, group)[8]
+        return cast(list[bytes], await self.redis.zrange(key, 0, count - 1))
+
+    async def dead_count(self, type_name: str, *, group: str | None = None) -> int:
+        """How many dead letters a group of the type has."""
+        return int(await self.redis.zcard(self._k(type_name, group)[8]))
+
+    async def requeue_dead(
+        self,
+        type_name: str,
+        ids: Sequence[str | bytes],
+        delay_ms: int,
+        *,
+        group: str | None = None,
+    ) -> int:
+        """Schedule dead letters again after ``delay_ms`` (for their group alone); return how many."""
+        if not ids:
+            return 0
+        args = [delay_ms, self.keys.wakeup_channel, type_name, *ids]
+        return int(await self._run("dead_requeue", type_name, args, group=group))
+
+    async def purge_dead(
+        self, type_name: str, ids: Sequence[str | bytes], *, group: str | None = None
+    ) -> int:
+        """Delete dead letters; return how many."""
+        if not ids:
+            return 0
+        return int(await self._run("dead_purge", type_name, list(ids), group=group))

@@ -1,0 +1,101 @@
+"""Consumers' calls: pop a ready entry, claim it under a lease, then ack, renew or fail."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import cast
+
+from .base import StoreBase, log
+from .records import Claimed
+
+
+class Delivery(StoreBase):
+    """One delivery's life on the consumer side, for one group of a type."""
+
+    async def pop_ready(
+        self, type_name: str, timeout: float, *, group: str | None = None
+    ) -> bytes | None:
+        """Block up to ``timeout`` seconds for one ready entry of a group (BRPOP)."""
+        reply = await self.blocking.brpop([self._k(type_name, group)[2]], timeout=timeout)
+        return None if reply is None else cast(bytes, reply[1])
+
+    async def claim(
+        self,
+        type_name: str,
+        popped: Sequence[bytes],
+        more: int,
+        visibility_ms: int,
+        *,
+        group: str | None = None,
+    ) -> tuple[int, list[Claimed]]:
+        """Claim ``popped`` entries plus up to ``more`` from a group's ready list.
+
+        Returns Redis's time in µs and the events now leased to the caller.
+        """
+        r = await self._run("claim", type_name, [visibility_ms, more, *popped], group=group)
+        claimed = [
+            Claimed(
+                raw_id=r[i],
+                envelope=r[i + 1],
+                attempt=int(r[i + 2]),
+                due_ms=int(r[i + 3]) if r[i + 3] else None,
+                token=r[i + 4],
+            )
+            for i in range(1, len(r), 5)
+        ]
+        if any(c.attempt == 0 for c in claimed):
+            missing = [c.raw_id for c in claimed if c.attempt == 0]
+            log.warning(
+                "%s: dropped %d queued ids that have no stored event: %s",
+                type_name,
+                len(missing),
+                [m.decode("utf-8", "replace") for m in missing[:10]],
+            )
+            claimed = [c for c in claimed if c.attempt != 0]
+        return int(r[0]), claimed
+
+    async def ack(
+        self, type_name: str, done: Iterable[tuple[bytes, bytes]], *, group: str | None = None
+    ) -> int:
+        """Settle deliveries whose handlers succeeded; stale tokens are ignored.
+
+        The event leaves Redis with the last group that held it.
+        """
+        args = [x for pair in done for x in pair]
+        return int(await self._run_durable("ack", type_name, args, group=group)) if args else 0
+
+    async def renew(
+        self,
+        type_name: str,
+        leases: Iterable[tuple[bytes, bytes]],
+        visibility_ms: int,
+        *,
+        group: str | None = None,
+    ) -> list[bytes]:
+        """Extend leases; return the ids whose lease was lost."""
+        args = [x for pair in leases for x in pair]
+        if not args:
+            return []
+        return list(await self._run("renew", type_name, [visibility_ms, *args], group=group))
+
+    async def fail(
+        self,
+        type_name: str,
+        claimed: Claimed,
+        *,
+        dead: bool,
+        delay_ms: int,
+        error: str,
+        group: str | None = None,
+    ) -> int:
+        """Retry after ``delay_ms`` or dead-letter; 0 when the lease was no longer ours."""
+        args = [
+            claimed.raw_id,
+            claimed.token,
+            "dead" if dead else "retry",
+            delay_ms,
+            error,
+            self.keys.wakeup_channel,
+            type_name,
+        ]
+        return int(await self._run("fail", type_name, args, group=group))

@@ -1,0 +1,170 @@
+"""Producers' writes: enqueue (coalescing concurrent single-event calls), replace and cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import msgspec
+
+from .groups import DeliveryGroups
+from .layouts import Layouts
+
+# Enqueue sends at most this many events per script call: keeps each call
+# well under a millisecond of Redis time.
+ENQUEUE_CHUNK = 200
+
+_pack = msgspec.msgpack.Encoder().encode
+
+
+@dataclass(slots=True)
+class _Batch:
+    """Single-event enqueues of one (type, mode) waiting to be sent together."""
+
+    pending: list[tuple[tuple[str, bytes, int], asyncio.Future[int]]] = field(default_factory=list)
+    task: asyncio.Task[None] | None = None
+
+
+class Enqueueing(Layouts, DeliveryGroups):
+    """Adding, replacing and cancelling events."""
+
+    _batches: dict[tuple[str, bool, bool], _Batch]
+
+    async def enqueue(
+        self,
+        type_name: str,
+        items: Sequence[tuple[str, bytes, int]],
+        *,
+        absolute: bool,
+        replace: bool,
+    ) -> list[int]:
+        """Add ``(id, envelope, ms)`` items of one type; return a code per item.
+
+        Codes: 1 added, 0 kept (the id exists), 2 replaced. ``ms`` is a delay
+        or, with ``absolute``, a unix time in ms. Chunks are pipelined.
+
+        Single-event calls made concurrently (say, a hundred request handlers
+        each enqueueing one event) are coalesced: events of one type and mode
+        that arrive while a script call is on its way go together in the next
+        call, one round trip for many. Each caller still gets its own code or
+        exception, and the calls of one task keep their order.
+        """
+        if len(items) != 1:
+            return await self._enqueue_now(type_name, items, absolute=absolute, replace=replace)
+        key = (type_name, absolute, replace)
+        batch = self._batches.get(key)
+        if batch is None:
+            batch = self._batches[key] = _Batch()
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        batch.pending.append((items[0], future))
+        if batch.task is None:
+            batch.task = asyncio.create_task(self._flush(key, batch))
+        return [await future]
+
+    async def aclose(self) -> None:
+        """Wait for coalesced enqueues still on their way (their callers are waiting too)."""
+        tasks = [b.task for b in self._batches.values() if b.task is not None]
+        if tasks:
+            await asyncio.wait(tasks)
+
+    async def _flush(self, key: tuple[str, bool, bool], batch: _Batch) -> None:
+        """Send coalesced single-event enqueues until none are waiting."""
+        type_name, absolute, replace = key
+        sending: list[tuple[tuple[str, bytes, int], asyncio.Future[int]]] = []
+        try:
+            await asyncio.sleep(0)  # the callers of this loop iteration join the first call
+            while batch.pending:
+                # a caller cancelled before its event was sent does not enqueue it
+                sending = [p for p in batch.pending[:ENQUEUE_CHUNK] if not p[1].cancelled()]
+                del batch.pending[:ENQUEUE_CHUNK]
+                if not sending:
+                    continue
+                try:
+                    codes = await self._enqueue_now(
+                        type_name, [item for item, _ in sending], absolute=absolute,
+                        replace=replace,
+                    )  # fmt: skip
+                except Exception as exc:
+                    for _, future in sending:
+                        if not future.done():
+                            future.set_exception(exc)
+                else:
+                    for (_, future), code in zip(sending, codes, strict=True):
+                        if not future.done():
+                            future.set_result(code)
+                sending = []
+        finally:
+            batch.task = None
+            # Cancelled (the event loop is closing): no caller may wait forever.
+            for _, future in sending + batch.pending:
+                if not future.done():
+                    future.cancel()
+            batch.pending.clear()
+
+    async def _send_enqueue(
+        self,
+        type_name: str,
+        items: Sequence[tuple[str, bytes, int]],
+        *,
+        absolute: bool,
+        replace: bool,
+    ) -> list[int]:
+        """One script call per chunk of ``ENQUEUE_CHUNK`` items, pipelined.
+
+        Called by ``_enqueue_now``, which turns Redis's out-of-memory refusal
+        into :class:`~delayq.errors.QueueFullError`.
+        """
+        await self.register_type(type_name)
+        # "<replace>:<call id>:<chunk no>": the call id lets the script tell
+        # a retried chunk from a new call that encoded identical bytes.
+        flags = f"{'1' if replace else '0'}:{uuid.uuid4().hex}"
+        chunks = [items[i : i + ENQUEUE_CHUNK] for i in range(0, len(items), ENQUEUE_CHUNK)]
+        # ":mp": each chunk's events go as two arguments, not three per event
+        # (redis-py's packing of many small arguments costs more than the script)
+        mode = "at:mp" if absolute else "delay:mp"
+        calls = [
+            [
+                mode,
+                f"{flags}:{n}",
+                self.keys.wakeup_channel,
+                type_name,
+                _pack([x for i, env, ms in chunk for x in (i, ms, len(env))]),
+                b"".join([env for _, env, _ in chunk]),
+            ]
+            for n, chunk in enumerate(chunks, 1)
+        ]
+        if len(calls) == 1:
+            codes = [int(c) for c in await self._run_durable("enqueue", type_name, calls[0])]
+        else:
+            replies = await self._pipelined("enqueue", type_name, calls, wait=True)
+            codes = [int(c) for reply in replies for c in reply]
+        if 3 in codes:  # replaces of events already fanned out to delivery groups
+            for i, code in enumerate(codes):
+                if code == 3:
+                    codes[i] = await self._replace_fanned(type_name, items[i], absolute)
+        return codes
+
+    async def _replace_fanned(
+        self, type_name: str, item: tuple[str, bytes, int], absolute: bool
+    ) -> int:
+        """Replace one event for every group that still holds it; 2 replaced, 1 added."""
+        event_id, envelope, ms = item
+        args = [event_id, envelope, ms, "at" if absolute else "delay",
+                self.keys.wakeup_channel, type_name]  # fmt: skip
+        reply = await self._every_group("group_replace", type_name, args)
+        if reply is None:  # the groups were all removed meanwhile: an ordinary replace
+            (code,) = await self._enqueue_now(type_name, [item], absolute=absolute, replace=True)
+            return code
+        return int(reply)
+
+    async def cancel(self, type_name: str, event_id: str) -> bool:
+        """Remove a pending event (for every delivery group); True when one was removed.
+
+        Dead letters stay (see :meth:`purge_dead`).
+        """
+        reply = await self._every_group(
+            "group_cancel", type_name, [event_id], ("cancel", [event_id])
+        )
+        return bool(reply)

@@ -1,0 +1,115 @@
+"""Delivery groups in Redis: the registry, per-group counts, and running a script for every group."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .base import StoreBase
+from .records import QueueCounts, _int
+
+_STALE = b"stale"
+
+
+class DeliveryGroups(StoreBase):
+    """The group registry of a type, and the calls that must reach every group."""
+
+    # type -> its delivery groups as last seen; absent: no groups (or not
+    # looked yet). Scripts that need every group's keys say when it is stale.
+    _groups: dict[str, tuple[str, ...]]
+
+    def _remember_groups(self, type_name: str, names: Sequence[Any]) -> tuple[str, ...] | None:
+        groups = tuple(sorted(n.decode() if isinstance(n, bytes) else str(n) for n in names))
+        if groups:
+            self._groups[type_name] = groups
+            return groups
+        self._groups.pop(type_name, None)
+        return None
+
+    def _group_call(self, type_name: str, groups: Sequence[str]) -> tuple[list[str], list[Any]]:
+        """Keys and leading arguments of a script in ``lua.GROUPED`` for ``groups``."""
+        tk = self.keys.for_shard(type_name)
+        keys = list(self._k(type_name))
+        for group in groups:
+            keys.extend(tk.group_keys(group))
+        return keys, [len(groups), *groups]
+
+    async def _every_group(
+        self,
+        script: str,
+        type_name: str,
+        args: Sequence[Any],
+        ungrouped: tuple[str, Sequence[Any]] | None = None,
+    ) -> Any:
+        """Run ``script`` with the keys of every registered group of the type.
+
+        While the type is not known to have groups, ``ungrouped`` (a per-type
+        script and its arguments) runs instead; it answers ``stale`` if the
+        type has groups after all. A group registered or removed by another
+        process makes the script answer ``stale`` with the registered groups:
+        the call is made again with those, so the move never misses a group.
+        """
+        groups = self._groups.get(type_name)
+        if groups is None and ungrouped is None:
+            groups = self._remember_groups(
+                type_name, await self.redis.hkeys(self._k(type_name)[10])
+            )
+            if groups is None:
+                return None
+        for _ in range(20):
+            if groups is None:
+                assert ungrouped is not None
+                reply = await self._run(ungrouped[0], type_name, ungrouped[1])
+            else:
+                keys, lead = self._group_call(type_name, groups)
+                reply = await self._scripts[script](keys=keys, args=[*lead, *args])
+            if not (isinstance(reply, list) and reply and reply[0] == _STALE):
+                return reply
+            groups = self._remember_groups(type_name, reply[1:])
+            if groups is None and ungrouped is None:
+                return None
+        raise RuntimeError(f"{type_name}: its delivery groups keep changing; try again")
+
+    async def register_group(self, type_name: str, group: str, max_deliveries: int) -> bool:
+        """Register a delivery group of the type; True when it is new."""
+        return bool(await self._run("group_register", type_name, [group, max_deliveries]))
+
+    async def remove_group(self, type_name: str, group: str, batch: int = 500) -> int:
+        """Drop a group and its pending deliveries (in bounded steps).
+
+        Returns 1 removed, 0 no such group, -1 refused (the type's last group).
+        """
+        self._groups.pop(type_name, None)
+        keys, lead = self._group_call(type_name, [group])
+        first = "1"
+        while True:
+            code = int(await self._scripts["group_remove"](keys=keys, args=[*lead, batch, first]))
+            if code != 2:
+                return code
+            first = "0"
+
+    async def groups(self, type_name: str) -> dict[str, int]:
+        """The type's registered groups and their max deliveries (empty: no named group)."""
+        reply = await self.redis.hgetall(self._k(type_name)[10])
+        return {(k.decode() if isinstance(k, bytes) else k): _int(v) for k, v in reply.items()}
+
+    async def group_counts(self, type_name: str, groups: Iterable[str]) -> dict[str, QueueCounts]:
+        """Counts per group: ``scheduled`` is the type's schedule plus the group's retries."""
+        names = sorted(groups)
+        tk = self.keys.for_shard(type_name)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zcard(tk.scheduled)
+            for name in names:
+                k = tk.group_keys(name)
+                for i in (0, 2, 3, 7):  # scheduled (retries), queued, inflight, dead
+                    pipe.zcard(k[i])
+            replies = [int(x) for x in await pipe.execute()]
+        return {
+            name: QueueCounts(
+                replies[0] + replies[1 + 4 * i],
+                replies[2 + 4 * i],
+                replies[3 + 4 * i],
+                replies[4 + 4 * i],
+            )
+            for i, name in enumerate(names)
+        }

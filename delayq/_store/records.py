@@ -1,0 +1,162 @@
+"""What the store's reads return: the record types, and parsing of script replies into them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+__all__ = [
+    "Claimed",
+    "DeadRecord",
+    "EventRecord",
+    "MoveResult",
+    "QueueCounts",
+    "ScheduledRecord",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """An event a consumer claimed: it holds the lease until ack, fail or expiry."""
+
+    raw_id: bytes
+    envelope: bytes
+    attempt: int
+    due_ms: int | None
+    token: bytes
+
+    @property
+    def id(self) -> str:
+        """The event id as text."""
+        return self.raw_id.decode("utf-8", "replace")
+
+
+@dataclass(frozen=True, slots=True)
+class MoveResult:
+    """What one ``move_due`` call did for one type."""
+
+    moved: int
+    more: bool
+    next_ms: int | None
+    now_ms: int
+    dead: int
+    queued: int
+    late_ms: int
+    missing: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class DeadRecord:
+    """A dead letter as stored."""
+
+    raw_id: bytes
+    failed_at_ms: int
+    envelope: bytes | None
+    attempts: int
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounts:
+    """How many events of one type are in each state, and how far behind its consumers are.
+
+    Equality compares the four state counts only (the other fields change with time).
+    """
+
+    scheduled: int
+    """Waiting for their due time (including retries waiting for their backoff)."""
+    ready: int
+    """Due and queued for a consumer, not claimed yet."""
+    in_flight: int
+    """Claimed by a consumer: a handler is running (or its process died and the lease runs)."""
+    dead: int
+    """Dead letters."""
+    next_due_at: datetime | None = field(default=None, compare=False)
+    """The earliest due time among scheduled events (UTC, Redis's clock); None when none."""
+    backlog_age: float = field(default=0.0, compare=False)
+    """Seconds the oldest due event that no consumer has claimed yet has been waiting past
+    its due time (the head of the ready list, or a scheduled event the scheduler has not
+    moved yet); 0 when nothing due is waiting."""
+    due: int = field(default=0, compare=False)
+    """Due events that no consumer has claimed yet: ``ready`` plus scheduled events whose
+    due time has passed."""
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """Everything Redis holds about one event id, read at one instant (``now_ms``)."""
+
+    now_ms: int
+    envelope: bytes | None
+    scheduled_ms: int | None
+    queued_score: float | None
+    lease_deadline_ms: int | None
+    dead_at_ms: int | None
+    attempts: int
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledRecord:
+    """A scheduled event as stored."""
+
+    raw_id: bytes
+    due_ms: int
+    envelope: bytes | None
+    attempts: int
+    error: str | None
+
+
+def _int(value: Any) -> int:
+    return int(value) if value not in (None, False, b"") else 0
+
+
+def _opt_int(value: Any) -> int | None:
+    return int(float(value)) if value not in (None, False, b"") else None
+
+
+def _text(value: Any) -> str | None:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) and value else None
+
+
+def _utc(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc)
+
+
+def _counts(r: Sequence[Any]) -> QueueCounts:
+    scheduled, ready, in_flight, dead = (int(x) for x in r[:4])
+    next_due, overdue, head, now = int(r[4]), int(r[5]), r[6], int(r[7])
+    oldest: int | None = None
+    if overdue and next_due >= 0:
+        oldest = next_due
+    if ready and head:
+        due_text = head.split(b":", 1)[0]
+        if due_text.isdigit():
+            oldest = int(due_text) if oldest is None else min(oldest, int(due_text))
+    return QueueCounts(
+        scheduled=scheduled,
+        ready=ready,
+        in_flight=in_flight,
+        dead=dead,
+        next_due_at=_utc(next_due) if next_due >= 0 else None,
+        backlog_age=max(0, now - oldest) / 1000 if oldest is not None else 0.0,
+        due=ready + overdue,
+    )
+
+
+def _sum_counts(parts: Sequence[QueueCounts]) -> QueueCounts:
+    """One type's counts from its shards' (a single shard's are returned as they are)."""
+    if len(parts) == 1:
+        return parts[0]
+    dues = [p.next_due_at for p in parts if p.next_due_at is not None]
+    return QueueCounts(
+        scheduled=sum(p.scheduled for p in parts),
+        ready=sum(p.ready for p in parts),
+        in_flight=sum(p.in_flight for p in parts),
+        dead=sum(p.dead for p in parts),
+        next_due_at=min(dues) if dues else None,
+        backlog_age=max(p.backlog_age for p in parts),
+        due=sum(p.due for p in parts),
+    )

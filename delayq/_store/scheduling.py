@@ -1,0 +1,89 @@
+"""The scheduler's calls: its lock and membership, moving due events, reading shards to migrate."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from .groups import DeliveryGroups
+from .records import MoveResult
+
+
+class Scheduling(DeliveryGroups):
+    """What the scheduler loop (and repartitioning) asks of Redis."""
+
+    async def scheduler_membership(self, token: str, ttl_ms: int, mode: str = "beat") -> list[str]:
+        """Keep ``token`` in the scheduler membership (``beat``), leave it (``leave``), or
+        evict another member (``evict:<token>``); return the live members, sorted."""
+        reply = await self._scripts["members"](
+            keys=[self.keys.members], args=[token, ttl_ms, mode, self.keys.wakeup_channel]
+        )
+        return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in reply)
+
+    async def take_lock(self, token: str, ttl_ms: int) -> tuple[bool, str | None]:
+        """Take or renew the scheduler lock.
+
+        Returns whether ``token`` holds it now, and otherwise the holder's token.
+        """
+        r = await self._scripts["lock_take"](keys=[self.keys.scheduler_lock], args=[token, ttl_ms])
+        if int(r[0]):
+            return True, None
+        holder = r[1] if len(r) > 1 else None
+        return False, holder.decode("utf-8", "replace") if isinstance(holder, bytes) else holder
+
+    async def steal_lock(self, holder: str, token: str, ttl_ms: int) -> bool:
+        """Take the lock if ``holder`` (or nobody) still holds it; True when ``token`` holds it."""
+        return bool(
+            await self._scripts["lock_steal"](
+                keys=[self.keys.scheduler_lock], args=[holder, token, ttl_ms]
+            )
+        )
+
+    async def release_lock(self, token: str) -> bool:
+        """Release the scheduler lock if ``token`` holds it, and tell the standbys so."""
+        return bool(
+            await self._scripts["lock_release"](
+                keys=[self.keys.scheduler_lock], args=[token, self.keys.wakeup_channel]
+            )
+        )
+
+    async def move_due(
+        self, type_name: str, batch: int, visibility_ms: int, max_deliveries: int
+    ) -> MoveResult:
+        """Move due, expired and orphaned events of one type to its ready list.
+
+        For a type with delivery groups: to the ready list of every group.
+        """
+        args = [batch, visibility_ms, max_deliveries]
+        r = await self._every_group("group_move", type_name, args, ("move_due", args))
+        next_ms = int(r[2])
+        return MoveResult(
+            moved=int(r[0]),
+            more=bool(int(r[1])),
+            next_ms=None if next_ms < 0 else next_ms,
+            now_ms=int(r[3]),
+            dead=int(r[4]),
+            queued=int(r[5]),
+            late_ms=int(r[6]),
+            missing=list(r[7:]),
+        )
+
+    async def peek_scheduled(self, shard: str, count: int) -> list[tuple[bytes, bytes, int]]:
+        """Up to ``count`` scheduled events of a shard, earliest first: (id, envelope, due ms)."""
+        k = self._k(shard)
+        reply: list[Any] = await self.redis.zrange(k[1], 0, count - 1, withscores=True)
+        if not reply:
+            return []
+        envelopes: list[Any] = await self.redis.hmget(k[0], [m for m, _ in reply])
+        return [
+            (cast(bytes, m), cast(bytes, env), int(score))
+            for (m, score), env in zip(reply, envelopes, strict=True)
+            if env is not None
+        ]
+
+    async def migrate_out(self, shard: str, event_id: bytes, envelope: bytes) -> bool:
+        """Remove a copied event from a retired layout, if it is still that version."""
+        return bool(await self._run("migrate_out", shard, [event_id, envelope]))
+
+    async def has_groups(self, shard: str) -> bool:
+        """True when the shard's type has named delivery groups."""
+        return bool(await self.redis.exists(self._k(shard)[10]))
