@@ -10,6 +10,7 @@ or moved without orphaning the events already queued under the old name.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import msgspec
@@ -19,6 +20,7 @@ from .partitions import check_partitions
 __all__ = [
     "Event",
     "EventMeta",
+    "EventTypes",
     "check_event_type",
     "event_name",
     "find_event_type",
@@ -144,3 +146,36 @@ def event_name(event_type: type[Event] | Event) -> str:
 def find_event_type(name: str) -> type[Event] | None:
     """The Event class with wire name ``name`` among the classes defined in this process, or None."""
     return _registry.get(name)
+
+
+class EventTypes(dict[str, type[Event]]):
+    """The event types one service has met: wire name -> class, one class per name.
+
+    ``on_new(name, partitions)`` runs when a type is met for the first time (the
+    service declares the type's partition layout to its store).
+    """
+
+    def __init__(self, on_new: Callable[[str, int], None]):
+        super().__init__()
+        self._on_new = on_new
+
+    def register(self, event_type: Any) -> str:
+        """The wire name of the class ``event_type``, noted here; ``ValueError`` if another
+        class has that name."""
+        name = check_event_type(event_type).event_name
+        known = self.get(name)
+        if known is None:
+            self[name] = event_type
+            self._on_new(name, event_type.event_partitions)
+        elif known is not event_type:
+            raise ValueError(
+                f"event type name {name!r} is used by both {known.__module__}."
+                f"{known.__qualname__} and {event_type.__module__}.{event_type.__qualname__}"
+            )
+        return name
+
+    def name(self, event_type: type[Event] | str) -> str:
+        """The wire name of a class (registering it) or of a name given as a str."""
+        if isinstance(event_type, str):
+            return validate_name(event_type)
+        return self.register(event_type)
