@@ -16,17 +16,27 @@ from datetime import timedelta
 from typing import Any
 
 from .codec import Codec, check_context
-from .events import Event, EventTypes, find_event_type, validate_name
+from .events import Event, EventTypes, check_event, find_event_type, validate_name
 from .metrics import Metrics
 from .observer import Observer
 from .retry import delay_ms
 from .routing import Router
 from .store import Store
 
-__all__ = ["Enqueuer"]
+__all__ = ["Enqueuer", "Item", "item_due"]
 
 Item = Event | tuple[Event, float | timedelta]
 """An item of ``enqueue_many``: an event, or ``(event, delay)``."""
+
+
+def item_due(item: Item, default_ms: int) -> tuple[Event, int]:
+    """``(event, delay in ms)`` of an ``enqueue_many`` item (not yet checked as an event)."""
+    if isinstance(item, tuple):
+        if len(item) != 2:
+            raise TypeError(f"enqueue_many items are events or (event, delay): {item!r}")
+        event, item_delay = item
+        return event, delay_ms(item_delay)
+    return item, default_ms
 
 
 class Enqueuer:
@@ -50,12 +60,7 @@ class Enqueuer:
         self._layouts_read: set[str] = set()  # type names whose layouts were read from Redis
 
     def _prepare(self, event: Any, context: Mapping[str, str] | None) -> tuple[str, bytes]:
-        if not isinstance(event, Event):
-            raise TypeError(f"expected an instance of a delayq.Event subclass, got {event!r}")
-        if not isinstance(event.id, str):
-            raise TypeError(f"event id must be a str, not {type(event.id).__name__}")
-        if not event.id:
-            raise ValueError(f"event id must not be empty: {event!r}")
+        check_event(event)
         name = self._types.register(type(event))
         return name, self._codec.encode(event, context)
 
@@ -107,13 +112,7 @@ class Enqueuer:
         partitions: dict[str, int] = {}
         count = 0
         for index, item in enumerate(items):
-            if isinstance(item, tuple):
-                if len(item) != 2:
-                    raise TypeError(f"enqueue_many items are events or (event, delay): {item!r}")
-                event, item_delay = item
-                ms = delay_ms(item_delay)
-            else:
-                event, ms = item, default_ms
+            event, ms = item_due(item, default_ms)
             name, envelope = self._prepare(event, context)
             partitions[name] = type(event).event_partitions
             by_type.setdefault(name, []).append((index, (event.id, envelope, ms)))

@@ -21,6 +21,7 @@ __all__ = [
     "Event",
     "EventMeta",
     "EventTypes",
+    "check_event",
     "check_event_type",
     "event_name",
     "find_event_type",
@@ -135,6 +136,17 @@ def check_event_type(event_type: object) -> type[Event]:
     if not (isinstance(event_type, type) and issubclass(event_type, Event)) or event_type is Event:
         raise TypeError(f"expected a subclass of delayq.Event, got {event_type!r}")
     return event_type
+
+
+def check_event(event: object) -> Event:
+    """Return ``event`` if it is an :class:`Event` with a non-empty str id, else raise."""
+    if not isinstance(event, Event):
+        raise TypeError(f"expected an instance of a delayq.Event subclass, got {event!r}")
+    if not isinstance(event.id, str):
+        raise TypeError(f"event id must be a str, not {type(event.id).__name__}")
+    if not event.id:
+        raise ValueError(f"event id must not be empty: {event!r}")
+    return event
 
 
 def event_name(event_type: type[Event] | Event) -> str:
