@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from .routing import Router
 from .store import Store
 
-__all__ = ["DUE_RANGES", "DueHistogram", "InFlightEvent", "due_histogram", "in_flight"]
+__all__ = ["DUE_RANGES", "DueHistogram", "InFlightEvent", "due_histogram", "in_flight", "run_now"]
 
 DUE_RANGES: tuple[tuple[str, int], ...] = (
     ("overdue", 0),
@@ -94,3 +95,12 @@ async def due_histogram(store: Store, type_name: str) -> DueHistogram:
         counts = [a + b for a, b in zip(counts, part, strict=True)]
     labels = [label for label, _ in DUE_RANGES] + ["later"]
     return DueHistogram(dict(zip(labels, counts, strict=True)), _utc(now_ms))
+
+
+async def run_now(store: Store, type_name: str, event_id: str) -> bool:
+    """Hand a scheduled event to the consumers now (one script per layout until one has it);
+    False when it is not scheduled."""
+    for shard in Router(store).shards_of_id(type_name, event_id):
+        if await store.run_now(shard, event_id):
+            return True
+    return False

@@ -3,7 +3,8 @@
 Every client speaks RESP2 and retries connection errors with backoff (a retried
 script is safe: every script is safe to run twice). The service needs a client
 for commands and scripts and one for blocking calls (BRPOP, pub/sub) whose
-socket timeout is above the block time.
+socket timeout is above the block time. A client the application built itself
+is checked here too (:func:`check_client`, :func:`block_time`).
 """
 
 from __future__ import annotations
@@ -22,19 +23,33 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
+from .retry import delay_seconds
 from .sentinel import CheckedSentinelPool, SentinelWatch
 
-__all__ = ["Clients", "SentinelAddress", "parse_sentinel_url", "sentinel_clients", "url_clients"]
+__all__ = [
+    "Client",
+    "Clients",
+    "SentinelAddress",
+    "block_time",
+    "check_client",
+    "master_kwargs",
+    "parse_sentinel_url",
+    "polling_of",
+    "sentinel_clients",
+    "url_clients",
+]
+
+Client = Redis | RedisCluster
+"""The redis.asyncio clients delayq works with: a single Redis or a Redis Cluster."""
 
 log = logging.getLogger("delayq.connect")
 
 SentinelAddress = tuple[str, int]
 """``(host, port)`` of one sentinel."""
 
-# Names for redis-py's types, so that modules which must not import redis can annotate
-# with them (under TYPE_CHECKING): delayq/_store/ (see delayq/store.py)
-RedisClient: TypeAlias = Redis | RedisCluster
-"""A client for commands and scripts: one Redis (or a Sentinel master) or a Cluster."""
+# A name for redis-py's script type, so that modules which must not import redis can
+# annotate with it (under TYPE_CHECKING): delayq/_store/ (see delayq/store.py); they use
+# Client for the clients
 LuaScript: TypeAlias = AsyncScript
 """A script registered on a client (``register_script``): EVALSHA, loading it when missing."""
 
@@ -60,12 +75,58 @@ def _common(retries: int = 3) -> dict[str, Any]:
     }
 
 
+def _connection_kwargs(client: Client) -> dict[str, Any]:
+    if isinstance(client, RedisCluster):
+        return client.connection_kwargs
+    return client.connection_pool.connection_kwargs
+
+
+def check_client(redis: object) -> None:
+    """Raise unless ``redis`` is a redis.asyncio client with ``decode_responses=False``."""
+    if not isinstance(redis, (Redis, RedisCluster)):
+        raise TypeError(
+            f"redis must be a redis.asyncio Redis or RedisCluster, not {type(redis).__name__}"
+        )
+    if _connection_kwargs(redis).get("decode_responses"):
+        raise ValueError("delayq needs a Redis client with decode_responses=False")
+
+
+def block_time(polling_timeout: float, client: Client) -> float:
+    """How long a BRPOP on ``client`` may block: ``polling_timeout``, or less."""
+    # BRPOP must return before the client's socket timeout fires, or every
+    # idle wait would look like a broken connection.
+    block = polling_timeout
+    socket_timeout = _connection_kwargs(client).get("socket_timeout")
+    if socket_timeout:
+        block = min(block, max(0.05, socket_timeout - 1, socket_timeout / 2))
+    return block
+
+
+def polling_of(options: dict[str, Any]) -> float:
+    """The ``polling_timeout`` among a service's keyword options (validated; default 5 s)."""
+    return delay_seconds(options.get("polling_timeout") or 5.0, "polling_timeout")
+
+
+def master_kwargs(
+    *, password: str | None, username: str | None, db: int, ssl: bool
+) -> dict[str, Any]:
+    """The data servers' connection options of ``EventService.from_sentinel``."""
+    kwargs: dict[str, Any] = {"db": db}
+    if password is not None:
+        kwargs["password"] = password
+    if username is not None:
+        kwargs["username"] = username
+    if ssl:
+        kwargs["ssl"] = True
+    return kwargs
+
+
 @dataclass
 class Clients:
     """The clients a service owns, and what else must be closed with them."""
 
-    commands: RedisClient
-    blocking: RedisClient | None
+    commands: Client
+    blocking: Client | None
     owned: list[Any] = field(default_factory=list)
     watch: SentinelWatch | None = None
 

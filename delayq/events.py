@@ -10,6 +10,7 @@ or moved without orphaning the events already queued under the old name.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import msgspec
@@ -19,6 +20,8 @@ from .partitions import check_partitions
 __all__ = [
     "Event",
     "EventMeta",
+    "EventTypes",
+    "check_event",
     "check_event_type",
     "event_name",
     "find_event_type",
@@ -135,6 +138,17 @@ def check_event_type(event_type: object) -> type[Event]:
     return event_type
 
 
+def check_event(event: object) -> Event:
+    """Return ``event`` if it is an :class:`Event` with a non-empty str id, else raise."""
+    if not isinstance(event, Event):
+        raise TypeError(f"expected an instance of a delayq.Event subclass, got {event!r}")
+    if not isinstance(event.id, str):
+        raise TypeError(f"event id must be a str, not {type(event.id).__name__}")
+    if not event.id:
+        raise ValueError(f"event id must not be empty: {event!r}")
+    return event
+
+
 def event_name(event_type: type[Event] | Event) -> str:
     """Return the wire name of an event class or instance."""
     cls = event_type if isinstance(event_type, type) else type(event_type)
@@ -144,3 +158,36 @@ def event_name(event_type: type[Event] | Event) -> str:
 def find_event_type(name: str) -> type[Event] | None:
     """The Event class with wire name ``name`` among the classes defined in this process, or None."""
     return _registry.get(name)
+
+
+class EventTypes(dict[str, type[Event]]):
+    """The event types one service has met: wire name -> class, one class per name.
+
+    ``on_new(name, partitions)`` runs when a type is met for the first time (the
+    service declares the type's partition layout to its store).
+    """
+
+    def __init__(self, on_new: Callable[[str, int], None]):
+        super().__init__()
+        self._on_new = on_new
+
+    def register(self, event_type: Any) -> str:
+        """The wire name of the class ``event_type``, noted here; ``ValueError`` if another
+        class has that name."""
+        name = check_event_type(event_type).event_name
+        known = self.get(name)
+        if known is None:
+            self[name] = event_type
+            self._on_new(name, event_type.event_partitions)
+        elif known is not event_type:
+            raise ValueError(
+                f"event type name {name!r} is used by both {known.__module__}."
+                f"{known.__qualname__} and {event_type.__module__}.{event_type.__qualname__}"
+            )
+        return name
+
+    def name(self, event_type: type[Event] | str) -> str:
+        """The wire name of a class (registering it) or of a name given as a str."""
+        if isinstance(event_type, str):
+            return validate_name(event_type)
+        return self.register(event_type)

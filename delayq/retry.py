@@ -11,7 +11,7 @@ import random
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-__all__ = ["Backoff", "delay_seconds", "due_unix_ms", "exponential", "fixed"]
+__all__ = ["Backoff", "delay_ms", "delay_seconds", "due_unix_ms", "exponential", "fixed"]
 
 Backoff = Callable[[int], "float | timedelta"]
 
@@ -27,6 +27,11 @@ def delay_seconds(value: float | timedelta, what: str = "delay") -> float:
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"{what} must be finite and >= 0, not {value!r}")
     return seconds
+
+
+def delay_ms(value: float | timedelta, what: str = "delay") -> int:
+    """:func:`delay_seconds` of ``value`` in whole ms, rounded up."""
+    return math.ceil(delay_seconds(value, what) * 1000)
 
 
 def due_unix_ms(when: datetime) -> int:

@@ -11,7 +11,7 @@ every layout the type has events in. With one partition every shard list is
 from __future__ import annotations
 
 import heapq
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TypeVar
 
 from .partitions import shard_for
@@ -125,3 +125,47 @@ class Router:
     async def each_shard(self, type_name: str, call: Callable[[str], Awaitable[_T]]) -> list[_T]:
         """``call(shard)`` for every shard of the type, in order."""
         return [await call(shard) for shard in self._store.shards(type_name)]
+
+    async def requeue_dead(
+        self, type_name: str, ids: Iterable[str] | None, ms: int, group: str | None
+    ) -> int:
+        """Schedule dead letters (those in ``ids``, or all) again in ``ms``; return how many."""
+        if ids is not None:
+            return await self.by_id(
+                type_name,
+                list(ids),
+                lambda shard, p: self._store.requeue_dead(shard, p, ms, group=group),
+            )
+
+        async def requeue_all(shard: str) -> int:
+            # Only what is dead now: a requeued event that fails again must not
+            # come round in this same call.
+            total, seen = 0, 0
+            limit = await self._store.dead_count(shard, group=group)
+            while seen < limit:
+                page = await self._store.dead_ids(shard, min(_PAGE, limit - seen), group=group)
+                if not page:
+                    break
+                seen += len(page)
+                total += await self._store.requeue_dead(shard, page, ms, group=group)
+            return total
+
+        return sum(await self.each_shard(type_name, requeue_all))
+
+    async def purge_dead(self, type_name: str, ids: Iterable[str] | None, group: str | None) -> int:
+        """Delete dead letters (those in ``ids``, or all) for good; return how many."""
+        if ids is not None:
+            return await self.by_id(
+                type_name, list(ids), lambda shard, p: self._store.purge_dead(shard, p, group=group)
+            )
+
+        async def purge_all(shard: str) -> int:
+            total = 0
+            while page := await self._store.dead_ids(shard, _PAGE, group=group):
+                removed = await self._store.purge_dead(shard, page, group=group)
+                total += removed
+                if not removed:
+                    break
+            return total
+
+        return sum(await self.each_shard(type_name, purge_all))

@@ -1,54 +1,38 @@
-"""``EventService``: options, lifecycle, the handler registry and the public API."""
+"""``EventService``: the public API, a thin facade over modules with one job each.
+
+:mod:`delayq.wiring` builds the parts (:mod:`delayq.connect` builds and
+checks the clients); the methods delegate: :mod:`delayq.enqueueing` checks,
+encodes and batches enqueues, :mod:`delayq.routing` spreads operations over a
+type's partitions (dead letters included), :mod:`delayq.inspection` and
+:mod:`delayq.browsing` read queue state, :mod:`delayq.groups` runs delivery
+groups, and :mod:`delayq.runtime` owns the loops and the lifecycle. The
+module is over 400 lines because every public method keeps its docstring
+here, where users read it; each body is a line or two of delegation.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import inspect
-import logging
-import math
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-import anyio
-from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
-
 from . import connect
-from .browsing import DueHistogram, InFlightEvent, due_histogram, in_flight
-from .codec import Codec, check_context
-from .consumer import Consumer, ConsumerSettings, Handler
-from .events import Event, check_event_type, find_event_type, validate_name
-from .groups import GroupMetrics, Groups, check_group, group_settings
+from .browsing import DueHistogram, InFlightEvent, due_histogram, in_flight, run_now
+from .connect import Client
+from .consumer import Handler
+from .events import Event
+from .groups import check_group
 from .health import ServiceHealth
-from .heartbeat import Heartbeat, WorkerInfo, read_workers
-from .history import HistoryPoint, HistoryRecorder, HistoryWriter, TeeMetrics, Window, read_history
-from .inspection import DeadLetter, EventInfo, EventTypeRef, Inspector, ScheduledEvent
-from .observer import Observer
+from .heartbeat import WorkerInfo, read_workers
+from .history import HistoryPoint, Window, read_history
+from .inspection import DeadLetter, EventInfo, EventTypeRef, ScheduledEvent
 from .options import Options
 from .repartition import RepartitionResult, repartition
-from .retry import Backoff, delay_seconds, due_unix_ms
-from .routing import Router
-from .scheduler import Scheduler, SchedulerSettings
-from .sentinel import SentinelWatch
+from .retry import Backoff, delay_ms, due_unix_ms
 from .store import QueueCounts, Store
+from .wiring import wire
 
 __all__ = ["Client", "DeadLetter", "EventService", "HistoryPoint", "WorkerInfo"]
-
-Client = Redis | RedisCluster
-"""The redis.asyncio clients delayq works with: a single Redis or a Redis Cluster."""
-
-log = logging.getLogger("delayq.service")
-
-_BULK_PAGE = 500
-
-
-def _connection_kwargs(client: Client) -> dict[str, Any]:
-    if isinstance(client, RedisCluster):
-        return client.connection_kwargs
-    return client.connection_pool.connection_kwargs
 
 
 class EventService:
@@ -66,81 +50,12 @@ class EventService:
         self._setup(redis, None, options)
 
     def _setup(self, redis: Client, blocking: Client | None, options: dict[str, Any]) -> None:
-        self._options = Options.build(**options)
-        opts = self._options
-        if not isinstance(redis, (Redis, RedisCluster)):
-            raise TypeError(
-                f"redis must be a redis.asyncio Redis or RedisCluster, not {type(redis).__name__}"
-            )
-        if _connection_kwargs(redis).get("decode_responses"):
-            raise ValueError("delayq needs a Redis client with decode_responses=False")
-        self._redis = redis
-        self._owned: list[Any] = []
-        self._watch: SentinelWatch | None = None
-        self._store = Store(
-            redis,
-            opts.prefix,
-            blocking=blocking,
-            min_replicas=opts.min_replicas,
-            replica_timeout_ms=opts.replica_timeout_ms,
-        )
-        self._router = Router(self._store)
-        self._layouts_read: set[str] = set()  # type names whose layouts were read from Redis
-        self._codec = Codec(opts.serializer, opts.max_payload_bytes)
-        # the history recorder sees every metric; the user's sink sees them unchanged
-        self._history = HistoryRecorder()
-        self._metrics = TeeMetrics(opts.metrics, self._history)
-        self._observer = Observer(self._metrics, opts.tracing)
-        self._types: dict[str, type[Event]] = {}
-        # (type name, group; None for the default group) -> its consumer here
-        self._consumers: dict[tuple[str, str | None], Consumer] = {}
-        self._groups = Groups(self._store, 1 + opts.retry_attempts)
-        self._inspector = Inspector(self._store, self._codec, self._types)
-        self._running_loops: set[Consumer | Scheduler | Heartbeat | HistoryWriter] = set()
-        self._consumer_settings = ConsumerSettings(
-            visibility_ms=opts.visibility_ms,
-            polling_timeout=self._block_time(blocking or redis),
-            retry_attempts=opts.retry_attempts,
-            retry_backoff=opts.retry_backoff,
-            handler_timeout=opts.handler_timeout,
-            shutdown_grace=opts.shutdown_grace,
-        )
-        self._scheduler: Scheduler | None = None
-        if opts.enable_scheduling:
-            self._scheduler = Scheduler(
-                self._store,
-                SchedulerSettings(
-                    interval=opts.scheduling_interval,
-                    batch_size=opts.scheduling_batch_size,
-                    visibility_ms=opts.visibility_ms,
-                    max_deliveries=1 + opts.retry_attempts,
-                    lock_ms=opts.lock_ms,
-                    takeover_delay=opts.takeover_delay,
-                    listen_timeout=self._consumer_settings.polling_timeout,
-                ),
-                self._metrics,
-            )
-        self._heartbeat: Heartbeat | None = None
-        if opts.heartbeat_interval:
-            self._heartbeat = Heartbeat(self._store, opts.heartbeat_interval, self._snapshot)
-        self._history_writer: HistoryWriter | None = None
-        if opts.history_interval:
-            self._history_writer = HistoryWriter(
-                self._store, self._history, opts.history_interval
-            )
-        self._supervisor: asyncio.Task[None] | None = None
-        self._task_group: anyio.abc.TaskGroup | None = None
-        self._closing: asyncio.Event | None = None
-        self._closed = False
-
-    def _block_time(self, redis: Client) -> float:
-        # BRPOP must return before the client's socket timeout fires, or every
-        # idle wait would look like a broken connection.
-        block = self._options.polling_timeout
-        socket_timeout = _connection_kwargs(redis).get("socket_timeout")
-        if socket_timeout:
-            block = min(block, max(0.05, socket_timeout - 1, socket_timeout / 2))
-        return block
+        parts = wire(redis, blocking, options)
+        self._options, self._store, self._router = parts.options, parts.store, parts.router
+        self._metrics, self._types, self._groups = parts.metrics, parts.types, parts.groups
+        self._inspector, self._enqueuer = parts.inspector, parts.enqueuer
+        self._runtime = parts.runtime
+        self._scheduler = parts.runtime.scheduler
 
     @classmethod
     def from_url(cls, url: str, *, cluster: bool = False, **options: Any) -> EventService:
@@ -153,7 +68,7 @@ class EventService:
         socket timeout above the block time. Both speak RESP2 and retry
         connection errors with backoff.
         """
-        polling = delay_seconds(options.get("polling_timeout") or 5.0, "polling_timeout")
+        polling = connect.polling_of(options)
         if url.split("://", 1)[0] in connect.SENTINEL_SCHEMES:
             if cluster:
                 raise ValueError("a redis+sentinel:// URL cannot be used with cluster=True")
@@ -182,14 +97,8 @@ class EventService:
         reconnects to the new master by itself. The same as
         ``from_url("redis+sentinel://host:port,host:port/service_name")``.
         """
-        polling = delay_seconds(options.get("polling_timeout") or 5.0, "polling_timeout")
-        kwargs: dict[str, Any] = {"db": db}
-        if password is not None:
-            kwargs["password"] = password
-        if username is not None:
-            kwargs["username"] = username
-        if ssl:
-            kwargs["ssl"] = True
+        polling = connect.polling_of(options)
+        kwargs = connect.master_kwargs(password=password, username=username, db=db, ssl=ssl)
         clients = connect.sentinel_clients(
             list(sentinels), service_name, polling=polling, sentinel_kwargs=sentinel_kwargs,
             **kwargs,
@@ -200,8 +109,8 @@ class EventService:
     def _owning(cls, clients: connect.Clients, options: dict[str, Any]) -> EventService:
         service = cls.__new__(cls)
         service._setup(clients.commands, clients.blocking, options)  # nothing to close on error
-        service._owned = clients.owned
-        service._watch = clients.watch
+        service._runtime.owned = clients.owned
+        service._runtime.watch = clients.watch
         return service
 
     @property
@@ -220,25 +129,6 @@ class EventService:
         return self._scheduler is not None and self._scheduler.is_leader
 
     # -- types and handlers ------------------------------------------------------
-
-    def _register_type(self, event_type: Any) -> str:
-        name = check_event_type(event_type).event_name
-        known = self._types.get(name)
-        if known is None:
-            self._types[name] = event_type
-            self._store.declare(name, event_type.event_partitions)
-        elif known is not event_type:
-            raise ValueError(
-                f"event type name {name!r} is used by both {known.__module__}."
-                f"{known.__qualname__} and {event_type.__module__}.{event_type.__qualname__}"
-            )
-        return name
-
-    def _name(self, event_type: EventTypeRef) -> str:
-        """The wire name of a class (registering it) or of a name given as a str."""
-        if isinstance(event_type, str):
-            return validate_name(event_type)
-        return self._register_type(event_type)
 
     def add_handler(
         self,
@@ -263,42 +153,10 @@ class EventService:
         group. ``retry_attempts`` and ``retry_backoff`` override the service's
         options for this group's deliveries.
         """
-        name = self._register_type(event_type)
-        group = check_group(group)
-        settings = group_settings(self._consumer_settings, retry_attempts, retry_backoff)
-        if not callable(handler) or not (
-            inspect.iscoroutinefunction(handler)
-            or inspect.iscoroutinefunction(getattr(handler, "__call__", None))  # noqa: B004
-        ):
-            raise TypeError(f"handler for {name!r} must be an async function, got {handler!r}")
-        if (
-            not isinstance(concurrency, int)
-            or isinstance(concurrency, bool)
-            or not (1 <= concurrency <= 10_000)
-        ):
-            raise ValueError(f"concurrency must be an int from 1 to 10000, not {concurrency!r}")
-        if (name, group) in self._consumers:
-            raise ValueError(
-                f"{name!r} already has a handler"
-                + ("" if group is None else f" in group {group!r}")
-                + "; remove_handler() it first"
-            )
-        if self._closed or (self._closing is not None and self._closing.is_set()):
-            raise RuntimeError("the service is closed")
-        consumer = Consumer(
-            store=self._store,
-            codec=self._codec,
-            event_type=event_type,
-            handler=handler,
-            concurrency=concurrency,
-            settings=settings,
-            metrics=self._metrics if group is None else GroupMetrics(self._metrics, group),
-            group=group,
-            observer=self._observer,
+        name = self._types.register(event_type)
+        self._runtime.add_consumer(
+            name, event_type, handler, concurrency, group, retry_attempts, retry_backoff
         )
-        self._consumers[name, group] = consumer
-        if self._task_group is not None:
-            self._task_group.start_soon(self._keep_running, consumer)
 
     async def remove_handler(self, event_type: type[Event], *, group: str | None = None) -> bool:
         """Stop handling ``event_type`` (in ``group``) once its in-flight handlers finish.
@@ -306,14 +164,8 @@ class EventService:
         False if there was no such handler. The group stays registered: its
         events wait for it (see :meth:`remove_group`).
         """
-        name = self._register_type(event_type)
-        consumer = self._consumers.pop((name, check_group(group)), None)
-        if consumer is None:
-            return False
-        consumer.stop()
-        if self._task_group is not None:
-            await consumer.wait_finished()
-        return True
+        name = self._types.register(event_type)
+        return await self._runtime.remove_consumer(name, check_group(group))
 
     # -- delivery groups -------------------------------------------------------------
 
@@ -331,7 +183,7 @@ class EventService:
         group's dead letter. Registering the first named group registers the
         default group with it (remove it if no handler uses it).
         """
-        name = self._register_type(event_type)
+        name = self._types.register(event_type)
         checked = check_group(group)
         return await self._groups.register(name, checked or "default", retry_attempts)
 
@@ -344,19 +196,15 @@ class EventService:
         the group was not registered; raises ``ValueError`` for the type's
         last group.
         """
-        name = self._register_type(event_type)
+        name = self._types.register(event_type)
         checked = check_group(group)
-        consumer = self._consumers.pop((name, checked), None)
-        if consumer is not None:
-            consumer.stop()
-            if self._task_group is not None:
-                await consumer.wait_finished()
+        await self._runtime.remove_consumer(name, checked)
         return await self._groups.remove(name, checked or "default")
 
     async def groups(self, event_type: EventTypeRef) -> list[str]:
         """The delivery groups registered for ``event_type`` (class or wire name;
         ``["default"]`` if none is named)."""
-        return await self._groups.names(self._name(event_type))
+        return await self._groups.names(self._types.name(event_type))
 
     async def group_stats(self, event_type: EventTypeRef) -> dict[str, QueueCounts]:
         """Counts per delivery group of ``event_type`` (class or wire name).
@@ -364,37 +212,9 @@ class EventService:
         A group's ``scheduled`` counts the type's events not yet due (each will
         reach every group) plus the group's own retries waiting.
         """
-        return await self._groups.counts(self._name(event_type))
+        return await self._groups.counts(self._types.name(event_type))
 
     # -- enqueueing ----------------------------------------------------------------
-
-    def _prepare(self, event: Any, context: Mapping[str, str] | None) -> tuple[str, bytes]:
-        if not isinstance(event, Event):
-            raise TypeError(f"expected an instance of a delayq.Event subclass, got {event!r}")
-        if not isinstance(event.id, str):
-            raise TypeError(f"event id must be a str, not {type(event.id).__name__}")
-        if not event.id:
-            raise ValueError(f"event id must not be empty: {event!r}")
-        name = self._register_type(type(event))
-        return name, self._codec.encode(event, context)
-
-    async def _enqueue_one(
-        self, event: Event, ms: int, *, absolute: bool, context: Any, replace: bool
-    ) -> bool:
-        with self._observer.sending(event, context) as stored_context:
-            name, envelope = self._prepare(event, stored_context)
-            shard = self._router.shard(name, event.id, type(event).event_partitions)
-            (code,) = await self._store.enqueue(
-                shard, [(event.id, envelope, ms)], absolute=absolute, replace=replace
-            )
-        self._count_codes(name, [code])
-        return code != 0
-
-    def _count_codes(self, name: str, codes: list[int]) -> None:
-        for code, metric in ((1, "enqueued"), (0, "kept"), (2, "replaced")):
-            n = codes.count(code)
-            if n:
-                self._metrics.increment(metric, n, event_type=name)
 
     async def enqueue_with_delay(
         self,
@@ -411,8 +231,8 @@ class EventService:
         returned, unless ``replace=True`` swaps its payload, context and due
         time in one step (and returns True).
         """
-        ms = math.ceil(delay_seconds(delay) * 1000)
-        return await self._enqueue_one(event, ms, absolute=False, context=context, replace=replace)
+        ms = delay_ms(delay)
+        return await self._enqueuer.one(event, ms, absolute=False, context=context, replace=replace)
 
     async def enqueue_at(
         self,
@@ -424,7 +244,7 @@ class EventService:
     ) -> bool:
         """Handle ``event`` at ``when`` (a timezone-aware datetime); past times mean now."""
         ms = due_unix_ms(when)
-        return await self._enqueue_one(event, ms, absolute=True, context=context, replace=replace)
+        return await self._enqueuer.one(event, ms, absolute=True, context=context, replace=replace)
 
     async def enqueue_many(
         self,
@@ -439,47 +259,7 @@ class EventService:
         Items are events (due after ``delay``) or ``(event, delay)`` pairs. All
         items are validated before anything is written.
         """
-        default_ms = math.ceil(delay_seconds(delay) * 1000)
-        check_context(context)
-        items = list(events)
-        names = [] if self._observer.tracing is None else self._type_names(items)
-        with self._observer.sending_many(names, len(items), context) as stored_context:
-            return await self._enqueue_items(items, default_ms, stored_context, replace)
-
-    def _type_names(self, items: list[Any]) -> list[str]:
-        return [getattr(type(i[0] if isinstance(i, tuple) else i), "event_name", "") for i in items]
-
-    async def _enqueue_items(
-        self,
-        items: list[Event | tuple[Event, float | timedelta]],
-        default_ms: int,
-        context: Mapping[str, str] | None,
-        replace: bool,
-    ) -> list[bool]:
-        by_type: dict[str, list[tuple[int, tuple[str, bytes, int]]]] = {}
-        partitions: dict[str, int] = {}
-        count = 0
-        for index, item in enumerate(items):
-            if isinstance(item, tuple):
-                if len(item) != 2:
-                    raise TypeError(f"enqueue_many items are events or (event, delay): {item!r}")
-                event, item_delay = item
-                ms = math.ceil(delay_seconds(item_delay) * 1000)
-            else:
-                event, ms = item, default_ms
-            name, envelope = self._prepare(event, context)
-            partitions[name] = type(event).event_partitions
-            by_type.setdefault(name, []).append((index, (event.id, envelope, ms)))
-            count = index + 1
-        results = [False] * count
-        for name, entries in by_type.items():
-            codes = await self._router.enqueue(
-                name, partitions[name], [e for _, e in entries], absolute=False, replace=replace
-            )
-            self._count_codes(name, codes)
-            for (index, _), code in zip(entries, codes, strict=True):
-                results[index] = code != 0
-        return results
+        return await self._enqueuer.many(events, delay, context, replace)
 
     async def enqueue_envelopes(
         self,
@@ -500,44 +280,7 @@ class EventService:
         existed), 2 replaced. Envelopes are not decoded here: one that does not
         decode becomes a dead letter when it is delivered.
         """
-        validate_name(event_type)
-        checked = []
-        for item in items:
-            if not (
-                isinstance(item, tuple)
-                and len(item) == 3
-                and isinstance(item[0], str)
-                and item[0]
-                and isinstance(item[1], bytes)
-                and isinstance(item[2], int)
-                and not isinstance(item[2], bool)
-            ):
-                raise TypeError(f"items are (id: str, envelope: bytes, ms: int), not {item!r}")
-            if not absolute and item[2] < 0:
-                raise ValueError(f"a delay in ms must be >= 0: {item!r}")
-            checked.append(item)
-        if not checked:
-            return []
-        codes = await self._router.enqueue(
-            event_type,
-            await self._partitions_of(event_type),
-            checked,
-            absolute=absolute,
-            replace=replace,
-        )
-        self._count_codes(event_type, codes)
-        return codes
-
-    async def _partitions_of(self, name: str) -> int:
-        """The partition count of a type known by name: its class's, when the class is
-        defined in this process, else the largest layout recorded in Redis."""
-        cls = self._types.get(name) or find_event_type(name)
-        if cls is not None:
-            return cls.event_partitions
-        if name not in self._layouts_read:
-            self._layouts_read.add(name)
-            await self._store.known_types()  # refreshes the layouts
-        return self._store.layouts(name)[0]
+        return await self._enqueuer.envelopes(event_type, items, absolute=absolute, replace=replace)
 
     async def cancel(self, event_type: EventTypeRef, id: str) -> bool:
         """Remove a pending (scheduled, ready or in-flight) event; True when one was removed.
@@ -545,7 +288,7 @@ class EventService:
         ``event_type`` is the class or its wire name. Dead letters are not
         touched: use :meth:`purge_dead_letters`.
         """
-        name = self._name(event_type)
+        name = self._types.name(event_type)
         removed = await self._router.cancel(name, id)
         if removed:
             self._metrics.increment("cancelled", event_type=name)
@@ -564,7 +307,7 @@ class EventService:
         """Up to ``limit`` dead letters of ``event_type`` (class or wire name; in ``group``),
         oldest first."""
         if not isinstance(event_type, str):
-            self._register_type(event_type)
+            self._types.register(event_type)
         return await self._inspector.dead_letters(
             event_type, limit, offset, group=check_group(group)
         )
@@ -594,30 +337,9 @@ class EventService:
         Their attempt counts start over. ``event_type`` is the class or its wire name.
         With ``group``, that group's dead letters, delivered again to that group alone.
         """
-        name = self._name(event_type)
+        name = self._types.name(event_type)
         group = check_group(group)
-        ms = math.ceil(delay_seconds(delay) * 1000)
-        if ids is not None:
-            return await self._router.by_id(
-                name,
-                list(ids),
-                lambda shard, p: self._store.requeue_dead(shard, p, ms, group=group),
-            )
-
-        async def requeue_all(shard: str) -> int:
-            # Only what is dead now: a requeued event that fails again must not
-            # come round in this same call.
-            total, seen = 0, 0
-            limit = await self._store.dead_count(shard, group=group)
-            while seen < limit:
-                page = await self._store.dead_ids(shard, min(_BULK_PAGE, limit - seen), group=group)
-                if not page:
-                    break
-                seen += len(page)
-                total += await self._store.requeue_dead(shard, page, ms, group=group)
-            return total
-
-        return sum(await self._router.each_shard(name, requeue_all))
+        return await self._router.requeue_dead(name, ids, delay_ms(delay), group)
 
     async def purge_dead_letters(
         self,
@@ -631,23 +353,8 @@ class EventService:
         ``event_type`` is the class or its wire name. An event leaves Redis with the last
         group that held it.
         """
-        name = self._name(event_type)
-        group = check_group(group)
-        if ids is not None:
-            return await self._router.by_id(
-                name, list(ids), lambda shard, p: self._store.purge_dead(shard, p, group=group)
-            )
-
-        async def purge_all(shard: str) -> int:
-            total = 0
-            while page := await self._store.dead_ids(shard, _BULK_PAGE, group=group):
-                removed = await self._store.purge_dead(shard, page, group=group)
-                total += removed
-                if not removed:
-                    break
-            return total
-
-        return sum(await self._router.each_shard(name, purge_all))
+        name = self._types.name(event_type)
+        return await self._router.purge_dead(name, ids, check_group(group))
 
     async def stats(self) -> dict[str, QueueCounts]:
         """Counts per event type name, for every type that has been used under the prefix.
@@ -655,12 +362,11 @@ class EventService:
         Each :class:`QueueCounts` also has the next due time and the backlog's age; the
         cost is one read-only script call per type, all in one pipeline.
         """
-        names = await self._store.known_types()
-        return await self._store.counts(names)
+        return await self._store.counts(await self._store.known_types())
 
     async def stats_for(self, event_type: EventTypeRef) -> QueueCounts:
         """Counts of one event type (class or wire name)."""
-        name = self._name(event_type)
+        name = self._types.name(event_type)
         return (await self._store.counts([name]))[name]
 
     async def repartition(
@@ -674,7 +380,7 @@ class EventService:
         are, and passes repeat for up to ``wait`` seconds until the old layout
         is empty and retired. Safe to run again (it finishes the job).
         """
-        name = self._register_type(event_type)
+        name = self._types.register(event_type)
         return await repartition(self._store, name, event_type.event_partitions, wait=wait)
 
     # -- browsing --------------------------------------------------------------------
@@ -683,11 +389,11 @@ class EventService:
         self, event_type: EventTypeRef, limit: int = 100, offset: int = 0
     ) -> list[InFlightEvent]:
         """Up to ``limit`` in-flight events (class or wire name), earliest lease deadline first."""
-        return await in_flight(self._store, self._name(event_type), limit, offset)
+        return await in_flight(self._store, self._types.name(event_type), limit, offset)
 
     async def due_histogram(self, event_type: EventTypeRef) -> DueHistogram:
         """How many scheduled events fall due: overdue, next minute, hour, day, later."""
-        return await due_histogram(self._store, self._name(event_type))
+        return await due_histogram(self._store, self._types.name(event_type))
 
     async def run_now(self, event_type: EventTypeRef, id: str) -> bool:
         """Hand a scheduled event to the consumers now; False when it is not scheduled.
@@ -695,25 +401,15 @@ class EventService:
         Its attempt count and last error are kept (a retry waiting for its backoff
         runs now as that retry).
         """
-        name = self._name(event_type)
-        for shard in self._router.shards_of_id(name, id):
-            if await self._store.run_now(shard, id):
-                return True
-        return False
+        return await run_now(self._store, self._types.name(event_type), id)
 
     # -- workers and history ----------------------------------------------------------
-
-    def _snapshot(self) -> dict[str, tuple[int, int]]:
-        # a named group's consumer shows as "type:group" (type names hold no ':')
-        return {
-            name if group is None else f"{name}:{group}": (c.concurrency, c.running_handlers)
-            for (name, group), c in self._consumers.items()
-        }
 
     @property
     def worker_id(self) -> str | None:
         """This process's id in :meth:`workers` (None when ``heartbeat_interval=0``)."""
-        return None if self._heartbeat is None else self._heartbeat.worker_id
+        heartbeat = self._runtime.heartbeat
+        return None if heartbeat is None else heartbeat.worker_id
 
     async def workers(self, limit: int = 1000) -> list[WorkerInfo]:
         """The live worker processes under the prefix, from their heartbeats (oldest first)."""
@@ -725,129 +421,30 @@ class EventService:
         """Handled, failed and lateness of a type (class or wire name) per minute
         (``window="hour"``: 60 points) or per 20 minutes (``"day"``: 72 points),
         summed over every worker, oldest first."""
-        return await read_history(self._store, self._name(event_type), window)
+        return await read_history(self._store, self._types.name(event_type), window)
 
     @property
     def handled_types(self) -> list[str]:
         """Wire names of the event types this service has handlers for (in any group)."""
-        return sorted({name for name, _ in self._consumers})
+        return sorted({name for name, _ in self._runtime.consumers})
 
     @property
     def is_running(self) -> bool:
         """True from :meth:`start` until the service's tasks have ended (draining included)."""
-        return self._supervisor is not None and not self._supervisor.done()
+        return self._runtime.is_running
 
     async def health(self, timeout: float = 2.0) -> ServiceHealth:
         """Whether the service runs, Redis answers (within ``timeout`` s) and every loop runs.
 
         For liveness and readiness probes: see :class:`ServiceHealth`.
         """
-        redis_error: str | None = None
-        try:
-            with anyio.fail_after(timeout):
-                await self._store.server_time_ms()
-        except TimeoutError:
-            redis_error = f"no answer within {timeout}s"
-        except Exception as exc:
-            redis_error = f"{type(exc).__name__}: {exc}"
-        loops: dict[str, bool] = {}
-        if self._scheduler is not None:
-            loops["scheduler"] = self._scheduler in self._running_loops
-        for consumer in self._consumers.values():
-            loops[f"consumer:{consumer.label}"] = consumer in self._running_loops
-        started = self.is_running
-        return ServiceHealth(
-            started=started,
-            accepting=started and self._closing is not None and not self._closing.is_set(),
-            redis_ok=redis_error is None,
-            redis_error=redis_error,
-            loops=loops,
-        )
+        return await self._runtime.health(timeout)
 
     # -- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
         """Start the scheduler (if enabled) and a consumer per registered handler."""
-        if self._closed:
-            raise RuntimeError("a closed EventService cannot be started again")
-        if self._supervisor is not None:
-            return
-        policy = await self._store.eviction_policy()
-        if policy is not None and policy != "noeviction":
-            log.warning(
-                "Redis maxmemory-policy is %r: under memory pressure Redis may evict queue "
-                "keys and lose events; set it to 'noeviction'",
-                policy,
-            )
-        if self._consumers:
-            # the partition counts in use (a count being changed has two), so that
-            # the consumers serve every layout their type has events in
-            try:
-                await self._store.known_types()
-            except Exception as exc:  # the scheduler's sweeps read them again
-                log.warning("reading the event types failed: %s", exc)
-        self._closing = asyncio.Event()
-        started = asyncio.get_running_loop().create_future()
-        self._supervisor = asyncio.create_task(self._supervise(started), name="delayq-service")
-        await asyncio.wait([started, self._supervisor], return_when=asyncio.FIRST_COMPLETED)
-        if self._supervisor.done():
-            self._supervisor.result()  # raise what stopped it
-
-    async def _supervise(self, started: asyncio.Future[None]) -> None:
-        assert self._closing is not None
-        try:
-            async with anyio.create_task_group() as tg:
-                self._task_group = tg
-                if self._scheduler is not None:
-                    tg.start_soon(self._keep_running, self._scheduler)
-                for consumer in self._consumers.values():
-                    tg.start_soon(self._keep_running, consumer)
-                for reporter in (self._heartbeat, self._history_writer):
-                    if reporter is not None:
-                        tg.start_soon(self._keep_running, reporter)
-                async with contextlib.AsyncExitStack() as beside:
-                    if self._options.outbox is not None:
-                        # relays stop (finishing their batch) before the loops do
-                        await beside.enter_async_context(self._options.outbox(self))
-                    started.set_result(None)
-                    await self._closing.wait()
-                consumers = list(self._consumers.values())
-                for consumer in consumers:
-                    consumer.stop()
-                if self._scheduler is not None:
-                    self._scheduler.stop()
-                # the last history flush and the heartbeat's removal come after the
-                # consumers' last acks
-                with anyio.move_on_after(self._options.shutdown_grace * 2 + 5):
-                    for consumer in consumers:
-                        await consumer.wait_finished()
-                for reporter in (self._heartbeat, self._history_writer):
-                    if reporter is not None:
-                        reporter.stop()
-        finally:
-            self._task_group = None
-            if not started.done():
-                started.set_result(None)
-
-    async def _keep_running(
-        self, loop: Consumer | Scheduler | Heartbeat | HistoryWriter
-    ) -> None:
-        """Run a loop; should a bug make it raise, log and start it again."""
-        delay = 0.5
-        while True:
-            self._running_loops.add(loop)  # what health() reports
-            try:
-                await loop.run()
-                return
-            except Exception:
-                if loop.stopping:
-                    return
-                self._running_loops.discard(loop)
-                log.exception("%s crashed; restarting it in %.1fs", type(loop).__name__, delay)
-                await anyio.sleep(delay)
-                delay = min(delay * 2, 30.0)
-            finally:
-                self._running_loops.discard(loop)
+        await self._runtime.start(self)
 
     async def aclose(self) -> None:
         """Stop fetching, give in-flight handlers ``shutdown_grace``, release everything.
@@ -855,28 +452,7 @@ class EventService:
         Events whose handlers did not finish come back when their leases expire.
         Calling it again does nothing.
         """
-        if self._closed:
-            return
-        self._closed = True
-        if self._closing is not None:
-            self._closing.set()
-        task = self._supervisor
-        if task is not None:
-            deadline = time.monotonic() + self._options.shutdown_grace * 2 + 10
-            while not task.done():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    # redis-py can swallow a cancel inside wait_for: cancel until it ends
-                    task.cancel()
-                    remaining = 1.0
-                await asyncio.wait([task], timeout=remaining)
-            if not task.cancelled() and task.exception() is not None:
-                log.error("the service's tasks ended with an error", exc_info=task.exception())
-        await self._store.aclose()
-        if self._watch is not None:
-            await self._watch.aclose()
-        for client in self._owned:
-            await client.aclose()
+        await self._runtime.aclose()
 
     async def __aenter__(self) -> EventService:
         await self.start()

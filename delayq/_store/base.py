@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..keys import DEFAULT_GROUP, PrefixKeys
 
 if TYPE_CHECKING:
-    from ..connect import LuaScript, RedisClient
+    from ..connect import Client, LuaScript
 
 # the logger of delayq.store, whichever part of the store logs
 log = logging.getLogger("delayq.store")
@@ -30,8 +30,8 @@ _NKEYS = {
 class StoreBase(ABC):
     """What the parts of :class:`delayq.store.Store` share (set up by its ``__init__``)."""
 
-    redis: RedisClient
-    blocking: RedisClient
+    redis: Client
+    blocking: Client
     min_replicas: int
     replica_timeout_ms: int
     keys: PrefixKeys

@@ -8,14 +8,14 @@ commits; then a :class:`~delayq.postgres.OutboxRelay` moves the row to Redis and
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
 from ..codec import Codec, Serializer
-from ..events import Event
-from ..retry import delay_seconds, due_unix_ms
+from ..enqueueing import item_due
+from ..events import Event, check_event
+from ..retry import delay_ms, due_unix_ms
 from . import _db
 from .schema import validate_schema
 
@@ -56,12 +56,7 @@ class Outbox:
         )
 
     def _row(self, event: Any, context: Mapping[str, str] | None) -> tuple[str, str, bytes]:
-        if not isinstance(event, Event):
-            raise TypeError(f"expected an instance of a delayq.Event subclass, got {event!r}")
-        if not isinstance(event.id, str):
-            raise TypeError(f"event id must be a str, not {type(event.id).__name__}")
-        if not event.id:
-            raise ValueError(f"event id must not be empty: {event!r}")
+        check_event(event)
         return type(event).event_name, event.id, self._codec.encode(event, context)
 
     async def _write(
@@ -87,7 +82,7 @@ class Outbox:
         relay's lag, milliseconds while a relay runs (see docs/POSTGRES.md). Use
         :meth:`enqueue_at` for a deadline that must not move.
         """
-        ms = math.ceil(delay_seconds(delay) * 1000)
+        ms = delay_ms(delay)
         await self._write(conn, [(*self._row(event, context), ms)], False, replace)
 
     async def enqueue_at(
@@ -117,16 +112,10 @@ class Outbox:
         Items are events (due ``delay`` after relay) or ``(event, delay)`` pairs. All are
         validated and encoded before anything is written.
         """
-        default_ms = math.ceil(delay_seconds(delay) * 1000)
+        default_ms = delay_ms(delay)
         rows = []
         for item in events:
-            if isinstance(item, tuple):
-                if len(item) != 2:
-                    raise TypeError(f"enqueue_many items are events or (event, delay): {item!r}")
-                event, item_delay = item
-                ms = math.ceil(delay_seconds(item_delay) * 1000)
-            else:
-                event, ms = item, default_ms
+            event, ms = item_due(item, default_ms)
             rows.append((*self._row(event, context), ms))
         await self._write(conn, rows, False, replace)
         return len(rows)

@@ -1,0 +1,176 @@
+"""Enqueueing: checking and encoding events, batching them per type, counting the outcomes.
+
+Every enqueue ends in ``enqueue.lua`` on the shard the event's id routes to
+(:class:`~delayq.routing.Router`): one call per event for a single enqueue,
+one pipelined batch per shard for :meth:`Enqueuer.many` and
+:meth:`Enqueuer.envelopes`. Each outcome is counted as ``enqueued``, ``kept``
+(the id existed) or ``replaced``. The tracing hooks of
+:class:`~delayq.observer.Observer` wrap the encoding, so a trace context
+travels in the stored envelope.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+from .codec import Codec, check_context
+from .events import Event, EventTypes, check_event, find_event_type, validate_name
+from .metrics import Metrics
+from .observer import Observer
+from .retry import delay_ms
+from .routing import Router
+from .store import Store
+
+__all__ = ["Enqueuer", "Item", "item_due"]
+
+Item = Event | tuple[Event, float | timedelta]
+"""An item of ``enqueue_many``: an event, or ``(event, delay)``."""
+
+
+def item_due(item: Item, default_ms: int) -> tuple[Event, int]:
+    """``(event, delay in ms)`` of an ``enqueue_many`` item (not yet checked as an event)."""
+    if isinstance(item, tuple):
+        if len(item) != 2:
+            raise TypeError(f"enqueue_many items are events or (event, delay): {item!r}")
+        event, item_delay = item
+        return event, delay_ms(item_delay)
+    return item, default_ms
+
+
+class Enqueuer:
+    """The enqueue operations of one service (its enqueue methods delegate here)."""
+
+    def __init__(
+        self,
+        store: Store,
+        router: Router,
+        codec: Codec,
+        observer: Observer,
+        metrics: Metrics,
+        types: EventTypes,
+    ):
+        self._store = store
+        self._router = router
+        self._codec = codec
+        self._observer = observer
+        self._metrics = metrics
+        self._types = types  # the service's registered types (shared, live)
+        self._layouts_read: set[str] = set()  # type names whose layouts were read from Redis
+
+    def _prepare(self, event: Any, context: Mapping[str, str] | None) -> tuple[str, bytes]:
+        check_event(event)
+        name = self._types.register(type(event))
+        return name, self._codec.encode(event, context)
+
+    def _count_codes(self, name: str, codes: list[int]) -> None:
+        for code, metric in ((1, "enqueued"), (0, "kept"), (2, "replaced")):
+            n = codes.count(code)
+            if n:
+                self._metrics.increment(metric, n, event_type=name)
+
+    async def one(
+        self, event: Event, ms: int, *, absolute: bool, context: Any, replace: bool
+    ) -> bool:
+        """Enqueue one event due in ``ms`` (or at unix ms ``ms`` when ``absolute``)."""
+        with self._observer.sending(event, context) as stored_context:
+            name, envelope = self._prepare(event, stored_context)
+            shard = self._router.shard(name, event.id, type(event).event_partitions)
+            (code,) = await self._store.enqueue(
+                shard, [(event.id, envelope, ms)], absolute=absolute, replace=replace
+            )
+        self._count_codes(name, [code])
+        return code != 0
+
+    async def many(
+        self,
+        events: Iterable[Item],
+        delay: float | timedelta,
+        context: Mapping[str, str] | None,
+        replace: bool,
+    ) -> list[bool]:
+        """Enqueue events or ``(event, delay)`` pairs, all checked before any is written."""
+        default_ms = delay_ms(delay)
+        check_context(context)
+        items = list(events)
+        names = [] if self._observer.tracing is None else self._type_names(items)
+        with self._observer.sending_many(names, len(items), context) as stored_context:
+            return await self._enqueue_items(items, default_ms, stored_context, replace)
+
+    def _type_names(self, items: list[Any]) -> list[str]:
+        return [getattr(type(i[0] if isinstance(i, tuple) else i), "event_name", "") for i in items]
+
+    async def _enqueue_items(
+        self,
+        items: list[Item],
+        default_ms: int,
+        context: Mapping[str, str] | None,
+        replace: bool,
+    ) -> list[bool]:
+        by_type: dict[str, list[tuple[int, tuple[str, bytes, int]]]] = {}
+        partitions: dict[str, int] = {}
+        count = 0
+        for index, item in enumerate(items):
+            event, ms = item_due(item, default_ms)
+            name, envelope = self._prepare(event, context)
+            partitions[name] = type(event).event_partitions
+            by_type.setdefault(name, []).append((index, (event.id, envelope, ms)))
+            count = index + 1
+        results = [False] * count
+        for name, entries in by_type.items():
+            codes = await self._router.enqueue(
+                name, partitions[name], [e for _, e in entries], absolute=False, replace=replace
+            )
+            self._count_codes(name, codes)
+            for (index, _), code in zip(entries, codes, strict=True):
+                results[index] = code != 0
+        return results
+
+    async def envelopes(
+        self,
+        event_type: str,
+        items: Sequence[tuple[str, bytes, int]],
+        *,
+        absolute: bool,
+        replace: bool,
+    ) -> list[int]:
+        """Enqueue ``(id, envelope, ms)`` items of a type known by name; a code per item."""
+        validate_name(event_type)
+        checked = []
+        for item in items:
+            if not (
+                isinstance(item, tuple)
+                and len(item) == 3
+                and isinstance(item[0], str)
+                and item[0]
+                and isinstance(item[1], bytes)
+                and isinstance(item[2], int)
+                and not isinstance(item[2], bool)
+            ):
+                raise TypeError(f"items are (id: str, envelope: bytes, ms: int), not {item!r}")
+            if not absolute and item[2] < 0:
+                raise ValueError(f"a delay in ms must be >= 0: {item!r}")
+            checked.append(item)
+        if not checked:
+            return []
+        codes = await self._router.enqueue(
+            event_type,
+            await self._partitions_of(event_type),
+            checked,
+            absolute=absolute,
+            replace=replace,
+        )
+        self._count_codes(event_type, codes)
+        return codes
+
+    async def _partitions_of(self, name: str) -> int:
+        """The partition count of a type known by name: its class's, when the class is
+        defined in this process, else the largest layout recorded in Redis."""
+        cls = self._types.get(name) or find_event_type(name)
+        if cls is not None:
+            return cls.event_partitions
+        if name not in self._layouts_read:
+            self._layouts_read.add(name)
+            await self._store.known_types()  # refreshes the layouts
+        return self._store.layouts(name)[0]

@@ -1,0 +1,314 @@
+"""Running a service: its loops, their supervision, and closing it.
+
+The loops are the scheduler (if enabled), one consumer per handler (and
+group), the heartbeat and the history writer. :class:`Runtime` owns them:
+it starts them in one task group under one supervisor task, restarts a loop
+that crashes, reports which run (``health()``), and on close stops them in
+order (consumers drain, then the reporters write their last records), then
+closes the store and the clients the service owns. No task outlives it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from .codec import Codec
+from .consumer import Consumer, ConsumerSettings, Handler
+from .events import Event
+from .groups import GroupMetrics, check_group, group_settings
+from .health import ServiceHealth
+from .heartbeat import Heartbeat
+from .history import HistoryRecorder, HistoryWriter
+from .metrics import Metrics
+from .observer import Observer
+from .options import Options
+from .retry import Backoff
+from .scheduler import Scheduler, SchedulerSettings
+from .store import Store
+
+if TYPE_CHECKING:
+    from .sentinel import SentinelWatch
+
+__all__ = ["Runtime"]
+
+# the logger the service's lifecycle has always logged to (users' logging config names it)
+log = logging.getLogger("delayq.service")
+
+_Loop = Consumer | Scheduler | Heartbeat | HistoryWriter
+
+
+class Runtime:
+    """The loops of one :class:`~delayq.EventService` and their lifecycle."""
+
+    def __init__(
+        self,
+        store: Store,
+        options: Options,
+        *,
+        codec: Codec,
+        observer: Observer,
+        metrics: Metrics,
+        history: HistoryRecorder,
+        polling_timeout: float,
+    ):
+        opts = self._options = options
+        self._store = store
+        self._codec = codec
+        self._observer = observer
+        self._metrics = metrics
+        self.owned: list[Any] = []
+        """Clients the service made (``from_url``), closed last."""
+        self.watch: SentinelWatch | None = None
+        """The Sentinel failover watch of a ``from_sentinel`` service, closed with it."""
+        # (type name, group; None for the default group) -> its consumer here
+        self.consumers: dict[tuple[str, str | None], Consumer] = {}
+        self._running_loops: set[_Loop] = set()
+        self._consumer_settings = ConsumerSettings(
+            visibility_ms=opts.visibility_ms,
+            polling_timeout=polling_timeout,
+            retry_attempts=opts.retry_attempts,
+            retry_backoff=opts.retry_backoff,
+            handler_timeout=opts.handler_timeout,
+            shutdown_grace=opts.shutdown_grace,
+        )
+        self.scheduler: Scheduler | None = None
+        """The scheduler loop (None with ``enable_scheduling=False``)."""
+        if opts.enable_scheduling:
+            self.scheduler = Scheduler(
+                store,
+                SchedulerSettings(
+                    interval=opts.scheduling_interval,
+                    batch_size=opts.scheduling_batch_size,
+                    visibility_ms=opts.visibility_ms,
+                    max_deliveries=1 + opts.retry_attempts,
+                    lock_ms=opts.lock_ms,
+                    takeover_delay=opts.takeover_delay,
+                    listen_timeout=polling_timeout,
+                ),
+                metrics,
+            )
+        self.heartbeat: Heartbeat | None = None
+        """The heartbeat loop (None with ``heartbeat_interval=0``)."""
+        if opts.heartbeat_interval:
+            self.heartbeat = Heartbeat(store, opts.heartbeat_interval, self._snapshot)
+        self._history_writer: HistoryWriter | None = None
+        if opts.history_interval:
+            self._history_writer = HistoryWriter(store, history, opts.history_interval)
+        self._supervisor: asyncio.Task[None] | None = None
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._closing: asyncio.Event | None = None
+        self._closed = False
+
+    # -- consumers -------------------------------------------------------------------
+
+    def add_consumer(
+        self,
+        name: str,
+        event_type: type[Event],
+        handler: Handler,
+        concurrency: int,
+        group: str | None,
+        retry_attempts: int | None,
+        retry_backoff: Backoff | None,
+    ) -> None:
+        """Check and add a handler's consumer; start it at once if the service runs."""
+        group = check_group(group)
+        settings = group_settings(self._consumer_settings, retry_attempts, retry_backoff)
+        if not callable(handler) or not (
+            inspect.iscoroutinefunction(handler)
+            or inspect.iscoroutinefunction(getattr(handler, "__call__", None))  # noqa: B004
+        ):
+            raise TypeError(f"handler for {name!r} must be an async function, got {handler!r}")
+        if (
+            not isinstance(concurrency, int)
+            or isinstance(concurrency, bool)
+            or not (1 <= concurrency <= 10_000)
+        ):
+            raise ValueError(f"concurrency must be an int from 1 to 10000, not {concurrency!r}")
+        if (name, group) in self.consumers:
+            raise ValueError(
+                f"{name!r} already has a handler"
+                + ("" if group is None else f" in group {group!r}")
+                + "; remove_handler() it first"
+            )
+        if self._closed or (self._closing is not None and self._closing.is_set()):
+            raise RuntimeError("the service is closed")
+        consumer = Consumer(
+            store=self._store,
+            codec=self._codec,
+            event_type=event_type,
+            handler=handler,
+            concurrency=concurrency,
+            settings=settings,
+            metrics=self._metrics if group is None else GroupMetrics(self._metrics, group),
+            group=group,
+            observer=self._observer,
+        )
+        self.consumers[name, group] = consumer
+        if self._task_group is not None:
+            self._task_group.start_soon(self._keep_running, consumer)
+
+    async def remove_consumer(self, name: str, group: str | None) -> bool:
+        """Stop a consumer and, while the service runs, wait for its handlers; False if none."""
+        consumer = self.consumers.pop((name, group), None)
+        if consumer is None:
+            return False
+        consumer.stop()
+        if self._task_group is not None:
+            await consumer.wait_finished()
+        return True
+
+    def _snapshot(self) -> dict[str, tuple[int, int]]:
+        # a named group's consumer shows as "type:group" (type names hold no ':')
+        return {
+            name if group is None else f"{name}:{group}": (c.concurrency, c.running_handlers)
+            for (name, group), c in self.consumers.items()
+        }
+
+    # -- state -----------------------------------------------------------------------
+
+    @property
+    def is_running(self) -> bool:
+        """True from :meth:`start` until the tasks have ended (draining included)."""
+        return self._supervisor is not None and not self._supervisor.done()
+
+    async def health(self, timeout: float) -> ServiceHealth:
+        """Whether the service runs, Redis answers (within ``timeout`` s) and every loop runs."""
+        redis_error: str | None = None
+        try:
+            with anyio.fail_after(timeout):
+                await self._store.server_time_ms()
+        except TimeoutError:
+            redis_error = f"no answer within {timeout}s"
+        except Exception as exc:
+            redis_error = f"{type(exc).__name__}: {exc}"
+        loops: dict[str, bool] = {}
+        if self.scheduler is not None:
+            loops["scheduler"] = self.scheduler in self._running_loops
+        for consumer in self.consumers.values():
+            loops[f"consumer:{consumer.label}"] = consumer in self._running_loops
+        started = self.is_running
+        return ServiceHealth(
+            started=started,
+            accepting=started and self._closing is not None and not self._closing.is_set(),
+            redis_ok=redis_error is None,
+            redis_error=redis_error,
+            loops=loops,
+        )
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self, service: object) -> None:
+        """Start the loops under a supervisor task; ``service`` goes to the outbox relay."""
+        if self._closed:
+            raise RuntimeError("a closed EventService cannot be started again")
+        if self._supervisor is not None:
+            return
+        policy = await self._store.eviction_policy()
+        if policy is not None and policy != "noeviction":
+            log.warning(
+                "Redis maxmemory-policy is %r: under memory pressure Redis may evict queue "
+                "keys and lose events; set it to 'noeviction'",
+                policy,
+            )
+        if self.consumers:
+            # the partition counts in use (a count being changed has two), so that
+            # the consumers serve every layout their type has events in
+            try:
+                await self._store.known_types()
+            except Exception as exc:  # the scheduler's sweeps read them again
+                log.warning("reading the event types failed: %s", exc)
+        self._closing = asyncio.Event()
+        started = asyncio.get_running_loop().create_future()
+        self._supervisor = asyncio.create_task(
+            self._supervise(started, service), name="delayq-service"
+        )
+        await asyncio.wait([started, self._supervisor], return_when=asyncio.FIRST_COMPLETED)
+        if self._supervisor.done():
+            self._supervisor.result()  # raise what stopped it
+
+    async def _supervise(self, started: asyncio.Future[None], service: object) -> None:
+        assert self._closing is not None
+        try:
+            async with anyio.create_task_group() as tg:
+                self._task_group = tg
+                if self.scheduler is not None:
+                    tg.start_soon(self._keep_running, self.scheduler)
+                for consumer in self.consumers.values():
+                    tg.start_soon(self._keep_running, consumer)
+                for reporter in (self.heartbeat, self._history_writer):
+                    if reporter is not None:
+                        tg.start_soon(self._keep_running, reporter)
+                async with contextlib.AsyncExitStack() as beside:
+                    if self._options.outbox is not None:
+                        # relays stop (finishing their batch) before the loops do
+                        await beside.enter_async_context(self._options.outbox(service))
+                    started.set_result(None)
+                    await self._closing.wait()
+                consumers = list(self.consumers.values())
+                for consumer in consumers:
+                    consumer.stop()
+                if self.scheduler is not None:
+                    self.scheduler.stop()
+                # the last history flush and the heartbeat's removal come after the
+                # consumers' last acks
+                with anyio.move_on_after(self._options.shutdown_grace * 2 + 5):
+                    for consumer in consumers:
+                        await consumer.wait_finished()
+                for reporter in (self.heartbeat, self._history_writer):
+                    if reporter is not None:
+                        reporter.stop()
+        finally:
+            self._task_group = None
+            if not started.done():
+                started.set_result(None)
+
+    async def _keep_running(self, loop: _Loop) -> None:
+        """Run a loop; should a bug make it raise, log and start it again."""
+        delay = 0.5
+        while True:
+            self._running_loops.add(loop)  # what health() reports
+            try:
+                await loop.run()
+                return
+            except Exception:
+                if loop.stopping:
+                    return
+                self._running_loops.discard(loop)
+                log.exception("%s crashed; restarting it in %.1fs", type(loop).__name__, delay)
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+            finally:
+                self._running_loops.discard(loop)
+
+    async def aclose(self) -> None:
+        """Stop the loops (handlers get ``shutdown_grace``), close the store and the clients."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._closing is not None:
+            self._closing.set()
+        task = self._supervisor
+        if task is not None:
+            deadline = time.monotonic() + self._options.shutdown_grace * 2 + 10
+            while not task.done():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    # redis-py can swallow a cancel inside wait_for: cancel until it ends
+                    task.cancel()
+                    remaining = 1.0
+                await asyncio.wait([task], timeout=remaining)
+            if not task.cancelled() and task.exception() is not None:
+                log.error("the service's tasks ended with an error", exc_info=task.exception())
+        await self._store.aclose()
+        if self.watch is not None:
+            await self.watch.aclose()
+        for client in self.owned:
+            await client.aclose()
