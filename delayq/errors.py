@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 from redis.exceptions import OutOfMemoryError
+from redis.exceptions import ResponseError as RedisResponseError
 
-__all__ = ["DecodeError", "DelayqError", "NotReplicatedError", "QueueFullError"]
+__all__ = [
+    "DecodeError",
+    "DelayqError",
+    "NotReplicatedError",
+    "QueueFullError",
+    "RedisResponseError",
+]
+
+# RedisResponseError: redis-py's ResponseError (an error reply, e.g. from a script), for
+# the modules that must recognise one without importing redis themselves (spread.py)
 
 
 class DelayqError(Exception):

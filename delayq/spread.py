@@ -34,8 +34,8 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 
 import anyio
-from redis.exceptions import ResponseError
 
+from .errors import RedisResponseError
 from .store import Store
 
 __all__ = ["Spread", "owner_of"]
@@ -214,7 +214,7 @@ class Spread:
                 break
             try:
                 late = await self._drain(unit, self._next, self._active)
-            except ResponseError as exc:
+            except RedisResponseError as exc:
                 # Redis refused this partition's script (a key of the wrong type
                 # written by someone else): the other partitions must still move
                 self._on_error()
