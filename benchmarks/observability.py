@@ -27,6 +27,13 @@ Each round, on a fresh prefix:
    time until every event has run is taken; each run is a CONSUMER span when traced,
    and three histogram observations and the counters with Prometheus.
 
+``--in-request`` runs each enqueue inside a span of the application's own (a
+request's, as opentelemetry-instrumentation-fastapi makes), in every mode, sampled
+by the same ``ParentBased(TraceIdRatioBased)`` sampler: the cost of a traced
+application is then in every mode, and what differs is what delayq adds (its send
+and process spans follow the request's sampling decision). Without it every send
+span is the root of a trace (the worst case: the sampler runs for each).
+
 ``end to end`` is ``events / (enqueue time + handle time)``: the pipeline's throughput
 when one process both enqueues and handles. Redis commands per event
 (``total_commands_processed`` over both phases, calls inside scripts included, the
@@ -90,17 +97,22 @@ RATES = ("enqueue_per_s", "handle_per_s", "end_to_end_per_s")
 
 
 def mode_options(
-    mode: str, sample_ratio: float
+    mode: str, sample_ratio: float, in_request: bool = False
 ) -> tuple[dict[str, Any], TracerProvider | None, DropExporter | None]:
-    """The service options of a mode; the SDK provider and exporter when it traces."""
+    """The service options of a mode; the SDK provider and exporter when it traces.
+
+    With ``in_request`` every mode has the provider (the application traces its
+    requests whatever delayq does); only the ``otel`` modes give it to delayq.
+    """
     options: dict[str, Any] = {}
     provider = exporter = None
     if mode in ("prometheus", "observed"):
         options["metrics"] = PrometheusMetrics(CollectorRegistry())
-    if mode in ("otel", "observed"):
+    if in_request or mode in ("otel", "observed"):
         exporter = DropExporter()
         provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(sample_ratio)))
         provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=65536))
+    if mode in ("otel", "observed"):
         options["tracing"] = OTelTracing(provider)
     if mode == "otel-api":
         options["tracing"] = OTelTracing(NoOpTracerProvider())
@@ -117,20 +129,28 @@ async def commands_processed(url: str) -> int:
 
 
 async def one_round(
-    url: str, options: dict[str, Any], args: argparse.Namespace
+    url: str,
+    options: dict[str, Any],
+    args: argparse.Namespace,
+    provider: TracerProvider | None = None,
 ) -> dict[str, float]:
     prefix = f"obsbench-{uuid.uuid4().hex[:8]}"
     commands_before = await commands_processed(url)
     producer = EventService.from_url(url, prefix=prefix, enable_scheduling=False, **options)
     n = args.events
     next_index = 0
+    app_tracer = provider.get_tracer("app") if args.in_request and provider else None
 
     async def enqueue_some() -> None:
         nonlocal next_index
         while next_index < n:
             i = next_index
             next_index += 1
-            await producer.enqueue_with_delay(ObsBench(id=f"e{i}", n=i))
+            if app_tracer is None:
+                await producer.enqueue_with_delay(ObsBench(id=f"e{i}", n=i))
+            else:  # the application's request span, sampled by its provider
+                with app_tracer.start_as_current_span("request"):
+                    await producer.enqueue_with_delay(ObsBench(id=f"e{i}", n=i))
 
     start = time.perf_counter()
     await asyncio.gather(*(enqueue_some() for _ in range(args.tasks)))
@@ -175,8 +195,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     try:
         for r in range(args.rounds):
             for mode in modes if r % 2 == 0 else modes[::-1]:
-                options, provider, exporter = mode_options(mode, args.sample_ratio)
-                result = await one_round(server.url, options, args)
+                options, provider, exporter = mode_options(mode, args.sample_ratio, args.in_request)
+                result = await one_round(server.url, options, args, provider)
                 if provider is not None and exporter is not None:
                     provider.force_flush()
                     provider.shutdown()
@@ -204,7 +224,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         per_event = statistics.median(r["redis_commands_per_event"] for r in rounds[mode])
         cells = " | ".join(f"{b[k]:,.0f} | {100 * q[k]:.1f} %" for k in RATES)
         print(f"| {mode} | {cells} | {per_event:.2f} |")
-    print(f"\nspans exported (observed rounds): {spans:,}")
+    print(f"\nspans exported (all rounds): {spans:,}")
     return {
         "args": vars(args),
         "rounds": rounds,
@@ -230,6 +250,12 @@ def cli() -> None:
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default: results/)")
     parser.add_argument("--sample-ratio", type=float, default=1.0, help="OTel sampling ratio")
     parser.add_argument(
+        "--in-request",
+        action="store_true",
+        help="enqueue inside a span of the application's (a request's) in every mode, "
+        "sampled at --sample-ratio; delayq's spans follow it",
+    )
+    parser.add_argument(
         "--handler",
         choices=("noop", "redis"),
         default="noop",
@@ -238,7 +264,8 @@ def cli() -> None:
     args = parser.parse_args()
     results = asyncio.run(main(args))
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d-%H%M%S")
-    name = f"observability-{stamp}-{args.handler}-sample{args.sample_ratio:g}.json"
+    where = "-in-request" if args.in_request else ""
+    name = f"observability-{stamp}-{args.handler}{where}-sample{args.sample_ratio:g}.json"
     out = args.out or HERE / "results" / name
     results["args"]["out"] = str(out)
     out.write_text(json.dumps(results, indent=2))
