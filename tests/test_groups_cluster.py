@@ -122,9 +122,7 @@ async def test_fan_out_retries_and_dead_letters_per_group_on_a_cluster(
         await service.register_group(GOrder, "reports")
         assert await service.groups(GOrder) == ["audit", "default", "reports"]
         service.add_handler(GOrder, billing, concurrency=4)
-        service.add_handler(
-            GOrder, audit, concurrency=4, group="audit", retry_attempts=2
-        )
+        service.add_handler(GOrder, audit, concurrency=4, group="audit", retry_attempts=2)
         service.add_handler(GOrder, reports, concurrency=4, group="reports")
         await service.start()
         ids = [f"o{i}" for i in range(40)]
