@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from . import connect
-from .browsing import DueHistogram, InFlightEvent, due_histogram, in_flight
+from .browsing import DueHistogram, InFlightEvent, due_histogram, in_flight, run_now
 from .codec import Codec, check_context
 from .consumer import Consumer, ConsumerSettings, Handler
 from .events import Event, check_event_type, find_event_type, validate_name
@@ -575,11 +575,13 @@ class EventService:
         return await self._inspector.inspect(event_type, id)
 
     async def scheduled(
-        self, event_type: EventTypeRef, limit: int = 100, offset: int = 0
+        self, event_type: EventTypeRef, limit: int = 100, offset: int = 0, *,
+        group: str | None = None,
     ) -> list[ScheduledEvent]:
         """Up to ``limit`` (≤ 1000) scheduled events from position ``offset``, earliest due
-        first. Retries waiting for their backoff are scheduled events too."""
-        return await self._inspector.scheduled(event_type, limit, offset)
+        first. Retries waiting for their backoff are scheduled events too. With ``group``
+        (``"default"`` included), the type's schedule and that group's retries."""
+        return await self._inspector.scheduled(event_type, limit, offset, group=group)
 
     async def requeue_dead_letters(
         self,
@@ -680,26 +682,30 @@ class EventService:
     # -- browsing --------------------------------------------------------------------
 
     async def in_flight(
-        self, event_type: EventTypeRef, limit: int = 100, offset: int = 0
+        self, event_type: EventTypeRef, limit: int = 100, offset: int = 0, *,
+        group: str | None = None,
     ) -> list[InFlightEvent]:
-        """Up to ``limit`` in-flight events (class or wire name), earliest lease deadline first."""
-        return await in_flight(self._store, self._name(event_type), limit, offset)
+        """Up to ``limit`` in-flight events (class or wire name; of delivery ``group``, the
+        default group's without), earliest lease deadline first."""
+        return await in_flight(self._store, self._name(event_type), limit, offset, group=group)
 
-    async def due_histogram(self, event_type: EventTypeRef) -> DueHistogram:
-        """How many scheduled events fall due: overdue, next minute, hour, day, later."""
-        return await due_histogram(self._store, self._name(event_type))
+    async def due_histogram(
+        self, event_type: EventTypeRef, *, group: str | None = None
+    ) -> DueHistogram:
+        """How many scheduled events fall due: overdue, next minute, hour, day, later.
+        With ``group``, that delivery group's retries count too."""
+        return await due_histogram(self._store, self._name(event_type), group=group)
 
-    async def run_now(self, event_type: EventTypeRef, id: str) -> bool:
+    async def run_now(self, event_type: EventTypeRef, id: str, *, group: str | None = None) -> bool:
         """Hand a scheduled event to the consumers now; False when it is not scheduled.
 
         Its attempt count and last error are kept (a retry waiting for its backoff
-        runs now as that retry).
+        runs now as that retry). For a type with delivery groups: without ``group``
+        every group runs it now; with ``group`` that group alone, the others getting
+        it at its due time (see README, "Delivery groups").
         """
         name = self._name(event_type)
-        for shard in self._router.shards_of_id(name, id):
-            if await self._store.run_now(shard, id):
-                return True
-        return False
+        return await run_now(self._store, self._router.shards_of_id(name, id), id, group)
 
     # -- workers and history ----------------------------------------------------------
 
@@ -720,12 +726,12 @@ class EventService:
         return await read_workers(self._store, limit)
 
     async def history(
-        self, event_type: EventTypeRef, window: Window = "hour"
+        self, event_type: EventTypeRef, window: Window = "hour", *, group: str | None = None
     ) -> list[HistoryPoint]:
-        """Handled, failed and lateness of a type (class or wire name) per minute
-        (``window="hour"``: 60 points) or per 20 minutes (``"day"``: 72 points),
-        summed over every worker, oldest first."""
-        return await read_history(self._store, self._name(event_type), window)
+        """Handled, failed and lateness of a type (class or wire name; of delivery ``group``,
+        the default group's without) per minute (``window="hour"``: 60 points) or per 20
+        minutes (``"day"``: 72 points), summed over every worker, oldest first."""
+        return await read_history(self._store, self._name(event_type), window, group=group)
 
     @property
     def handled_types(self) -> list[str]:

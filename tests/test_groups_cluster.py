@@ -279,3 +279,52 @@ def _dead_is(service: EventService, event_type: type[Event], n: int):  # type: i
         return (await service.group_stats(event_type))["audit"].dead == n
 
     return check
+
+
+async def test_group_views_and_run_now_on_a_cluster(
+    cluster: RedisClusterServer, prefix: str
+) -> None:
+    """inspect in every group, run_now for all groups or one, and the per-group views
+    (scheduled, due_histogram, in_flight, group_stats) of a partitioned type."""
+    service = _service(cluster, prefix)
+    billing, audit = Recorder(), Recorder()
+    try:
+        await service.register_group(GHot, "audit")
+        ids = [f"v{i}" for i in range(12)]
+        assert all(await service.enqueue_many([(GHot(id=i), 3600) for i in ids]))
+        info = await service.inspect(GHot, "v0")
+        assert info.state == "scheduled"
+        assert {g: s.state for g, s in info.groups.items()} == {
+            "audit": "scheduled",
+            "default": "scheduled",
+        }
+        assert len(await service.scheduled(GHot, group="audit", limit=100)) == 12
+        assert (await service.due_histogram(GHot, group="audit")).counts["next hour"] == 12
+        # every group now, or one group (the other at its due time)
+        assert await service.run_now(GHot, "v0")
+        assert await service.run_now(GHot, "v1", group="audit")
+        info = await service.inspect(GHot, "v1")
+        assert {g: s.state for g, s in info.groups.items()} == {
+            "audit": "ready",
+            "default": "scheduled",
+        }
+        stats = await service.group_stats(GHot)
+        assert (stats["audit"].ready, stats["default"].ready) == (2, 1)
+        assert (stats["audit"].scheduled, stats["default"].scheduled) == (10, 11)
+        assert len(await service.scheduled(GHot, group="default", limit=100)) == 11
+        assert len(await service.scheduled(GHot, limit=100)) == 10  # the type's schedule
+        service.add_handler(GHot, billing)
+        service.add_handler(GHot, audit, group="audit")
+        await service.start()
+        await wait_for(lambda: audit.total == 2 and billing.total == 1, timeout=10)
+        assert sorted(audit.counts) == ["v0", "v1"] and list(billing.counts) == ["v0"]
+        assert await service.in_flight(GHot, group="audit") == []
+        for i in ids[2:]:
+            assert await service.cancel(GHot, i)
+        assert await service.run_now(GHot, "v1", group="default")
+        await wait_for(lambda: billing.total == 2, timeout=10)
+        await wait_for(lambda: _settled(service, GHot), timeout=10)
+        assert (await service.inspect(GHot, "v1")).state == "absent"
+        assert _leftovers(cluster, prefix) == []
+    finally:
+        await service.aclose()
