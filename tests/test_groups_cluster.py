@@ -313,6 +313,7 @@ async def test_group_views_and_run_now_on_a_cluster(
         assert (stats["audit"].scheduled, stats["default"].scheduled) == (10, 11)
         assert len(await service.scheduled(GHot, group="default", limit=100)) == 11
         assert len(await service.scheduled(GHot, limit=100)) == 10  # the type's schedule
+        await _dashboard_pages(service)
         service.add_handler(GHot, billing)
         service.add_handler(GHot, audit, group="audit")
         await service.start()
@@ -328,3 +329,21 @@ async def test_group_views_and_run_now_on_a_cluster(
         assert _leftovers(cluster, prefix) == []
     finally:
         await service.aclose()
+
+
+async def _dashboard_pages(service: EventService) -> None:
+    """The dashboard's pages of a partitioned type with groups, read from the cluster."""
+    import httpx
+
+    from delayq.dashboard import create_app
+
+    transport = httpx.ASGITransport(app=create_app(service))
+    async with httpx.AsyncClient(transport=transport, base_url="http://dash.test") as http:
+        for params in ({}, {"group": "audit"}, {"group": "default"}):
+            page = await http.get("/type", params={"name": GHot.event_name, **params})
+            assert page.status_code == 200
+        assert 'class="upcoming-row" data-id="v2"' in page.text
+        page = await http.get("/event", params={"type": GHot.event_name, "id": "v1"})
+        assert page.status_code == 200
+        assert 'class="event-group-row" data-group="audit"' in page.text
+        assert (await http.get("/")).status_code == 200
