@@ -8,6 +8,10 @@ JSON) into plain data. Either way :attr:`EventInfo.payload` is JSON-able.
 
 Redis is read through :class:`~delayq.store.Store` (read-only scripts, one
 consistent view per call, bounded by the page size); nothing here writes.
+For a type with delivery groups, :attr:`EventInfo.groups` gives the event's
+:class:`GroupState` in each group. (The module is past 400 lines because the
+public records of the lookups, a docstring per field, live beside the one
+class that fills them.)
 """
 
 from __future__ import annotations
