@@ -12,7 +12,14 @@ from .events import Event, event_name
 from .health import ServiceHealth
 from .heartbeat import WorkerInfo
 from .history import HistoryPoint
-from .inspection import DeadLetter, EventInfo, EventState, EventTypeRef, ScheduledEvent
+from .inspection import (
+    DeadLetter,
+    EventInfo,
+    EventState,
+    EventTypeRef,
+    GroupState,
+    ScheduledEvent,
+)
 from .metrics import InMemoryMetrics, Metrics, NoopMetrics
 from .options import Options
 from .retry import Backoff, exponential, fixed
@@ -30,6 +37,7 @@ __all__ = [
     "EventService",
     "EventState",
     "EventTypeRef",
+    "GroupState",
     "HistoryPoint",
     "InMemoryMetrics",
     "Metrics",

@@ -26,7 +26,7 @@ from .events import validate_name
 from .keys import DEFAULT_GROUP
 from .metrics import Metrics
 from .retry import Backoff
-from .store import QueueCounts, Store
+from .store import QueueCounts, Store, sum_counts
 
 __all__ = ["DEFAULT_GROUP", "GroupMetrics", "Groups", "check_group", "group_settings"]
 
@@ -160,13 +160,8 @@ class Groups:
         groups = await self._store.groups(shards[0])
         if not groups:
             return {DEFAULT_GROUP: (await self._store.counts([type_name]))[type_name]}
-        sums: dict[str, list[int]] = {}
+        parts: dict[str, list[QueueCounts]] = {}
         for shard in shards:
             for name, c in (await self._store.group_counts(shard, groups)).items():
-                total = sums.setdefault(name, [0, 0, 0, 0])
-                for i, v in enumerate((c.scheduled, c.ready, c.in_flight, c.dead)):
-                    total[i] += v
-        return {
-            name: QueueCounts(scheduled=v[0], ready=v[1], in_flight=v[2], dead=v[3])
-            for name, v in sums.items()
-        }
+                parts.setdefault(name, []).append(c)
+        return {name: sum_counts(p) for name, p in parts.items()}

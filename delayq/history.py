@@ -30,6 +30,7 @@ from typing import Any, Literal
 import anyio
 import msgspec
 
+from .events import validate_name
 from .metrics import Metrics
 from .store import Store
 
@@ -293,12 +294,21 @@ def percentile(buckets: list[int], q: float) -> float | None:
 
 
 async def read_history(
-    store: Store, type_name: str, window: Window = "hour", *, now: float | None = None
+    store: Store,
+    type_name: str,
+    window: Window = "hour",
+    *,
+    group: str | None = None,
+    now: float | None = None,
 ) -> list[HistoryPoint]:
     """One point per period of ``window`` (60 minutes or 72 x 20 minutes), oldest first.
 
-    Periods without data are zeros. One HMGET of at most 72 fields.
+    ``group`` names a delivery group: its own history (kept under ``type:group``
+    since groups exist); the type's default group without it (or with
+    ``"default"``). Periods without data are zeros. One HMGET of at most 72 fields.
     """
+    if group is not None and group != "default":
+        type_name = _label(type_name, validate_name(group, "group name"))
     if window == "hour":
         ring, period, slots = "minute", 60, MINUTE_SLOTS
     elif window == "day":

@@ -8,6 +8,10 @@ JSON) into plain data. Either way :attr:`EventInfo.payload` is JSON-able.
 
 Redis is read through :class:`~delayq.store.Store` (read-only scripts, one
 consistent view per call, bounded by the page size); nothing here writes.
+For a type with delivery groups, :attr:`EventInfo.groups` gives the event's
+:class:`GroupState` in each group. (The module is past 400 lines because the
+public records of the lookups, a docstring per field, live beside the one
+class that fills them.)
 """
 
 from __future__ import annotations
@@ -24,13 +28,14 @@ from .codec import Codec, open_envelope
 from .errors import DecodeError
 from .events import Event, check_event_type, find_event_type, validate_name
 from .routing import Router
-from .store import Store
+from .store import EventRecord, Store
 
 __all__ = [
     "DeadLetter",
     "EventInfo",
     "EventState",
     "EventTypeRef",
+    "GroupState",
     "Inspector",
     "ScheduledEvent",
     "decode_payload",
@@ -46,6 +51,9 @@ state: only something other than delayq can leave one behind)."""
 
 MAX_PAGE = 1000
 """The largest ``limit`` of one page read."""
+
+# the order in which a type with delivery groups takes its overall state from its groups'
+_MOST_ACTIVE: tuple[EventState, ...] = ("in_flight", "ready", "scheduled", "dead")
 
 
 def _utc(ms: int | None) -> datetime | None:
@@ -109,6 +117,69 @@ def decode_payload(
 
 
 @dataclass(frozen=True, slots=True)
+class GroupState:
+    """Where an event is in one delivery group (see :attr:`EventInfo.groups`)."""
+
+    group: str
+    """The group's name."""
+    state: EventState
+    """``scheduled`` (waiting for its due time, or for this group's retry), ``ready``,
+    ``in_flight``, ``dead`` (this group's dead letter), or ``absent``: the group holds
+    nothing of it (it handled it already, or was registered after it was fanned out)."""
+    due_at: datetime | None
+    """``scheduled``: when this group gets it (the event's due time while it has not been
+    fanned out to the groups yet, else this group's retry time); else None."""
+    lease_deadline: datetime | None
+    """``in_flight``: when this group's lease runs out unless its handler renews it."""
+    failed_at: datetime | None
+    """``dead``: when it became this group's dead letter."""
+    attempts: int
+    """This group's deliveries so far."""
+    last_error: str | None
+    """This group's last failure, if any."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Stable JSON-able fields (times as ISO 8601 UTC)."""
+        return {
+            "state": self.state,
+            "due_at": _iso(self.due_at),
+            "lease_deadline": _iso(self.lease_deadline),
+            "failed_at": _iso(self.failed_at),
+            "attempts": self.attempts,
+            "last_error": self.last_error,
+        }
+
+
+def _group_states(record: EventRecord) -> dict[str, GroupState]:
+    """Each group's state of an event of a type with delivery groups."""
+    states: dict[str, GroupState] = {}
+    for name, g in sorted((record.groups or {}).items()):
+        state: EventState
+        due = None
+        if g.dead_at_ms is not None:
+            state = "dead"
+        elif g.lease_deadline_ms is not None:
+            state = "in_flight"
+        elif g.queued_score is not None:
+            state = "ready"
+        elif g.retry_ms is not None or record.scheduled_ms is not None:
+            state = "scheduled"
+            due = g.retry_ms if g.retry_ms is not None else record.scheduled_ms
+        else:
+            state = "absent"
+        states[name] = GroupState(
+            group=name,
+            state=state,
+            due_at=_utc(due),
+            lease_deadline=_utc(g.lease_deadline_ms),
+            failed_at=_utc(g.dead_at_ms),
+            attempts=g.attempts,
+            last_error=g.error,
+        )
+    return states
+
+
+@dataclass(frozen=True, slots=True)
 class EventInfo:
     """All that Redis knows about one event, read in one atomic step."""
 
@@ -144,6 +215,10 @@ class EventInfo:
     """Why the envelope or payload did not decode, if it did not."""
     checked_at: datetime
     """Redis's time of the read."""
+    groups: Mapping[str, GroupState] = field(default_factory=dict)
+    """For a type with named delivery groups: the event's state in each registered group,
+    by name (empty otherwise). ``state`` and the fields from ``due_at`` to ``last_error``
+    are then those of the most active group (in flight, else ready, scheduled, dead)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Stable JSON-able fields (times as ISO 8601 UTC, ``raw`` as base64)."""
@@ -163,6 +238,7 @@ class EventInfo:
             "raw_base64": None if self.raw is None else base64.b64encode(self.raw).decode(),
             "decode_error": self.decode_error,
             "checked_at": _iso(self.checked_at),
+            "groups": {name: g.to_dict() for name, g in self.groups.items()},
         }
 
 
@@ -276,8 +352,16 @@ class Inspector:
             if r.envelope is not None:
                 break
             r = await self._store.inspect(shard, event_id)
+        groups = _group_states(r) if r.groups is not None else {}
         state: EventState
-        if r.dead_at_ms is not None:
+        due_at, lease_deadline, failed_at = None, _utc(r.lease_deadline_ms), _utc(r.dead_at_ms)
+        attempts, last_error = r.attempts, r.error
+        active = [g for s in _MOST_ACTIVE for g in groups.values() if g.state == s]
+        if active:  # a type with groups: the most active group's state
+            g = active[0]
+            state, due_at, lease_deadline, failed_at = g.state, g.due_at, g.lease_deadline, g.failed_at
+            attempts, last_error = g.attempts, g.last_error
+        elif r.dead_at_ms is not None:
             state = "dead"
         elif r.lease_deadline_ms is not None:
             state = "in_flight"
@@ -285,6 +369,7 @@ class Inspector:
             state = "ready"
         elif r.scheduled_ms is not None:
             state = "scheduled"
+            due_at = _utc(r.scheduled_ms)
         elif r.envelope is None:
             state = "absent"
         else:
@@ -298,11 +383,11 @@ class Inspector:
             type_name=name,
             id=event_id,
             state=state,
-            due_at=_utc(r.scheduled_ms) if state == "scheduled" else None,
-            lease_deadline=_utc(r.lease_deadline_ms),
-            failed_at=_utc(r.dead_at_ms),
-            attempts=r.attempts,
-            last_error=r.error,
+            due_at=due_at,
+            lease_deadline=lease_deadline,
+            failed_at=failed_at,
+            attempts=attempts,
+            last_error=last_error,
             context=decoded.context,
             enqueued_at=decoded.enqueued_at,
             event=decoded.event,
@@ -311,16 +396,28 @@ class Inspector:
             raw=r.envelope,
             decode_error=decoded.error,
             checked_at=datetime.fromtimestamp(r.now_ms / 1000, timezone.utc),
+            groups=groups,
         )
 
     async def scheduled(
-        self, event_type: EventTypeRef, limit: int = 100, offset: int = 0
+        self,
+        event_type: EventTypeRef,
+        limit: int = 100,
+        offset: int = 0,
+        *,
+        group: str | None = None,
     ) -> list[ScheduledEvent]:
-        """Up to ``limit`` scheduled events from position ``offset``, earliest due first."""
+        """Up to ``limit`` scheduled events from position ``offset``, earliest due first.
+
+        With ``group`` (a delivery group's name, ``"default"`` included): what that
+        group will get, the type's schedule and the group's own retries merged.
+        """
         _check_page(limit, offset)
         name, cls = self.resolve(event_type)
+        if group is not None:
+            group = validate_name(group, "group name")
         items = []
-        for record in await self._router.scheduled_page(name, offset, limit):
+        for record in await self._router.scheduled_page(name, offset, limit, group):
             decoded = decode_payload(record.envelope, record.raw_id, cls, self._codec)
             items.append(
                 ScheduledEvent(

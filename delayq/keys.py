@@ -229,6 +229,20 @@ class TypeKeys:
         g = self.group_keys(group)
         return (self.events, *g, self.groups, self.pending, g[0])
 
+    def read_view(self, group: str) -> tuple[str, ...]:
+        """The 13 keys the read-only scripts take to show one group of a type with groups.
+
+        As :meth:`view`, but ``scheduled`` (KEYS[2]) is always the type's own
+        schedule (events not fanned out yet, which every group will get) and
+        KEYS[13] the group's retry schedule: ``counts``, ``scheduled_list`` and
+        ``due_histogram`` count or merge both, so they show what the group will
+        receive. For the default group this is exactly ``view("default")``.
+        """
+        if group == DEFAULT_GROUP:
+            return self.view(group)
+        g = self.group_keys(group)
+        return (self.events, self.scheduled, *g[1:], self.groups, self.pending, g[0])
+
     def group_keys(self, group: str) -> tuple[str, ...]:
         """The nine keys of one group, in the order ``lua/_groups.lua`` expects."""
         if group == DEFAULT_GROUP:

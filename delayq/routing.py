@@ -89,13 +89,16 @@ class Router:
         return list(merged)[offset : offset + limit]
 
     async def scheduled_page(
-        self, type_name: str, offset: int, limit: int
+        self, type_name: str, offset: int, limit: int, group: str | None = None
     ) -> list[ScheduledRecord]:
-        """Scheduled events of the whole type by due time (merged across shards)."""
+        """Scheduled events of the whole type by due time (merged across shards; with
+        ``group``, that group's retries too)."""
         shards = self._store.shards(type_name)
         if len(shards) == 1:
-            return await self._store.scheduled_page(shards[0], offset, limit)
-        pages = [await self._store.scheduled_page(s, 0, offset + limit) for s in shards]
+            return await self._store.scheduled_page(shards[0], offset, limit, group=group)
+        pages = [
+            await self._store.scheduled_page(s, 0, offset + limit, group=group) for s in shards
+        ]
         merged = heapq.merge(*pages, key=lambda r: (r.due_ms, r.raw_id))
         return list(merged)[offset : offset + limit]
 

@@ -318,11 +318,13 @@ class EventService:
         return await self._inspector.inspect(event_type, id)
 
     async def scheduled(
-        self, event_type: EventTypeRef, limit: int = 100, offset: int = 0
+        self, event_type: EventTypeRef, limit: int = 100, offset: int = 0, *,
+        group: str | None = None,
     ) -> list[ScheduledEvent]:
         """Up to ``limit`` (≤ 1000) scheduled events from position ``offset``, earliest due
-        first. Retries waiting for their backoff are scheduled events too."""
-        return await self._inspector.scheduled(event_type, limit, offset)
+        first. Retries waiting for their backoff are scheduled events too. With ``group``
+        (``"default"`` included), the type's schedule and that group's retries."""
+        return await self._inspector.scheduled(event_type, limit, offset, group=group)
 
     async def requeue_dead_letters(
         self,
@@ -386,22 +388,29 @@ class EventService:
     # -- browsing --------------------------------------------------------------------
 
     async def in_flight(
-        self, event_type: EventTypeRef, limit: int = 100, offset: int = 0
+        self, event_type: EventTypeRef, limit: int = 100, offset: int = 0, *,
+        group: str | None = None,
     ) -> list[InFlightEvent]:
-        """Up to ``limit`` in-flight events (class or wire name), earliest lease deadline first."""
-        return await in_flight(self._store, self._types.name(event_type), limit, offset)
+        """Up to ``limit`` in-flight events (class or wire name; of delivery ``group``, the
+        default group's without), earliest lease deadline first."""
+        return await in_flight(self._store, self._types.name(event_type), limit, offset, group=group)
 
-    async def due_histogram(self, event_type: EventTypeRef) -> DueHistogram:
-        """How many scheduled events fall due: overdue, next minute, hour, day, later."""
-        return await due_histogram(self._store, self._types.name(event_type))
+    async def due_histogram(
+        self, event_type: EventTypeRef, *, group: str | None = None
+    ) -> DueHistogram:
+        """How many scheduled events fall due: overdue, next minute, hour, day, later.
+        With ``group``, that delivery group's retries count too."""
+        return await due_histogram(self._store, self._types.name(event_type), group=group)
 
-    async def run_now(self, event_type: EventTypeRef, id: str) -> bool:
+    async def run_now(self, event_type: EventTypeRef, id: str, *, group: str | None = None) -> bool:
         """Hand a scheduled event to the consumers now; False when it is not scheduled.
 
         Its attempt count and last error are kept (a retry waiting for its backoff
-        runs now as that retry).
+        runs now as that retry). For a type with delivery groups: without ``group``
+        every group runs it now; with ``group`` that group alone, the others getting
+        it at its due time (see README, "Delivery groups").
         """
-        return await run_now(self._store, self._types.name(event_type), id)
+        return await run_now(self._store, self._types.name(event_type), id, group)
 
     # -- workers and history ----------------------------------------------------------
 
@@ -416,12 +425,12 @@ class EventService:
         return await read_workers(self._store, limit)
 
     async def history(
-        self, event_type: EventTypeRef, window: Window = "hour"
+        self, event_type: EventTypeRef, window: Window = "hour", *, group: str | None = None
     ) -> list[HistoryPoint]:
-        """Handled, failed and lateness of a type (class or wire name) per minute
-        (``window="hour"``: 60 points) or per 20 minutes (``"day"``: 72 points),
-        summed over every worker, oldest first."""
-        return await read_history(self._store, self._types.name(event_type), window)
+        """Handled, failed and lateness of a type (class or wire name; of delivery ``group``,
+        the default group's without) per minute (``window="hour"``: 60 points) or per 20
+        minutes (``"day"``: 72 points), summed over every worker, oldest first."""
+        return await read_history(self._store, self._types.name(event_type), window, group=group)
 
     @property
     def handled_types(self) -> list[str]:

@@ -32,6 +32,7 @@ from ._store.records import (
     MoveResult,
     QueueCounts,
     ScheduledRecord,
+    sum_counts,
 )
 from ._store.scheduling import Scheduling
 from ._store.workers import Workers
@@ -47,6 +48,7 @@ __all__ = [
     "ScheduledRecord",
     "Store",
     "WakeupListener",
+    "sum_counts",
 ]
 
 
@@ -159,19 +161,28 @@ class Store(Enqueueing, Scheduling, Delivery, DeadLetters, Browsing, Workers):
 
     async def _per_type(self, script: str, calls: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
         """Run one script once per ``(type name, args)``, pipelined; replies in order."""
+        n = _NKEYS.get(script, 13)
+        return await self._with_keys(script, [(self._k(name)[:n], args) for name, args in calls])
+
+    async def _with_keys(
+        self, script: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]
+    ) -> list[Any]:
+        """Run one script once per ``(keys, args)``, pipelined; replies in order.
+
+        Each call's keys share a hash tag; on a cluster the calls go a few at a time.
+        """
         if not calls:
             return []
+        source = self._scripts[script]
         if isinstance(self.redis, RedisCluster):
             results: list[Any] = []
             for i in range(0, len(calls), 16):
-                group = [self._run(script, name, args) for name, args in calls[i : i + 16]]
-                results.extend(await asyncio.gather(*group))
+                batch = [source(keys=keys, args=args) for keys, args in calls[i : i + 16]]
+                results.extend(await asyncio.gather(*batch))
             return results
-        source = self._scripts[script]
         for attempt in (1, 2):
             async with self.redis.pipeline(transaction=False) as pipe:
-                for name, args in calls:
-                    keys = self._k(name)
+                for keys, args in calls:
                     pipe.evalsha(source.sha, len(keys), *keys, *args)
                 try:
                     return list(await pipe.execute())

@@ -268,6 +268,13 @@ def test_delivery_groups(cli, redis_url, prefix):
     assert listed["dead"][0]["error"].startswith("RuntimeError: audit")
     out, _ = cli("dead", "list", "cli-fan", "--group", "audit")
     assert "cli-fan [audit]" in out and "f0" in out
+    # inspect shows the event in each group (dead for audit, handled by the default group)
+    info = cli("inspect", "cli-fan", "f0", "--json")
+    assert info["state"] == "dead"
+    assert {g: v["state"] for g, v in info["groups"].items()} == {"audit": "dead", "default": "absent"}
+    assert cli("inspect", "cli-job", "nope", "--json")["groups"] == {}
+    out, _ = cli("inspect", "cli-fan", "f0")
+    assert "group audit" in out and "RuntimeError: audit" in out and "group default" in out
 
     got = cli("dead", "requeue", "cli-fan", "f0", "--group", "audit", "--delay", "1h", "--json")
     assert got == {"type": "cli-fan", "group": "audit", "requeued": 1}

@@ -255,3 +255,119 @@ async def test_groups_are_shown_and_dead_letter_actions_act_on_the_selected_grou
     assert stats["default"].dead == 1 and stats["audit"].dead == 1
     assert stats["audit"].scheduled + stats["audit"].ready == 1
     assert stats["default"].scheduled + stats["default"].ready + stats["default"].in_flight == 0
+
+
+class Fanned(Event, event_name="dash-fanned"):
+    """Handled by the default group, failed by "audit", held running by "slow"."""
+
+
+async def test_in_flight_upcoming_charts_and_event_actions_per_group(setup, wait_for) -> None:
+    import asyncio
+
+    service, pool = setup
+    evil = "<i>x</i>"
+    worker = await pool.start(heartbeat_interval=0, history_interval=0.2)
+    for group in ("audit", "slow", evil):
+        assert await worker.register_group(Fanned, group)
+    release = asyncio.Event()
+
+    async def ok(event: Fanned) -> None:
+        pass
+
+    async def audit(event: Fanned) -> None:
+        raise RuntimeError("audit says no")
+
+    async def slow(event: Fanned) -> None:
+        await release.wait()
+
+    worker.add_handler(Fanned, ok)
+    worker.add_handler(Fanned, audit, group="audit")
+    worker.add_handler(Fanned, slow, group="slow")
+    await service.enqueue_with_delay(Fanned(id="e1"), 0)
+    await service.enqueue_with_delay(Fanned(id="f1"), 3600)
+
+    async def placed() -> bool:
+        s = await service.group_stats("dash-fanned")
+        return s["audit"].dead == 1 and s["slow"].in_flight == 1 and s["default"].ready == 0
+
+    await wait_for(placed, timeout=10)
+
+    async def audit_history() -> bool:
+        return sum(p.failed for p in await service.history("dash-fanned", group="audit")) == 1
+
+    await wait_for(audit_history, timeout=10)
+    try:
+        async with _client(create_app(service)) as http:
+            # the in-flight list of the selected group (the live fragment too)
+            for path in ("/type", "/live/type"):
+                page = await http.get(path, params={"name": "dash-fanned", "group": "slow"})
+                assert page.status_code == 200
+                assert 'class="in-flight-row" data-id="e1"' in page.text
+                assert "in group slow" in page.text
+            page = await http.get("/type", params={"name": "dash-fanned"})
+            assert 'class="in-flight-row"' not in page.text  # the default group's: none
+            assert 'data-live-url="/live/type?name=dash-fanned"' in page.text
+            # audit's page: its upcoming events, its charts (1 failure), a run-now for audit
+            page = await http.get("/type", params={"name": "dash-fanned", "group": "audit"})
+            assert 'class="upcoming-row" data-id="f1"' in page.text
+            assert '<input type="hidden" name="group" value="audit">' in page.text
+            assert "(group audit)" in page.text and "group=audit" in page.text
+            assert "/live/type?name=dash-fanned&amp;group=audit" in page.text
+            assert '<a href="/type?name=dash-fanned&amp;group=audit" data-group="audit" class="on"' in page.text
+            assert "&lt;i&gt;x&lt;/i&gt;" in page.text and "<i>x</i>" not in page.text
+            page = await http.get("/type", params={"name": "dash-fanned", "group": "nobody"})
+            assert page.status_code == 200 and 'id="no-such-group"' in page.text
+
+            # the event page: each group's state and actions
+            page = await http.get("/event", params={"type": "dash-fanned", "id": "e1"})
+            assert page.status_code == 200 and "<i>x</i>" not in page.text
+
+            def group_row(html: str, group: str) -> str:
+                return html.split(f'class="event-group-row" data-group="{group}"')[1].split("</tr>")[0]
+
+            assert "state-dead" in group_row(page.text, "audit")
+            assert "requeue-group" in group_row(page.text, "audit")
+            assert "state-in_flight" in group_row(page.text, "slow")
+            assert "done or not delivered" in group_row(page.text, "default")
+            assert "state-ready" in group_row(page.text, "&lt;i&gt;x&lt;/i&gt;")
+            assert 'id="event-state">in flight' in page.text  # the most active group's
+            page = await http.get("/event", params={"type": "dash-fanned", "id": "f1"})
+            assert "run-now-group" in group_row(page.text, "audit") and 'id="run-now"' in page.text
+            token = _csrf(page.text)
+
+            # run now for audit alone; a forged one (bad token) does nothing
+            base = {"type": "dash-fanned", "id": "f1", "action": "run_now", "group": "audit"}
+            r = await http.post("/actions/event", data={**base, "csrf": "x" * 64})
+            assert r.status_code == 403
+            assert (await service.inspect("dash-fanned", "f1")).state == "scheduled"
+            r = await http.post("/actions/event", data={**base, "csrf": token})
+            assert "Running now" in r.text and "of group audit" in r.text
+            info = await service.inspect("dash-fanned", "f1")
+            assert info.groups["default"].state == "scheduled"
+            # handed to audit's handler, which fails it at once
+            assert info.groups["audit"].state in ("ready", "in_flight", "dead")
+            r = await http.post(
+                "/actions/event", data={**base, "csrf": token, "group": "a{b}"}
+            )
+            assert r.status_code == 400
+
+            # purge audit's dead letter from the event page: the other groups keep theirs
+            r = await http.post(
+                "/actions/dead",
+                data={"type": "dash-fanned", "id": "e1", "action": "purge", "group": "audit",
+                      "csrf": token},
+            )  # fmt: skip
+            assert "Purged 1 dead letter(s)" in r.text
+            info = await service.inspect("dash-fanned", "e1")
+            assert info.groups["audit"].state == "absent"
+            assert info.groups["slow"].state == "in_flight"
+
+        # read-only: no per-group action, and posts are refused
+        async with _client(create_app(service, read_only=True)) as http:
+            page = await http.get("/event", params={"type": "dash-fanned", "id": "f1"})
+            assert 'id="event-groups"' in page.text
+            assert "run-now-group" not in page.text and 'id="run-now"' not in page.text
+            r = await http.post("/actions/event", data={**base, "csrf": token})
+            assert r.status_code == 403
+    finally:
+        release.set()

@@ -279,6 +279,71 @@ def test_requeue_a_dead_letter_of_a_delivery_group(
     _run(check())
 
 
+class UiFanned(Event, event_name="ui-fanned"):
+    """Same wire name as tests/dashboard_worker.py's (delivered to three groups there)."""
+
+
+async def _enqueue_fanned(url: str, prefix: str, items: list[tuple[str, float]]) -> None:
+    service = EventService.from_url(url, prefix=prefix)
+    try:
+        for event_id, delay in items:
+            await service.enqueue_with_delay(UiFanned(id=event_id), delay)
+    finally:
+        await service.aclose()
+
+
+def test_group_selector_in_flight_and_event_actions_per_group(
+    redis_url: str, prefix: str, procs: Procs, browser, shots: Path
+) -> None:
+    """The group selector picks the in-flight and upcoming lists; the event page shows
+    each group's state and runs or requeues it in one group."""
+    raw = redis.Redis.from_url(redis_url, protocol=2)
+    tag = f"{{{prefix}:ui-fanned}}"
+    procs.start(str(HERE / "dashboard_worker.py"), redis_url, prefix, "--groups")
+    _wait(lambda: raw.scard(f"{prefix}-test:ready"), what="the worker")
+    _run(_enqueue_fanned(redis_url, prefix, [("fan-1", 0), ("fan-later", 3600)]))
+    _wait(lambda: raw.zcard(f"{tag}:g:audit:dead") == 1, what="audit's dead letter")
+    _wait(lambda: raw.zcard(f"{tag}:g:slow:inflight") == 1, what="slow's running handler")
+    _wait(lambda: raw.sismember(f"{prefix}-test:handled", "default:fan-1"), what="default")
+    base = _dashboard(procs, redis_url, prefix)
+    try:
+        browser.get(base + "/type?name=ui-fanned")
+        assert not _css(browser, "tr.in-flight-row")  # the default group runs nothing
+        _click(browser, '#group-select a[data-group="slow"]')
+        _find(browser, 'tr.in-flight-row[data-id="fan-1"]')
+        assert _css(browser, '#group-select a.on[data-group="slow"]')
+        browser.save_screenshot(str(shots / "group-in-flight.png"))
+        _click(browser, '#group-select a[data-group="audit"]')
+        _find(browser, '#group-select a.on[data-group="audit"]')
+        assert _css(browser, 'tr.upcoming-row[data-id="fan-later"]')
+        assert _css(browser, 'tr.dead-row[data-id="fan-1"]')
+
+        # the event page: run the later event now for audit alone
+        browser.get(base + "/event?type=ui-fanned&id=fan-later")
+        states = {
+            r.get_attribute("data-group"): r.find_element("css selector", ".state").text
+            for r in _css(browser, "tr.event-group-row")
+        }
+        assert states == {"audit": "scheduled", "default": "scheduled", "slow": "scheduled"}
+        browser.save_screenshot(str(shots / "event-groups.png"))
+        _click(browser, 'tr.event-group-row[data-group="audit"] button.run-now-group')
+        result = _find(browser, "#result").text
+        assert result == "Running now", result
+        _wait(lambda: raw.zcard(f"{tag}:g:audit:dead") == 2, what="audit failing it again")
+        assert raw.zscore(f"{tag}:g:default:scheduled", "fan-later") is not None  # not run
+
+        # requeue audit's dead letter of fan-1 from its event page, once audit is fixed
+        raw.set(f"{prefix}-test:fixed", 1)
+        browser.get(base + "/event?type=ui-fanned&id=fan-1")
+        _click(browser, 'tr.event-group-row[data-group="audit"] button.requeue-group')
+        assert "Requeued 1 dead letter" in _find(browser, "#result").text
+        _wait(lambda: raw.sismember(f"{prefix}-test:handled", "audit:fan-1"), what="requeued")
+        assert not raw.sismember(f"{prefix}-test:handled", "default:fan-later")
+    finally:
+        raw.set(f"{prefix}-test:release", 1)
+        raw.close()
+
+
 def test_search_cancel_and_run_now(
     redis_url: str, prefix: str, procs: Procs, browser, shots: Path
 ) -> None:

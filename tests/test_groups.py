@@ -348,3 +348,121 @@ async def test_group_names_are_checked(services) -> None:
         service.add_handler(Order, handler)
     with pytest.raises(ValueError):
         service.add_handler(Order, handler, group="other", retry_attempts=-1)
+
+
+async def test_run_now_fans_out_to_every_group_or_runs_for_one(
+    services, redis_client, prefix, wait_for
+) -> None:
+    """run_now of an event not fanned out yet reaches every group (it used to go to the
+    default group's ready list alone, and the other groups never got it)."""
+    service = await services.start()
+    await service.register_group(Order, "audit")
+    billing, audit = Recorder(), Recorder()
+    assert await service.enqueue_with_delay(Order(id="all"), 3600)
+    assert await service.enqueue_with_delay(Order(id="one", n=1), 3600)
+    assert await service.run_now(Order, "all")
+    assert not await service.run_now(Order, "all")  # not scheduled any more
+    # for audit alone: the default group still gets it at its due time
+    assert await service.run_now(Order, "one", group="audit")
+    assert not await service.run_now(Order, "one", group="audit")
+    assert not await service.run_now(Order, "nobody")
+    assert not await service.run_now(Order, "one", group="no-such-group")
+    info = await service.inspect(Order, "one")
+    assert {g: s.state for g, s in info.groups.items()} == {
+        "audit": "ready",
+        "default": "scheduled",
+    }
+    assert info.state == "ready"  # the most active group's
+    assert info.groups["default"].due_at is not None
+    assert info.groups["default"].due_at > info.checked_at
+    service.add_handler(Order, billing, concurrency=2)
+    service.add_handler(Order, audit, concurrency=2, group="audit")
+    await wait_for(lambda: billing.finished >= 1 and audit.finished >= 2, timeout=10)
+    assert sorted(audit.ids) == ["all", "one"] and billing.ids == ["all"]
+    # the default group's copy now runs too, when asked
+    assert await service.run_now(Order, "one", group="default")
+    await wait_for(billing.handled(2), timeout=10)
+    await wait_for(lambda: settled(service), timeout=10)
+    assert sorted(billing.ids) == ["all", "one"]
+    assert await leftovers(redis_client, prefix) == []
+    assert (await service.inspect(Order, "one")).state == "absent"
+
+
+async def test_each_group_has_its_views(services, redis_client, prefix, wait_for) -> None:
+    """inspect per group, in_flight / scheduled / due_histogram / history / group_stats
+    with group=, on a type where "audit" retries while the default group is done."""
+    service = await services.start(history_interval=0.2)
+    await service.register_group(Order, "audit", retry_attempts=5)
+    release = asyncio.Event()
+
+    async def slow(event: Order) -> None:
+        await release.wait()
+
+    async def failing(event: Order) -> None:
+        raise RuntimeError("audit is down")
+
+    billing = Recorder()
+    service.add_handler(Order, billing, concurrency=2)
+    service.add_handler(
+        Order, Recorder(failing), group="audit", retry_attempts=5, retry_backoff=fixed(7200)
+    )
+    assert await service.enqueue_with_delay(Order(id="r"), 0)
+    assert await service.enqueue_with_delay(Order(id="later"), 600)
+
+    async def retrying() -> bool:
+        info = await service.inspect(Order, "r")
+        return info.groups.get("audit") is not None and info.groups["audit"].attempts == 1
+
+    await wait_for(retrying, timeout=10)
+    await wait_for(billing.handled(1), timeout=10)
+    info = await service.inspect(Order, "r")
+    assert info.state == "scheduled"  # not "stranded": audit holds it, waiting for a retry
+    assert {g: s.state for g, s in info.groups.items()} == {
+        "audit": "scheduled",
+        "default": "absent",
+    }
+    assert info.groups["audit"].last_error == "RuntimeError: audit is down"
+    assert info.last_error == "RuntimeError: audit is down" and info.attempts == 1
+    assert info.to_dict()["groups"]["audit"]["state"] == "scheduled"
+    later = await service.inspect(Order, "later")  # not fanned out: every group gets it
+    assert later.state == "scheduled"
+    assert {s.state for s in later.groups.values()} == {"scheduled"}
+
+    # upcoming: the type's schedule; with a group, its retries too
+    assert [e.id for e in await service.scheduled(Order)] == ["later"]
+    assert [e.id for e in await service.scheduled(Order, group="default")] == ["later"]
+    audit_page = await service.scheduled(Order, group="audit")
+    assert [(e.id, e.attempts) for e in audit_page] == [("later", 0), ("r", 1)]
+    assert [e.id for e in await service.scheduled(Order, group="audit", offset=1)] == ["r"]
+    assert [e.id for e in await service.scheduled(Order, group="audit", limit=1)] == ["later"]
+    hist = await service.due_histogram(Order)
+    assert hist.counts["next hour"] == 1 and sum(hist.counts.values()) == 1
+    hist = await service.due_histogram(Order, group="audit")
+    assert hist.counts["next hour"] == 1 and hist.counts["next day"] == 1
+    stats = await service.group_stats(Order)
+    assert (stats["audit"].scheduled, stats["default"].scheduled) == (2, 1)
+    assert stats["audit"].next_due_at == later.due_at  # the earlier of the two schedules
+
+    # in flight per group
+    service.add_handler(Order, Recorder(slow), group="slow")
+    assert await service.enqueue_with_delay(Order(id="s"), 0)
+
+    async def slow_runs() -> bool:
+        return [e.id for e in await service.in_flight(Order, group="slow")] == ["s"]
+
+    await wait_for(slow_runs, timeout=10)
+    assert "s" not in [e.id for e in await service.in_flight(Order)]
+    assert (await service.inspect(Order, "s")).groups["slow"].state == "in_flight"
+    assert (await service.inspect(Order, "s")).state == "in_flight"
+
+    # history per group (kept under "type:group" by the history writer)
+    async def audit_history() -> bool:
+        points = await service.history(Order, group="audit")
+        return sum(p.failed for p in points) >= 1
+
+    await wait_for(audit_history, timeout=10)
+    assert sum(p.failed for p in await service.history(Order)) == 0
+    assert sum(p.handled for p in await service.history(Order, group="default")) >= 1
+    with pytest.raises(ValueError):
+        await service.in_flight(Order, group="a:b")
+    release.set()

@@ -24,6 +24,8 @@ log = logging.getLogger("delayq.store")
 _NKEYS = {
     "claim": 10, "renew": 10, "dead_list": 10, "migrate_out": 10, "move_due": 11, "cancel": 11,
     "group_register": 11, "ack": 12, "dead_purge": 12,
+    # a group's reads pass its read view (keys.TypeKeys.read_view) instead
+    "counts": 10, "scheduled_list": 10, "due_histogram": 10,
 }  # fmt: skip
 
 
@@ -47,6 +49,19 @@ class StoreBase(ABC):
             keys = self.keys.for_shard(type_name).view(group)
             self._type_keys[type_name, group] = keys
         return keys
+
+    def _read_keys(self, type_name: str, group: str | None) -> tuple[str, ...]:
+        """The keys of a read-only script: the type's (its default group's lists, no
+        retry schedules) for ``None``, else the group's read view (``TypeKeys.read_view``)."""
+        if group is None:
+            return self._k(type_name)[:10]
+        return self.keys.for_shard(type_name).read_view(group)
+
+    async def _read(
+        self, script: str, type_name: str, args: Sequence[Any], group: str | None
+    ) -> Any:
+        """Run a read-only script on the type, or on one group of it (see :meth:`_read_keys`)."""
+        return await self._scripts[script](keys=self._read_keys(type_name, group), args=args)
 
     async def _run(
         self,
@@ -83,6 +98,12 @@ class StoreBase(ABC):
     @abstractmethod
     async def _per_type(self, script: str, calls: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
         """Run one script once per ``(type name, args)``, pipelined; replies in order."""
+
+    @abstractmethod
+    async def _with_keys(
+        self, script: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]
+    ) -> list[Any]:
+        """Run one script once per ``(keys, args)``, pipelined; replies in order."""
 
     @abstractmethod
     async def _enqueue_now(

@@ -1,25 +1,33 @@
 """Reading queue state: counts, one event's record, pages of scheduled and in-flight events,
-the due-time histogram, the dashboard's run-now action, and Redis's clock and policy."""
+the due-time histogram, the dashboard's run-now action, and Redis's clock and policy.
+
+Reads that take ``group`` show one delivery group of a type with groups: its
+lists, plus the type's schedule (events not fanned out yet, which every group
+gets) and the group's retries (see ``keys.TypeKeys.read_view``). Without
+``group`` they read the type's keys as always.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from .groups import DeliveryGroups
 from .layouts import Layouts
 from .records import (
     EventRecord,
+    GroupEventRecord,
     QueueCounts,
     ScheduledRecord,
     _counts,
     _int,
     _opt_int,
-    _sum_counts,
     _text,
+    sum_counts,
 )
 
 
-class Browsing(Layouts):
+class Browsing(Layouts, DeliveryGroups):
     """Read-only views of a type's queues (and ``run_now``), one consistent read per call."""
 
     async def counts(self, type_names: Iterable[str]) -> dict[str, QueueCounts]:
@@ -35,7 +43,7 @@ class Browsing(Layouts):
         result: dict[str, QueueCounts] = {}
         at = 0
         for name, shard_list in zip(names, per_name, strict=True):
-            result[name] = _sum_counts([_counts(r) for r in replies[at : at + len(shard_list)]])
+            result[name] = sum_counts([_counts(r) for r in replies[at : at + len(shard_list)]])
             at += len(shard_list)
         return result
 
@@ -56,8 +64,25 @@ class Browsing(Layouts):
         ]  # fmt: skip
 
     async def inspect(self, type_name: str, event_id: str) -> EventRecord:
-        """Everything stored about one event, in one atomic read."""
-        r = await self._run("inspect", type_name, [event_id])
+        """Everything stored about one event, in one atomic read (in every delivery group)."""
+        r = await self._every_group("group_inspect", type_name, [event_id], ("inspect", [event_id]))
+        if r[0] == b"groups":
+            groups = {
+                _text(r[i]) or "": GroupEventRecord(
+                    retry_ms=_opt_int(r[i + 1]),
+                    queued_score=float(r[i + 2]) if r[i + 2] else None,
+                    lease_deadline_ms=_opt_int(r[i + 3]),
+                    dead_at_ms=_opt_int(r[i + 4]),
+                    attempts=_int(r[i + 5]),
+                    error=_text(r[i + 6]),
+                )
+                for i in range(5, len(r), 7)
+            }
+            return EventRecord(
+                now_ms=int(r[1]), envelope=r[2] or None, scheduled_ms=_opt_int(r[3]),
+                queued_score=None, lease_deadline_ms=None, dead_at_ms=None, attempts=0,
+                error=None, groups=groups, pending=_int(r[4]),
+            )  # fmt: skip
         return EventRecord(
             now_ms=int(r[0]),
             envelope=r[1] or None,
@@ -70,10 +95,11 @@ class Browsing(Layouts):
         )
 
     async def scheduled_page(
-        self, type_name: str, offset: int, limit: int
+        self, type_name: str, offset: int, limit: int, *, group: str | None = None
     ) -> list[ScheduledRecord]:
-        """Scheduled events ``offset .. offset+limit-1`` by due time, earliest first."""
-        r = await self._run("scheduled_list", type_name, [offset, limit])
+        """Scheduled events ``offset .. offset+limit-1`` by due time, earliest first
+        (with ``group``: the type's schedule and that group's retries, merged)."""
+        r = await self._read("scheduled_list", type_name, [offset, limit], group)
         return [
             ScheduledRecord(
                 raw_id=r[i],
@@ -84,6 +110,16 @@ class Browsing(Layouts):
             )
             for i in range(0, len(r), 5)
         ]
+
+    async def group_counts(self, type_name: str, groups: Iterable[str]) -> dict[str, QueueCounts]:
+        """Counts per group (one read-only ``counts.lua`` per group, pipelined): ``scheduled``
+        is the type's schedule plus the group's retries, ``backlog_age`` the group's."""
+        names = sorted(groups)
+        calls: list[tuple[Sequence[str], Sequence[Any]]] = [
+            (self._read_keys(type_name, name), []) for name in names
+        ]
+        replies = await self._with_keys("counts", calls)
+        return {name: _counts(r) for name, r in zip(names, replies, strict=True)}
 
     async def server_time_ms(self) -> int:
         """Redis's clock in ms (TIME): also a cheap check that Redis answers."""
@@ -101,21 +137,30 @@ class Browsing(Layouts):
 
     # -- the dashboard -----------------------------------------------------------
 
-    async def run_now(self, type_name: str, event_id: str) -> bool:
-        """Move a scheduled event to the ready list now; False when it is not scheduled."""
-        return bool(await self._run("run_now", type_name, [event_id]))
+    async def run_now(self, type_name: str, event_id: str, group: str | None = None) -> bool:
+        """Move a scheduled event to the ready list now; False when it is not scheduled.
+
+        For a type with delivery groups an event not fanned out yet is fanned out
+        now, ready for ``group`` (every group when None) and due at its time for
+        the others; one already fanned out runs now where ``group`` (or any group)
+        has it waiting for a retry. See ``lua/group_run_now.lua``.
+        """
+        args = [event_id, group or ""]
+        return bool(await self._every_group("group_run_now", type_name, args, ("run_now", args)))
 
     async def inflight_page(
-        self, type_name: str, offset: int, limit: int
+        self, type_name: str, offset: int, limit: int, *, group: str | None = None
     ) -> tuple[int, list[tuple[bytes, int, int]]]:
-        """Redis's time (ms) and ``(id, lease deadline ms, attempts)`` of in-flight events."""
-        r = await self._run("inflight_list", type_name, [offset, limit])
+        """Redis's time (ms) and ``(id, lease deadline ms, attempts)`` of in-flight events
+        (of ``group``; the default group's without)."""
+        r = await self._read("inflight_list", type_name, [offset, limit], group)
         page = [(r[i], int(float(r[i + 1])), _int(r[i + 2])) for i in range(1, len(r), 3)]
         return int(r[0]), page
 
     async def due_histogram(
-        self, type_name: str, bounds_ms: Sequence[int]
+        self, type_name: str, bounds_ms: Sequence[int], *, group: str | None = None
     ) -> tuple[int, list[int]]:
-        """Redis's time (ms) and scheduled counts per due-time range (see due_histogram.lua)."""
-        r = await self._run("due_histogram", type_name, list(bounds_ms))
+        """Redis's time (ms) and scheduled counts per due-time range (see due_histogram.lua;
+        with ``group``, the group's retries count too)."""
+        r = await self._read("due_histogram", type_name, list(bounds_ms), group)
         return int(r[0]), [int(x) for x in r[1:]]

@@ -1,12 +1,12 @@
-"""Delivery groups in Redis: the registry, per-group counts, and running a script for every group."""
+"""Delivery groups in Redis: the registry, and running a script for every group."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from .base import StoreBase
-from .records import QueueCounts, _int
+from .records import _int
 
 _STALE = b"stale"
 
@@ -92,24 +92,3 @@ class DeliveryGroups(StoreBase):
         """The type's registered groups and their max deliveries (empty: no named group)."""
         reply = await self.redis.hgetall(self._k(type_name)[10])
         return {(k.decode() if isinstance(k, bytes) else k): _int(v) for k, v in reply.items()}
-
-    async def group_counts(self, type_name: str, groups: Iterable[str]) -> dict[str, QueueCounts]:
-        """Counts per group: ``scheduled`` is the type's schedule plus the group's retries."""
-        names = sorted(groups)
-        tk = self.keys.for_shard(type_name)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zcard(tk.scheduled)
-            for name in names:
-                k = tk.group_keys(name)
-                for i in (0, 2, 3, 7):  # scheduled (retries), queued, inflight, dead
-                    pipe.zcard(k[i])
-            replies = [int(x) for x in await pipe.execute()]
-        return {
-            name: QueueCounts(
-                replies[0] + replies[1 + 4 * i],
-                replies[2 + 4 * i],
-                replies[3 + 4 * i],
-                replies[4 + 4 * i],
-            )
-            for i, name in enumerate(names)
-        }

@@ -11,9 +11,11 @@ __all__ = [
     "Claimed",
     "DeadRecord",
     "EventRecord",
+    "GroupEventRecord",
     "MoveResult",
     "QueueCounts",
     "ScheduledRecord",
+    "sum_counts",
 ]
 
 
@@ -85,8 +87,27 @@ class QueueCounts:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupEventRecord:
+    """What one delivery group holds of an event (all None/0: nothing)."""
+
+    retry_ms: int | None
+    queued_score: float | None
+    lease_deadline_ms: int | None
+    dead_at_ms: int | None
+    attempts: int
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class EventRecord:
-    """Everything Redis holds about one event id, read at one instant (``now_ms``)."""
+    """Everything Redis holds about one event id, read at one instant (``now_ms``).
+
+    For a type without named delivery groups the fields after ``scheduled_ms``
+    are the type's own (``groups`` is None); with groups, ``scheduled_ms`` is
+    its due time in the type's schedule (not fanned out yet), ``pending`` how
+    many groups hold it, and ``groups`` what each registered group holds (the
+    other fields stay empty).
+    """
 
     now_ms: int
     envelope: bytes | None
@@ -96,6 +117,8 @@ class EventRecord:
     dead_at_ms: int | None
     attempts: int
     error: str | None
+    groups: dict[str, GroupEventRecord] | None = None
+    pending: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +169,7 @@ def _counts(r: Sequence[Any]) -> QueueCounts:
     )
 
 
-def _sum_counts(parts: Sequence[QueueCounts]) -> QueueCounts:
+def sum_counts(parts: Sequence[QueueCounts]) -> QueueCounts:
     """One type's counts from its shards' (a single shard's are returned as they are)."""
     if len(parts) == 1:
         return parts[0]

@@ -378,6 +378,12 @@ def register(app: typer.Typer) -> None:
             ]
             if info.decode_error:
                 rows.append(("decode error", text(info.decode_error)))
+            for name, g in info.groups.items():  # a type with delivery groups: each group's
+                detail = g.due_at or g.lease_deadline or g.failed_at
+                line = f"{g.state}, {g.attempts} attempt(s)" + (
+                    f", {detail.isoformat()}" if detail else ""
+                ) + (f", {g.last_error}" if g.last_error else "")
+                rows.append((f"group {name}", text(line)))
             for label, value in rows:
                 table.add_row(label, value)
             console.print(table)

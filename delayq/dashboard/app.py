@@ -168,10 +168,14 @@ class Dashboard:
 
     # -- data ----------------------------------------------------------------
 
-    async def _history_charts(self, names: Sequence[str], window: str) -> dict[str, Any]:
+    async def _history_charts(
+        self, names: Sequence[str], window: str, group: str | None = None
+    ) -> dict[str, Any]:
         win: Window = "day" if window == "day" else "hour"
         shown = list(names)[:_MAX_TYPES_WITH_CHARTS]
-        histories = await asyncio.gather(*(self.service.history(n, win) for n in shown))
+        histories = await asyncio.gather(
+            *(self.service.history(n, win, group=group) for n in shown)
+        )
         return {n: self._charts(points, win) for n, points in zip(shown, histories, strict=True)}
 
     @staticmethod
@@ -219,25 +223,40 @@ class Dashboard:
             "window": window,
             "group_counts": group_counts,
             "any_groups": any(g != [_DEFAULT_GROUP] for g in groups),
+            # their charts are the default group's (the type page shows each group's)
+            "grouped": {n for n, g in zip(names, groups, strict=True) if g != [_DEFAULT_GROUP]},
         }
 
     async def _type_context(self, request: Request, name: str) -> dict[str, Any]:
+        """The live part of a type page, for the selected delivery group.
+
+        A type without named groups reads exactly what it always did. With
+        groups, the summary, histogram, upcoming list and in-flight list are the
+        selected group's (``group_stats``, and ``group=`` on the views: the
+        type's schedule plus that group's retries, its ready and in-flight sets).
+        """
         size = self.page_size
         offset = _int_param(request, "offset")
         in_offset = _int_param(request, "in_offset")
-        counts, histogram, upcoming, in_flight, group_stats = await asyncio.gather(
-            self.service.stats_for(name),
-            self.service.due_histogram(name),
-            self.service.scheduled(name, limit=size, offset=offset),
-            self.service.in_flight(name, limit=size, offset=in_offset),
-            self.service.group_stats(name),
+        group = self._group_name(request.query_params.get("group"))
+        group_stats = await self.service.group_stats(name)
+        grouped = list(group_stats) != [_DEFAULT_GROUP]
+        # the group the views read: None (the type's keys, as always) without named groups
+        view = group if grouped else self._group_arg(group)
+        histogram, upcoming, in_flight = await asyncio.gather(
+            self.service.due_histogram(name, group=view),
+            self.service.scheduled(name, limit=size, offset=offset, group=view),
+            self.service.in_flight(name, limit=size, offset=in_offset, group=view),
         )
         bars = [(label, n) for label, n in histogram.counts.items()]
         return {
             "name": name,
-            "counts": counts,
+            "counts": group_stats.get(group if grouped else _DEFAULT_GROUP),
             # only a type with a named group gets the per-group table and selector
-            "group_stats": group_stats if list(group_stats) != [_DEFAULT_GROUP] else {},
+            "group_stats": group_stats if grouped else {},
+            "group": group,
+            # links name the group only when it is not the default
+            "group_param": self._group_arg(group),
             "histogram": bar_chart(bars, title="scheduled events by due time"),
             "upcoming": upcoming,
             "in_flight": in_flight,
@@ -260,27 +279,24 @@ class Dashboard:
     async def type_page(self, request: Request) -> Response:
         """One type: due histogram, upcoming, in flight, dead letters, charts."""
         name = self._type_name(request, request.query_params.get("name"))
-        group = self._group_name(request.query_params.get("group"))
         context = await self._type_context(request, name)
+        group_arg = context["group_param"]
         dead_offset = _int_param(request, "dead_offset")
         window = "day" if request.query_params.get("window") == "day" else "hour"
         dead, charts = await asyncio.gather(
             self.service.dead_letters(
-                name, limit=self.page_size, offset=dead_offset, group=self._group_arg(group)
+                name, limit=self.page_size, offset=dead_offset, group=group_arg
             ),
-            self._history_charts([name], window),
+            # a named group's history is its own (kept under "type:group")
+            self._history_charts([name], window, group_arg),
         )
-        group_counts = context["group_stats"].get(group)
-        dead_total = context["counts"].dead if group_counts is None else group_counts.dead
+        counts = context["counts"]
         return self.render(
             request,
             "type.html",
             dead=dead,
             dead_offset=dead_offset,
-            dead_total=dead_total,
-            group=group,
-            # the pager and back links name the group only when it is not the default
-            group_param=self._group_arg(group),
+            dead_total=counts.dead if counts is not None else 0,
             charts=charts[name],
             window=window,
             **context,
@@ -307,7 +323,12 @@ class Dashboard:
         infos = await asyncio.gather(*(self.service.inspect(n, event_id) for n in candidates))
         found = [i for i in infos if i.state != "absent"]
         if len(found) == 1:
-            return self.render(request, "event.html", info=found[0])
+            info = found[0]
+            # per group: which actions apply (run now: scheduled; requeue/purge: dead)
+            any_scheduled = info.state == "scheduled" or any(
+                g.state == "scheduled" for g in info.groups.values()
+            )
+            return self.render(request, "event.html", info=info, any_scheduled=any_scheduled)
         return self.render(
             request,
             "search.html",
@@ -388,12 +409,15 @@ class Dashboard:
         )  # fmt: skip
 
     async def event_action(self, request: Request) -> Response:
-        """Cancel a scheduled event, or run it now."""
+        """Cancel a scheduled event (in every delivery group), or run it now (in every
+        group, or in the one named by the form's ``group``)."""
         form, refused = await self._checked_form(request)
         if refused is not None:
             return refused
         name = self._type_name(request, str(form.get("type", "")))
         event_id = str(form.get("id", ""))
+        # absent: every group (and a type without groups); else one group
+        group = None if not form.get("group") else self._group_name(form.get("group"))
         action = form.get("action")
         if not event_id or action not in ("cancel", "run_now"):
             return self.render(request, "message.html", status_code=400, heading="Bad request",
@@ -406,14 +430,17 @@ class Dashboard:
                 else f"{name} {event_id!r} is not pending (already handled, cancelled, or a dead letter)."
             )  # fmt: skip
         else:
-            ok = await self.service.run_now(name, event_id)
+            ok = await self.service.run_now(name, event_id, group=group)
             heading = "Running now" if ok else "Not scheduled"
+            where = "" if group is None else f" of group {group}"
             message = (
-                f"{name} {event_id!r} was handed to the consumers." if ok
-                else f"{name} {event_id!r} is not scheduled (it may be running or gone already)."
+                f"{name} {event_id!r} was handed to the consumers{where}." if ok
+                else f"{name} {event_id!r} is not scheduled{where} (it may be running or gone "
+                "already)."
             )  # fmt: skip
         return self.render(request, "message.html", heading=heading, message=message,
-                           back=name, event=(name, event_id))  # fmt: skip
+                           back=name, back_group=self._group_arg(group or _DEFAULT_GROUP),
+                           event=(name, event_id))  # fmt: skip
 
     async def not_found(self, request: Request, exc: Exception) -> Response:
         """404 page."""

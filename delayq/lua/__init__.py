@@ -33,7 +33,14 @@ PER_TYPE = (
     "counts",
     "scheduled_list",
 )
-GROUPED = ("group_move", "group_cancel", "group_replace", "group_remove")
+GROUPED = (
+    "group_move",
+    "group_cancel",
+    "group_replace",
+    "group_remove",
+    "group_inspect",
+    "group_run_now",
+)
 STANDALONE = (
     "lock_take",
     "lock_steal",

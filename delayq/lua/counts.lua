@@ -1,7 +1,10 @@
 -- counts: how many events of a type are in each state, when the next one is
 -- due, and how far behind its consumers are.
 --
--- KEYS: the ten keys of the type (see _prelude.lua).
+-- KEYS: the ten keys of the type (see _prelude.lua); or, for one delivery
+--       group, its read view (delayq.keys.TypeKeys.read_view: the type's
+--       schedule, the group's lists, and KEYS[13] the group's retry schedule,
+--       counted as scheduled too).
 -- ARGV: none
 -- Returns: {scheduled, ready, in_flight, dead, next_due_ms (-1: none scheduled),
 --           scheduled_overdue, oldest_ready_entry or false, now_ms}
@@ -12,16 +15,24 @@
 -- Guarantees: read-only; a fixed number of O(log n) commands, whatever the
 -- queue's size; every figure is from the same instant on Redis's clock.
 local now = clock_ms()
-local first = redis.call('ZRANGE', K_SCHEDULED, 0, 0, 'WITHSCORES')
-local next_due = -1
-if first[2] then next_due = tonumber(first[2]) end
+local schedules = {K_SCHEDULED}
+if K_GSCHED and K_GSCHED ~= K_SCHEDULED then schedules[2] = K_GSCHED end
+local scheduled, overdue, next_due = 0, 0, -1
+for _, key in ipairs(schedules) do
+  scheduled = scheduled + redis.call('ZCARD', key)
+  overdue = overdue + redis.call('ZCOUNT', key, '-inf', now)
+  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if first[2] and (next_due < 0 or tonumber(first[2]) < next_due) then
+    next_due = tonumber(first[2])
+  end
+end
 return {
-  redis.call('ZCARD', K_SCHEDULED),
+  scheduled,
   redis.call('ZCARD', K_QUEUED),
   redis.call('ZCARD', K_INFLIGHT),
   redis.call('ZCARD', K_DEAD),
   next_due,
-  redis.call('ZCOUNT', K_SCHEDULED, '-inf', now),
+  overdue,
   redis.call('LINDEX', K_READY, -1),
   now,
 }

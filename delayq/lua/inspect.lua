@@ -1,13 +1,15 @@
 -- inspect: everything Redis holds about one event, in one consistent read.
 --
--- KEYS: the ten keys of the type (see _prelude.lua).
+-- KEYS: the ten keys of the type, then groups (see _prelude.lua).
 -- ARGV[1] id
 -- Returns: {now_ms, envelope, scheduled_due_ms, queued_score, lease_deadline_ms,
 --           dead_at_ms, attempts, last_error}; every item after now_ms is false
---           when Redis has no such value.
+--           when Redis has no such value. Or {'stale', group...} when the type
+--           has delivery groups (the caller runs group_inspect.lua).
 -- Guarantees: read-only; one atomic view, so the event is seen in exactly the
 -- state it had at one instant (never half-way through a transition).
 local id = ARGV[1]
+if grouped() then return {'stale', unpack(redis.call('HKEYS', K_GROUPS))} end
 return {
   clock_ms(),
   redis.call('HGET', K_EVENTS, id),

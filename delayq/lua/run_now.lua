@@ -1,12 +1,18 @@
 -- run_now: hand a scheduled event to the consumers now instead of at its due time.
 --
--- KEYS: the ten keys of the type (see _prelude.lua).
--- ARGV[1] id
+-- KEYS: the ten keys of the type, then groups (see _prelude.lua).
+-- ARGV[1] id, ARGV[2] the delivery group asked for ('' for any; a type
+--         without named groups has only 'default')
 -- Returns: 1 when the event was scheduled and is now ready, else 0 (not
---          scheduled: unknown, already ready or in flight, or a dead letter).
+--          scheduled: unknown, already ready or in flight, or a dead letter;
+--          or no such group), or {'stale', group...} when the type has
+--          delivery groups (the caller runs group_run_now.lua, which fans the
+--          event out to every group).
 -- Guarantees: the event leaves the schedule and enters the ready list in one
 -- step, as move_due would move it; its attempts and last error are kept.
-local id = ARGV[1]
+local id, group = ARGV[1], ARGV[2] or ''
+if grouped() then return {'stale', unpack(redis.call('HKEYS', K_GROUPS))} end
+if group ~= '' and group ~= 'default' then return 0 end
 if not redis.call('ZSCORE', K_SCHEDULED, id) then return 0 end
 check_keys(1, 3, 4, 10)
 if redis.call('HEXISTS', K_EVENTS, id) == 0 then return 0 end  -- move_due drops it
