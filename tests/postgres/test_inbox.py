@@ -141,21 +141,23 @@ async def test_version_and_idempotency_key(service, pg, schema, wait_for):
     assert a.version == b.version and len(a.version) == 32
     assert a.idempotency_key == b.idempotency_key
     assert a.idempotency_key.startswith("dq-") and len(a.idempotency_key) == 43
-    # the first attempt returned False after its row committed (once() opened and
-    # committed its own transaction): the retry found the row
-    assert await inbox.seen(pg, a)
 
     async def acked() -> bool:
         c = await service.stats_for(OrderCheck)
         return c.in_flight + c.ready + c.scheduled == 0
 
+    # the second handler uses pg after it is seen: wait for its ack before using pg here
     await wait_for(acked, timeout=10)
+    # the first attempt returned False after its row committed (once() opened and
+    # committed its own transaction): the retry found the row
+    assert await inbox.seen(pg, a)
     # the same event enqueued again after it was handled is a new version
     await service.enqueue_with_delay(OrderCheck(id="v", order_id=1))
     await wait_for(lambda: len(seen) == 3, timeout=10)
     c = seen[2]
     assert c.version != a.version and c.idempotency_key != a.idempotency_key
     assert c.attempt == 1
+    await wait_for(acked, timeout=10)
     assert await inbox.seen(pg, c)
 
 
