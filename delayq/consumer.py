@@ -6,17 +6,16 @@ fetcher per partition (shard), each blocking in BRPOP on its own connection
 ``concurrency`` holds across partitions, and each claim takes at most its
 share of the free slots, so busy partitions are served alike. After a BRPOP wakes it, one
 ``claim`` script call leases that entry and drains up to the remaining free
-slots from the ready list. While handlers run their leases are renewed;
-successful events are acked in batches by one task, so a busy consumer sends
-one ack call for many events.
+slots from the ready list. What becomes of a delivery after its handler (the
+batched acks, failures, lease renewal) is :mod:`delayq.settlement`'s job; the
+handler tasks are :mod:`delayq.handler_tasks`'.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,10 +25,12 @@ from .codec import Codec
 from .context import Delivery, _set_delivery
 from .errors import DecodeError
 from .events import Event
+from .handler_tasks import HandlerTasks
 from .keys import DEFAULT_GROUP
 from .metrics import Metrics
 from .observer import CANCELLED, TIMEOUT_PREFIX, HandlerRun, Observer
-from .retry import Backoff, delay_seconds
+from .retry import Backoff
+from .settlement import Settlement, delivery_fields
 from .store import Claimed, Store
 
 __all__ = ["Consumer", "ConsumerSettings", "Handler"]
@@ -39,61 +40,6 @@ log = logging.getLogger("delayq.consumer")
 Handler = Callable[[Any], Awaitable[Any]]
 
 _MAX_BACKOFF = 5.0
-# A stopping consumer gives its last acks at least this long, even with shutdown_grace=0.
-_MIN_ACK_FLUSH = 2.0
-
-
-class _HandlerTasks:
-    """A consumer's handler tasks: one plain asyncio task per delivery.
-
-    Starting an asyncio task costs a fraction of starting an anyio task-group
-    child (no cancel scope and task record per task), which shows at tens of
-    thousands of events per second. The consumer still owns every one:
-    whatever runs when it ends is cancelled and awaited.
-    """
-
-    def __init__(self, type_name: str):
-        self._type_name = type_name
-        self._tasks: set[asyncio.Task[None]] = set()
-        # tasks whose handler has returned and which are recording the outcome
-        self._settling: set[asyncio.Task[None]] = set()
-
-    def start_soon(self, func: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
-        """Start ``func(*args)`` in a new task (it copies the current context, as anyio does)."""
-        task = asyncio.get_running_loop().create_task(func(*args))
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
-
-    def settling(self) -> None:
-        """Mark the calling task as past its handler: a drain lets it finish recording."""
-        task = asyncio.current_task()
-        if task in self._tasks:
-            self._settling.add(task)
-
-    def _done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        self._settling.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("%s: a handler task failed", self._type_name, exc_info=task.exception())
-
-    async def cancel_and_wait(self, timeout: float = 10.0) -> None:
-        """Cancel the handlers still running and wait (up to ``timeout``) until all tasks end.
-
-        A task whose handler already returned is not cancelled: the outcome it
-        is recording (a failure and its retry time) must reach Redis. After
-        ``timeout`` every task left is cancelled.
-        """
-        if not self._tasks:
-            return
-        for task in self._tasks - self._settling:
-            task.cancel()
-        with anyio.move_on_after(timeout, shield=True):
-            await asyncio.wait(set(self._tasks))
-        if self._tasks:
-            for task in self._tasks:
-                task.cancel()
-            with anyio.move_on_after(1.0, shield=True):
-                await asyncio.wait(set(self._tasks))
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,17 +88,19 @@ class Consumer:
         self._running = 0
         self._reserved = 0  # slots promised to claims under way (several fetchers)
         self._n_shards = 1
-        # (shard, id, token) of every delivery whose lease we hold, acked or not yet
-        self._leased: set[tuple[str, bytes, bytes]] = set()
-        # the subset whose ack or fail call is under way: a renew racing it finds
-        # the lease gone, which is no loss
-        self._settling: set[tuple[str, bytes, bytes]] = set()
-        self._acks: list[tuple[str, bytes, bytes]] = []
-        self._acking: list[tuple[str, bytes, bytes]] = []  # the batch of the ack call under way
-        self._acks_closing = False
-        self._handlers = _HandlerTasks(self.label)
+        # leases, acks and failures of the deliveries, from claim to the end
+        self._settlement = Settlement(
+            store=store,
+            metrics=metrics,
+            type_name=self.type_name,
+            label=self.label,
+            group=group,
+            visibility_ms=settings.visibility_ms,
+            retry_backoff=settings.retry_backoff,
+            shutdown_grace=settings.shutdown_grace,
+        )
+        self._handlers = HandlerTasks(self.label)
         self._slot_freed: anyio.Event | None = None
-        self._ack_wanted: anyio.Event | None = None
         # asyncio's Event needs no running loop to be created: add_handler may run before one
         self._finished = asyncio.Event()
 
@@ -186,14 +134,13 @@ class Consumer:
         """
         self._finished.clear()
         self._slot_freed = anyio.Event()
-        self._ack_wanted = anyio.Event()
-        self._acks_closing = False
-        acks_done = anyio.Event()
+        settlement = self._settlement
+        settlement.open()
         try:
             async with anyio.create_task_group() as helpers:
-                helpers.start_soon(self._renew_loop)
-                helpers.start_soon(self._ack_loop, acks_done)
-                handlers = self._handlers = _HandlerTasks(self.label)
+                helpers.start_soon(settlement.renew_loop)
+                helpers.start_soon(settlement.ack_loop)
+                handlers = self._handlers = HandlerTasks(self.label)
                 try:
                     with anyio.CancelScope() as self._fetch_scope:
                         await self._register_group()
@@ -212,17 +159,7 @@ class Consumer:
                     await handlers.cancel_and_wait()
                 # The ack task sends what is pending, including a batch it may
                 # hold in a call under way right now, then ends by itself.
-                self._acks_closing = True
-                self._ack_wanted.set()
-                with anyio.move_on_after(max(self._s.shutdown_grace, _MIN_ACK_FLUSH)):
-                    await acks_done.wait()
-                if not acks_done.is_set():
-                    log.error(
-                        "%s: Redis did not take the acks of %d finished events during the "
-                        "shutdown; they will run again when their leases expire",
-                        self.label,
-                        len(self._acks) + len(self._acking),
-                    )
+                await settlement.close_acks()
                 helpers.cancel_scope.cancel()
         finally:
             self._finished.set()
@@ -257,7 +194,7 @@ class Consumer:
         assert freed is not None
         freed.set()
 
-    async def _fetch_all(self, handlers: _HandlerTasks) -> None:
+    async def _fetch_all(self, handlers: HandlerTasks) -> None:
         """One fetch loop per shard of the type; shards of a layout that appears later
         (a partition count being changed, as the scheduler's sweeps learn) join."""
         block = max(0.05, self._s.polling_timeout)
@@ -280,8 +217,9 @@ class Consumer:
                         fetchers.start_soon(self._fetch_loop, handlers, shard)
                 await anyio.sleep(block)  # in-process check only: no Redis command
 
-    async def _fetch_loop(self, handlers: _HandlerTasks, shard: str) -> None:
+    async def _fetch_loop(self, handlers: HandlerTasks, shard: str) -> None:
         backoff = 0.05
+        leased = self._settlement.leased  # never replaced
         popped: list[bytes] = []  # a BRPOP'd entry whose claim has not gone through yet
         drain = False  # the last claim filled its share of the slots: more may be waiting
         block = max(0.05, self._s.polling_timeout)
@@ -316,7 +254,7 @@ class Consumer:
                         drain = len(claimed) >= share
                         for c in claimed:
                             self._running += 1
-                            self._leased.add((shard, c.raw_id, c.token))
+                            leased.add((shard, c.raw_id, c.token))
                             handlers.start_soon(self._handle, c, now_us, shard)
                 finally:
                     self._reserved -= share
@@ -354,10 +292,10 @@ class Consumer:
                     self.label,
                     c.id,
                     exc,
-                    extra=self._fields(c),
+                    extra=delivery_fields(self.type_name, c),
                 )
                 self._handlers.settling()
-                await self._fail(c, shard, f"DecodeError: {exc}", dead=True)
+                await self._settlement.fail(c, shard, f"DecodeError: {exc}", dead=True)
                 return
             delivery = Delivery(
                 self.type_name, c.id, c.attempt, c.due_ms, now_us, context,
@@ -372,19 +310,17 @@ class Consumer:
                 self._observer.finished(run, failure)
             self._handlers.settling()
             if failure is None:
-                self._acks.append((shard, c.raw_id, c.token))
-                assert self._ack_wanted is not None
-                self._ack_wanted.set()
+                settlement = self._settlement
+                settlement.acks.append((shard, c.raw_id, c.token))
+                settlement.ack_wanted.set()
             else:
-                await self._fail(c, shard, failure, dead=c.attempt > self._s.retry_attempts)
+                await self._settlement.fail(
+                    c, shard, failure, dead=c.attempt > self._s.retry_attempts
+                )
         finally:
             self._running -= 1
             self._metrics.gauge("in_flight", self._running, event_type=self.type_name)
             self._free_slot()
-
-    def _fields(self, c: Claimed) -> dict[str, Any]:
-        """Structured fields of a log record about one delivery (for JSON log formatters)."""
-        return {"event_type": self.type_name, "event_id": c.id, "attempt": c.attempt}
 
     async def _call_handler(self, event: Event, c: Claimed, run: HandlerRun) -> str | None:
         """Run the handler; return None on success, else the failure as "Type: message"."""
@@ -407,138 +343,9 @@ class Consumer:
                 type(exc).__name__,
                 exc,
                 exc_info=log.isEnabledFor(logging.DEBUG),
-                extra=self._fields(c),
+                extra=delivery_fields(self.type_name, c),
             )
             return f"{type(exc).__name__}: {exc}"
         if result is False:
             return "ReturnedFalse: the handler returned False"
         return None
-
-    async def _fail(self, c: Claimed, shard: str, error: str, *, dead: bool) -> None:
-        delay_ms = 0
-        if not dead:
-            try:
-                delay_ms = math.ceil(1000 * delay_seconds(self._s.retry_backoff(c.attempt)))
-            except Exception:
-                log.exception("%s: retry_backoff(%d) failed; retrying in 1s", self.label, c.attempt)
-                delay_ms = 1000
-        backoff = 0.05
-        lease = (shard, c.raw_id, c.token)
-        self._settling.add(lease)
-        for _ in range(5):
-            try:
-                code = await self._store.fail(
-                    shard, c, dead=dead, delay_ms=delay_ms, error=error[:4000],
-                    group=self.group,
-                )  # fmt: skip
-                break
-            except Exception as exc:
-                log.warning(
-                    "%s %r: recording the failure failed (%s); retrying", self.label, c.id, exc
-                )
-                await anyio.sleep(backoff)
-                backoff *= 2
-        else:
-            # The lease runs out and the event comes back; the attempt still counts.
-            log.error(
-                "%s %r: could not record the failure; its lease will expire",
-                self.label,
-                c.id,
-                extra=self._fields(c),
-            )
-            code = -1
-        self._leased.discard(lease)
-        self._settling.discard(lease)
-        self._metrics.increment("failed", event_type=self.type_name)
-        if code == 2:
-            self._metrics.increment("dead_lettered", event_type=self.type_name)
-            log.error(
-                "%s %r: dead letter after %d deliveries: %s",
-                self.label,
-                c.id,
-                c.attempt,
-                error,
-                extra=self._fields(c),
-            )
-        elif code == 1:
-            self._metrics.increment("retried", event_type=self.type_name)
-
-    # -- acks and leases ---------------------------------------------------------
-
-    async def _flush_acks(self) -> None:
-        backoff = 0.05
-        while self._acks:
-            batch, self._acks = self._acks, []
-            self._acking = batch
-            self._settling.update(batch)
-            try:
-                by_shard: dict[str, list[tuple[bytes, bytes]]] = {}
-                for shard, raw_id, token in batch:
-                    by_shard.setdefault(shard, []).append((raw_id, token))
-                if len(by_shard) == 1:
-                    ((shard, done),) = by_shard.items()
-                    await self._store.ack(shard, done, group=self.group)
-                else:  # one call per partition, sent together
-                    await asyncio.gather(
-                        *(self._store.ack(s, d, group=self.group) for s, d in by_shard.items())
-                    )
-            except Exception as exc:
-                self._settling.difference_update(batch)
-                self._acks = batch + self._acks
-                self._metrics.increment("redis_errors", event_type=self.type_name)
-                log.warning("%s: ack failed (%s); retrying in %.2fs", self.label, exc, backoff)
-                await anyio.sleep(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF)
-                continue
-            finally:
-                self._acking = []
-            self._leased.difference_update(batch)
-            self._settling.difference_update(batch)
-            self._metrics.increment("succeeded", len(batch), event_type=self.type_name)
-
-    async def _ack_loop(self, done: anyio.Event) -> None:
-        """The one task that sends acks, until the consumer closes and none are left.
-
-        Acks that arrive while one call is under way go together in the next.
-        Only this task sends acks, so a batch is never cancelled half-way by a
-        second flush racing it.
-        """
-        assert self._ack_wanted is not None
-        while not (self._acks_closing and not self._acks):
-            await self._ack_wanted.wait()
-            self._ack_wanted = anyio.Event()
-            await self._flush_acks()
-        done.set()
-
-    async def _renew_loop(self) -> None:
-        period = self._s.visibility_ms / 3000
-        while True:
-            await anyio.sleep(period)
-            if not self._leased:
-                continue
-            by_shard: dict[str, list[tuple[bytes, bytes]]] = {}
-            for shard, raw_id, token in self._leased:
-                by_shard.setdefault(shard, []).append((raw_id, token))
-            try:
-                lost = []
-                for shard, leases in by_shard.items():
-                    lost += await self._store.renew(
-                        shard, leases, self._s.visibility_ms, group=self.group
-                    )
-            except Exception as exc:
-                self._metrics.increment("redis_errors", event_type=self.type_name)
-                log.warning("%s: renewing leases failed (%s)", self.label, exc)
-                continue
-            # an ack or fail that ran just before this renew ended the lease itself
-            held = {p[1] for p in self._leased - self._settling}
-            lost = [i for i in lost if i in held]
-            if lost:
-                self._metrics.increment("leases_lost", len(lost), event_type=self.type_name)
-                log.warning(
-                    "%s: lost the lease of %d events (expired, cancelled or replaced): %s",
-                    self.label,
-                    len(lost),
-                    [i.decode("utf-8", "replace") for i in lost[:10]],
-                )
-                gone = set(lost)
-                self._leased = {p for p in self._leased if p[1] not in gone}

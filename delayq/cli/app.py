@@ -20,7 +20,9 @@ __all__ = ["COMMAND_MODULES", "app", "main"]
 COMMAND_MODULES: list[str] = [
     "delayq.cli.worker",
     "delayq.cli.check",
-    "delayq.cli.ops",
+    "delayq.cli.queues",
+    "delayq.cli.dead",
+    "delayq.cli.events",
     "delayq.cli.dashboard",
     "delayq.cli.outbox",
 ]

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from .logs import LEVELS, setup_logging
-from .ops import DEFAULT_URL, Cluster, Prefix, RedisUrl, _connect
+from .ops import DEFAULT_URL, Cluster, Prefix, RedisUrl, connect
 from .output import console, fail
 
 __all__ = ["register"]
@@ -103,7 +103,7 @@ def register(app: typer.Typer) -> None:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, stop.set)
-            async with _connect(redis_url, prefix, cluster) as service:
+            async with connect(redis_url, prefix, cluster) as service:
                 relay = postgres.OutboxRelay(
                     service, database_url, schema=schema, batch_size=batch_size,
                     poll_interval=poll_interval, listen=not no_listen,

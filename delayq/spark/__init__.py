@@ -23,7 +23,8 @@ msgspec JSON or MessagePack, never pickle.
 (see :mod:`delayq.spark.demo`).
 
 This package needs a classic (non-Connect) SparkSession: it uses RDDs. Its
-modules: ``enqueue`` (rows to events), ``read`` (queue state to rows),
+modules: ``enqueue`` (rows to events, on the driver), ``validate`` and
+``write`` (its two passes, on the executors), ``read`` (queue state to rows),
 ``clients`` (executor-side Redis clients and the enqueue script), ``schemas``
 and ``demo`` (the example job).
 """

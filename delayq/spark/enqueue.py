@@ -1,17 +1,18 @@
-"""enqueue_dataframe: one event per DataFrame row, validated on the driver's plan, written from the executors."""
+"""enqueue_dataframe on the driver: one event per DataFrame row, and the report.
+
+It checks the arguments, selects the columns the executors need, and runs the
+two passes (:mod:`.validate`, then :mod:`.write`, both on the executors).
+"""
 
 from __future__ import annotations
 
 import functools
 import logging
-import math
 import time
-import uuid
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 from pyspark import StorageLevel
@@ -21,11 +22,11 @@ from pyspark.sql import functions as F
 
 from ..codec import Codec, Serializer
 from ..events import Event, check_event_type
-from ..keys import PrefixKeys, TypeKeys
-from ..partitions import layout_member, partition_of, shard_name
-from ..store import ENQUEUE_CHUNK
-from .clients import resolve_cluster, run_enqueue, shared_client
+from ..keys import TypeKeys
+from .clients import resolve_cluster
 from .schemas import REJECTS_SCHEMA
+from .validate import EnqueueJob, Mode, validate_partition
+from .write import write_partition
 
 log = logging.getLogger("delayq.spark")
 
@@ -92,171 +93,6 @@ class EnqueueReport:
         return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------- enqueue: rows
-
-
-class _Row(msgspec.Struct):
-    """One prepared input row as the JVM serializes it (``DataFrame.toJSON``)."""
-
-    p: msgspec.Raw = msgspec.Raw(b"{}")  # the event's fields, as a JSON object
-    i: str | None = None  # the event id
-    t: int | float | None = None  # due time (µs since the epoch) or delay (s)
-    c: dict[str, str | None] | None = None  # context
-    r: msgspec.Raw = msgspec.Raw(b"")  # the row's columns that are not in ``p``
-
-
-_Mode = Literal["at", "delay", "now"]
-
-
-@dataclass(frozen=True)
-class _EnqueueJob:
-    """Everything an executor needs to validate and write rows (pickled into tasks)."""
-
-    redis_url: str
-    cluster: bool
-    prefix: str
-    event_type: type[Event]
-    mode: _Mode
-    replace: bool
-    batch_size: int
-    serializer: Serializer
-    max_payload_bytes: int
-    id_col: str
-    time_col: str | None
-    nullable_required: tuple[str, ...]
-    # every column of the input, in order, with where a reject's row JSON finds it:
-    # its name inside ``p`` when it fills a field, "" for the time column (``t``),
-    # None for the others (``r``)
-    row_columns: tuple[tuple[str, str | None], ...]
-
-    @property
-    def type_name(self) -> str:
-        return self.event_type.event_name
-
-
-class _Validator:
-    """Turns prepared rows into ``(id, envelope, ms)`` items, or a reject reason."""
-
-    def __init__(self, job: _EnqueueJob):
-        self.job = job
-        self.rows = msgspec.json.Decoder(_Row)
-        self.payload = msgspec.json.Decoder(job.event_type)
-        self.codec = Codec(job.serializer, job.max_payload_bytes)
-
-    def _decode_payload(self, raw: msgspec.Raw) -> Event:
-        if not self.job.nullable_required:
-            event: Event = self.payload.decode(raw)
-            return event
-        # Spark leaves null fields out of its JSON; a required field that may be
-        # None must still arrive as an explicit null.
-        obj = msgspec.json.decode(raw)
-        if isinstance(obj, dict):
-            for name in self.job.nullable_required:
-                obj.setdefault(name, None)
-        event = self.payload.decode(msgspec.json.encode(obj))
-        return event
-
-    def item(self, row: _Row) -> tuple[tuple[str, bytes, int] | None, str | None]:
-        """``(item, None)`` for a valid row, ``(None, reason)`` for a reject."""
-        job = self.job
-        if row.i is None:
-            return None, f"id column {job.id_col!r} is null"
-        if not row.i:
-            return None, f"id column {job.id_col!r} is empty (event ids must not be empty)"
-        if job.mode == "now":
-            ms = 0
-        elif row.t is None:
-            return None, f"column {job.time_col!r} is null or not a valid time"
-        elif job.mode == "at":
-            ms = -(-int(row.t) // 1000)  # µs -> ms, rounded up like enqueue_at
-        else:
-            delay = float(row.t)
-            if not math.isfinite(delay) or delay < 0:
-                return None, f"delay column {job.time_col!r} must be >= 0 seconds, not {delay!r}"
-            ms = math.ceil(delay * 1000)
-        try:
-            event = self._decode_payload(row.p)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            return None, f"invalid {job.type_name}: {exc}"
-        context = None
-        if row.c:
-            context = {k: v for k, v in row.c.items() if v is not None} or None
-        try:
-            envelope = self.codec.encode(event, context)
-        except (TypeError, ValueError) as exc:
-            return None, str(exc)
-        return (event.id, envelope, ms), None
-
-    def row_json(self, row: _Row) -> str | None:
-        """The input row of a reject as a JSON object (columns in their order)."""
-        try:
-            fields = msgspec.json.decode(row.p) if len(row.p) else {}
-            rest = msgspec.json.decode(row.r) if len(row.r) else {}
-            out = {}
-            for column, inner in self.job.row_columns:
-                if inner == "":
-                    out[column] = self._time_value(row.t)
-                elif inner is None:
-                    out[column] = rest.get(column)
-                else:
-                    out[column] = fields.get(inner)
-            return msgspec.json.encode(out).decode("utf-8")
-        except (msgspec.DecodeError, AttributeError, TypeError):
-            return None
-
-    def _time_value(self, t: float | None) -> Any:
-        if t is None or self.job.mode != "at":
-            return t  # a delay in seconds (or nothing)
-        return datetime.fromtimestamp(int(t) / 1_000_000, timezone.utc)
-
-    def parse(self, line: str) -> _Row | None:
-        """Decode one prepared row (None if the JVM's JSON is unreadable, which it never is)."""
-        try:
-            return self.rows.decode(line)
-        except (msgspec.ValidationError, msgspec.DecodeError):
-            log.exception("unreadable prepared row %.200r", line)
-            return None
-
-
-# What the validation pass keeps: (True, None, [id, envelope, ms, id, ...], n) for a
-# batch of n valid rows (one round trip of the write pass), or (False, id, reason,
-# row_json) for a reject.
-_Checked = tuple[bool, "str | None", Any, Any]
-
-
-def _validate_partition(
-    job: _EnqueueJob, seen: Any, bad: Any, lines: Iterable[str]
-) -> Iterator[_Checked]:
-    """Validation pass over one partition: every row becomes an item or a reject.
-
-    ``seen`` and ``bad`` are accumulators of the rows and the rejects.
-    """
-    validator = _Validator(job)
-    n = rejected = 0
-    limit = 3 * job.batch_size
-    batch: list[Any] = []
-    for line in lines:
-        n += 1
-        row = validator.parse(line)
-        if row is None:
-            rejected += 1
-            yield False, None, "unreadable row", line
-            continue
-        item, reason = validator.item(row)
-        if item is not None:
-            batch += item
-            if len(batch) >= limit:
-                yield True, None, batch, len(batch) // 3
-                batch = []
-        else:
-            rejected += 1
-            yield False, row.i, reason, validator.row_json(row)
-    if batch:
-        yield True, None, batch, len(batch) // 3
-    seen.add(n)
-    bad.add(rejected)
-
-
 def _materialize(rdd: RDD[Any]) -> None:
     """Compute and cache a persisted RDD without reading its records back into Python."""
     jrdd = getattr(rdd, "_jrdd", None)  # the JVM side of a Python RDD
@@ -264,54 +100,6 @@ def _materialize(rdd: RDD[Any]) -> None:
         jrdd.count()  # counts pickled batches in the JVM
     else:  # pragma: no cover - other PySpark internals
         rdd.count()
-
-
-def _write_partition(
-    job: _EnqueueJob, checked: Iterable[_Checked]
-) -> Iterator[tuple[int, int, int]]:
-    """Write pass over one partition's valid batches; yields one ``(added, kept, replaced)``."""
-    client = shared_client(job.redis_url, job.cluster)
-    # rows are routed by id as the service routes them (crc32(id) % N): each goes
-    # to its partition's keys
-    partitions = job.event_type.event_partitions
-    mode = job.mode if job.mode != "now" else "delay"
-    channel = PrefixKeys(job.prefix).wakeup_channel
-    # "<replace>:<call id>:<chunk no>", as Store.enqueue sends: one call per task,
-    # so the script tells a retried chunk from a row that repeats an earlier one
-    flags = f"{'1' if job.replace else '0'}:{uuid.uuid4().hex}"
-    chunk_no = 0
-    counts = [0, 0, 0]
-    registered = False
-
-    def flush(args: list[Any]) -> None:
-        nonlocal registered, chunk_no
-        if not registered:
-            # what Store.register_type does before the service's first enqueue
-            client.sadd(PrefixKeys(job.prefix).types, layout_member(job.type_name, partitions))
-            registered = True
-        routed: dict[int, list[Any]] = {}
-        for i in range(0, len(args), 3):
-            routed.setdefault(partition_of(args[i], partitions), []).extend(args[i : i + 3])
-        step = 3 * ENQUEUE_CHUNK
-        for k, part in sorted(routed.items()):
-            # the registry keys too: for a type with delivery groups, due-now rows go
-            # through the schedule so the scheduler fans them out to every group
-            keys = TypeKeys(job.prefix, job.type_name, k, partitions).view()
-            shard = shard_name(job.type_name, k, partitions)
-            calls = []
-            for i in range(0, len(part), step):
-                chunk_no += 1
-                calls.append([mode, f"{flags}:{chunk_no}", channel, shard, *part[i : i + step]])
-            for codes in run_enqueue(client, keys, calls):
-                for code in codes:
-                    # 3: a replace of an event already fanned out to delivery groups,
-                    # which this path does not do (EventService.enqueue_* does): kept
-                    counts[{0: 0, 1: 1, 2: 2}.get(code, 0)] += 1
-
-    for ok, _, batch, _ in checked:
-        if ok:
-            flush(batch)
-    yield counts[1], counts[0], counts[2]
 
 
 def _json_lines(df: DataFrame) -> RDD[str]:
@@ -356,7 +144,7 @@ def _prepare(
     *,
     id_col: str,
     time_col: str | None,
-    mode: _Mode,
+    mode: Mode,
     context_cols: Sequence[str],
 ) -> DataFrame:
     """Select what the executors need: payload object, id, time, context, other columns.
@@ -457,8 +245,8 @@ def enqueue_dataframe(
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, not {batch_size!r}")
     Codec(serializer, max_payload_bytes)  # validates the serializer
-    mode: _Mode = "at" if due_col else "delay" if delay_col else "now"
-    job = _EnqueueJob(
+    mode: Mode = "at" if due_col else "delay" if delay_col else "now"
+    job = EnqueueJob(
         redis_url=redis_url,
         cluster=resolve_cluster(redis_url, cluster),
         prefix=prefix,
@@ -496,7 +284,7 @@ def enqueue_dataframe(
     rows_bad = spark.sparkContext.accumulator(0)
     checked = (
         _json_lines(prepared)
-        .mapPartitions(functools.partial(_validate_partition, job, rows_seen, rows_bad))
+        .mapPartitions(functools.partial(validate_partition, job, rows_seen, rows_bad))
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
     try:
@@ -525,7 +313,7 @@ def enqueue_dataframe(
         added = kept = replaced = 0
         written = not (strict and rejected)
         if written and total > rejected:
-            write = functools.partial(_write_partition, job)
+            write = functools.partial(write_partition, job)
             for a, k, r in checked.mapPartitions(write).collect():
                 added += a
                 kept += k

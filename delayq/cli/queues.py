@@ -1,0 +1,252 @@
+"""Looking at queues from the shell: ``stats`` (counts per type and delivery group),
+``inspect`` (one event) and ``scheduled`` (upcoming events of a type)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from datetime import datetime, timezone
+from typing import Annotated, Any
+
+import typer
+from rich.live import Live
+from rich.table import Table
+
+from ..keys import DEFAULT_GROUP
+from ..service import EventService
+from ..store import QueueCounts
+from .ops import (
+    DEFAULT_URL,
+    Cluster,
+    EventId,
+    Json,
+    Prefix,
+    RedisUrl,
+    TypeName,
+    connect,
+    known_type,
+    parse_delay,
+    run,
+)
+from .output import console, fail, human_seconds, print_json, text, when
+
+__all__ = ["register"]
+
+
+def _counts_dict(c: QueueCounts) -> dict[str, Any]:
+    return {
+        "scheduled": c.scheduled,
+        "ready": c.ready,
+        "in_flight": c.in_flight,
+        "dead": c.dead,
+        "due": c.due,
+        "next_due_at": None
+        if c.next_due_at is None
+        else c.next_due_at.isoformat().replace("+00:00", "Z"),
+        "backlog_age_seconds": round(c.backlog_age, 3),
+    }
+
+
+_Read = tuple[dict[str, QueueCounts], dict[str, dict[str, QueueCounts]]]
+
+
+async def _group_stats(
+    service: EventService, names: list[str]
+) -> dict[str, dict[str, QueueCounts]]:
+    """Counts per delivery group of the types (among ``names``) that have named groups."""
+    found: dict[str, dict[str, QueueCounts]] = {}
+    for name in names:
+        if await service.groups(name) != [DEFAULT_GROUP]:
+            found[name] = await service.group_stats(name)
+    return found
+
+
+def _stats_table(
+    prefix: str,
+    stats: dict[str, QueueCounts],
+    groups: dict[str, dict[str, QueueCounts]] | None = None,
+) -> Table:
+    table = Table(title=f"delayq · prefix {prefix}", title_justify="left")
+    for column in ("type", "scheduled", "ready", "in flight", "dead", "due", "next due", "backlog age"):
+        table.add_column(column, justify="left" if column in ("type", "next due") else "right")
+    now = datetime.now(timezone.utc)
+    for name, c in sorted(stats.items()):
+        age = text(human_seconds(c.backlog_age) if c.backlog_age else "0")
+        if c.backlog_age >= 60:
+            age.stylize("bold red")
+        table.add_row(
+            text(name),
+            str(c.scheduled),
+            str(c.ready),
+            str(c.in_flight),
+            str(c.dead) if not c.dead else f"[red]{c.dead}[/red]",
+            str(c.due),
+            when(c.next_due_at, now),
+            age,
+        )
+        for group, g in sorted((groups or {}).get(name, {}).items()):
+            # a group has its own ready, in-flight and dead sets; due times are the type's
+            table.add_row(
+                text(f"  {name} [{group}]"),
+                str(g.scheduled),
+                str(g.ready),
+                str(g.in_flight),
+                str(g.dead) if not g.dead else f"[red]{g.dead}[/red]",
+                "",
+                "",
+                "",
+            )
+    if not stats:
+        table.caption = "no event types under this prefix"
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``stats``, ``inspect`` and ``scheduled`` commands to ``app``."""
+
+    @app.command(rich_help_panel="Operate")
+    def stats(
+        watch: Annotated[
+            bool, typer.Option("--watch", "-w", help="Refresh until Ctrl-C.")
+        ] = False,
+        interval: Annotated[
+            str, typer.Option("--interval", help="Refresh period with --watch (a duration).")
+        ] = "2s",
+        as_json: Json = False,
+        redis_url: RedisUrl = DEFAULT_URL,
+        prefix: Prefix = "delayq",
+        cluster: Cluster = False,
+    ) -> None:
+        """Per event type: scheduled, ready, in flight, dead, due now, the next due time and
+        the backlog's age (how long the oldest due, unclaimed event has waited).
+
+        With --watch --json, one JSON object per line at every refresh.
+        Types with named delivery groups get one more row per group ("type [group]"; in
+        JSON, a "groups" object of the same fields per group).
+        """
+        period = parse_delay(interval)
+        if period < 0.1:
+            fail("--interval must be at least 100ms")
+
+        async def read(service: EventService) -> _Read:
+            stats = await service.stats()
+            return stats, await _group_stats(service, sorted(stats))
+
+        def as_data(got: _Read) -> dict[str, Any]:
+            stats, groups = got
+            types: dict[str, Any] = {}
+            for n, c in sorted(stats.items()):
+                types[n] = _counts_dict(c)
+                if n in groups:
+                    types[n]["groups"] = {
+                        g: _counts_dict(gc) for g, gc in sorted(groups[n].items())
+                    }
+            return {"prefix": prefix, "types": types}
+
+        async def main() -> None:
+            async with connect(redis_url, prefix, cluster) as service:
+                if not watch:
+                    got = await read(service)
+                    if as_json:
+                        print_json(as_data(got))
+                    else:
+                        console.print(_stats_table(prefix, *got))
+                    return
+                if as_json:
+                    while True:
+                        sys.stdout.write(json.dumps(as_data(await read(service))) + "\n")
+                        sys.stdout.flush()
+                        await asyncio.sleep(period)
+                with Live(console=console, auto_refresh=False) as live:
+                    while True:
+                        live.update(_stats_table(prefix, *await read(service)), refresh=True)
+                        await asyncio.sleep(period)
+
+        try:
+            run(main)
+        except KeyboardInterrupt:
+            raise typer.Exit(0) from None
+
+    @app.command(rich_help_panel="Operate")
+    def inspect(
+        type_name: TypeName,
+        event_id: EventId,
+        as_json: Json = False,
+        redis_url: RedisUrl = DEFAULT_URL,
+        prefix: Prefix = "delayq",
+        cluster: Cluster = False,
+    ) -> None:
+        """Where one event is (scheduled, ready, in_flight, dead or absent) and all that is
+        known: due time, attempts, lease deadline, last error, context, payload as JSON."""
+
+        async def main() -> None:
+            async with connect(redis_url, prefix, cluster) as service:
+                info = await service.inspect(await known_type(service, type_name), event_id)
+            if as_json:
+                print_json(info.to_dict())
+                return
+            table = Table(show_header=False, box=None)
+            table.add_column(style="bold")
+            table.add_column()
+            rows = [
+                ("type", text(info.type_name)),
+                ("id", text(info.id)),
+                ("state", text(info.state)),
+                ("due at", when(info.due_at)),
+                ("attempts", text(str(info.attempts))),
+                ("lease deadline", when(info.lease_deadline)),
+                ("failed at", when(info.failed_at)),
+                ("last error", text(info.last_error)),
+                ("enqueued at", when(info.enqueued_at)),
+                ("context", text(dict(info.context) or None)),
+                ("payload", text(json.dumps(info.payload, ensure_ascii=False, indent=2))),
+            ]
+            if info.decode_error:
+                rows.append(("decode error", text(info.decode_error)))
+            for name, g in info.groups.items():  # a type with delivery groups: each group's
+                detail = g.due_at or g.lease_deadline or g.failed_at
+                line = f"{g.state}, {g.attempts} attempt(s)" + (
+                    f", {detail.isoformat()}" if detail else ""
+                ) + (f", {g.last_error}" if g.last_error else "")
+                rows.append((f"group {name}", text(line)))
+            for label, value in rows:
+                table.add_row(label, value)
+            console.print(table)
+
+        run(main)
+
+    @app.command(rich_help_panel="Operate")
+    def scheduled(
+        type_name: TypeName,
+        limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="Most rows.")] = 20,
+        offset: Annotated[
+            int, typer.Option("--offset", min=0, help="Skip this many (earliest first).")
+        ] = 0,
+        as_json: Json = False,
+        redis_url: RedisUrl = DEFAULT_URL,
+        prefix: Prefix = "delayq",
+        cluster: Cluster = False,
+    ) -> None:
+        """Upcoming events of one type, earliest due first (retries waiting included)."""
+
+        async def main() -> None:
+            async with connect(redis_url, prefix, cluster) as service:
+                items = await service.scheduled(await known_type(service, type_name), limit, offset)
+            if as_json:
+                print_json({"type": type_name, "offset": offset, "events": [e.to_dict() for e in items]})
+                return
+            table = Table(title=f"{type_name}: scheduled from #{offset}", title_justify="left")
+            for column in ("id", "due", "attempts", "payload", "last error"):
+                table.add_column(column)
+            for e in items:
+                table.add_row(
+                    text(e.id),
+                    when(e.due_at),
+                    str(e.attempts),
+                    text(json.dumps(e.payload, ensure_ascii=False)),
+                    text(e.last_error),
+                )
+            console.print(table)
+
+        run(main)

@@ -1,0 +1,248 @@
+"""What becomes of a consumer's deliveries after their handlers: acks, failures, leases.
+
+Successful deliveries are acked in batches by one task, so a busy consumer
+sends one ack call for many events; failures are recorded as a retry or a dead
+letter; and the lease of every delivery is renewed until its ack or failure
+has been recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from typing import Any
+
+import anyio
+
+from .metrics import Metrics
+from .retry import Backoff, delay_seconds
+from .store import Claimed, Store
+
+__all__ = ["Lease", "Settlement", "delivery_fields"]
+
+# the consumer's logger: these records are about its deliveries
+log = logging.getLogger("delayq.consumer")
+
+_MAX_BACKOFF = 5.0
+# A stopping consumer gives its last acks at least this long, even with shutdown_grace=0.
+_MIN_ACK_FLUSH = 2.0
+
+Lease = tuple[str, bytes, bytes]
+"""One delivery's lease: (shard, id, claim token)."""
+
+
+def delivery_fields(type_name: str, c: Claimed) -> dict[str, Any]:
+    """Structured fields of a log record about one delivery (for JSON log formatters)."""
+    return {"event_type": type_name, "event_id": c.id, "attempt": c.attempt}
+
+
+class Settlement:
+    """A consumer's leases from claim to ack or failure, the ack task's batches, failures.
+
+    The consumer's per-event code touches the containers directly, without a
+    call: ``leased.add(lease)`` when it claims, ``acks.append(lease)`` then
+    ``ack_wanted.set()`` when a handler succeeded. ``leased`` is never
+    replaced, so a reference to it stays valid; ``acks`` and ``ack_wanted``
+    are, so they are read afresh each time.
+    """
+
+    ack_wanted: anyio.Event
+    """Set when acks are waiting for the ack task (made by :meth:`open`)."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        metrics: Metrics,
+        type_name: str,
+        label: str,
+        group: str | None,
+        visibility_ms: int,
+        retry_backoff: Backoff,
+        shutdown_grace: float,
+    ):
+        self._store = store
+        self._metrics = metrics
+        self._type_name = type_name
+        self._label = label
+        self._group = group
+        self._visibility_ms = visibility_ms
+        self._retry_backoff = retry_backoff
+        self._shutdown_grace = shutdown_grace
+        # (shard, id, token) of every delivery whose lease we hold, acked or not yet
+        self.leased: set[Lease] = set()
+        # the subset whose ack or fail call is under way: a renew racing it finds
+        # the lease gone, which is no loss
+        self._settling: set[Lease] = set()
+        self.acks: list[Lease] = []
+        self._acking: list[Lease] = []  # the batch of the ack call under way
+        self._acks_closing = False
+        self._acks_done: anyio.Event | None = None
+
+    def open(self) -> None:
+        """Get ready for a run of the consumer (in its event loop), before its tasks start."""
+        self.ack_wanted = anyio.Event()
+        self._acks_closing = False
+        self._acks_done = anyio.Event()
+
+    # -- failures ----------------------------------------------------------------
+
+    async def fail(self, c: Claimed, shard: str, error: str, *, dead: bool) -> None:
+        """Record a failed delivery: a retry after the backoff, or a dead letter if ``dead``."""
+        delay_ms = 0
+        if not dead:
+            try:
+                delay_ms = math.ceil(1000 * delay_seconds(self._retry_backoff(c.attempt)))
+            except Exception:
+                log.exception(
+                    "%s: retry_backoff(%d) failed; retrying in 1s", self._label, c.attempt
+                )
+                delay_ms = 1000
+        backoff = 0.05
+        lease = (shard, c.raw_id, c.token)
+        self._settling.add(lease)
+        for _ in range(5):
+            try:
+                code = await self._store.fail(
+                    shard, c, dead=dead, delay_ms=delay_ms, error=error[:4000],
+                    group=self._group,
+                )  # fmt: skip
+                break
+            except Exception as exc:
+                log.warning(
+                    "%s %r: recording the failure failed (%s); retrying", self._label, c.id, exc
+                )
+                await anyio.sleep(backoff)
+                backoff *= 2
+        else:
+            # The lease runs out and the event comes back; the attempt still counts.
+            log.error(
+                "%s %r: could not record the failure; its lease will expire",
+                self._label,
+                c.id,
+                extra=delivery_fields(self._type_name, c),
+            )
+            code = -1
+        self.leased.discard(lease)
+        self._settling.discard(lease)
+        self._metrics.increment("failed", event_type=self._type_name)
+        if code == 2:
+            self._metrics.increment("dead_lettered", event_type=self._type_name)
+            log.error(
+                "%s %r: dead letter after %d deliveries: %s",
+                self._label,
+                c.id,
+                c.attempt,
+                error,
+                extra=delivery_fields(self._type_name, c),
+            )
+        elif code == 1:
+            self._metrics.increment("retried", event_type=self._type_name)
+
+    # -- acks --------------------------------------------------------------------
+
+    async def _flush_acks(self) -> None:
+        backoff = 0.05
+        while self.acks:
+            batch, self.acks = self.acks, []
+            self._acking = batch
+            self._settling.update(batch)
+            try:
+                by_shard: dict[str, list[tuple[bytes, bytes]]] = {}
+                for shard, raw_id, token in batch:
+                    by_shard.setdefault(shard, []).append((raw_id, token))
+                if len(by_shard) == 1:
+                    ((shard, done),) = by_shard.items()
+                    await self._store.ack(shard, done, group=self._group)
+                else:  # one call per partition, sent together
+                    await asyncio.gather(
+                        *(self._store.ack(s, d, group=self._group) for s, d in by_shard.items())
+                    )
+            except Exception as exc:
+                self._settling.difference_update(batch)
+                self.acks = batch + self.acks
+                self._metrics.increment("redis_errors", event_type=self._type_name)
+                log.warning("%s: ack failed (%s); retrying in %.2fs", self._label, exc, backoff)
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, _MAX_BACKOFF)
+                continue
+            finally:
+                self._acking = []
+            self.leased.difference_update(batch)
+            self._settling.difference_update(batch)
+            self._metrics.increment("succeeded", len(batch), event_type=self._type_name)
+
+    async def ack_loop(self) -> None:
+        """The one task that sends acks, until :meth:`close_acks` and none are left.
+
+        Acks that arrive while one call is under way go together in the next.
+        Only this task sends acks, so a batch is never cancelled half-way by a
+        second flush racing it.
+        """
+        done = self._acks_done
+        assert done is not None
+        while not (self._acks_closing and not self.acks):
+            await self.ack_wanted.wait()
+            self.ack_wanted = anyio.Event()
+            await self._flush_acks()
+        done.set()
+
+    async def close_acks(self) -> None:
+        """Let the ack task send what is pending, then end; wait for that a while.
+
+        Pending includes a batch the task may hold in a call under way right
+        now. The wait is ``max(shutdown_grace, 2 s)``; acks Redis has not taken
+        by then are logged (their events run again when their leases expire).
+        """
+        done = self._acks_done
+        assert done is not None
+        self._acks_closing = True
+        self.ack_wanted.set()
+        with anyio.move_on_after(max(self._shutdown_grace, _MIN_ACK_FLUSH)):
+            await done.wait()
+        if not done.is_set():
+            log.error(
+                "%s: Redis did not take the acks of %d finished events during the "
+                "shutdown; they will run again when their leases expire",
+                self._label,
+                len(self.acks) + len(self._acking),
+            )
+
+    # -- leases ------------------------------------------------------------------
+
+    async def renew_loop(self) -> None:
+        """Renew every held lease each third of ``visibility_ms``, until cancelled."""
+        period = self._visibility_ms / 3000
+        leased = self.leased
+        while True:
+            await anyio.sleep(period)
+            if not leased:
+                continue
+            by_shard: dict[str, list[tuple[bytes, bytes]]] = {}
+            for shard, raw_id, token in leased:
+                by_shard.setdefault(shard, []).append((raw_id, token))
+            try:
+                lost = []
+                for shard, leases in by_shard.items():
+                    lost += await self._store.renew(
+                        shard, leases, self._visibility_ms, group=self._group
+                    )
+            except Exception as exc:
+                self._metrics.increment("redis_errors", event_type=self._type_name)
+                log.warning("%s: renewing leases failed (%s)", self._label, exc)
+                continue
+            # an ack or fail that ran just before this renew ended the lease itself
+            held = {p[1] for p in leased - self._settling}
+            lost = [i for i in lost if i in held]
+            if lost:
+                self._metrics.increment("leases_lost", len(lost), event_type=self._type_name)
+                log.warning(
+                    "%s: lost the lease of %d events (expired, cancelled or replaced): %s",
+                    self._label,
+                    len(lost),
+                    [i.decode("utf-8", "replace") for i in lost[:10]],
+                )
+                gone = set(lost)
+                # in place: the consumer holds a reference to the set
+                leased.difference_update([p for p in leased if p[1] in gone])

@@ -1,0 +1,183 @@
+"""The validation pass of :func:`~delayq.spark.enqueue_dataframe`, on the executors:
+prepared rows to encoded ``(id, envelope, ms)`` items, or rejects with their reason."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+import msgspec
+
+from ..codec import Codec, Serializer
+from ..events import Event
+
+__all__ = ["Checked", "EnqueueJob", "Mode", "Row", "Validator", "validate_partition"]
+
+log = logging.getLogger("delayq.spark")
+
+
+class Row(msgspec.Struct):
+    """One prepared input row as the JVM serializes it (``DataFrame.toJSON``)."""
+
+    p: msgspec.Raw = msgspec.Raw(b"{}")  # the event's fields, as a JSON object
+    i: str | None = None  # the event id
+    t: int | float | None = None  # due time (µs since the epoch) or delay (s)
+    c: dict[str, str | None] | None = None  # context
+    r: msgspec.Raw = msgspec.Raw(b"")  # the row's columns that are not in ``p``
+
+
+Mode = Literal["at", "delay", "now"]
+
+
+@dataclass(frozen=True)
+class EnqueueJob:
+    """Everything an executor needs to validate and write rows (pickled into tasks)."""
+
+    redis_url: str
+    cluster: bool
+    prefix: str
+    event_type: type[Event]
+    mode: Mode
+    replace: bool
+    batch_size: int
+    serializer: Serializer
+    max_payload_bytes: int
+    id_col: str
+    time_col: str | None
+    nullable_required: tuple[str, ...]
+    # every column of the input, in order, with where a reject's row JSON finds it:
+    # its name inside ``p`` when it fills a field, "" for the time column (``t``),
+    # None for the others (``r``)
+    row_columns: tuple[tuple[str, str | None], ...]
+
+    @property
+    def type_name(self) -> str:
+        """The event type's wire name."""
+        return self.event_type.event_name
+
+
+class Validator:
+    """Turns prepared rows into ``(id, envelope, ms)`` items, or a reject reason."""
+
+    def __init__(self, job: EnqueueJob):
+        self.job = job
+        self.rows = msgspec.json.Decoder(Row)
+        self.payload = msgspec.json.Decoder(job.event_type)
+        self.codec = Codec(job.serializer, job.max_payload_bytes)
+
+    def _decode_payload(self, raw: msgspec.Raw) -> Event:
+        if not self.job.nullable_required:
+            event: Event = self.payload.decode(raw)
+            return event
+        # Spark leaves null fields out of its JSON; a required field that may be
+        # None must still arrive as an explicit null.
+        obj = msgspec.json.decode(raw)
+        if isinstance(obj, dict):
+            for name in self.job.nullable_required:
+                obj.setdefault(name, None)
+        event = self.payload.decode(msgspec.json.encode(obj))
+        return event
+
+    def item(self, row: Row) -> tuple[tuple[str, bytes, int] | None, str | None]:
+        """``(item, None)`` for a valid row, ``(None, reason)`` for a reject."""
+        job = self.job
+        if row.i is None:
+            return None, f"id column {job.id_col!r} is null"
+        if not row.i:
+            return None, f"id column {job.id_col!r} is empty (event ids must not be empty)"
+        if job.mode == "now":
+            ms = 0
+        elif row.t is None:
+            return None, f"column {job.time_col!r} is null or not a valid time"
+        elif job.mode == "at":
+            ms = -(-int(row.t) // 1000)  # µs -> ms, rounded up like enqueue_at
+        else:
+            delay = float(row.t)
+            if not math.isfinite(delay) or delay < 0:
+                return None, f"delay column {job.time_col!r} must be >= 0 seconds, not {delay!r}"
+            ms = math.ceil(delay * 1000)
+        try:
+            event = self._decode_payload(row.p)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            return None, f"invalid {job.type_name}: {exc}"
+        context = None
+        if row.c:
+            context = {k: v for k, v in row.c.items() if v is not None} or None
+        try:
+            envelope = self.codec.encode(event, context)
+        except (TypeError, ValueError) as exc:
+            return None, str(exc)
+        return (event.id, envelope, ms), None
+
+    def row_json(self, row: Row) -> str | None:
+        """The input row of a reject as a JSON object (columns in their order)."""
+        try:
+            fields = msgspec.json.decode(row.p) if len(row.p) else {}
+            rest = msgspec.json.decode(row.r) if len(row.r) else {}
+            out = {}
+            for column, inner in self.job.row_columns:
+                if inner == "":
+                    out[column] = self._time_value(row.t)
+                elif inner is None:
+                    out[column] = rest.get(column)
+                else:
+                    out[column] = fields.get(inner)
+            return msgspec.json.encode(out).decode("utf-8")
+        except (msgspec.DecodeError, AttributeError, TypeError):
+            return None
+
+    def _time_value(self, t: float | None) -> Any:
+        if t is None or self.job.mode != "at":
+            return t  # a delay in seconds (or nothing)
+        return datetime.fromtimestamp(int(t) / 1_000_000, timezone.utc)
+
+    def parse(self, line: str) -> Row | None:
+        """Decode one prepared row (None if the JVM's JSON is unreadable, which it never is)."""
+        try:
+            return self.rows.decode(line)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            log.exception("unreadable prepared row %.200r", line)
+            return None
+
+
+# What the validation pass keeps: (True, None, [id, envelope, ms, id, ...], n) for a
+# batch of n valid rows (one round trip of the write pass), or (False, id, reason,
+# row_json) for a reject.
+Checked = tuple[bool, "str | None", Any, Any]
+
+
+def validate_partition(
+    job: EnqueueJob, seen: Any, bad: Any, lines: Iterable[str]
+) -> Iterator[Checked]:
+    """Validation pass over one partition: every row becomes an item or a reject.
+
+    ``seen`` and ``bad`` are accumulators of the rows and the rejects.
+    """
+    validator = Validator(job)
+    n = rejected = 0
+    limit = 3 * job.batch_size
+    batch: list[Any] = []
+    for line in lines:
+        n += 1
+        row = validator.parse(line)
+        if row is None:
+            rejected += 1
+            yield False, None, "unreadable row", line
+            continue
+        item, reason = validator.item(row)
+        if item is not None:
+            batch += item
+            if len(batch) >= limit:
+                yield True, None, batch, len(batch) // 3
+                batch = []
+        else:
+            rejected += 1
+            yield False, row.i, reason, validator.row_json(row)
+    if batch:
+        yield True, None, batch, len(batch) // 3
+    seen.add(n)
+    bad.add(rejected)
