@@ -81,7 +81,15 @@ class Settlement:
         self._acks_done: anyio.Event | None = None
 
     def open(self) -> None:
-        """Get ready for a run of the consumer (in its event loop), before its tasks start."""
+        """Get ready for a run of the consumer (in its event loop), before its tasks start.
+
+        Every handler of a previous run (a crashed one the service restarts) has
+        ended: the leases of those that did not finish are dropped, so that their
+        events come back when the leases expire instead of being renewed for ever.
+        Acks a previous run could not send are kept, with their leases, for this one.
+        """
+        self.leased.intersection_update(self.acks)  # in place: the consumer holds the set
+        self._settling.clear()
         self.ack_wanted = anyio.Event()
         self._acks_closing = False
         self._acks_done = anyio.Event()
