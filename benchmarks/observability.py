@@ -38,7 +38,9 @@ span is the root of a trace (the worst case: the sampler runs for each).
 when one process both enqueues and handles. Redis commands per event
 (``total_commands_processed`` over both phases, calls inside scripts included, the
 handler's own ``GET`` too) show whether a mode adds round trips. The best round of each mode
-counts (other work on a shared machine only ever slows a round down). Prints a table
+counts (other work on a shared machine only ever slows a round down); the *paired*
+ratio is the median over rounds of a mode's rate over the baseline's in the same round,
+which holds better when the machine's speed drifts during a run. Prints a table
 and writes ``benchmarks/results/observability-<time>.json``::
 
     .venv/bin/python benchmarks/observability.py --events 20000 --rounds 5 \
@@ -215,6 +217,15 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     }
     base = best[modes[0]]
     ratio = {mode: {k: b[k] / base[k] for k in RATES} for mode, b in best.items()}
+    # each round's rate over the baseline's in the same round (next to it in time), the
+    # median over rounds: steadier than best against best when the machine drifts
+    paired = {
+        mode: {
+            k: statistics.median(r[k] / p[k] for r, p in zip(results, rounds[modes[0]]))
+            for k in RATES
+        }
+        for mode, results in rounds.items()
+    }
     print()
     print(f"| mode | enqueue (events/s) | vs {modes[0]} | handle (events/s) | vs {modes[0]} "
           f"| end to end (events/s) | vs {modes[0]} | Redis commands/event |")  # fmt: skip
@@ -224,12 +235,17 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         per_event = statistics.median(r["redis_commands_per_event"] for r in rounds[mode])
         cells = " | ".join(f"{b[k]:,.0f} | {100 * q[k]:.1f} %" for k in RATES)
         print(f"| {mode} | {cells} | {per_event:.2f} |")
+    print(f"\npaired (median over rounds of each round's rate / {modes[0]}'s in that round):")
+    for mode in modes[1:]:
+        cells = " / ".join(f"{100 * paired[mode][k]:.1f} %" for k in RATES)
+        print(f"  {mode:12} enqueue / handle / end to end: {cells}")
     print(f"\nspans exported (all rounds): {spans:,}")
     return {
         "args": vars(args),
         "rounds": rounds,
         "best": best,
         "ratio": ratio,
+        "paired": paired,
         "spans_exported": spans,
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
