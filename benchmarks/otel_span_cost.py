@@ -8,8 +8,9 @@ counts too), best of ``--repeat`` loops of ``--n`` operations:
   the messaging attributes delayq sets on a process span, and a root span the
   sampler drops (``TraceIdRatioBased(0)``);
 * ``delayq: ...``: delayq's own hooks (``Observer.sending`` and
-  ``started``/``finished``) over the API's no-op tracer, and the handler-side hooks
-  for an event whose creation context was not sampled (``follow_sampling``).
+  ``started``/``finished``) without tracing, over the API's no-op tracer, and on the
+  paths ``follow_sampling`` makes cheap: an enqueue inside an unsampled trace, a
+  handler run of an event whose creation context was not sampled.
 
 Prints a table and writes ``benchmarks/results/otel-span-cost-<time>.json``::
 
@@ -31,7 +32,14 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
-from opentelemetry.trace import NoOpTracerProvider, SpanKind
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    NoOpTracerProvider,
+    SpanContext,
+    SpanKind,
+    TraceFlags,
+    use_span,
+)
 
 from delayq.context import Delivery
 from delayq.metrics import NoopMetrics
@@ -111,6 +119,23 @@ def measure(n: int, repeat: int) -> dict[str, float]:
         return run
 
     results["delayq: send hooks, no-op tracer"] = per_op(send, n, repeat)
+    # an enqueue inside a request whose trace was not sampled (follow_sampling): no span
+    traced = Observer(NoopMetrics(), OTelTracing(TracerProvider()))
+
+    def send_unsampled() -> None:
+        with traced.sending(event, None):
+            pass
+
+    request = NonRecordingSpan(SpanContext(0x1234, 0x5678, False, TraceFlags(0)))
+    with use_span(request):
+        results["delayq: send hooks, inside an unsampled trace"] = per_op(send_unsampled, n, repeat)
+    untraced = Observer(NoopMetrics())
+
+    def send_untraced() -> None:
+        with untraced.sending(event, None):
+            pass
+
+    results["delayq: send hooks, no tracing"] = per_op(send_untraced, n, repeat)
     results["delayq: handler hooks, no-op tracer"] = per_op(handle({}), n, repeat)
     unsampled = {"traceparent": f"00-{'ab' * 16}-{'cd' * 8}-00"}
     results["delayq: handler hooks, unsampled creation context"] = per_op(

@@ -143,8 +143,8 @@ class OTelTracing:
         hide_context_keys(self._fields)
         self._textmap: Any = None
         self._plain_w3c = False
-        # the traceparent of the unsampled span enqueues were last made under (a request's)
-        self._last: tuple[SpanContext, str] = (INVALID_SPAN_CONTEXT, "")
+        # the unsampled span enqueues were last made under (a request's) and its carrier
+        self._unsampled: tuple[trace.Span | None, dict[str, str]] = (None, {})
 
     def _w3c(self) -> bool:
         """True while the global propagator is W3C Trace Context (and Baggage) only.
@@ -162,12 +162,7 @@ class OTelTracing:
     def _inject(self, span: trace.Span, carrier: dict[str, str]) -> None:
         if self._w3c() and not baggage.get_all():
             sc = span.get_span_context()
-            last_sc, traceparent = self._last
-            if sc is not last_sc:
-                traceparent = _traceparent(sc)
-                if not span.is_recording():  # many enqueues may share it (one request's)
-                    self._last = (sc, traceparent)
-            carrier["traceparent"] = traceparent
+            carrier["traceparent"] = _traceparent(sc)
             if sc.trace_state:
                 carrier["tracestate"] = sc.trace_state.to_header()
         else:
@@ -196,13 +191,23 @@ class OTelTracing:
         custom = context is not None and not self._fields.isdisjoint(context)
         if self.follow_sampling and not custom:
             current = trace.get_current_span()
-            sc = current.get_span_context()
-            if sc.is_valid and not sc.trace_flags.sampled and not current.is_recording():
-                # inside an unsampled trace: a ParentBased sampler would drop the send span;
-                # the events carry the trace's context so their handlers are dropped too
-                carrier = dict(context) if context else {}
-                self._inject(current, carrier)
-                return nullcontext(carrier)
+            unsampled, stored = self._unsampled
+            if current is not unsampled or propagate.get_global_textmap() is not self._textmap:
+                sc = current.get_span_context()
+                if not sc.is_valid or sc.trace_flags.sampled or current.is_recording():
+                    return _Sending(self, type_names, event_id, count, context, custom)
+                # a span's context never changes: the many enqueues of one unsampled
+                # request (or handler run) write the same carrier
+                stored = {}
+                self._inject(current, stored)
+                if "baggage" not in stored:
+                    self._unsampled = (current, stored)
+            elif baggage.get_all():  # baggage set since: the generic propagator writes it
+                stored = {}
+                self._inject(current, stored)
+            # inside an unsampled trace: a ParentBased sampler would drop the send span;
+            # the events carry the trace's context so their handlers are dropped too
+            return nullcontext({**context, **stored} if context else dict(stored))
         return _Sending(self, type_names, event_id, count, context, custom)
 
     # -- consumer ----------------------------------------------------------------------

@@ -398,9 +398,7 @@ async def test_handlers_follow_the_sampling_of_the_enqueue(
             if event.id == "first":
                 await service.enqueue_with_delay(TraceJob(id="second"))
 
-    pool = ServicePool(
-        redis_url, prefix, tracing=OTelTracing(provider, follow_sampling=follow)
-    )
+    pool = ServicePool(redis_url, prefix, tracing=OTelTracing(provider, follow_sampling=follow))
     try:
         service = await pool.start()
         service.add_handler(TraceJob, handle)
@@ -458,11 +456,37 @@ async def test_sampled_enqueues_are_traced_whole_under_ratio_sampling(
         await pool.aclose()
     finished = exporter.get_finished_spans()
     sent = {s.attributes["messaging.message.id"] for s in by_kind(finished, SpanKind.PRODUCER)}
-    processed = {
-        s.attributes["messaging.message.id"] for s in by_kind(finished, SpanKind.CONSUMER)
-    }
+    processed = {s.attributes["messaging.message.id"] for s in by_kind(finished, SpanKind.CONSUMER)}
     assert 0 < len(sent) < n  # some sampled, some not
     if parent:
         assert processed == sent
     else:
         assert processed < sent
+
+
+def test_enqueues_in_one_unsampled_span_share_its_carrier_and_see_new_baggage() -> None:
+    from opentelemetry import baggage
+    from opentelemetry import context as otel_context
+
+    tracing = OTelTracing(TracerProvider())
+    parent = _unsampled_parent()
+    sc = parent.get_span_context()
+    expected = f"00-{sc.trace_id:032x}-{sc.span_id:016x}-00"
+    with trace.use_span(parent):
+        with tracing.sending(("t",), "a", 1, None) as first:
+            pass
+        with tracing.sending(("t",), "b", 1, {"k": "v"}) as second:
+            pass
+        token = otel_context.attach(baggage.set_baggage("tenant", "t-1"))
+        try:
+            with tracing.sending(("t",), "c", 1, None) as third:
+                pass
+        finally:
+            otel_context.detach(token)
+        with tracing.sending(("t",), "d", 1, None) as fourth:
+            pass
+    assert first == {"traceparent": expected}
+    assert second == {"k": "v", "traceparent": expected}
+    assert third is not None and third["traceparent"] == expected
+    assert "tenant=t-1" in third["baggage"]
+    assert fourth == {"traceparent": expected} and fourth is not first
