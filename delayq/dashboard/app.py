@@ -1,4 +1,4 @@
-"""The dashboard's Starlette app: pages, live fragments and actions.
+"""The dashboard's Starlette app: pages and live fragments (actions: :mod:`.actions`).
 
 Pages read through the public :class:`~delayq.EventService` API only, one
 bounded page at a time. Actions are POSTs checked for a CSRF token and refused
@@ -27,6 +27,7 @@ from starlette.staticfiles import StaticFiles
 from ..events import validate_name
 from ..history import HistoryPoint, Window
 from ..service import EventService
+from .actions import Actions
 from .charts import Series, bar_chart, line_chart
 from .security import AuthHook, Csrf, SecurityMiddleware
 
@@ -141,7 +142,8 @@ class Dashboard:
             self.csrf.set_cookie(request, response, new_cookie)
         return response
 
-    def _type_name(self, request: Request, value: str | None) -> str:
+    def type_name(self, request: Request, value: str | None) -> str:
+        """An event type's wire name from a query or form (400 when it is not a valid one)."""
         try:
             return validate_name(value or "")
         except (TypeError, ValueError) as exc:
@@ -150,7 +152,7 @@ class Dashboard:
             raise HTTPException(400, f"bad event type name: {exc}") from exc
 
     @staticmethod
-    def _group_name(value: object) -> str:
+    def group_name(value: object) -> str:
         """A delivery group name from a query or form ("default" when absent)."""
         if value is None or value == "":
             return _DEFAULT_GROUP
@@ -162,7 +164,7 @@ class Dashboard:
             raise HTTPException(400, f"bad group name: {exc}") from exc
 
     @staticmethod
-    def _group_arg(group: str) -> str | None:
+    def group_arg(group: str) -> str | None:
         """The ``group=`` argument of the service's dead-letter calls."""
         return None if group == _DEFAULT_GROUP else group
 
@@ -238,11 +240,11 @@ class Dashboard:
         size = self.page_size
         offset = _int_param(request, "offset")
         in_offset = _int_param(request, "in_offset")
-        group = self._group_name(request.query_params.get("group"))
+        group = self.group_name(request.query_params.get("group"))
         group_stats = await self.service.group_stats(name)
         grouped = list(group_stats) != [_DEFAULT_GROUP]
         # the group the views read: None (the type's keys, as always) without named groups
-        view = group if grouped else self._group_arg(group)
+        view = group if grouped else self.group_arg(group)
         histogram, upcoming, in_flight = await asyncio.gather(
             self.service.due_histogram(name, group=view),
             self.service.scheduled(name, limit=size, offset=offset, group=view),
@@ -256,7 +258,7 @@ class Dashboard:
             "group_stats": group_stats if grouped else {},
             "group": group,
             # links name the group only when it is not the default
-            "group_param": self._group_arg(group),
+            "group_param": self.group_arg(group),
             "histogram": bar_chart(bars, title="scheduled events by due time"),
             "upcoming": upcoming,
             "in_flight": in_flight,
@@ -278,7 +280,7 @@ class Dashboard:
 
     async def type_page(self, request: Request) -> Response:
         """One type: due histogram, upcoming, in flight, dead letters, charts."""
-        name = self._type_name(request, request.query_params.get("name"))
+        name = self.type_name(request, request.query_params.get("name"))
         context = await self._type_context(request, name)
         group_arg = context["group_param"]
         dead_offset = _int_param(request, "dead_offset")
@@ -304,7 +306,7 @@ class Dashboard:
 
     async def type_live(self, request: Request) -> Response:
         """The live part of a type page."""
-        name = self._type_name(request, request.query_params.get("name"))
+        name = self.type_name(request, request.query_params.get("name"))
         return self.render(request, "_type_live.html", **await self._type_context(request, name))
 
     async def event_page(self, request: Request) -> Response:
@@ -317,7 +319,7 @@ class Dashboard:
             return self.render(request, "search.html", names=names, found=[], event_id="",
                                type_name=type_value, searched=False)  # fmt: skip
         if type_value:
-            candidates = [self._type_name(request, type_value)]
+            candidates = [self.type_name(request, type_value)]
         else:
             candidates = names
         infos = await asyncio.gather(*(self.service.inspect(n, event_id) for n in candidates))
@@ -344,103 +346,6 @@ class Dashboard:
         """Live worker processes, from their heartbeats."""
         workers = await self.service.workers()
         return self.render(request, "workers.html", workers=workers)
-
-    # -- actions -------------------------------------------------------------
-
-    async def _checked_form(self, request: Request) -> tuple[Any, Response | None]:
-        form = await request.form()
-        if self.read_only:
-            return form, self.render(
-                request, "message.html", status_code=403, heading="Read-only",
-                message="This dashboard is read-only: actions are switched off.",
-            )  # fmt: skip
-        problem = self.csrf.check(request, form)
-        if problem is not None:
-            return form, self.render(
-                request, "message.html", status_code=403, heading="Refused",
-                message=f"The action was refused ({problem}). Reload the page and try again.",
-            )  # fmt: skip
-        return form, None
-
-    async def dead_action(self, request: Request) -> Response:
-        """Requeue or purge dead letters: one, the selected ones, or all."""
-        form, refused = await self._checked_form(request)
-        if refused is not None:
-            return refused
-        name = self._type_name(request, str(form.get("type", "")))
-        group = self._group_name(form.get("group"))
-        group_arg = self._group_arg(group)
-        action = form.get("action")
-        if action not in ("requeue", "purge"):
-            return self.render(request, "message.html", status_code=400, heading="Bad request",
-                               message="Unknown action.")  # fmt: skip
-        every = form.get("scope") == "all"
-        ids = [str(i) for i in form.getlist("id") if str(i)]
-        if not every and not ids:
-            return self.render(request, "message.html", status_code=400, heading="Nothing selected",
-                               message="Select dead letters first.", back=name,
-                               back_group=group_arg)  # fmt: skip
-        if (every or len(ids) > 1) and form.get("confirm") != "yes":
-            if group_arg is None:
-                total = (await self.service.stats_for(name)).dead
-            else:
-                per_group = await self.service.group_stats(name)
-                total = per_group[group].dead if group in per_group else 0
-            return self.render(
-                request, "confirm.html", name=name, action=action, every=every, ids=ids,
-                total=total, group=group, group_param=group_arg,
-            )  # fmt: skip
-        if action == "requeue":
-            done = await self.service.requeue_dead_letters(
-                name, None if every else ids, group=group_arg
-            )
-            verb = "Requeued"
-        else:
-            done = await self.service.purge_dead_letters(
-                name, None if every else ids, group=group_arg
-            )
-            verb = "Purged"
-        what = "all dead letters" if every else f"{len(ids)} selected dead letter(s)"
-        where = name if group_arg is None else f"{name}, group {group}"
-        return self.render(
-            request, "message.html", heading=f"{verb} {done} dead letter(s)",
-            message=f"{verb} {done} of {what} of {where}.",
-            ids=[] if every else ids[:100], back=name, back_group=group_arg,
-        )  # fmt: skip
-
-    async def event_action(self, request: Request) -> Response:
-        """Cancel a scheduled event (in every delivery group), or run it now (in every
-        group, or in the one named by the form's ``group``)."""
-        form, refused = await self._checked_form(request)
-        if refused is not None:
-            return refused
-        name = self._type_name(request, str(form.get("type", "")))
-        event_id = str(form.get("id", ""))
-        # absent: every group (and a type without groups); else one group
-        group = None if not form.get("group") else self._group_name(form.get("group"))
-        action = form.get("action")
-        if not event_id or action not in ("cancel", "run_now"):
-            return self.render(request, "message.html", status_code=400, heading="Bad request",
-                               message="Unknown action or missing id.")  # fmt: skip
-        if action == "cancel":
-            ok = await self.service.cancel(name, event_id)
-            heading = "Cancelled" if ok else "Nothing to cancel"
-            message = (
-                f"{name} {event_id!r} was removed." if ok
-                else f"{name} {event_id!r} is not pending (already handled, cancelled, or a dead letter)."
-            )  # fmt: skip
-        else:
-            ok = await self.service.run_now(name, event_id, group=group)
-            heading = "Running now" if ok else "Not scheduled"
-            where = "" if group is None else f" of group {group}"
-            message = (
-                f"{name} {event_id!r} was handed to the consumers{where}." if ok
-                else f"{name} {event_id!r} is not scheduled{where} (it may be running or gone "
-                "already)."
-            )  # fmt: skip
-        return self.render(request, "message.html", heading=heading, message=message,
-                           back=name, back_group=self._group_arg(group or _DEFAULT_GROUP),
-                           event=(name, event_id))  # fmt: skip
 
     async def not_found(self, request: Request, exc: Exception) -> Response:
         """404 page."""
@@ -505,6 +410,8 @@ def create_app(
         title=title,
     )
 
+    actions = Actions(dash)
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
@@ -520,8 +427,8 @@ def create_app(
         Route("/live/type", dash.type_live, name="type_live"),
         Route("/event", dash.event_page, name="event"),
         Route("/workers", dash.workers_page, name="workers"),
-        Route("/actions/dead", dash.dead_action, methods=["POST"], name="dead_action"),
-        Route("/actions/event", dash.event_action, methods=["POST"], name="event_action"),
+        Route("/actions/dead", actions.dead, methods=["POST"], name="dead_action"),
+        Route("/actions/event", actions.event, methods=["POST"], name="event_action"),
         Mount("/static", StaticFiles(packages=[("delayq.dashboard", "static")]), name="static"),
     ]
     app = Starlette(
