@@ -4,7 +4,7 @@ Tests never touch the machine's own Redis on 6379: unless ``REDIS_URL`` is set, 
 against ``redis-server`` processes started (and removed) by :mod:`delayq.testing`.
 
 This file is deliberately generic: it imports nothing from ``delayq`` except
-:mod:`delayq.testing`.
+:mod:`delayq.testing` (and its cluster module).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from delayq.testing import RedisServer, find_redis_server_binary, wait_for
+from delayq.testing.cluster import RedisClusterServer
 
 # --------------------------------------------------------------------------- spark marker
 
@@ -71,6 +72,21 @@ def redis_server() -> Iterator[RedisServer]:
     _binary_or_skip()
     with RedisServer() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[RedisClusterServer]:
+    """A private 3-master Redis Cluster shared by the session's cluster tests.
+
+    Like ``redis_server``: isolate keys with ``prefix``; never kill or reconfigure its nodes.
+    Skipped when no redis-server binary is found.
+    """
+    try:
+        find_redis_server_binary()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    with RedisClusterServer(3) as c:
+        yield c
 
 
 @pytest.fixture(scope="session")

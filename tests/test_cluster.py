@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 import redis
 from redis.crc import key_slot
 
 from delayq import Event, EventService, fixed
 from delayq.keys import TypeKeys
-from delayq.testing import find_redis_server_binary, wait_for
+from delayq.testing import wait_for
 from delayq.testing.cluster import RedisClusterServer
 
 
@@ -24,16 +21,6 @@ class ClusterInvoice(Event, event_name="cluster-invoice"):
 
 class ClusterRefund(Event, event_name="cluster-refund"):
     n: int
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[RedisClusterServer]:
-    try:
-        find_redis_server_binary()
-    except RuntimeError as exc:
-        pytest.skip(str(exc))
-    with RedisClusterServer(3) as c:
-        yield c
 
 
 def _spread_prefix(base: str, types: tuple[type[Event], ...]) -> str:

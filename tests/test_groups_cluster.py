@@ -10,7 +10,6 @@ another node) if one did not.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -19,7 +18,7 @@ from redis.crc import key_slot
 from delayq import Event, EventService, fixed
 from delayq.keys import PrefixKeys, TypeKeys
 from delayq.partitions import shards
-from delayq.testing import find_redis_server_binary, wait_for
+from delayq.testing import wait_for
 from delayq.testing.cluster import RedisClusterServer
 
 FAST = {
@@ -46,16 +45,6 @@ def _hot(partitions: int) -> type[Event]:
 
 
 GHot = _hot(6)
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[RedisClusterServer]:
-    try:
-        find_redis_server_binary()
-    except RuntimeError as exc:
-        pytest.skip(str(exc))
-    with RedisClusterServer(3) as c:
-        yield c
 
 
 def _service(cluster: RedisClusterServer, prefix: str, **options: object) -> EventService:

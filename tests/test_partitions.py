@@ -8,10 +8,8 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import redis
 from redis.asyncio.cluster import RedisCluster
 
@@ -19,7 +17,7 @@ from delayq import Event, EventService, current_delivery, fixed
 from delayq.keys import PrefixKeys
 from delayq.partitions import partition_of, shard_for, shards
 from delayq.spread import owner_of
-from delayq.testing import find_redis_server_binary, wait_for
+from delayq.testing import wait_for
 from delayq.testing.cluster import RedisClusterServer
 
 FAST = {
@@ -37,16 +35,6 @@ class HotCheck(Event, event_name="part-hot", partitions=6):
 
 class HotCheck12(Event, event_name="part-hot12", partitions=12):
     n: int = 0
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[RedisClusterServer]:
-    try:
-        find_redis_server_binary()
-    except RuntimeError as exc:
-        pytest.skip(str(exc))
-    with RedisClusterServer(3) as c:
-        yield c
 
 
 def _service(cluster: RedisClusterServer, prefix: str, **options: object) -> EventService:
