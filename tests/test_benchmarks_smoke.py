@@ -104,3 +104,21 @@ def test_markdown_report(smoke_run: tuple[dict, str]) -> None:
         "## Versions",
     ):
         assert heading in md  # fmt: skip
+
+
+def test_ab_script_compares_two_commits(tmp_path: Path) -> None:
+    """benchmarks/ab.py runs both commits' producer and worker and writes its table."""
+    try:
+        find_redis_server_binary()
+    except RuntimeError as exc:
+        pytest.skip(f"needs a redis-server binary: {exc}")
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/ab.py", "--a", "HEAD", "--b", "HEAD", "--events", "300",
+         "--rounds", "2", "--out-dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "median of per-round ratios" in proc.stdout
+    (result,) = tmp_path.glob("ab-*.json")
+    data = json.loads(result.read_text())
+    assert len(data["runs"]["a"]) == len(data["runs"]["b"]) == 2

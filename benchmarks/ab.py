@@ -1,0 +1,154 @@
+"""Plain delivery throughput of two commits, alternated in one run.
+
+For each round and each commit (in alternating order, A B, then B A, ...): a fresh private
+redis-server; N due events enqueued by a producer process running that commit's code; then a
+fresh single-process worker running that commit's code (no metrics, tracing, groups or
+partitions) handles them with a no-op handler. The worker reports the wall time from its start
+to the last handler and the CPU its process used in that time. Each commit is checked out into
+a temporary worktree (``git worktree add --detach``), so any two commits of this repository
+can be compared, e.g. ``main`` against the commit before a change:
+
+    python benchmarks/ab.py --a d58e710 --b main --events 30000 --rounds 5
+
+Prints a table (events/s and CPU µs per event for every run, the medians, and the median of
+the per-round ratios B/A) and writes ``benchmarks/results/ab-<stamp>.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from delayq.testing import RedisServer  # noqa: E402
+
+# Runs in a child process against the commit's own code: only API every commit since the
+# first release has (from_url, add_handler, enqueue_many, async with).
+CHILD = r"""
+import asyncio, json, sys, time
+from delayq import Event, EventService
+
+class AbJob(Event, event_name="ab-job"):
+    pass
+
+mode, url, n, conc = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+
+async def fill() -> None:
+    service = EventService.from_url(url, prefix="ab", enable_scheduling=False)
+    for i in range(0, n, 1000):
+        await service.enqueue_many([AbJob(id=str(j)) for j in range(i, min(n, i + 1000))])
+    await service.aclose()
+
+async def work() -> None:
+    done = asyncio.Event()
+    count = 0
+
+    async def handle(event: AbJob) -> None:
+        nonlocal count
+        count += 1
+        if count >= n:
+            done.set()
+
+    service = EventService.from_url(url, prefix="ab")
+    service.add_handler(AbJob, handle, concurrency=conc)
+    t0, c0 = time.perf_counter(), time.process_time()
+    async with service:
+        await asyncio.wait_for(done.wait(), 900)
+        t1, c1 = time.perf_counter(), time.process_time()
+    print(json.dumps({"seconds": t1 - t0, "cpu": c1 - c0}))
+
+asyncio.run(fill() if mode == "fill" else work())
+"""
+
+
+def _run(tree: Path, *args: str) -> str:
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    env.pop("REDIS_URL", None)
+    out = subprocess.run([sys.executable, "-c", CHILD, *args], env=env, cwd=tree,
+                         capture_output=True, text=True, timeout=1200)  # fmt: skip
+    if out.returncode != 0:
+        raise RuntimeError(f"child failed in {tree}:\n{out.stderr[-2000:]}")
+    return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+
+
+def one(tree: Path, events: int, concurrency: int) -> dict[str, float]:
+    """Fill a fresh server with the commit's producer, then time its worker."""
+    with RedisServer() as server:
+        _run(tree, "fill", server.url, str(events), str(concurrency))
+        result = json.loads(_run(tree, "work", server.url, str(events), str(concurrency)))
+    return {"rate": events / result["seconds"], "cpu_us": result["cpu"] / events * 1e6}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--a", default="HEAD~1", help="the baseline commit (default HEAD~1)")
+    parser.add_argument("--b", default="HEAD", help="the commit compared with it (default HEAD)")
+    parser.add_argument("--events", type=int, default=30_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
+    args = parser.parse_args()
+
+    shas = {}
+    for name in ("a", "b"):
+        ref = getattr(args, name)
+        shas[name] = subprocess.run(["git", "rev-parse", "--short", ref], cwd=ROOT, check=True,
+                                    capture_output=True, text=True).stdout.strip()  # fmt: skip
+    runs: dict[str, list[dict[str, float]]] = {"a": [], "b": []}
+    with tempfile.TemporaryDirectory(prefix="delayq-ab-") as tmp:
+        trees = {}
+        for name, sha in shas.items():
+            trees[name] = Path(tmp) / name
+            subprocess.run(["git", "worktree", "add", "--detach", "-q", str(trees[name]), sha],
+                           cwd=ROOT, check=True)  # fmt: skip
+        try:
+            for r in range(args.rounds):
+                order = ("a", "b") if r % 2 == 0 else ("b", "a")
+                for name in order:
+                    res = one(trees[name], args.events, args.concurrency)
+                    runs[name].append(res)
+                    print(f"round {r + 1} {name}={shas[name]}: {res['rate']:,.0f}/s, "
+                          f"{res['cpu_us']:.1f} µs CPU/event", file=sys.stderr)  # fmt: skip
+        finally:
+            for tree in trees.values():
+                subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT)
+
+    ratios = [b["rate"] / a["rate"] for a, b in zip(runs["a"], runs["b"])]
+    cpu_ratios = [b["cpu_us"] / a["cpu_us"] for a, b in zip(runs["a"], runs["b"])]
+    command = (f"python benchmarks/ab.py --a {args.a} --b {args.b} --events {args.events} "
+               f"--rounds {args.rounds} --concurrency {args.concurrency}")  # fmt: skip
+    lines = [f"Command: `{command}`", "",
+             "| commit | events/s per round | median | CPU µs/event per round | median |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for name in ("a", "b"):
+        rates = [x["rate"] for x in runs[name]]
+        cpus = [x["cpu_us"] for x in runs[name]]
+        lines.append(f"| {name} = {shas[name]} | {', '.join(f'{x:,.0f}' for x in rates)} | "
+                     f"{statistics.median(rates):,.0f} | {', '.join(f'{x:.1f}' for x in cpus)} | "
+                     f"{statistics.median(cpus):.1f} |")  # fmt: skip
+    lines += ["", f"b/a throughput, median of per-round ratios: {statistics.median(ratios):.3f} "
+              f"(range {min(ratios):.3f}–{max(ratios):.3f})",
+              f"b/a CPU per event, median of per-round ratios: {statistics.median(cpu_ratios):.3f} "
+              f"(range {min(cpu_ratios):.3f}–{max(cpu_ratios):.3f})"]  # fmt: skip
+    text = "\n".join(lines)
+    print(text)
+    out = args.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y-%m-%d-%H%M")
+    (out / f"ab-{stamp}.md").write_text(text + "\n")
+    (out / f"ab-{stamp}.json").write_text(json.dumps(
+        {"command": command, "shas": shas, "runs": runs, "ratios": ratios,
+         "cpu_ratios": cpu_ratios}, indent=2))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
