@@ -122,3 +122,23 @@ def test_ab_script_compares_two_commits(tmp_path: Path) -> None:
     (result,) = tmp_path.glob("ab-*.json")
     data = json.loads(result.read_text())
     assert len(data["runs"]["a"]) == len(data["runs"]["b"]) == 2
+
+
+def test_scale_script_runs_small(tmp_path: Path) -> None:
+    """benchmarks/scale.py with tiny sizes: timers, a burst and probes all accounted for."""
+    try:
+        find_redis_server_binary()
+    except RuntimeError as exc:
+        pytest.skip(f"needs a redis-server binary: {exc}")
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/scale.py", "--timers", "2000", "--burst", "2000",
+         "--probes", "20", "--producers", "1", "--lead", "3", "--out-dir", str(tmp_path),
+         "--tmp", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (result,) = tmp_path.glob("scale-*.json")
+    data = json.loads(result.read_text())
+    assert data["bytes_per_timer"] > 0
+    assert data["burst_move_rate"] > 0
+    assert data["probe_late_p99_ms"] is not None

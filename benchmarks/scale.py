@@ -1,0 +1,268 @@
+"""Scale run: millions of timers on one Redis, and a million events due in the same second.
+
+1. ``--timers`` events (100-byte payload) are scheduled over the next day (1 h to 25 h ahead),
+   by ``--producers`` processes: Redis memory per scheduled event and the fill rate.
+2. ``--burst`` events of a second type are scheduled to come due in one and the same second,
+   and ``--probes`` events of a third type are due every 10 ms from 1 s before that second
+   to 9 s after it.
+3. One worker process (a default ``EventService``) runs the scheduler and handles both types.
+   Measured: how fast the burst leaves the schedule (moves/s), the longest single Redis
+   command or script while it does (``SLOWLOG``, every call over 1 ms is logged), and the
+   lateness of the probe events (claim time minus due time, on Redis's clock): one type's
+   burst must not hold up the others.
+
+    python benchmarks/scale.py --timers 10000000 --burst 1000000
+
+Prints a table and writes ``benchmarks/results/scale-<stamp>.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import redis  # noqa: E402
+
+from delayq import Event, EventService  # noqa: E402
+from delayq.context import current_delivery  # noqa: E402
+from delayq.testing import RedisServer  # noqa: E402
+
+PREFIX = "scale"
+PAYLOAD = "x" * 100
+
+
+class ScaleTimer(Event, event_name="scale-timer"):
+    """A timer due within the next day."""
+
+    payload: str = ""
+
+
+class ScaleBurst(Event, event_name="scale-burst"):
+    """One of the burst's events, all due in the same second."""
+
+
+class ScaleProbe(Event, event_name="scale-probe"):
+    """An event of another type due while the burst is moved."""
+
+
+def _fill_timers(url: str, start: int, stop: int) -> None:
+    async def go() -> None:
+        service = EventService.from_url(url, prefix=PREFIX, enable_scheduling=False)
+        try:
+            step = 5_000
+            for i in range(start, stop, step):
+                batch = [
+                    (ScaleTimer(id=f"t{j}", payload=PAYLOAD), 3600 + (j * 7919) % 86_400)
+                    for j in range(i, min(stop, i + step))
+                ]
+                await service.enqueue_many(batch)
+        finally:
+            await service.aclose()
+
+    asyncio.run(go())
+
+
+def fill_timers(url: str, count: int, producers: int) -> float:
+    """Schedule ``count`` timers from ``producers`` processes; return the seconds it took."""
+    per = -(-count // producers)
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_fill_timers, args=(url, k * per, min(count, (k + 1) * per)))
+             for k in range(producers)]  # fmt: skip
+    t0 = time.perf_counter()
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+        if p.exitcode != 0:
+            raise RuntimeError(f"a timer producer failed (exit {p.exitcode})")
+    return time.perf_counter() - t0
+
+
+async def schedule_burst(url: str, burst: int, probes: int, lead: float) -> float:
+    """Schedule the burst due at one instant ``lead`` s from now, and the probes around it;
+    return that instant (unix seconds, this machine's clock, which is Redis's here)."""
+    service = EventService.from_url(url, prefix=PREFIX, enable_scheduling=False)
+    try:
+        at = time.time() + lead
+        step = 5_000
+        for i in range(0, burst, step):
+            delay = max(0.0, at - time.time())
+            await service.enqueue_many(
+                [ScaleBurst(id=f"b{j}") for j in range(i, min(burst, i + step))], delay
+            )
+        items = [(ScaleProbe(id=f"p{k}"), max(0.0, at - 1 + k * 0.01 - time.time()))
+                 for k in range(probes)]  # fmt: skip
+        await service.enqueue_many(items)
+        if time.time() > at - 1:
+            raise RuntimeError("the burst took longer to schedule than --lead: raise it")
+        return at
+    finally:
+        await service.aclose()
+
+
+def _write(path: str, text: str) -> None:
+    Path(path).write_text(text)
+
+
+def worker(url: str, out: str, probes: int) -> None:
+    """The worker process: handles both types; writes the probes' lateness when all ran."""
+
+    async def go() -> None:
+        lateness: list[float] = []
+        done = asyncio.Event()
+
+        async def on_probe(event: ScaleProbe) -> None:
+            delivery = current_delivery()
+            if delivery is not None and delivery.lateness_ms is not None:
+                lateness.append(delivery.lateness_ms)
+            if len(lateness) >= probes:
+                done.set()
+
+        async def on_burst(event: ScaleBurst) -> None:
+            return None
+
+        service = EventService.from_url(url, prefix=PREFIX)
+        service.add_handler(ScaleProbe, on_probe, concurrency=16)
+        service.add_handler(ScaleBurst, on_burst, concurrency=256)
+        async with service:
+            _write(out + ".ready", "1")
+            await done.wait()
+            _write(out, json.dumps(lateness))
+            await asyncio.sleep(3600)  # until SIGTERM
+
+    asyncio.run(go())
+
+
+def pct(values: list[float], q: float) -> float:
+    """The q-quantile (0..1) of ``values``, nearest rank."""
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))] if s else float("nan")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """The whole scale run on one private redis-server; returns the figures."""
+    config = {"slowlog-log-slower-than": "1000", "slowlog-max-len": "100000"}
+    with RedisServer(config=config) as server:
+        r = redis.Redis.from_url(server.url)
+        base = int(r.info("memory")["used_memory"])
+        fill_s = fill_timers(server.url, args.timers, args.producers) if args.timers else 0.0
+        used = int(r.info("memory")["used_memory"])
+        per_event = (used - base) / args.timers if args.timers else 0.0
+        slow_fill = r.slowlog_get(100_000)
+        r.slowlog_reset()
+
+        out = str(Path(args.tmp) / f"probes-{os.getpid()}.json")
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        proc = subprocess.Popen([sys.executable, __file__, "--worker", server.url, out,
+                                 str(args.probes)], env=env)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 120
+            while not Path(out + ".ready").exists():
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("the worker did not start")
+                time.sleep(0.05)
+            at = asyncio.run(schedule_burst(server.url, args.burst, args.probes, args.lead))
+            # how fast the burst leaves the schedule (moved to ready, then handled)
+            first_move = last_move = None
+            while True:
+                left = int(r.zcard(f"{{{PREFIX}:scale-burst}}:scheduled"))
+                now = time.time()
+                if left < args.burst and first_move is None:
+                    first_move = now
+                if left == 0:
+                    last_move = now
+                    break
+                if now > at + 600:
+                    raise RuntimeError(f"{left} burst events still scheduled after 600 s")
+                time.sleep(0.005)
+            deadline = time.monotonic() + 600
+            while not Path(out).exists():
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("the worker did not handle every probe")
+                time.sleep(0.05)
+            lateness = json.loads(Path(out).read_text())
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            for f in (out, out + ".ready"):
+                Path(f).unlink(missing_ok=True)
+        slow_burst = r.slowlog_get(100_000)
+        r.close()
+
+    def longest(entries: list[dict[str, Any]]) -> tuple[float, str]:
+        if not entries:
+            return 0.0, "none over 1 ms"
+        e = max(entries, key=lambda x: x["duration"])
+        cmd = e["command"]
+        cmd = cmd.decode("utf-8", "replace") if isinstance(cmd, bytes) else str(cmd)
+        return e["duration"] / 1000, " ".join(cmd.split()[:2])
+
+    move_s = (last_move - first_move) if first_move and last_move else 0.0
+    lf, lf_cmd = longest(slow_fill)
+    lb, lb_cmd = longest(slow_burst)
+    return {
+        "timers": args.timers, "burst": args.burst, "probes": args.probes,
+        "fill_seconds": round(fill_s, 1),
+        "fill_rate": round(args.timers / fill_s) if fill_s else 0,
+        "bytes_per_timer": round(per_event, 1),
+        "used_memory_mb": round(used / 2**20, 1),
+        "burst_move_seconds": round(move_s, 2),
+        "burst_move_rate": round(args.burst / move_s) if move_s else 0,
+        "longest_call_fill_ms": round(lf, 2), "longest_call_fill": lf_cmd,
+        "longest_call_burst_ms": round(lb, 2), "longest_call_burst": lb_cmd,
+        "calls_over_1ms_burst": len(slow_burst),
+        "probe_late_p50_ms": round(statistics.median(lateness), 1) if lateness else None,
+        "probe_late_p99_ms": round(pct(lateness, 0.99), 1) if lateness else None,
+        "probe_late_max_ms": round(max(lateness), 1) if lateness else None,
+    }  # fmt: skip
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        worker(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--timers", type=int, default=10_000_000)
+    parser.add_argument("--burst", type=int, default=1_000_000)
+    parser.add_argument("--probes", type=int, default=1000)
+    parser.add_argument("--producers", type=int, default=2)
+    parser.add_argument("--lead", type=float, default=0.0,
+                        help="seconds from scheduling the burst to its due time "
+                             "(default: 5 s + 2 µs per burst event)")  # fmt: skip
+    parser.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--tmp", default="/tmp")
+    args = parser.parse_args()
+    if not args.lead:
+        args.lead = 5 + args.burst * 20e-6
+    res = run(args)
+    command = (f"python benchmarks/scale.py --timers {args.timers} --burst {args.burst} "
+               f"--probes {args.probes} --producers {args.producers}")  # fmt: skip
+    lines = [f"Command: `{command}`", "", "| figure | value |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in res.items()]
+    text = "\n".join(lines)
+    print(text)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y-%m-%d-%H%M")
+    (args.out_dir / f"scale-{stamp}.md").write_text(text + "\n")
+    (args.out_dir / f"scale-{stamp}.json").write_text(json.dumps({"command": command, **res},
+                                                                 indent=2))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
