@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from .events import validate_name
 from .routing import Router
 from .store import Store
 
@@ -22,7 +21,6 @@ __all__ = [
     "DUE_RANGES",
     "DueHistogram",
     "InFlightEvent",
-    "check_group_name",
     "due_histogram",
     "in_flight",
     "run_now",
@@ -68,11 +66,6 @@ class DueHistogram:
     """Redis's time of the count."""
 
 
-def check_group_name(group: str | None) -> str | None:
-    """A group name as given (``"default"`` kept), validated; None stays None."""
-    return None if group is None else validate_name(group, "group name")
-
-
 def _check_page(limit: int, offset: int) -> None:
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
         raise ValueError(f"limit must be an int from 1 to {MAX_PAGE}, not {limit!r}")
@@ -87,7 +80,6 @@ async def in_flight(
     group's without), earliest lease deadline first (a partitioned type's partitions
     merged)."""
     _check_page(limit, offset)
-    group = check_group_name(group)
     shards = store.shards(type_name)
     if len(shards) == 1:
         now_ms, page = await store.inflight_page(shards[0], offset, limit, group=group)
@@ -110,7 +102,6 @@ async def due_histogram(
 ) -> DueHistogram:
     """Scheduled events of a type by when they fall due (five ZCOUNTs in one script per
     partition); with ``group``, that group's retries count too."""
-    group = check_group_name(group)
     now_ms, counts = 0, [0] * (len(DUE_RANGES) + 1)
     for shard in store.shards(type_name):
         bounds = [ms for _, ms in DUE_RANGES]
@@ -125,7 +116,6 @@ async def run_now(store: Store, type_name: str, event_id: str, group: str | None
     """Hand a scheduled event to the consumers now, in the first layout that has it: for
     every delivery group, or ``group`` alone (see :meth:`delayq.store.Store.run_now`);
     False when it is not scheduled."""
-    group = check_group_name(group)
     for shard in Router(store).shards_of_id(type_name, event_id):
         if await store.run_now(shard, event_id, group):
             return True

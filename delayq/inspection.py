@@ -409,13 +409,12 @@ class Inspector:
     ) -> list[ScheduledEvent]:
         """Up to ``limit`` scheduled events from position ``offset``, earliest due first.
 
-        With ``group`` (a delivery group's name, ``"default"`` included): what that
-        group will get, the type's schedule and the group's own retries merged.
+        With ``group`` (a delivery group's name, ``"default"`` included; checked by
+        the caller): what that group will get, the type's schedule and the group's
+        own retries merged.
         """
         _check_page(limit, offset)
         name, cls = self.resolve(event_type)
-        if group is not None:
-            group = validate_name(group, "group name")
         items = []
         for record in await self._router.scheduled_page(name, offset, limit, group):
             decoded = decode_payload(record.envelope, record.raw_id, cls, self._codec)

@@ -217,13 +217,14 @@ class TypeKeys:
         return self._key(f"g:{group}:{suffix}")
 
     def view(self, group: str | None = None) -> tuple[str, ...]:
-        """The 13 keys the per-group scripts take (see ``lua/_prelude.lua``).
+        """The 13 keys the per-group scripts take (see ``lua/_prelude.lua``); ``None``
+        is the default group.
 
         The ten keys of the group as the type's scripts expect them (the
         default group's are :meth:`all`), then the registry, ``pending`` and
         the group's retry schedule.
         """
-        if group is None or group == DEFAULT_GROUP:
+        if group is None:
             retries = self.group_key(DEFAULT_GROUP, "scheduled")
             return (*self.all(), self.groups, self.pending, retries)
         g = self.group_keys(group)
@@ -239,7 +240,7 @@ class TypeKeys:
         receive. For the default group this is exactly ``view("default")``.
         """
         if group == DEFAULT_GROUP:
-            return self.view(group)
+            return self.view()
         g = self.group_keys(group)
         return (self.events, self.scheduled, *g[1:], self.groups, self.pending, g[0])
 

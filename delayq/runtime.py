@@ -22,11 +22,10 @@ import anyio
 from .codec import Codec
 from .consumer import Consumer, ConsumerSettings, Handler
 from .events import Event
-from .groups import GroupMetrics, check_group, group_settings
 from .health import ServiceHealth
 from .heartbeat import Heartbeat
 from .history import HistoryRecorder, HistoryWriter
-from .metrics import Metrics
+from .metrics import ServiceMetrics
 from .observer import Observer
 from .options import Options
 from .retry import Backoff
@@ -54,8 +53,8 @@ class Runtime:
         *,
         codec: Codec,
         observer: Observer,
-        metrics: Metrics,
-        history: HistoryRecorder,
+        metrics: ServiceMetrics,
+        history: HistoryRecorder | None,
         polling_timeout: float,
     ):
         opts = self._options = options
@@ -99,7 +98,7 @@ class Runtime:
         if opts.heartbeat_interval:
             self.heartbeat = Heartbeat(store, opts.heartbeat_interval, self._snapshot)
         self._history_writer: HistoryWriter | None = None
-        if opts.history_interval:
+        if history is not None:
             self._history_writer = HistoryWriter(store, history, opts.history_interval)
         self._supervisor: asyncio.Task[None] | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -118,9 +117,9 @@ class Runtime:
         retry_attempts: int | None,
         retry_backoff: Backoff | None,
     ) -> None:
-        """Check and add a handler's consumer; start it at once if the service runs."""
-        group = check_group(group)
-        settings = group_settings(self._consumer_settings, retry_attempts, retry_backoff)
+        """Check and add a handler's consumer (``group`` checked, None: the default group);
+        start it at once if the service runs."""
+        settings = self._consumer_settings.overridden(retry_attempts, retry_backoff)
         if not callable(handler) or not (
             inspect.iscoroutinefunction(handler)
             or inspect.iscoroutinefunction(getattr(handler, "__call__", None))  # noqa: B004
@@ -147,9 +146,9 @@ class Runtime:
             handler=handler,
             concurrency=concurrency,
             settings=settings,
-            metrics=self._metrics if group is None else GroupMetrics(self._metrics, group),
-            group=group,
+            metrics=self._metrics.for_group(group),
             observer=self._observer,
+            group=group,
         )
         self.consumers[name, group] = consumer
         if self._task_group is not None:

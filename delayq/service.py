@@ -21,7 +21,7 @@ from .browsing import DueHistogram, InFlightEvent, due_histogram, in_flight, run
 from .connect import Client
 from .consumer import Handler
 from .events import Event
-from .groups import check_group
+from .groups import check_group, check_view
 from .health import ServiceHealth
 from .heartbeat import WorkerInfo, read_workers
 from .history import HistoryPoint, Window, read_history
@@ -155,8 +155,9 @@ class EventService:
         """
         name = self._types.register(event_type)
         self._runtime.add_consumer(
-            name, event_type, handler, concurrency, group, retry_attempts, retry_backoff
-        )
+            name, event_type, handler, concurrency, check_group(group), retry_attempts,
+            retry_backoff,
+        )  # fmt: skip
 
     async def remove_handler(self, event_type: type[Event], *, group: str | None = None) -> bool:
         """Stop handling ``event_type`` (in ``group``) once its in-flight handlers finish.
@@ -185,7 +186,7 @@ class EventService:
         """
         name = self._types.register(event_type)
         checked = check_group(group)
-        return await self._groups.register(name, checked or "default", retry_attempts)
+        return await self._groups.register(name, checked, retry_attempts)
 
     async def remove_group(self, event_type: type[Event], group: str) -> bool:
         """Drop a delivery group: its pending deliveries, retries and dead letters.
@@ -199,7 +200,7 @@ class EventService:
         name = self._types.register(event_type)
         checked = check_group(group)
         await self._runtime.remove_consumer(name, checked)
-        return await self._groups.remove(name, checked or "default")
+        return await self._groups.remove(name, checked)
 
     async def groups(self, event_type: EventTypeRef) -> list[str]:
         """The delivery groups registered for ``event_type`` (class or wire name;
@@ -324,7 +325,7 @@ class EventService:
         """Up to ``limit`` (≤ 1000) scheduled events from position ``offset``, earliest due
         first. Retries waiting for their backoff are scheduled events too. With ``group``
         (``"default"`` included), the type's schedule and that group's retries."""
-        return await self._inspector.scheduled(event_type, limit, offset, group=group)
+        return await self._inspector.scheduled(event_type, limit, offset, group=check_view(group))
 
     async def requeue_dead_letters(
         self,
@@ -393,14 +394,16 @@ class EventService:
     ) -> list[InFlightEvent]:
         """Up to ``limit`` in-flight events (class or wire name; of delivery ``group``, the
         default group's without), earliest lease deadline first."""
-        return await in_flight(self._store, self._types.name(event_type), limit, offset, group=group)
+        return await in_flight(
+            self._store, self._types.name(event_type), limit, offset, group=check_group(group)
+        )
 
     async def due_histogram(
         self, event_type: EventTypeRef, *, group: str | None = None
     ) -> DueHistogram:
         """How many scheduled events fall due: overdue, next minute, hour, day, later.
         With ``group``, that delivery group's retries count too."""
-        return await due_histogram(self._store, self._types.name(event_type), group=group)
+        return await due_histogram(self._store, self._types.name(event_type), group=check_view(group))
 
     async def run_now(self, event_type: EventTypeRef, id: str, *, group: str | None = None) -> bool:
         """Hand a scheduled event to the consumers now; False when it is not scheduled.
@@ -410,7 +413,7 @@ class EventService:
         every group runs it now; with ``group`` that group alone, the others getting
         it at its due time (see README, "Delivery groups").
         """
-        return await run_now(self._store, self._types.name(event_type), id, group)
+        return await run_now(self._store, self._types.name(event_type), id, check_view(group))
 
     # -- workers and history ----------------------------------------------------------
 
@@ -430,7 +433,9 @@ class EventService:
         """Handled, failed and lateness of a type (class or wire name; of delivery ``group``,
         the default group's without) per minute (``window="hour"``: 60 points) or per 20
         minutes (``"day"``: 72 points), summed over every worker, oldest first."""
-        return await read_history(self._store, self._types.name(event_type), window, group=group)
+        return await read_history(
+            self._store, self._types.name(event_type), window, group=check_group(group)
+        )
 
     @property
     def handled_types(self) -> list[str]:

@@ -18,9 +18,9 @@ from .codec import Codec
 from .enqueueing import Enqueuer
 from .events import EventTypes
 from .groups import Groups
-from .history import HistoryRecorder, TeeMetrics
+from .history import HistoryRecorder
 from .inspection import Inspector
-from .metrics import Metrics
+from .metrics import ServiceMetrics
 from .observer import Observer
 from .options import Options
 from .routing import Router
@@ -43,7 +43,7 @@ class Parts:
     """The Redis side of every operation."""
     router: Router
     """Operations spread over the shards of a partitioned type."""
-    metrics: Metrics
+    metrics: ServiceMetrics
     """The user's metrics sink, teed with the history recorder."""
     types: EventTypes
     """The event types the service has met."""
@@ -71,9 +71,9 @@ def wire(redis: Client, blocking: Client | None, options: dict[str, Any]) -> Par
     router = Router(store)
     codec = Codec(opts.serializer, opts.max_payload_bytes)
     # the history recorder sees every metric; the user's sink sees them unchanged
-    history = HistoryRecorder()
-    metrics = TeeMetrics(opts.metrics, history)
-    observer = Observer(metrics, opts.tracing)
+    history = HistoryRecorder() if opts.history_interval else None
+    metrics = ServiceMetrics(opts.metrics, history)
+    observer = Observer(opts.tracing)
     types = EventTypes(store.declare)
     return Parts(
         options=opts,

@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..keys import DEFAULT_GROUP, PrefixKeys
+from ..keys import PrefixKeys
 
 if TYPE_CHECKING:
     from ..connect import Client, LuaScript
@@ -42,8 +42,6 @@ class StoreBase(ABC):
 
     def _k(self, type_name: str, group: str | None = None) -> tuple[str, ...]:
         """The 13 keys of a group's view (``TypeKeys.view``); the default group's by default."""
-        if group == DEFAULT_GROUP:
-            group = None
         keys = self._type_keys.get((type_name, group))
         if keys is None:
             keys = self.keys.for_shard(type_name).view(group)
