@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
-from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
@@ -46,12 +45,6 @@ log = logging.getLogger("delayq.connect")
 
 SentinelAddress = tuple[str, int]
 """``(host, port)`` of one sentinel."""
-
-# A name for redis-py's script type, so that modules which must not import redis can
-# annotate with it (under TYPE_CHECKING): delayq/_store/ (see delayq/store.py); they use
-# Client for the clients
-LuaScript: TypeAlias = AsyncScript
-"""A script registered on a client (``register_script``): EVALSHA, loading it when missing."""
 
 # A command (not a blocking one) that takes longer than this is treated as a lost connection.
 COMMAND_TIMEOUT = 10.0
