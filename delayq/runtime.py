@@ -15,6 +15,8 @@ import contextlib
 import inspect
 import logging
 import time
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -56,16 +58,18 @@ class Runtime:
         metrics: ServiceMetrics,
         history: HistoryRecorder | None,
         polling_timeout: float,
+        owned: list[Any],
+        watch: SentinelWatch | None,
+        outbox: Callable[[], AbstractAsyncContextManager[Any]] | None,
     ):
         opts = self._options = options
         self._store = store
         self._codec = codec
         self._observer = observer
         self._metrics = metrics
-        self.owned: list[Any] = []
-        """Clients the service made (``from_url``), closed last."""
-        self.watch: SentinelWatch | None = None
-        """The Sentinel failover watch of a ``from_sentinel`` service, closed with it."""
+        self._owned = owned  # clients the service made (from_url), closed last
+        self._watch = watch  # the Sentinel failover watch of a from_sentinel service
+        self._outbox = outbox  # the outbox relay run beside the loops, if any
         # (type name, group; None for the default group) -> its consumer here
         self.consumers: dict[tuple[str, str | None], Consumer] = {}
         self._running_loops: set[_Loop] = set()
@@ -204,8 +208,8 @@ class Runtime:
 
     # -- lifecycle -------------------------------------------------------------------
 
-    async def start(self, service: object) -> None:
-        """Start the loops under a supervisor task; ``service`` goes to the outbox relay."""
+    async def start(self) -> None:
+        """Start the loops (and the outbox relay) under a supervisor task."""
         if self._closed:
             raise RuntimeError("a closed EventService cannot be started again")
         if self._supervisor is not None:
@@ -227,13 +231,13 @@ class Runtime:
         self._closing = asyncio.Event()
         started = asyncio.get_running_loop().create_future()
         self._supervisor = asyncio.create_task(
-            self._supervise(started, service), name="delayq-service"
+            self._supervise(started), name="delayq-service"
         )
         await asyncio.wait([started, self._supervisor], return_when=asyncio.FIRST_COMPLETED)
         if self._supervisor.done():
             self._supervisor.result()  # raise what stopped it
 
-    async def _supervise(self, started: asyncio.Future[None], service: object) -> None:
+    async def _supervise(self, started: asyncio.Future[None]) -> None:
         assert self._closing is not None
         try:
             async with anyio.create_task_group() as tg:
@@ -246,9 +250,9 @@ class Runtime:
                     if reporter is not None:
                         tg.start_soon(self._keep_running, reporter)
                 async with contextlib.AsyncExitStack() as beside:
-                    if self._options.outbox is not None:
+                    if self._outbox is not None:
                         # relays stop (finishing their batch) before the loops do
-                        await beside.enter_async_context(self._options.outbox(service))
+                        await beside.enter_async_context(self._outbox())
                     started.set_result(None)
                     await self._closing.wait()
                 consumers = list(self.consumers.values())
@@ -307,7 +311,7 @@ class Runtime:
             if not task.cancelled() and task.exception() is not None:
                 log.error("the service's tasks ended with an error", exc_info=task.exception())
         await self._store.aclose()
-        if self.watch is not None:
-            await self.watch.aclose()
-        for client in self.owned:
+        if self._watch is not None:
+            await self._watch.aclose()
+        for client in self._owned:
             await client.aclose()
