@@ -31,6 +31,7 @@ from typing import Literal
 import anyio
 import msgspec
 
+from .periodic import Periodic
 from .store import Store
 
 __all__ = [
@@ -98,8 +99,8 @@ class HistoryRecorder:
     def observe(
         self, name: str, seconds: float, *, event_type: str = "", outcome: str = ""
     ) -> None:
-        """Bucket the ``lateness`` duration (also accepted as ``lateness_seconds``)."""
-        if name in ("lateness", "lateness_seconds") and event_type:
+        """Bucket the ``lateness`` duration."""
+        if name == "lateness" and event_type:
             self._observed = True
             self._late(seconds * 1000, event_type)
 
@@ -116,26 +117,13 @@ class HistoryRecorder:
                 mine[i] += v
 
 
-class HistoryWriter:
+class HistoryWriter(Periodic):
     """The loop that writes the recorder's counts every ``interval``; owned by the service."""
 
     def __init__(self, store: Store, recorder: HistoryRecorder, interval: float):
+        super().__init__(interval)
         self._store = store
         self._recorder = recorder
-        self.interval = interval
-        self._stopping = False
-        self._stop_event: anyio.Event | None = None
-
-    @property
-    def stopping(self) -> bool:
-        """True once :meth:`stop` has been called."""
-        return self._stopping
-
-    def stop(self) -> None:
-        """Write what is left and end :meth:`run`."""
-        self._stopping = True
-        if self._stop_event is not None:
-            self._stop_event.set()
 
     async def flush(self) -> None:
         """Write what was counted since the last flush (nothing when nothing happened)."""
@@ -156,11 +144,9 @@ class HistoryWriter:
 
     async def run(self) -> None:
         """Flush every ``interval`` until :meth:`stop`, then once more."""
-        self._stop_event = anyio.Event()
         try:
             while not self._stopping:
-                with anyio.move_on_after(self.interval):
-                    await self._stop_event.wait()
+                await self.pause()
                 try:
                     await self.flush()
                 except Exception as exc:  # kept for the next flush
