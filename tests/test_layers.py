@@ -101,7 +101,7 @@ def test_no_import_circles() -> None:
         path.append(module)
         for dep in sorted(graph.get(module, ())):
             if state.get(dep) == 1:
-                circles.append(path[path.index(dep) :] + [dep])
+                circles.append([*path[path.index(dep) :], dep])
             elif dep not in state:
                 visit(dep)
         path.pop()
