@@ -65,8 +65,8 @@ class EventService:
         """Connect to the Redis at ``url`` (``redis://``, ``rediss://``, ``unix://``).
 
         With ``cluster=True``, ``url`` names any node of a Redis Cluster and the
-        other nodes are discovered from it. A ``redis+sentinel://`` URL goes to
-        :meth:`from_sentinel`. Creates two clients owned (and closed) by the
+        other nodes are discovered from it. A ``redis+sentinel://`` URL connects
+        through Sentinel, as :meth:`from_sentinel` does. Creates two clients owned (and closed) by the
         service: one for commands and scripts, one for BRPOP and pub/sub with a
         socket timeout above the block time. Both speak RESP2 and retry
         connection errors with backoff.
