@@ -5,6 +5,7 @@
 See the README for the guide and every option.
 """
 
+from ._version import __version__ as __version__
 from .codec import Serializer
 from .context import Delivery, current_delivery, event_context
 from .errors import DecodeError, DelayqError, NotReplicatedError, QueueFullError
@@ -57,4 +58,3 @@ __all__ = [
     "fixed",
 ]
 
-__version__ = "0.1.0"

@@ -1,8 +1,9 @@
-"""Views of one event type that the dashboard needs beyond the lookup API.
+"""What the dashboard shows beyond the lookups of :mod:`delayq.inspection`.
 
-In-flight events with their leases, a histogram of due times, and running a
-scheduled event now. Each is one read-only script (or, for ``run_now``, one
-atomic script) through :class:`~delayq.store.Store`, bounded by its page size.
+In-flight events with their leases, a histogram of due times, running a
+scheduled event now, the live workers and the handled/failed history. Each
+is one script (or one read) per shard through :class:`~delayq.store.Store`,
+bounded by its page size; :class:`Browser` holds them for the service.
 
 For a type with delivery groups each view takes ``group``: the in-flight
 events of that group, and the due times of what it will get (the type's
@@ -12,21 +13,15 @@ schedule plus the group's own retries).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 
-from .events import validate_name
+from .heartbeat import WorkerInfo, read_workers
+from .history import HistoryPoint, Window, read_history
+from .inspection import check_page, utc
 from .routing import Router
 from .store import Store
 
-__all__ = [
-    "DUE_RANGES",
-    "DueHistogram",
-    "InFlightEvent",
-    "check_group_name",
-    "due_histogram",
-    "in_flight",
-    "run_now",
-]
+__all__ = ["DUE_RANGES", "Browser", "DueHistogram", "InFlightEvent"]
 
 DUE_RANGES: tuple[tuple[str, int], ...] = (
     ("overdue", 0),
@@ -35,13 +30,6 @@ DUE_RANGES: tuple[tuple[str, int], ...] = (
     ("next day", 86_400_000),
 )
 """Labels and upper bounds (ms from now) of the due-time ranges; a last range is ``later``."""
-
-MAX_PAGE = 1000
-
-
-def _utc(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, timezone.utc)
-
 
 @dataclass(frozen=True, slots=True)
 class InFlightEvent:
@@ -68,65 +56,64 @@ class DueHistogram:
     """Redis's time of the count."""
 
 
-def check_group_name(group: str | None) -> str | None:
-    """A group name as given (``"default"`` kept), validated; None stays None."""
-    return None if group is None else validate_name(group, "group name")
+class Browser:
+    """The dashboard's views for :class:`~delayq.EventService` (its methods delegate here)."""
 
+    def __init__(self, store: Store, router: Router):
+        self._store = store
+        self._router = router
 
-def _check_page(limit: int, offset: int) -> None:
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
-        raise ValueError(f"limit must be an int from 1 to {MAX_PAGE}, not {limit!r}")
-    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-        raise ValueError(f"offset must be an int >= 0, not {offset!r}")
+    async def in_flight(
+        self, type_name: str, limit: int, offset: int, group: str | None
+    ) -> list[InFlightEvent]:
+        """Up to ``limit`` in-flight events of a type (of delivery ``group``; None: the
+        default group), earliest lease deadline first (a partitioned type's partitions
+        merged)."""
+        check_page(limit, offset)
+        store = self._store
+        shards = store.shards(type_name)
+        if len(shards) == 1:
+            now_ms, page = await store.inflight_page(shards[0], offset, limit, group=group)
+        else:
+            now_ms, page = 0, []
+            for shard in shards:
+                shard_now, part = await store.inflight_page(shard, 0, offset + limit, group=group)
+                now_ms = max(now_ms, shard_now)
+                page.extend(part)
+            page = sorted(page, key=lambda e: (e[1], e[0]))[offset : offset + limit]
+        checked = utc(now_ms)
+        return [
+            InFlightEvent(raw.decode("utf-8", "replace"), attempt, utc(deadline), checked)
+            for raw, deadline, attempt in page
+        ]
 
-
-async def in_flight(
-    store: Store, type_name: str, limit: int = 100, offset: int = 0, *, group: str | None = None
-) -> list[InFlightEvent]:
-    """Up to ``limit`` in-flight events of a type (of delivery ``group``; the default
-    group's without), earliest lease deadline first (a partitioned type's partitions
-    merged)."""
-    _check_page(limit, offset)
-    group = check_group_name(group)
-    shards = store.shards(type_name)
-    if len(shards) == 1:
-        now_ms, page = await store.inflight_page(shards[0], offset, limit, group=group)
-    else:
-        now_ms, page = 0, []
-        for shard in shards:
-            shard_now, part = await store.inflight_page(shard, 0, offset + limit, group=group)
-            now_ms = max(now_ms, shard_now)
-            page.extend(part)
-        page = sorted(page, key=lambda e: (e[1], e[0]))[offset : offset + limit]
-    checked = _utc(now_ms)
-    return [
-        InFlightEvent(raw.decode("utf-8", "replace"), attempt, _utc(deadline), checked)
-        for raw, deadline, attempt in page
-    ]
-
-
-async def due_histogram(
-    store: Store, type_name: str, *, group: str | None = None
-) -> DueHistogram:
-    """Scheduled events of a type by when they fall due (five ZCOUNTs in one script per
-    partition); with ``group``, that group's retries count too."""
-    group = check_group_name(group)
-    now_ms, counts = 0, [0] * (len(DUE_RANGES) + 1)
-    for shard in store.shards(type_name):
+    async def due_histogram(self, type_name: str, group: str | None) -> DueHistogram:
+        """Scheduled events of a type by when they fall due (five ZCOUNTs in one script per
+        partition); with ``group``, that group's retries count too."""
+        now_ms, counts = 0, [0] * (len(DUE_RANGES) + 1)
         bounds = [ms for _, ms in DUE_RANGES]
-        shard_now, part = await store.due_histogram(shard, bounds, group=group)
-        now_ms = max(now_ms, shard_now)
-        counts = [a + b for a, b in zip(counts, part, strict=True)]
-    labels = [label for label, _ in DUE_RANGES] + ["later"]
-    return DueHistogram(dict(zip(labels, counts, strict=True)), _utc(now_ms))
+        for shard in self._store.shards(type_name):
+            shard_now, part = await self._store.due_histogram(shard, bounds, group=group)
+            now_ms = max(now_ms, shard_now)
+            counts = [a + b for a, b in zip(counts, part, strict=True)]
+        labels = [label for label, _ in DUE_RANGES] + ["later"]
+        return DueHistogram(dict(zip(labels, counts, strict=True)), utc(now_ms))
 
+    async def run_now(self, type_name: str, event_id: str, group: str | None) -> bool:
+        """Hand a scheduled event to the consumers now, in the first layout that has it: for
+        every delivery group, or ``group`` alone (see :meth:`delayq.store.Store.run_now`);
+        False when it is not scheduled."""
+        for shard in self._router.shards_of_id(type_name, event_id):
+            if await self._store.run_now(shard, event_id, group):
+                return True
+        return False
 
-async def run_now(store: Store, type_name: str, event_id: str, group: str | None) -> bool:
-    """Hand a scheduled event to the consumers now, in the first layout that has it: for
-    every delivery group, or ``group`` alone (see :meth:`delayq.store.Store.run_now`);
-    False when it is not scheduled."""
-    group = check_group_name(group)
-    for shard in Router(store).shards_of_id(type_name, event_id):
-        if await store.run_now(shard, event_id, group):
-            return True
-    return False
+    async def workers(self, limit: int) -> list[WorkerInfo]:
+        """The live worker processes under the prefix, from their heartbeats (oldest first)."""
+        return await read_workers(self._store, limit)
+
+    async def history(
+        self, type_name: str, window: Window, group: str | None
+    ) -> list[HistoryPoint]:
+        """Handled, failed and lateness of a type (of delivery ``group``) per period."""
+        return await read_history(self._store, type_name, window, group=group)

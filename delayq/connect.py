@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
-from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
@@ -46,12 +45,6 @@ log = logging.getLogger("delayq.connect")
 
 SentinelAddress = tuple[str, int]
 """``(host, port)`` of one sentinel."""
-
-# A name for redis-py's script type, so that modules which must not import redis can
-# annotate with it (under TYPE_CHECKING): delayq/_store/ (see delayq/store.py); they use
-# Client for the clients
-LuaScript: TypeAlias = AsyncScript
-"""A script registered on a client (``register_script``): EVALSHA, loading it when missing."""
 
 # A command (not a blocking one) that takes longer than this is treated as a lost connection.
 COMMAND_TIMEOUT = 10.0
@@ -123,16 +116,26 @@ def master_kwargs(
 
 @dataclass
 class Clients:
-    """The clients a service owns, and what else must be closed with them."""
+    """A service's clients, and what it must close with them."""
 
     commands: Client
+    """Commands and scripts."""
     blocking: Client | None
+    """BRPOP and pub/sub (None: ``commands``)."""
     owned: list[Any] = field(default_factory=list)
+    """What the service made and closes last (none for a client the application passed)."""
     watch: SentinelWatch | None = None
+    """The Sentinel failover watch, closed with the service."""
 
 
 def url_clients(url: str, *, cluster: bool, polling: float) -> Clients:
-    """Two clients on ``url`` (a single Redis, or any node of a Cluster)."""
+    """The clients of ``EventService.from_url``: two on ``url`` (a single Redis, or any
+    node of a Cluster), or for a ``redis+sentinel://`` URL :func:`sentinel_clients`."""
+    if url.split("://", 1)[0] in SENTINEL_SCHEMES:
+        if cluster:
+            raise ValueError("a redis+sentinel:// URL cannot be used with cluster=True")
+        sentinels, name, kwargs = parse_sentinel_url(url)
+        return sentinel_clients(sentinels, name, polling=polling, **kwargs)
     factory: Any = RedisCluster.from_url if cluster else Redis.from_url
     commands = factory(url, socket_timeout=COMMAND_TIMEOUT, **_common())
     blocking = factory(url, socket_timeout=polling + COMMAND_TIMEOUT, **_common())

@@ -14,6 +14,7 @@ handler tasks are :mod:`delayq.handler_tasks`'.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -53,6 +54,27 @@ class ConsumerSettings:
     handler_timeout: float | None
     shutdown_grace: float
 
+    def overridden(
+        self, retry_attempts: int | None, retry_backoff: Backoff | None
+    ) -> ConsumerSettings:
+        """These settings with a handler's (a delivery group's) overrides, checked."""
+        changes: dict[str, Any] = {}
+        if retry_attempts is not None:
+            if (
+                not isinstance(retry_attempts, int)
+                or isinstance(retry_attempts, bool)
+                or not 0 <= retry_attempts <= 1000
+            ):
+                raise ValueError(
+                    f"retry_attempts must be an int from 0 to 1000, not {retry_attempts!r}"
+                )
+            changes["retry_attempts"] = retry_attempts
+        if retry_backoff is not None:
+            if not callable(retry_backoff):
+                raise TypeError("retry_backoff must be a callable attempt -> seconds or timedelta")
+            changes["retry_backoff"] = retry_backoff
+        return dataclasses.replace(self, **changes) if changes else self
+
 
 class Consumer:
     """Fetches ready events of one type and runs ``handler`` on at most ``concurrency`` at once."""
@@ -67,8 +89,8 @@ class Consumer:
         concurrency: int,
         settings: ConsumerSettings,
         metrics: Metrics,
+        observer: Observer,
         group: str | None = None,
-        observer: Observer | None = None,
     ):
         self.event_type = event_type
         self.type_name = event_type.event_name
@@ -80,9 +102,10 @@ class Consumer:
         self._store = store
         self._codec = codec
         self._s = settings
+        # the service's metrics as this consumer's group reports them
         self._metrics = metrics
         # times handler runs and opens their spans (shared with the service)
-        self._observer = observer if observer is not None else Observer(metrics)
+        self._observer = observer
         self._stopping = False
         self._fetch_scope: anyio.CancelScope | None = None
         self._running = 0
@@ -302,7 +325,7 @@ class Consumer:
                 self.group or DEFAULT_GROUP, enqueued_ms=enqueued_ms, envelope=c.envelope,
             )  # fmt: skip
             _set_delivery(delivery)
-            run = self._observer.started(delivery)
+            run = self._observer.started(delivery, self._metrics)
             failure: str | None = CANCELLED  # unless the handler comes back
             try:
                 failure = await self._call_handler(event, c, run)

@@ -1,10 +1,12 @@
-"""Enqueueing: checking and encoding events, batching them per type, counting the outcomes.
+"""Producers' calls: checking and encoding events, batching them per type, cancelling,
+counting the outcomes.
 
-Every enqueue ends in ``enqueue.lua`` on the shard the event's id routes to
-(:class:`~delayq.routing.Router`): one call per event for a single enqueue,
-one pipelined batch per shard for :meth:`Enqueuer.many` and
-:meth:`Enqueuer.envelopes`. Each outcome is counted as ``enqueued``, ``kept``
-(the id existed) or ``replaced``. The tracing hooks of
+Every enqueue goes through :meth:`~delayq.routing.Router.enqueue` and ends in
+``enqueue.lua`` on the shard the event's id routes to: one call per event for
+a single enqueue (concurrent ones coalesced by the store), one pipelined batch
+per shard for :meth:`Enqueuer.many` and :meth:`Enqueuer.envelopes`. Each
+outcome is counted as ``enqueued``, ``kept`` (the id existed) or
+``replaced``, and a cancel that removed an event as ``cancelled``. The tracing hooks of
 :class:`~delayq.observer.Observer` wrap the encoding, so a trace context
 travels in the stored envelope.
 """
@@ -76,12 +78,19 @@ class Enqueuer:
         """Enqueue one event due in ``ms`` (or at unix ms ``ms`` when ``absolute``)."""
         with self._observer.sending(event, context) as stored_context:
             name, envelope = self._prepare(event, stored_context)
-            shard = self._router.shard(name, event.id, type(event).event_partitions)
-            (code,) = await self._store.enqueue(
-                shard, [(event.id, envelope, ms)], absolute=absolute, replace=replace
-            )
+            (code,) = await self._router.enqueue(
+                name, type(event).event_partitions, [(event.id, envelope, ms)],
+                absolute=absolute, replace=replace,
+            )  # fmt: skip
         self._count_codes(name, [code])
         return code != 0
+
+    async def cancel(self, name: str, event_id: str) -> bool:
+        """Remove a pending event of type ``name``; True (and counted) when one was removed."""
+        removed = await self._router.cancel(name, event_id)
+        if removed:
+            self._metrics.increment("cancelled", event_type=name)
+        return removed
 
     async def many(
         self,

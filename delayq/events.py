@@ -191,3 +191,7 @@ class EventTypes(dict[str, type[Event]]):
         if isinstance(event_type, str):
             return validate_name(event_type)
         return self.register(event_type)
+
+    def cls_of(self, name: str) -> type[Event] | None:
+        """The class of a wire name: one met here, else one defined in this process, or None."""
+        return self.get(name) or find_event_type(name)

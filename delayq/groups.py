@@ -10,25 +10,21 @@ exactly as without this module. The fan-out happens in the scheduler's move
 groups. See docs/ARCHITECTURE.md, "Delivery groups".
 
 This module holds what the service needs beyond the store's group scripts:
-group names, per-group options and metrics labels, and the group-level
-operations behind ``EventService.register_group`` and friends.
+the group names as the public API takes them (:func:`check_group`,
+:func:`check_view`, called once by the facade; inside, ``None`` is the
+default group) and the group-level operations behind
+``EventService.register_group`` and friends.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 import logging
-from typing import Any
 
-from .consumer import ConsumerSettings
 from .events import validate_name
 from .keys import DEFAULT_GROUP
-from .metrics import Metrics
-from .retry import Backoff
 from .store import QueueCounts, Store, sum_counts
 
-__all__ = ["DEFAULT_GROUP", "GroupMetrics", "Groups", "check_group", "group_settings"]
+__all__ = ["DEFAULT_GROUP", "Groups", "check_group", "check_view"]
 
 log = logging.getLogger("delayq.groups")
 
@@ -40,78 +36,14 @@ def check_group(group: object) -> str | None:
     return validate_name(group, "group name")
 
 
-def group_settings(
-    base: ConsumerSettings, retry_attempts: int | None, retry_backoff: Backoff | None
-) -> ConsumerSettings:
-    """A group's consumer settings: the service's, with the group's overrides."""
-    changes: dict[str, Any] = {}
-    if retry_attempts is not None:
-        if (
-            not isinstance(retry_attempts, int)
-            or isinstance(retry_attempts, bool)
-            or not 0 <= retry_attempts <= 1000
-        ):
-            raise ValueError(
-                f"retry_attempts must be an int from 0 to 1000, not {retry_attempts!r}"
-            )
-        changes["retry_attempts"] = retry_attempts
-    if retry_backoff is not None:
-        if not callable(retry_backoff):
-            raise TypeError("retry_backoff must be a callable attempt -> seconds or timedelta")
-        changes["retry_backoff"] = retry_backoff
-    return dataclasses.replace(base, **changes) if changes else base
+def check_view(group: object) -> str | None:
+    """Validate the ``group`` of a view (``scheduled``, ``due_histogram``, ``run_now``...).
 
-
-def _accepts_group(method: Any) -> bool:
-    try:
-        params = inspect.signature(method).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == "group" or p.kind is p.VAR_KEYWORD for p in params)
-
-
-class GroupMetrics:
-    """The service's metrics sink, as a named group's consumer reports to it.
-
-    Calls carry ``group=<name>`` when the sink's methods accept a ``group``
-    keyword (as ``InMemoryMetrics`` does); older sinks get the group folded
-    into the label as ``event_type="<type>:<group>"`` (type names hold no
-    ``:``), so they keep working unchanged.
+    There ``None`` means the type as a whole (its schedule; every group for
+    ``run_now``) and ``"default"`` the default group alone (with its retries),
+    so the name is kept as given.
     """
-
-    def __init__(self, sink: Metrics, group: str):
-        self._sink = sink
-        self.group = group
-        self._inc_group = _accepts_group(sink.increment)
-        self._gauge_group = _accepts_group(sink.gauge)
-        self._observe_group = _accepts_group(sink.observe)
-
-    def increment(self, name: str, value: int = 1, *, event_type: str = "") -> None:
-        """Add ``value`` to the counter ``name`` of this group."""
-        if self._inc_group:
-            self._sink.increment(name, value, event_type=event_type, group=self.group)  # type: ignore[call-arg]
-        else:
-            self._sink.increment(name, value, event_type=f"{event_type}:{self.group}")
-
-    def gauge(self, name: str, value: float, *, event_type: str = "") -> None:
-        """Set the gauge ``name`` of this group."""
-        if self._gauge_group:
-            self._sink.gauge(name, value, event_type=event_type, group=self.group)  # type: ignore[call-arg]
-        else:
-            self._sink.gauge(name, value, event_type=f"{event_type}:{self.group}")
-
-    def observe(
-        self, name: str, seconds: float, *, event_type: str = "", outcome: str = ""
-    ) -> None:
-        """Record a duration of this group."""
-        if self._observe_group:
-            self._sink.observe(  # type: ignore[call-arg]
-                name, seconds, event_type=event_type, outcome=outcome, group=self.group
-            )
-        else:
-            self._sink.observe(
-                name, seconds, event_type=f"{event_type}:{self.group}", outcome=outcome
-            )
+    return None if group is None else validate_name(group, "group name")
 
 
 class Groups:
@@ -121,8 +53,12 @@ class Groups:
         self._store = store
         self._max = default_max_deliveries
 
-    async def register(self, type_name: str, group: str, retry_attempts: int | None = None) -> bool:
-        """Register ``group`` for ``type_name`` (in every partition); True when it is new."""
+    async def register(
+        self, type_name: str, group: str | None, retry_attempts: int | None = None
+    ) -> bool:
+        """Register ``group`` (None: the default group) for ``type_name`` (in every
+        partition); True when it is new."""
+        group = group or DEFAULT_GROUP  # the registry names the default group
         max_deliveries = self._max if retry_attempts is None else 1 + retry_attempts
         new = False
         for shard in self._store.shards(type_name):
@@ -130,8 +66,10 @@ class Groups:
             new = await self._store.register_group(shard, group, max_deliveries) or new
         return new
 
-    async def remove(self, type_name: str, group: str) -> bool:
-        """Drop ``group`` and its pending deliveries; False when it was not registered."""
+    async def remove(self, type_name: str, group: str | None) -> bool:
+        """Drop ``group`` (None: the default group) and its pending deliveries; False when
+        it was not registered."""
+        group = group or DEFAULT_GROUP
         code = 0
         for shard in self._store.shards(type_name):
             # groups are registered in every partition together: the last group of

@@ -19,11 +19,12 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from functools import cache
 
 import anyio
 import msgspec
 
+from ._version import __version__
+from .periodic import Periodic
 from .store import Store
 
 __all__ = ["Heartbeat", "WorkerInfo", "read_workers"]
@@ -76,22 +77,11 @@ class WorkerInfo:
     """Seconds the record lives without a new heartbeat."""
 
 
-@cache
-def delayq_version() -> str:
-    """The installed delayq version."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("delayq")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 def _ms_to_datetime(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, timezone.utc)
 
 
-class Heartbeat:
+class Heartbeat(Periodic):
     """The loop that keeps one service's record alive; owned by the service's task group."""
 
     def __init__(
@@ -101,8 +91,8 @@ class Heartbeat:
         snapshot: Callable[[], Mapping[str, tuple[int, int]]],
     ):
         """``snapshot()`` returns type name -> (concurrency, handlers in flight)."""
+        super().__init__(interval)
         self._store = store
-        self.interval = interval
         self.ttl_ms = max(1, round(interval * TTL_INTERVALS * 1000))
         self._snapshot = snapshot
         host = socket.gethostname() or "unknown"
@@ -111,19 +101,6 @@ class Heartbeat:
         self.worker_id = f"{safe_host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._host = host
         self._started_ms = 0
-        self._stopping = False
-        self._stop_event: anyio.Event | None = None
-
-    @property
-    def stopping(self) -> bool:
-        """True once :meth:`stop` has been called."""
-        return self._stopping
-
-    def stop(self) -> None:
-        """End :meth:`run`; the record is removed on the way out."""
-        self._stopping = True
-        if self._stop_event is not None:
-            self._stop_event.set()
 
     def record(self) -> bytes:
         """This worker's record as stored."""
@@ -137,14 +114,13 @@ class Heartbeat:
                 in_flight={name: n for name, (_, n) in snap.items()},
                 started_at_ms=self._started_ms,
                 seen_at_ms=time.time_ns() // 1_000_000,
-                version=delayq_version(),
+                version=__version__,
                 ttl_ms=self.ttl_ms,
             )
         )
 
     async def run(self) -> None:
         """Beat every ``interval`` until :meth:`stop`; then remove the record."""
-        self._stop_event = anyio.Event()
         if not self._started_ms:
             self._started_ms = time.time_ns() // 1_000_000
         try:
@@ -153,8 +129,7 @@ class Heartbeat:
                     await self._store.heartbeat(self.worker_id, self.record(), self.ttl_ms)
                 except Exception as exc:  # loops never die; the next beat may get through
                     log.warning("heartbeat failed (%s: %s)", type(exc).__name__, exc)
-                with anyio.move_on_after(self.interval):
-                    await self._stop_event.wait()
+                await self.pause()
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                 try:

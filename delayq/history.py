@@ -1,6 +1,8 @@
 """Handled, failed and lateness history per event type, from small per-process aggregates.
 
-Each started service tees its metrics into a :class:`HistoryRecorder`, which
+Each started service tees its metrics into a :class:`HistoryRecorder` (see
+:class:`delayq.metrics.ServiceMetrics`; a named group's figures arrive under
+``type:group``), which
 only adds to a few integers per type in memory (no Redis work per event). A
 :class:`HistoryWriter` merges them into Redis at most every ``history_interval``
 (10 s by default), one script call for all types, and only when something
@@ -20,18 +22,16 @@ bucket, so p50/p99 are approximate (within the bucket's width).
 from __future__ import annotations
 
 import bisect
-import inspect
 import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Literal
 
 import anyio
 import msgspec
 
-from .events import validate_name
-from .metrics import Metrics
+from .periodic import Periodic
 from .store import Store
 
 __all__ = [
@@ -39,7 +39,6 @@ __all__ = [
     "HistoryPoint",
     "HistoryRecorder",
     "HistoryWriter",
-    "TeeMetrics",
     "Window",
     "read_history",
 ]
@@ -100,8 +99,8 @@ class HistoryRecorder:
     def observe(
         self, name: str, seconds: float, *, event_type: str = "", outcome: str = ""
     ) -> None:
-        """Bucket the ``lateness`` duration (also accepted as ``lateness_seconds``)."""
-        if name in ("lateness", "lateness_seconds") and event_type:
+        """Bucket the ``lateness`` duration."""
+        if name == "lateness" and event_type:
             self._observed = True
             self._late(seconds * 1000, event_type)
 
@@ -118,100 +117,13 @@ class HistoryRecorder:
                 mine[i] += v
 
 
-def _takes_group(method: Any) -> bool:
-    try:
-        params = inspect.signature(method).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == "group" or p.kind is p.VAR_KEYWORD for p in params)
-
-
-def _label(event_type: str, group: str) -> str:
-    # a named delivery group's figures go under "type:group" (type names hold no ':')
-    return f"{event_type}:{group}" if group else event_type
-
-
-class TeeMetrics:
-    """Sends every metric to the user's sink and to the history recorder.
-
-    Takes the ``group`` keyword a named delivery group's consumer passes: the
-    user's sink gets it when its method accepts it (else folded into
-    ``event_type`` as ``"type:group"``), the recorder keeps such a group's
-    history under ``"type:group"``.
-    """
-
-    def __init__(self, user: Metrics, recorder: HistoryRecorder):
-        self.user = user
-        self.recorder = recorder
-        self._user_observe: Any = getattr(user, "observe", None)
-        self._group_ok = (
-            _takes_group(user.increment),
-            _takes_group(user.gauge),
-            self._user_observe is not None and _takes_group(self._user_observe),
-        )
-
-    def increment(
-        self, name: str, value: int = 1, *, event_type: str = "", group: str = ""
-    ) -> None:
-        """Forward a counter."""
-        if group and self._group_ok[0]:
-            self.user.increment(name, value, event_type=event_type, group=group)  # type: ignore[call-arg]
-        else:
-            self.user.increment(name, value, event_type=_label(event_type, group))
-        self.recorder.increment(name, value, event_type=_label(event_type, group))
-
-    def gauge(self, name: str, value: float, *, event_type: str = "", group: str = "") -> None:
-        """Forward a gauge."""
-        if group and self._group_ok[1]:
-            self.user.gauge(name, value, event_type=event_type, group=group)  # type: ignore[call-arg]
-        else:
-            self.user.gauge(name, value, event_type=_label(event_type, group))
-        self.recorder.gauge(name, value, event_type=_label(event_type, group))
-
-    def observe(
-        self,
-        name: str,
-        seconds: float,
-        *,
-        event_type: str = "",
-        outcome: str = "",
-        group: str = "",
-    ) -> None:
-        """Forward a duration (to the user's sink when it takes them)."""
-        if self._user_observe is not None:
-            if group and self._group_ok[2]:
-                self._user_observe(
-                    name, seconds, event_type=event_type, outcome=outcome, group=group
-                )
-            else:
-                self._user_observe(
-                    name, seconds, event_type=_label(event_type, group), outcome=outcome
-                )
-        self.recorder.observe(
-            name, seconds, event_type=_label(event_type, group), outcome=outcome
-        )
-
-
-class HistoryWriter:
+class HistoryWriter(Periodic):
     """The loop that writes the recorder's counts every ``interval``; owned by the service."""
 
     def __init__(self, store: Store, recorder: HistoryRecorder, interval: float):
+        super().__init__(interval)
         self._store = store
         self._recorder = recorder
-        self.interval = interval
-        self._stopping = False
-        self._stop_event: anyio.Event | None = None
-
-    @property
-    def stopping(self) -> bool:
-        """True once :meth:`stop` has been called."""
-        return self._stopping
-
-    def stop(self) -> None:
-        """Write what is left and end :meth:`run`."""
-        self._stopping = True
-        if self._stop_event is not None:
-            self._stop_event.set()
 
     async def flush(self) -> None:
         """Write what was counted since the last flush (nothing when nothing happened)."""
@@ -232,11 +144,9 @@ class HistoryWriter:
 
     async def run(self) -> None:
         """Flush every ``interval`` until :meth:`stop`, then once more."""
-        self._stop_event = anyio.Event()
         try:
             while not self._stopping:
-                with anyio.move_on_after(self.interval):
-                    await self._stop_event.wait()
+                await self.pause()
                 try:
                     await self.flush()
                 except Exception as exc:  # kept for the next flush
@@ -303,12 +213,12 @@ async def read_history(
 ) -> list[HistoryPoint]:
     """One point per period of ``window`` (60 minutes or 72 x 20 minutes), oldest first.
 
-    ``group`` names a delivery group: its own history (kept under ``type:group``
-    since groups exist); the type's default group without it (or with
-    ``"default"``). Periods without data are zeros. One HMGET of at most 72 fields.
+    ``group`` names a delivery group (checked; None: the default group): its own
+    history is kept under ``type:group``. Periods without data are zeros. One
+    HMGET of at most 72 fields.
     """
-    if group is not None and group != "default":
-        type_name = _label(type_name, validate_name(group, "group name"))
+    if group is not None:
+        type_name = f"{type_name}:{group}"
     if window == "hour":
         ring, period, slots = "minute", 60, MINUTE_SLOTS
     elif window == "day":

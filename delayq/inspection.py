@@ -1,34 +1,34 @@
-"""Looking at queues: one event by id, scheduled events by due time, dead letters.
+"""Looking at queues: one event by id, scheduled events by due time, dead letters, counts.
 
-Every lookup works with an Event class or with a type's wire name (a ``str``):
-tools such as the ``delayq`` command cannot import the application's classes.
-When the class is known (passed, or defined in this process) payloads decode
-into it; otherwise they are decoded from the stored envelope (MessagePack or
-JSON) into plain data. Either way :attr:`EventInfo.payload` is JSON-able.
+The public records of the lookups (:class:`EventInfo`, :class:`GroupState`,
+:class:`ScheduledEvent`, :class:`DeadLetter`) and :class:`Inspector`, which
+fills them. The service accepts an Event class or a type's wire name (tools
+such as the ``delayq`` command cannot import the application's classes); when
+the class is known (met by the service, or defined in this process) payloads
+decode into it, otherwise from the stored envelope (MessagePack or JSON) into
+plain data. Either way :attr:`EventInfo.payload` is JSON-able. For a type
+with delivery groups, :attr:`EventInfo.groups` gives the event's state in
+each group.
 
 Redis is read through :class:`~delayq.store.Store` (read-only scripts, one
 consistent view per call, bounded by the page size); nothing here writes.
-For a type with delivery groups, :attr:`EventInfo.groups` gives the event's
-:class:`GroupState` in each group. (The module is past 400 lines because the
-public records of the lookups, a docstring per field, live beside the one
-class that fills them.)
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import msgspec
 
 from .codec import Codec, open_envelope
 from .errors import DecodeError
-from .events import Event, check_event_type, find_event_type, validate_name
+from .events import Event, EventTypes
 from .routing import Router
-from .store import EventRecord, Store
+from .store import EventRecord, QueueCounts, Store
 
 __all__ = [
     "DeadLetter",
@@ -56,7 +56,12 @@ MAX_PAGE = 1000
 _MOST_ACTIVE: tuple[EventState, ...] = ("in_flight", "ready", "scheduled", "dead")
 
 
-def _utc(ms: int | None) -> datetime | None:
+@overload
+def utc(ms: int) -> datetime: ...
+@overload
+def utc(ms: int | None) -> datetime | None: ...
+def utc(ms: int | None) -> datetime | None:
+    """A time in ms on Redis's clock as a UTC datetime (None stays None)."""
     return None if ms is None else datetime.fromtimestamp(ms / 1000, timezone.utc)
 
 
@@ -96,7 +101,7 @@ def decode_payload(
     except DecodeError as exc:
         return _Decoded(error=str(exc))
     context = opened.context
-    enqueued_at = _utc(opened.enqueued_at_ms) if opened.enqueued_at_ms else None
+    enqueued_at = utc(opened.enqueued_at_ms) if opened.enqueued_at_ms else None
     serializer = opened.serializer
     problem: str | None = None
     if event_type is not None:
@@ -170,9 +175,9 @@ def _group_states(record: EventRecord) -> dict[str, GroupState]:
         states[name] = GroupState(
             group=name,
             state=state,
-            due_at=_utc(due),
-            lease_deadline=_utc(g.lease_deadline_ms),
-            failed_at=_utc(g.dead_at_ms),
+            due_at=utc(due),
+            lease_deadline=utc(g.lease_deadline_ms),
+            failed_at=utc(g.dead_at_ms),
             attempts=g.attempts,
             last_error=g.error,
         )
@@ -315,7 +320,8 @@ class DeadLetter:
         }
 
 
-def _check_page(limit: object, offset: object) -> None:
+def check_page(limit: object, offset: object) -> None:
+    """Raise unless ``limit`` (1 to :data:`MAX_PAGE`) and ``offset`` (>= 0) are a page."""
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
         raise ValueError(f"limit must be an int from 1 to {MAX_PAGE}, not {limit!r}")
     if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
@@ -323,27 +329,29 @@ def _check_page(limit: object, offset: object) -> None:
 
 
 class Inspector:
-    """Reads queue state for :class:`~delayq.EventService` (its lookup methods delegate here)."""
+    """Reads queue state for :class:`~delayq.EventService` (its lookup methods delegate here).
 
-    def __init__(self, store: Store, codec: Codec, known: Mapping[str, type[Event]]):
+    Types come as wire names (the facade resolves classes); payloads decode into
+    the class when the service has met it or this process defines it.
+    """
+
+    def __init__(self, store: Store, router: Router, codec: Codec, types: EventTypes):
         self._store = store
+        self._router = router  # a partitioned type is read as one
         self._codec = codec
-        self._known = known  # the service's registered types (shared, live)
-        self._router = Router(store)  # a partitioned type is read as one
+        self._types = types  # the service's registered types (shared, live)
 
-    def resolve(self, event_type: EventTypeRef) -> tuple[str, type[Event] | None]:
-        """``(wire name, class or None)`` of a class or a wire name."""
-        if isinstance(event_type, str):
-            name = validate_name(event_type)
-            return name, self._known.get(name) or find_event_type(name)
-        cls = check_event_type(event_type)
-        return cls.event_name, cls
+    async def stats(self, type_names: Iterable[str] | None = None) -> dict[str, QueueCounts]:
+        """Counts per type name: of ``type_names``, or of every type used under the prefix."""
+        if type_names is None:
+            type_names = await self._store.known_types()
+        return await self._store.counts(type_names)
 
-    async def inspect(self, event_type: EventTypeRef, event_id: str) -> EventInfo:
-        """Where the event ``(event_type, event_id)`` is, and all that is stored about it."""
+    async def inspect(self, name: str, event_id: str) -> EventInfo:
+        """Where the event ``(name, event_id)`` is, and all that is stored about it."""
         if not isinstance(event_id, str) or not event_id:
             raise ValueError(f"event id must be a non-empty str, not {event_id!r}")
-        name, cls = self.resolve(event_type)
+        cls = self._types.cls_of(name)
         if cls is not None:
             self._store.declare(name, cls.event_partitions)
         shard_list = self._router.shards_of_id(name, event_id)
@@ -354,7 +362,7 @@ class Inspector:
             r = await self._store.inspect(shard, event_id)
         groups = _group_states(r) if r.groups is not None else {}
         state: EventState
-        due_at, lease_deadline, failed_at = None, _utc(r.lease_deadline_ms), _utc(r.dead_at_ms)
+        due_at, lease_deadline, failed_at = None, utc(r.lease_deadline_ms), utc(r.dead_at_ms)
         attempts, last_error = r.attempts, r.error
         active = [g for s in _MOST_ACTIVE for g in groups.values() if g.state == s]
         if active:  # a type with groups: the most active group's state
@@ -369,7 +377,7 @@ class Inspector:
             state = "ready"
         elif r.scheduled_ms is not None:
             state = "scheduled"
-            due_at = _utc(r.scheduled_ms)
+            due_at = utc(r.scheduled_ms)
         elif r.envelope is None:
             state = "absent"
         else:
@@ -401,7 +409,7 @@ class Inspector:
 
     async def scheduled(
         self,
-        event_type: EventTypeRef,
+        name: str,
         limit: int = 100,
         offset: int = 0,
         *,
@@ -409,13 +417,12 @@ class Inspector:
     ) -> list[ScheduledEvent]:
         """Up to ``limit`` scheduled events from position ``offset``, earliest due first.
 
-        With ``group`` (a delivery group's name, ``"default"`` included): what that
-        group will get, the type's schedule and the group's own retries merged.
+        With ``group`` (a delivery group's name, ``"default"`` included; checked by
+        the caller): what that group will get, the type's schedule and the group's
+        own retries merged.
         """
-        _check_page(limit, offset)
-        name, cls = self.resolve(event_type)
-        if group is not None:
-            group = validate_name(group, "group name")
+        check_page(limit, offset)
+        cls = self._types.cls_of(name)
         items = []
         for record in await self._router.scheduled_page(name, offset, limit, group):
             decoded = decode_payload(record.envelope, record.raw_id, cls, self._codec)
@@ -436,7 +443,7 @@ class Inspector:
 
     async def dead_letters(
         self,
-        event_type: EventTypeRef,
+        name: str,
         limit: int = 100,
         offset: int = 0,
         *,
@@ -445,8 +452,8 @@ class Inspector:
         """Up to ``limit`` dead letters (of ``group``) from position ``offset``, oldest first."""
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise ValueError(f"limit must be a positive int, not {limit!r}")
-        _check_page(min(limit, MAX_PAGE), offset)
-        name, cls = self.resolve(event_type)
+        check_page(min(limit, MAX_PAGE), offset)
+        cls = self._types.cls_of(name)
         items = []
         for record in await self._router.dead_letters(name, offset, limit, group):
             decoded = decode_payload(record.envelope, record.raw_id, cls, self._codec)

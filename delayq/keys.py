@@ -44,14 +44,50 @@ process (TTL), and ``history:minute:<type>`` / ``history:coarse:<type>``
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .events import validate_name
 from .partitions import parse_shard, partition_tag
 
-__all__ = ["DEFAULT_GROUP", "PrefixKeys", "TypeKeys"]
+__all__ = ["DEFAULT_GROUP", "KeyView", "PrefixKeys", "TypeKeys"]
 
 DEFAULT_GROUP = "default"
 """The delivery group of handlers added without a ``group``: it uses the type's own keys."""
+
+
+class KeyView(NamedTuple):
+    """The 13 keys a per-type script takes, in order (``lua/_prelude.lua`` names them
+    ``K_EVENTS`` ... ``K_GSCHED``): one delivery group's view of a type (shard).
+
+    A tuple, so a script is given ``view[:n]``; read a key by name (``view.ready``).
+    """
+
+    events: str
+    """HASH id -> envelope (the type's, shared by its groups)."""
+    scheduled: str
+    """ZSET id -> due ms: the type's schedule (the default group), or a named group's retries."""
+    ready: str
+    """LIST of ready entries."""
+    queued: str
+    """ZSET of ready ids not claimed yet."""
+    inflight: str
+    """ZSET id -> lease deadline."""
+    leases: str
+    """HASH id -> claim token."""
+    attempts: str
+    """HASH id -> deliveries so far."""
+    errors: str
+    """HASH id -> last failure."""
+    dead: str
+    """ZSET id -> dead-letter time."""
+    meta: str
+    """HASH of counters and the wake mark."""
+    groups: str
+    """HASH: the type's group registry."""
+    pending: str
+    """HASH id -> groups still holding a fanned-out event."""
+    retries: str
+    """ZSET: the group's retry schedule once groups exist."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,32 +252,35 @@ class TypeKeys:
         """The key ``suffix`` of one named delivery group."""
         return self._key(f"g:{group}:{suffix}")
 
-    def view(self, group: str | None = None) -> tuple[str, ...]:
-        """The 13 keys the per-group scripts take (see ``lua/_prelude.lua``).
+    def view(self, group: str | None = None) -> KeyView:
+        """The 13 keys the per-group scripts take (see ``lua/_prelude.lua``); ``None``
+        is the default group.
 
         The ten keys of the group as the type's scripts expect them (the
         default group's are :meth:`all`), then the registry, ``pending`` and
         the group's retry schedule.
         """
-        if group is None or group == DEFAULT_GROUP:
+        if group is None:
             retries = self.group_key(DEFAULT_GROUP, "scheduled")
-            return (*self.all(), self.groups, self.pending, retries)
+            return KeyView._make((*self.all(), self.groups, self.pending, retries))
         g = self.group_keys(group)
-        return (self.events, *g, self.groups, self.pending, g[0])
+        return KeyView._make((self.events, *g, self.groups, self.pending, g[0]))
 
-    def read_view(self, group: str) -> tuple[str, ...]:
+    def read_view(self, group: str) -> KeyView:
         """The 13 keys the read-only scripts take to show one group of a type with groups.
 
         As :meth:`view`, but ``scheduled`` (KEYS[2]) is always the type's own
         schedule (events not fanned out yet, which every group will get) and
         KEYS[13] the group's retry schedule: ``counts``, ``scheduled_list`` and
         ``due_histogram`` count or merge both, so they show what the group will
-        receive. For the default group this is exactly ``view("default")``.
+        receive. For the default group this is exactly :meth:`view` of it.
         """
         if group == DEFAULT_GROUP:
-            return self.view(group)
+            return self.view()
         g = self.group_keys(group)
-        return (self.events, self.scheduled, *g[1:], self.groups, self.pending, g[0])
+        return KeyView._make(
+            (self.events, self.scheduled, *g[1:], self.groups, self.pending, g[0])
+        )
 
     def group_keys(self, group: str) -> tuple[str, ...]:
         """The nine keys of one group, in the order ``lua/_groups.lua`` expects."""

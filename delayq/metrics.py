@@ -21,16 +21,21 @@ clock), ``handler_duration`` (with ``outcome`` ``success``, ``failure``,
 Every call carries ``event_type`` (the wire name, or ``""`` for the scheduler).
 Calls made for a named delivery group (``add_handler(..., group="audit")``)
 also carry ``group="audit"`` when the sink's methods accept a ``group``
-keyword; a sink without it gets ``event_type="<type>:<group>"`` instead (see
-``delayq.groups.GroupMetrics``). The default group's calls never carry it.
+keyword; a sink without it gets ``event_type="<type>:<group>"`` instead. The
+default group's calls never carry it.
+
+This module is the one place that adapts sinks: :func:`as_metrics` checks the
+user's, and :class:`ServiceMetrics` is what the service's parts report to (the
+user's sink teed with the history recorder, one view per delivery group).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections import defaultdict
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["InMemoryMetrics", "Metrics", "NoopMetrics", "as_metrics"]
+__all__ = ["InMemoryMetrics", "Metrics", "NoopMetrics", "ServiceMetrics", "as_metrics"]
 
 
 @runtime_checkable
@@ -99,6 +104,98 @@ def as_metrics(sink: object) -> Metrics:
     if callable(getattr(sink, "observe", None)):
         return sink  # type: ignore[return-value]
     return _WithoutObserve(sink)
+
+
+def _takes_group(method: Any) -> bool:
+    try:
+        params = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "group" or p.kind is p.VAR_KEYWORD for p in params)
+
+
+class ServiceMetrics:
+    """What the service's parts report to: the user's sink, teed with a recorder.
+
+    ``sink`` is the user's (checked by :func:`as_metrics`); ``recorder`` (the
+    history recorder, or None) sees every call too. :meth:`for_group` gives
+    the view a named delivery group's consumer reports through: the user's
+    sink gets ``group=<name>`` when its method accepts it, else
+    ``event_type="<type>:<group>"`` (type names hold no ``:``); the recorder
+    always gets the folded label.
+    """
+
+    __slots__ = ("_by_group", "_recorder", "_sink", "_takes", "group")
+
+    def __init__(
+        self, sink: Metrics, recorder: Metrics | None = None, group: str | None = None
+    ):
+        self._sink = sink
+        self._recorder = recorder
+        self.group = group
+        """The named delivery group of this view (None: the default group)."""
+        self._takes = (
+            _takes_group(sink.increment), _takes_group(sink.gauge), _takes_group(sink.observe)
+        )  # fmt: skip
+        self._by_group: dict[str, ServiceMetrics] = {}
+
+    def for_group(self, group: str | None) -> ServiceMetrics:
+        """The view of a named delivery group (this one for ``None``, the default group)."""
+        if group is None:
+            return self
+        view = self._by_group.get(group)
+        if view is None:
+            view = self._by_group[group] = ServiceMetrics(self._sink, self._recorder, group)
+        return view
+
+    def increment(self, name: str, value: int = 1, *, event_type: str = "") -> None:
+        """Add ``value`` to the counter ``name``."""
+        group = self.group
+        if group is None:
+            label = event_type
+            self._sink.increment(name, value, event_type=event_type)
+        else:
+            label = f"{event_type}:{group}"
+            if self._takes[0]:
+                self._sink.increment(name, value, event_type=event_type, group=group)  # type: ignore[call-arg]
+            else:
+                self._sink.increment(name, value, event_type=label)
+        if self._recorder is not None:
+            self._recorder.increment(name, value, event_type=label)
+
+    def gauge(self, name: str, value: float, *, event_type: str = "") -> None:
+        """Set the gauge ``name``."""
+        group = self.group
+        if group is None:
+            label = event_type
+            self._sink.gauge(name, value, event_type=event_type)
+        else:
+            label = f"{event_type}:{group}"
+            if self._takes[1]:
+                self._sink.gauge(name, value, event_type=event_type, group=group)  # type: ignore[call-arg]
+            else:
+                self._sink.gauge(name, value, event_type=label)
+        if self._recorder is not None:
+            self._recorder.gauge(name, value, event_type=label)
+
+    def observe(
+        self, name: str, seconds: float, *, event_type: str = "", outcome: str = ""
+    ) -> None:
+        """Record one duration."""
+        group = self.group
+        if group is None:
+            label = event_type
+            self._sink.observe(name, seconds, event_type=event_type, outcome=outcome)
+        else:
+            label = f"{event_type}:{group}"
+            if self._takes[2]:
+                self._sink.observe(  # type: ignore[call-arg]
+                    name, seconds, event_type=event_type, outcome=outcome, group=group
+                )
+            else:
+                self._sink.observe(name, seconds, event_type=label, outcome=outcome)
+        if self._recorder is not None:
+            self._recorder.observe(name, seconds, event_type=label, outcome=outcome)
 
 
 class InMemoryMetrics:

@@ -16,7 +16,6 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol, runtime_checkable
 
 from .context import Delivery
-from .keys import DEFAULT_GROUP
 from .metrics import Metrics
 
 __all__ = ["HandlerRun", "Observer", "Tracing"]
@@ -54,10 +53,11 @@ class Tracing(Protocol):
 class HandlerRun:
     """One handler run in progress, as the observer tracks it."""
 
-    __slots__ = ("delivery", "error", "span", "started")
+    __slots__ = ("delivery", "error", "metrics", "span", "started")
 
-    def __init__(self, delivery: Delivery, started: float, span: Any):
+    def __init__(self, delivery: Delivery, metrics: Metrics, started: float, span: Any):
         self.delivery = delivery
+        self.metrics = metrics
         self.started = started
         self.span = span
         self.error: BaseException | None = None
@@ -67,10 +67,8 @@ class HandlerRun:
 class Observer:
     """Times handler runs and drives the tracing hooks; the consumers call it."""
 
-    def __init__(self, metrics: Metrics, tracing: Tracing | None = None):
-        self.metrics = metrics
+    def __init__(self, tracing: Tracing | None = None):
         self.tracing = tracing
-        self._by_group: dict[str, Metrics] = {}
 
     # -- enqueue -------------------------------------------------------------------
 
@@ -99,29 +97,17 @@ class Observer:
 
     # -- handler runs ----------------------------------------------------------------
 
-    def _metrics_of(self, delivery: Delivery) -> Metrics:
-        """The sink as the delivery's group reports to it (labelled with the group)."""
-        if delivery.group == DEFAULT_GROUP:
-            return self.metrics
-        metrics = self._by_group.get(delivery.group)
-        if metrics is None:
-            # deferred: groups imports consumer, which imports this module
-            from .groups import GroupMetrics
-
-            metrics = self._by_group[delivery.group] = GroupMetrics(self.metrics, delivery.group)
-        return metrics
-
-    def started(self, delivery: Delivery) -> HandlerRun:
-        """A handler is about to run ``delivery``: record its lateness, open its span."""
+    def started(self, delivery: Delivery, metrics: Metrics) -> HandlerRun:
+        """A handler is about to run ``delivery``: record its lateness in ``metrics`` (the
+        sink as the delivery's group reports to it), open its span."""
         lateness_ms = delivery.lateness_ms
         if lateness_ms is not None:
-            metrics = self._metrics_of(delivery)
             metrics.gauge("lateness_ms", lateness_ms, event_type=delivery.event_type)
             metrics.observe(
                 "lateness", max(0.0, lateness_ms / 1000), event_type=delivery.event_type
             )
         span = None if self.tracing is None else self.tracing.handling(delivery)
-        return HandlerRun(delivery, time.perf_counter(), span)
+        return HandlerRun(delivery, metrics, time.perf_counter(), span)
 
     def finished(self, run: HandlerRun, failure: str | None) -> None:
         """The handler of ``run`` returned (``failure`` None) or failed: record and close."""
@@ -135,7 +121,7 @@ class Observer:
             outcome = "cancelled"
         else:
             outcome = "failure"
-        metrics = self._metrics_of(delivery)
+        metrics = run.metrics
         metrics.observe(
             "handler_duration", elapsed, event_type=delivery.event_type, outcome=outcome
         )

@@ -60,7 +60,7 @@ from opentelemetry.trace import (
     TraceState,
 )
 
-from . import __version__
+from ._version import __version__
 from .context import PROPAGATION_KEYS, Delivery, hide_context_keys
 
 __all__ = ["OTelTracing"]

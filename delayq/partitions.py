@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import binascii
 import zlib
-from collections.abc import Iterable
 from functools import lru_cache
 
 __all__ = [
@@ -139,7 +138,3 @@ def check_partitions(value: object) -> int:
         raise ValueError(f"partitions must be from 1 to {MAX_PARTITIONS}, not {value!r}")
     return value
 
-
-def all_shards(type_name: str, layouts: Iterable[int]) -> list[str]:
-    """Every shard of every layout, in layout order."""
-    return [s for n in layouts for s in shards(type_name, n)]

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TypeVar
 
 from .partitions import shard_for
+from .repartition import RepartitionResult, repartition
 from .store import DeadRecord, ScheduledRecord, Store
 
 __all__ = ["Router"]
@@ -29,10 +30,6 @@ class Router:
 
     def __init__(self, store: Store):
         self._store = store
-
-    def shard(self, type_name: str, event_id: str, partitions: int) -> str:
-        """The shard an event is enqueued to (the type's declared layout)."""
-        return shard_for(type_name, event_id, partitions)
 
     def shards_of_id(self, type_name: str, event_id: str | bytes) -> list[str]:
         """The shard an id routes to in every known layout of the type (one per layout)."""
@@ -69,6 +66,11 @@ class Router:
             for i, code in zip(indexes, got, strict=True):
                 codes[i] = code
         return codes
+
+    async def repartition(self, type_name: str, partitions: int, wait: float) -> RepartitionResult:
+        """Move the type's events from every other layout into ``partitions`` (see
+        :func:`delayq.repartition.repartition`)."""
+        return await repartition(self._store, type_name, partitions, wait=wait)
 
     async def cancel(self, type_name: str, event_id: str) -> bool:
         """Cancel an id wherever a layout of the type routes it; True when one was removed."""

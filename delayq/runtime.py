@@ -15,6 +15,8 @@ import contextlib
 import inspect
 import logging
 import time
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -22,11 +24,10 @@ import anyio
 from .codec import Codec
 from .consumer import Consumer, ConsumerSettings, Handler
 from .events import Event
-from .groups import GroupMetrics, check_group, group_settings
 from .health import ServiceHealth
 from .heartbeat import Heartbeat
 from .history import HistoryRecorder, HistoryWriter
-from .metrics import Metrics
+from .metrics import ServiceMetrics
 from .observer import Observer
 from .options import Options
 from .retry import Backoff
@@ -54,19 +55,21 @@ class Runtime:
         *,
         codec: Codec,
         observer: Observer,
-        metrics: Metrics,
-        history: HistoryRecorder,
+        metrics: ServiceMetrics,
+        history: HistoryRecorder | None,
         polling_timeout: float,
+        owned: list[Any],
+        watch: SentinelWatch | None,
+        outbox: Callable[[], AbstractAsyncContextManager[Any]] | None,
     ):
         opts = self._options = options
         self._store = store
         self._codec = codec
         self._observer = observer
         self._metrics = metrics
-        self.owned: list[Any] = []
-        """Clients the service made (``from_url``), closed last."""
-        self.watch: SentinelWatch | None = None
-        """The Sentinel failover watch of a ``from_sentinel`` service, closed with it."""
+        self._owned = owned  # clients the service made (from_url), closed last
+        self._watch = watch  # the Sentinel failover watch of a from_sentinel service
+        self._outbox = outbox  # the outbox relay run beside the loops, if any
         # (type name, group; None for the default group) -> its consumer here
         self.consumers: dict[tuple[str, str | None], Consumer] = {}
         self._running_loops: set[_Loop] = set()
@@ -99,7 +102,7 @@ class Runtime:
         if opts.heartbeat_interval:
             self.heartbeat = Heartbeat(store, opts.heartbeat_interval, self._snapshot)
         self._history_writer: HistoryWriter | None = None
-        if opts.history_interval:
+        if history is not None:
             self._history_writer = HistoryWriter(store, history, opts.history_interval)
         self._supervisor: asyncio.Task[None] | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -118,9 +121,9 @@ class Runtime:
         retry_attempts: int | None,
         retry_backoff: Backoff | None,
     ) -> None:
-        """Check and add a handler's consumer; start it at once if the service runs."""
-        group = check_group(group)
-        settings = group_settings(self._consumer_settings, retry_attempts, retry_backoff)
+        """Check and add a handler's consumer (``group`` checked, None: the default group);
+        start it at once if the service runs."""
+        settings = self._consumer_settings.overridden(retry_attempts, retry_backoff)
         if not callable(handler) or not (
             inspect.iscoroutinefunction(handler)
             or inspect.iscoroutinefunction(getattr(handler, "__call__", None))  # noqa: B004
@@ -147,9 +150,9 @@ class Runtime:
             handler=handler,
             concurrency=concurrency,
             settings=settings,
-            metrics=self._metrics if group is None else GroupMetrics(self._metrics, group),
-            group=group,
+            metrics=self._metrics.for_group(group),
             observer=self._observer,
+            group=group,
         )
         self.consumers[name, group] = consumer
         if self._task_group is not None:
@@ -205,8 +208,8 @@ class Runtime:
 
     # -- lifecycle -------------------------------------------------------------------
 
-    async def start(self, service: object) -> None:
-        """Start the loops under a supervisor task; ``service`` goes to the outbox relay."""
+    async def start(self) -> None:
+        """Start the loops (and the outbox relay) under a supervisor task."""
         if self._closed:
             raise RuntimeError("a closed EventService cannot be started again")
         if self._supervisor is not None:
@@ -228,13 +231,13 @@ class Runtime:
         self._closing = asyncio.Event()
         started = asyncio.get_running_loop().create_future()
         self._supervisor = asyncio.create_task(
-            self._supervise(started, service), name="delayq-service"
+            self._supervise(started), name="delayq-service"
         )
         await asyncio.wait([started, self._supervisor], return_when=asyncio.FIRST_COMPLETED)
         if self._supervisor.done():
             self._supervisor.result()  # raise what stopped it
 
-    async def _supervise(self, started: asyncio.Future[None], service: object) -> None:
+    async def _supervise(self, started: asyncio.Future[None]) -> None:
         assert self._closing is not None
         try:
             async with anyio.create_task_group() as tg:
@@ -247,9 +250,9 @@ class Runtime:
                     if reporter is not None:
                         tg.start_soon(self._keep_running, reporter)
                 async with contextlib.AsyncExitStack() as beside:
-                    if self._options.outbox is not None:
+                    if self._outbox is not None:
                         # relays stop (finishing their batch) before the loops do
-                        await beside.enter_async_context(self._options.outbox(service))
+                        await beside.enter_async_context(self._outbox())
                     started.set_result(None)
                     await self._closing.wait()
                 consumers = list(self.consumers.values())
@@ -308,7 +311,7 @@ class Runtime:
             if not task.cancelled() and task.exception() is not None:
                 log.error("the service's tasks ended with an error", exc_info=task.exception())
         await self._store.aclose()
-        if self.watch is not None:
-            await self.watch.aclose()
-        for client in self.owned:
+        if self._watch is not None:
+            await self._watch.aclose()
+        for client in self._owned:
             await client.aclose()

@@ -1,13 +1,16 @@
-"""``EventService``: the public API, a thin facade over modules with one job each.
+"""``EventService``: the public API, a thin facade over the parts that do the work.
 
-:mod:`delayq.wiring` builds the parts (:mod:`delayq.connect` builds and
-checks the clients); the methods delegate: :mod:`delayq.enqueueing` checks,
-encodes and batches enqueues, :mod:`delayq.routing` spreads operations over a
-type's partitions (dead letters included), :mod:`delayq.inspection` and
-:mod:`delayq.browsing` read queue state, :mod:`delayq.groups` runs delivery
-groups, and :mod:`delayq.runtime` owns the loops and the lifecycle. The
-module is over 400 lines because every public method keeps its docstring
-here, where users read it; each body is a line or two of delegation.
+Construction has one path: :mod:`delayq.connect` builds the clients (from a
+URL or Sentinel; an application's own client is used as given), and
+:func:`delayq.wiring.wire` builds the parts from them. Every method then does
+the same two things: it turns the public arguments into the internal forms
+(an event class or wire name into the wire name, ``group`` into a checked
+name with ``None`` for the default group), and makes one call on one part:
+:mod:`~delayq.enqueueing` (enqueue, cancel), :mod:`~delayq.routing` (dead
+letters, repartitioning), :mod:`~delayq.inspection` (lookups, counts),
+:mod:`~delayq.browsing` (the dashboard's views), :mod:`~delayq.groups`, and
+:mod:`~delayq.runtime` (handlers, the loops, the lifecycle). Every public
+method keeps its docstring here, where users read it.
 """
 
 from __future__ import annotations
@@ -17,17 +20,17 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from . import connect
-from .browsing import DueHistogram, InFlightEvent, due_histogram, in_flight, run_now
+from .browsing import DueHistogram, InFlightEvent
 from .connect import Client
 from .consumer import Handler
 from .events import Event
-from .groups import check_group
+from .groups import check_group, check_view
 from .health import ServiceHealth
-from .heartbeat import WorkerInfo, read_workers
-from .history import HistoryPoint, Window, read_history
+from .heartbeat import WorkerInfo
+from .history import HistoryPoint, Window
 from .inspection import DeadLetter, EventInfo, EventTypeRef, ScheduledEvent
 from .options import Options
-from .repartition import RepartitionResult, repartition
+from .repartition import RepartitionResult
 from .retry import Backoff, delay_ms, due_unix_ms
 from .store import QueueCounts, Store
 from .wiring import wire
@@ -47,13 +50,13 @@ class EventService:
     """
 
     def __init__(self, redis: Client, **options: Any):
-        self._setup(redis, None, options)
+        self._setup(connect.Clients(redis, None), options)
 
-    def _setup(self, redis: Client, blocking: Client | None, options: dict[str, Any]) -> None:
-        parts = wire(redis, blocking, options)
+    def _setup(self, clients: connect.Clients, options: dict[str, Any]) -> None:
+        parts = wire(clients, options, self)
         self._options, self._store, self._router = parts.options, parts.store, parts.router
-        self._metrics, self._types, self._groups = parts.metrics, parts.types, parts.groups
-        self._inspector, self._enqueuer = parts.inspector, parts.enqueuer
+        self._types, self._groups = parts.types, parts.groups
+        self._inspector, self._browser, self._enqueuer = parts.inspector, parts.browser, parts.enqueuer
         self._runtime = parts.runtime
         self._scheduler = parts.runtime.scheduler
 
@@ -62,18 +65,13 @@ class EventService:
         """Connect to the Redis at ``url`` (``redis://``, ``rediss://``, ``unix://``).
 
         With ``cluster=True``, ``url`` names any node of a Redis Cluster and the
-        other nodes are discovered from it. A ``redis+sentinel://`` URL goes to
-        :meth:`from_sentinel`. Creates two clients owned (and closed) by the
+        other nodes are discovered from it. A ``redis+sentinel://`` URL connects
+        through Sentinel, as :meth:`from_sentinel` does. Creates two clients owned (and closed) by the
         service: one for commands and scripts, one for BRPOP and pub/sub with a
         socket timeout above the block time. Both speak RESP2 and retry
         connection errors with backoff.
         """
         polling = connect.polling_of(options)
-        if url.split("://", 1)[0] in connect.SENTINEL_SCHEMES:
-            if cluster:
-                raise ValueError("a redis+sentinel:// URL cannot be used with cluster=True")
-            sentinels, name, kwargs = connect.parse_sentinel_url(url)
-            return cls.from_sentinel(sentinels, name, **kwargs, **options)
         return cls._owning(connect.url_clients(url, cluster=cluster, polling=polling), options)
 
     @classmethod
@@ -108,9 +106,7 @@ class EventService:
     @classmethod
     def _owning(cls, clients: connect.Clients, options: dict[str, Any]) -> EventService:
         service = cls.__new__(cls)
-        service._setup(clients.commands, clients.blocking, options)  # nothing to close on error
-        service._runtime.owned = clients.owned
-        service._runtime.watch = clients.watch
+        service._setup(clients, options)  # nothing to close on error
         return service
 
     @property
@@ -155,8 +151,9 @@ class EventService:
         """
         name = self._types.register(event_type)
         self._runtime.add_consumer(
-            name, event_type, handler, concurrency, group, retry_attempts, retry_backoff
-        )
+            name, event_type, handler, concurrency, check_group(group), retry_attempts,
+            retry_backoff,
+        )  # fmt: skip
 
     async def remove_handler(self, event_type: type[Event], *, group: str | None = None) -> bool:
         """Stop handling ``event_type`` (in ``group``) once its in-flight handlers finish.
@@ -185,7 +182,7 @@ class EventService:
         """
         name = self._types.register(event_type)
         checked = check_group(group)
-        return await self._groups.register(name, checked or "default", retry_attempts)
+        return await self._groups.register(name, checked, retry_attempts)
 
     async def remove_group(self, event_type: type[Event], group: str) -> bool:
         """Drop a delivery group: its pending deliveries, retries and dead letters.
@@ -199,7 +196,7 @@ class EventService:
         name = self._types.register(event_type)
         checked = check_group(group)
         await self._runtime.remove_consumer(name, checked)
-        return await self._groups.remove(name, checked or "default")
+        return await self._groups.remove(name, checked)
 
     async def groups(self, event_type: EventTypeRef) -> list[str]:
         """The delivery groups registered for ``event_type`` (class or wire name;
@@ -289,10 +286,7 @@ class EventService:
         touched: use :meth:`purge_dead_letters`.
         """
         name = self._types.name(event_type)
-        removed = await self._router.cancel(name, id)
-        if removed:
-            self._metrics.increment("cancelled", event_type=name)
-        return removed
+        return await self._enqueuer.cancel(name, id)
 
     # -- dead letters and stats ----------------------------------------------------
 
@@ -306,16 +300,14 @@ class EventService:
     ) -> list[DeadLetter]:
         """Up to ``limit`` dead letters of ``event_type`` (class or wire name; in ``group``),
         oldest first."""
-        if not isinstance(event_type, str):
-            self._types.register(event_type)
-        return await self._inspector.dead_letters(
-            event_type, limit, offset, group=check_group(group)
-        )
+        name = self._types.name(event_type)
+        return await self._inspector.dead_letters(name, limit, offset, group=check_group(group))
 
     async def inspect(self, event_type: EventTypeRef, id: str) -> EventInfo:
         """Where one event is (scheduled, ready, in flight, dead, absent) and all Redis holds
         about it, read in one atomic step. ``event_type`` is the class or its wire name."""
-        return await self._inspector.inspect(event_type, id)
+        name = self._types.name(event_type)
+        return await self._inspector.inspect(name, id)
 
     async def scheduled(
         self, event_type: EventTypeRef, limit: int = 100, offset: int = 0, *,
@@ -324,7 +316,8 @@ class EventService:
         """Up to ``limit`` (≤ 1000) scheduled events from position ``offset``, earliest due
         first. Retries waiting for their backoff are scheduled events too. With ``group``
         (``"default"`` included), the type's schedule and that group's retries."""
-        return await self._inspector.scheduled(event_type, limit, offset, group=group)
+        name = self._types.name(event_type)
+        return await self._inspector.scheduled(name, limit, offset, group=check_view(group))
 
     async def requeue_dead_letters(
         self,
@@ -340,8 +333,7 @@ class EventService:
         With ``group``, that group's dead letters, delivered again to that group alone.
         """
         name = self._types.name(event_type)
-        group = check_group(group)
-        return await self._router.requeue_dead(name, ids, delay_ms(delay), group)
+        return await self._router.requeue_dead(name, ids, delay_ms(delay), check_group(group))
 
     async def purge_dead_letters(
         self,
@@ -364,12 +356,12 @@ class EventService:
         Each :class:`QueueCounts` also has the next due time and the backlog's age; the
         cost is one read-only script call per type, all in one pipeline.
         """
-        return await self._store.counts(await self._store.known_types())
+        return await self._inspector.stats()
 
     async def stats_for(self, event_type: EventTypeRef) -> QueueCounts:
         """Counts of one event type (class or wire name)."""
         name = self._types.name(event_type)
-        return (await self._store.counts([name]))[name]
+        return (await self._inspector.stats([name]))[name]
 
     async def repartition(
         self, event_type: type[Event], *, wait: float = 30.0
@@ -383,7 +375,7 @@ class EventService:
         is empty and retired. Safe to run again (it finishes the job).
         """
         name = self._types.register(event_type)
-        return await repartition(self._store, name, event_type.event_partitions, wait=wait)
+        return await self._router.repartition(name, event_type.event_partitions, wait)
 
     # -- browsing --------------------------------------------------------------------
 
@@ -393,14 +385,16 @@ class EventService:
     ) -> list[InFlightEvent]:
         """Up to ``limit`` in-flight events (class or wire name; of delivery ``group``, the
         default group's without), earliest lease deadline first."""
-        return await in_flight(self._store, self._types.name(event_type), limit, offset, group=group)
+        name = self._types.name(event_type)
+        return await self._browser.in_flight(name, limit, offset, check_group(group))
 
     async def due_histogram(
         self, event_type: EventTypeRef, *, group: str | None = None
     ) -> DueHistogram:
         """How many scheduled events fall due: overdue, next minute, hour, day, later.
         With ``group``, that delivery group's retries count too."""
-        return await due_histogram(self._store, self._types.name(event_type), group=group)
+        name = self._types.name(event_type)
+        return await self._browser.due_histogram(name, check_view(group))
 
     async def run_now(self, event_type: EventTypeRef, id: str, *, group: str | None = None) -> bool:
         """Hand a scheduled event to the consumers now; False when it is not scheduled.
@@ -410,7 +404,8 @@ class EventService:
         every group runs it now; with ``group`` that group alone, the others getting
         it at its due time (see README, "Delivery groups").
         """
-        return await run_now(self._store, self._types.name(event_type), id, group)
+        name = self._types.name(event_type)
+        return await self._browser.run_now(name, id, check_view(group))
 
     # -- workers and history ----------------------------------------------------------
 
@@ -422,7 +417,7 @@ class EventService:
 
     async def workers(self, limit: int = 1000) -> list[WorkerInfo]:
         """The live worker processes under the prefix, from their heartbeats (oldest first)."""
-        return await read_workers(self._store, limit)
+        return await self._browser.workers(limit)
 
     async def history(
         self, event_type: EventTypeRef, window: Window = "hour", *, group: str | None = None
@@ -430,7 +425,8 @@ class EventService:
         """Handled, failed and lateness of a type (class or wire name; of delivery ``group``,
         the default group's without) per minute (``window="hour"``: 60 points) or per 20
         minutes (``"day"``: 72 points), summed over every worker, oldest first."""
-        return await read_history(self._store, self._types.name(event_type), window, group=group)
+        name = self._types.name(event_type)
+        return await self._browser.history(name, window, check_group(group))
 
     @property
     def handled_types(self) -> list[str]:
@@ -453,7 +449,7 @@ class EventService:
 
     async def start(self) -> None:
         """Start the scheduler (if enabled) and a consumer per registered handler."""
-        await self._runtime.start(self)
+        await self._runtime.start()
 
     async def aclose(self) -> None:
         """Stop fetching, give in-flight handlers ``shutdown_grace``, release everything.

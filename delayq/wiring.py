@@ -1,34 +1,34 @@
-"""Wiring a service: its parts, built from its client(s) and keyword options.
+"""Wiring a service: its parts, built from its clients and keyword options.
 
 :func:`wire` checks the options (:class:`~delayq.options.Options`) and the
-client (:func:`delayq.connect.check_client`), then builds each part once and
-hands it the others it works with: the store, the codec, the metrics sink
-(the user's, teed with the history recorder), the tracing observer, the
-registry of event types, and the parts the service delegates to. Building
-opens no connection and starts no task: that is ``start()``'s job.
+command client (:func:`delayq.connect.check_client`), then builds each part
+once and hands it the others it works with: the store, the router over
+partitions, the codec, the metrics (the user's sink teed with the history
+recorder), the tracing observer, the registry of event types, and the parts
+the service delegates to. Building opens no connection and starts no task:
+that is ``start()``'s job.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import connect
+from .browsing import Browser
 from .codec import Codec
 from .enqueueing import Enqueuer
 from .events import EventTypes
 from .groups import Groups
-from .history import HistoryRecorder, TeeMetrics
+from .history import HistoryRecorder
 from .inspection import Inspector
-from .metrics import Metrics
+from .metrics import ServiceMetrics
 from .observer import Observer
 from .options import Options
 from .routing import Router
 from .runtime import Runtime
 from .store import Store
-
-if TYPE_CHECKING:
-    from .connect import Client
 
 __all__ = ["Parts", "wire"]
 
@@ -43,23 +43,25 @@ class Parts:
     """The Redis side of every operation."""
     router: Router
     """Operations spread over the shards of a partitioned type."""
-    metrics: Metrics
-    """The user's metrics sink, teed with the history recorder."""
     types: EventTypes
     """The event types the service has met."""
     groups: Groups
     """Delivery group operations."""
     inspector: Inspector
-    """Lookups by class or wire name."""
+    """Lookups and counts."""
+    browser: Browser
+    """The dashboard's views and actions."""
     enqueuer: Enqueuer
-    """The enqueue operations."""
+    """The producers' operations."""
     runtime: Runtime
     """The loops and the lifecycle."""
 
 
-def wire(redis: Client, blocking: Client | None, options: dict[str, Any]) -> Parts:
-    """Check ``options`` and ``redis``; build the parts (``blocking``: BRPOP and pub/sub)."""
+def wire(clients: connect.Clients, options: dict[str, Any], service: object) -> Parts:
+    """Check ``options`` and the clients; build the parts of ``service`` (which the outbox
+    relay, if any, gets when it starts)."""
     opts = Options.build(**options)
+    redis, blocking = clients.commands, clients.blocking
     connect.check_client(redis)
     store = Store(
         redis,
@@ -71,18 +73,18 @@ def wire(redis: Client, blocking: Client | None, options: dict[str, Any]) -> Par
     router = Router(store)
     codec = Codec(opts.serializer, opts.max_payload_bytes)
     # the history recorder sees every metric; the user's sink sees them unchanged
-    history = HistoryRecorder()
-    metrics = TeeMetrics(opts.metrics, history)
-    observer = Observer(metrics, opts.tracing)
+    history = HistoryRecorder() if opts.history_interval else None
+    metrics = ServiceMetrics(opts.metrics, history)
+    observer = Observer(opts.tracing)
     types = EventTypes(store.declare)
     return Parts(
         options=opts,
         store=store,
         router=router,
-        metrics=metrics,
         types=types,
         groups=Groups(store, 1 + opts.retry_attempts),
-        inspector=Inspector(store, codec, types),
+        inspector=Inspector(store, router, codec, types),
+        browser=Browser(store, router),
         enqueuer=Enqueuer(store, router, codec, observer, metrics, types),
         runtime=Runtime(
             store,
@@ -92,5 +94,8 @@ def wire(redis: Client, blocking: Client | None, options: dict[str, Any]) -> Par
             metrics=metrics,
             history=history,
             polling_timeout=connect.block_time(opts.polling_timeout, blocking or redis),
+            owned=clients.owned,
+            watch=clients.watch,
+            outbox=None if opts.outbox is None else functools.partial(opts.outbox, service),
         ),
     )

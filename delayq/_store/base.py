@@ -1,57 +1,70 @@
-"""The state every part of the store shares, the keys of a shard, and one script call.
+"""The store's primitives: the state its parts share, a shard's keys, and running scripts.
 
-The mixins in this package build on :class:`StoreBase`; ``delayq.store.Store``
-sets the state up and provides what needs redis itself (pipelines, errors).
+Every part of :class:`delayq.store.Store` (the mixins in this package) sends
+its scripts through the methods here: one call (:meth:`StoreBase._run`), one
+read-only call (:meth:`StoreBase._read`), and one loop for many calls
+(:meth:`StoreBase._calls`: pipelined, a few at a time on a cluster, sent again
+after a NOSCRIPT). With ``store.py`` it is the only part of the store that
+imports redis.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..keys import DEFAULT_GROUP, PrefixKeys
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.commands.core import AsyncScript
+from redis.exceptions import ResponseError
 
-if TYPE_CHECKING:
-    from ..connect import Client, LuaScript
+from .. import lua
+from ..errors import NotReplicatedError
+from ..keys import KeyView, PrefixKeys
 
 # the logger of delayq.store, whichever part of the store logs
 log = logging.getLogger("delayq.store")
 
-# How many keys of a group's view (keys.TypeKeys.view) each script takes:
-# only what it uses, so a type without groups sends what it always sent.
-_NKEYS = {
-    "claim": 10, "renew": 10, "dead_list": 10, "migrate_out": 10, "move_due": 11, "cancel": 11,
-    "group_register": 11, "ack": 12, "dead_purge": 12,
-    # a group's reads pass its read view (keys.TypeKeys.read_view) instead
-    "counts": 10, "scheduled_list": 10, "due_histogram": 10,
-}  # fmt: skip
+# How many keys of a group's view each per-type script takes (derived from the
+# scripts, see lua.key_count): only what it uses, so a type without groups
+# sends what it always sent.
+_KEY_COUNT = {name: lua.key_count(name) for name in lua.PER_TYPE}
+
+# redis-py refuses EVALSHA in cluster pipelines: there calls go this many at a time
+_CLUSTER_BATCH = 16
 
 
-class StoreBase(ABC):
+def error_code(exc: BaseException) -> str:
+    """The code of a Redis error reply: its first word (``NOSCRIPT``, ``OOM``, ``ERR``...)."""
+    # redis-py keeps the code of the errors it maps to a class in ``status_code``
+    # and strips it from the message; other replies keep it as their first word
+    code = getattr(exc, "status_code", None)
+    return str(code) if code else str(exc).split(" ", 1)[0]
+
+
+class StoreBase:
     """What the parts of :class:`delayq.store.Store` share (set up by its ``__init__``)."""
 
-    redis: Client
-    blocking: Client
+    redis: Redis | RedisCluster
+    blocking: Redis | RedisCluster
     min_replicas: int
     replica_timeout_ms: int
     keys: PrefixKeys
-    _type_keys: dict[tuple[str, str | None], tuple[str, ...]]
-    _scripts: dict[str, LuaScript]
+    _type_keys: dict[tuple[str, str | None], KeyView]
+    _scripts: dict[str, AsyncScript]
 
-    def _k(self, type_name: str, group: str | None = None) -> tuple[str, ...]:
-        """The 13 keys of a group's view (``TypeKeys.view``); the default group's by default."""
-        if group == DEFAULT_GROUP:
-            group = None
+    def _k(self, type_name: str, group: str | None = None) -> KeyView:
+        """The keys of a group's view of a shard (``TypeKeys.view``; None: the default group)."""
         keys = self._type_keys.get((type_name, group))
         if keys is None:
             keys = self.keys.for_shard(type_name).view(group)
             self._type_keys[type_name, group] = keys
         return keys
 
-    def _read_keys(self, type_name: str, group: str | None) -> tuple[str, ...]:
-        """The keys of a read-only script: the type's (its default group's lists, no
+    def _read_keys(self, type_name: str, group: str | None) -> Sequence[str]:
+        """The keys of a read-only script: the type's ten (its default group's lists, no
         retry schedules) for ``None``, else the group's read view (``TypeKeys.read_view``)."""
         if group is None:
             return self._k(type_name)[:10]
@@ -64,20 +77,51 @@ class StoreBase(ABC):
         return await self._scripts[script](keys=self._read_keys(type_name, group), args=args)
 
     async def _run(
+        self, script: str, type_name: str, args: Sequence[Any], *, group: str | None = None
+    ) -> Any:
+        """Run a per-type script on a group's view of a shard (None: the default group)."""
+        keys = self._k(type_name, group)[: _KEY_COUNT[script]]
+        return await self._scripts[script](keys=keys, args=args)
+
+    async def _calls(
         self,
         script: str,
-        type_name: str,
-        args: Sequence[Any],
-        client: Any = None,
+        calls: Sequence[tuple[Sequence[str], Sequence[Any]]],
         *,
-        group: str | None = None,
-    ) -> Any:
-        keys = self._k(type_name, group)[: _NKEYS.get(script, 13)]
-        return await self._scripts[script](keys=keys, args=args, client=client)
+        wait: bool = False,
+    ) -> list[Any]:
+        """Run one script once per ``(keys, args)``, pipelined; replies in order.
 
-    # -- provided by delayq.store.Store (they need redis's own types) ----------------
+        Each call's keys share a hash tag; on a cluster the calls go a few at a
+        time. Every script is safe to run twice, so after a NOSCRIPT (a
+        restarted or flushed Redis) the script is loaded and the whole pipeline
+        sent again. With ``wait`` a ``WAIT min_replicas`` ends the pipeline (on
+        its connection, so it counts the replicas that have these writes): its
+        reply is the last one.
+        """
+        if not calls:
+            return []
+        source = self._scripts[script]
+        if isinstance(self.redis, RedisCluster):  # (no min_replicas on a cluster)
+            results: list[Any] = []
+            for i in range(0, len(calls), _CLUSTER_BATCH):
+                batch = calls[i : i + _CLUSTER_BATCH]
+                results.extend(await asyncio.gather(*(source(keys=k, args=a) for k, a in batch)))
+            return results
+        for attempt in (1, 2):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for keys, args in calls:
+                    pipe.evalsha(source.sha, len(keys), *keys, *args)
+                if wait:
+                    pipe.execute_command("WAIT", self.min_replicas, self.replica_timeout_ms)
+                try:
+                    return list(await pipe.execute())
+                except ResponseError as exc:
+                    if attempt == 2 or error_code(exc) != "NOSCRIPT":
+                        raise
+                await self.redis.script_load(source.script)
+        raise AssertionError("unreachable")
 
-    @abstractmethod
     async def _pipelined(
         self,
         script: str,
@@ -87,31 +131,36 @@ class StoreBase(ABC):
         wait: bool = False,
         group: str | None = None,
     ) -> list[Any]:
-        """Run one script several times in one pipeline; replies in order."""
+        """Run a per-type script once per ``args`` on one view, in one pipeline (one slot).
 
-    @abstractmethod
+        With ``wait`` and ``min_replicas``, raise or warn (see :meth:`_replicated`)
+        unless that many replicas confirm the calls.
+        """
+        keys = self._k(type_name, group)[: _KEY_COUNT[script]]
+        wait = wait and self.min_replicas > 0
+        replies = await self._calls(script, [(keys, args) for args in calls], wait=wait)
+        if wait:
+            self._replicated(int(replies.pop()), script, type_name)
+        return replies
+
     async def _run_durable(
         self, script: str, type_name: str, args: Sequence[Any], *, group: str | None = None
     ) -> Any:
         """Run a script; with ``min_replicas``, also wait for that many replicas to have it."""
+        if not self.min_replicas:
+            return await self._run(script, type_name, args, group=group)
+        (reply,) = await self._pipelined(script, type_name, [args], wait=True, group=group)
+        return reply
 
-    @abstractmethod
-    async def _per_type(self, script: str, calls: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
-        """Run one script once per ``(type name, args)``, pipelined; replies in order."""
-
-    @abstractmethod
-    async def _with_keys(
-        self, script: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]
-    ) -> list[Any]:
-        """Run one script once per ``(keys, args)``, pipelined; replies in order."""
-
-    @abstractmethod
-    async def _enqueue_now(
-        self,
-        type_name: str,
-        items: Sequence[tuple[str, bytes, int]],
-        *,
-        absolute: bool,
-        replace: bool,
-    ) -> list[int]:
-        """Enqueue ``items`` now (not coalesced); Redis out of memory raises QueueFullError."""
+    def _replicated(self, replicas: int, script: str, type_name: str) -> None:
+        if replicas >= self.min_replicas:
+            return
+        message = (
+            f"{type_name}: only {replicas} of the {self.min_replicas} replicas asked for "
+            f"(min_replicas) confirmed the {script} within {self.replica_timeout_ms} ms; "
+            "a failover now could undo it"
+        )
+        if script == "enqueue":
+            raise NotReplicatedError(message + ". Enqueueing again is safe (same id, same event)")
+        # an ack a failover undoes means the event runs again: at-least-once still holds
+        log.warning("%s", message)

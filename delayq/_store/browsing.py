@@ -1,5 +1,5 @@
 """Reading queue state: counts, one event's record, pages of scheduled and in-flight events,
-the due-time histogram, the dashboard's run-now action, and Redis's clock and policy.
+the due-time histogram, and Redis's clock and policy.
 
 Reads that take ``group`` show one delivery group of a type with groups: its
 lists, plus the type's schedule (events not fanned out yet, which every group
@@ -28,7 +28,7 @@ from .records import (
 
 
 class Browsing(Layouts, DeliveryGroups):
-    """Read-only views of a type's queues (and ``run_now``), one consistent read per call."""
+    """Read-only views of a type's queues, one consistent read per call."""
 
     async def counts(self, type_names: Iterable[str]) -> dict[str, QueueCounts]:
         """Per-type counts, next due time and backlog age: one read-only script per shard.
@@ -39,7 +39,10 @@ class Browsing(Layouts, DeliveryGroups):
         """
         names = sorted(type_names)
         per_name = [self.shards(name) for name in names]
-        replies = await self._per_type("counts", [(s, []) for sl in per_name for s in sl])
+        calls: list[tuple[Sequence[str], Sequence[Any]]] = [
+            (self._read_keys(s, None), []) for sl in per_name for s in sl
+        ]
+        replies = await self._calls("counts", calls)
         result: dict[str, QueueCounts] = {}
         at = 0
         for name, shard_list in zip(names, per_name, strict=True):
@@ -52,8 +55,8 @@ class Browsing(Layouts, DeliveryGroups):
         async with self.redis.pipeline(transaction=False) as pipe:
             for shard in shard_list:
                 k = self._k(shard)
-                for i in (1, 3, 4, 8):
-                    pipe.zcard(k[i])
+                for key in (k.scheduled, k.queued, k.inflight, k.dead):
+                    pipe.zcard(key)
             replies = [int(x) for x in await pipe.execute()]
         return [
             QueueCounts(
@@ -118,7 +121,7 @@ class Browsing(Layouts, DeliveryGroups):
         calls: list[tuple[Sequence[str], Sequence[Any]]] = [
             (self._read_keys(type_name, name), []) for name in names
         ]
-        replies = await self._with_keys("counts", calls)
+        replies = await self._calls("counts", calls)
         return {name: _counts(r) for name, r in zip(names, replies, strict=True)}
 
     async def server_time_ms(self) -> int:
@@ -134,19 +137,6 @@ class Browsing(Layouts, DeliveryGroups):
             return None
         value: Any = reply.get(b"maxmemory-policy") or reply.get("maxmemory-policy")
         return value.decode() if isinstance(value, bytes) else value
-
-    # -- the dashboard -----------------------------------------------------------
-
-    async def run_now(self, type_name: str, event_id: str, group: str | None = None) -> bool:
-        """Move a scheduled event to the ready list now; False when it is not scheduled.
-
-        For a type with delivery groups an event not fanned out yet is fanned out
-        now, ready for ``group`` (every group when None) and due at its time for
-        the others; one already fanned out runs now where ``group`` (or any group)
-        has it waiting for a retry. See ``lua/group_run_now.lua``.
-        """
-        args = [event_id, group or ""]
-        return bool(await self._every_group("group_run_now", type_name, args, ("run_now", args)))
 
     async def inflight_page(
         self, type_name: str, offset: int, limit: int, *, group: str | None = None

@@ -32,12 +32,12 @@ class DeadLetters(StoreBase):
         self, type_name: str, count: int, *, group: str | None = None
     ) -> list[bytes]:
         """The ``count`` oldest dead-letter ids."""
-        key = self._k(type_name, group)[8]
+        key = self._k(type_name, group).dead
         return cast(list[bytes], await self.redis.zrange(key, 0, count - 1))
 
     async def dead_count(self, type_name: str, *, group: str | None = None) -> int:
         """How many dead letters a group of the type has."""
-        return int(await self.redis.zcard(self._k(type_name, group)[8]))
+        return int(await self.redis.zcard(self._k(type_name, group).dead))
 
     async def requeue_dead(
         self,

@@ -9,14 +9,14 @@ from .base import StoreBase, log
 from .records import Claimed
 
 
-class Delivery(StoreBase):
+class Deliveries(StoreBase):
     """One delivery's life on the consumer side, for one group of a type."""
 
     async def pop_ready(
         self, type_name: str, timeout: float, *, group: str | None = None
     ) -> bytes | None:
         """Block up to ``timeout`` seconds for one ready entry of a group (BRPOP)."""
-        reply = await self.blocking.brpop([self._k(type_name, group)[2]], timeout=timeout)
+        reply = await self.blocking.brpop([self._k(type_name, group).ready], timeout=timeout)
         return None if reply is None else cast(bytes, reply[1])
 
     async def claim(

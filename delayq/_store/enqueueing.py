@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from ..errors import QueueFullError, RedisResponseError
 from .groups import DeliveryGroups
 from .layouts import Layouts
 
@@ -103,6 +104,32 @@ class Enqueueing(Layouts, DeliveryGroups):
                     future.cancel()
             batch.pending.clear()
 
+    async def _enqueue_now(
+        self,
+        type_name: str,
+        items: Sequence[tuple[str, bytes, int]],
+        *,
+        absolute: bool,
+        replace: bool,
+    ) -> list[int]:
+        """Enqueue now (not coalesced); Redis out of memory raises :class:`QueueFullError`."""
+        try:
+            return await self._send_enqueue(type_name, items, absolute=absolute, replace=replace)
+        except RedisResponseError as exc:
+            if "used memory > 'maxmemory'" not in str(exc):
+                raise
+            raise QueueFullError(
+                f"Redis is out of memory (used memory > maxmemory, policy noeviction): "
+                f"{type_name} events were not enqueued"
+                + (
+                    ""
+                    if len(items) <= ENQUEUE_CHUNK
+                    else f" (each group of {ENQUEUE_CHUNK} is all-or-nothing; earlier groups of "
+                    f"this call may have been enqueued)"
+                )
+                + ". Handling queued events frees memory; or raise maxmemory."
+            ) from exc
+
     async def _send_enqueue(
         self,
         type_name: str,
@@ -111,11 +138,7 @@ class Enqueueing(Layouts, DeliveryGroups):
         absolute: bool,
         replace: bool,
     ) -> list[int]:
-        """One script call per chunk of ``ENQUEUE_CHUNK`` items, pipelined.
-
-        Called by ``_enqueue_now``, which turns Redis's out-of-memory refusal
-        into :class:`~delayq.errors.QueueFullError`.
-        """
+        """One script call per chunk of ``ENQUEUE_CHUNK`` items, pipelined."""
         await self.register_type(type_name)
         # "<replace>:<call id>:<chunk no>": the call id lets the script tell
         # a retried chunk from a new call that encoded identical bytes.

@@ -52,7 +52,7 @@ class DeliveryGroups(StoreBase):
         groups = self._groups.get(type_name)
         if groups is None and ungrouped is None:
             groups = self._remember_groups(
-                type_name, await self.redis.hkeys(self._k(type_name)[10])
+                type_name, await self.redis.hkeys(self._k(type_name).groups)
             )
             if groups is None:
                 return None
@@ -90,5 +90,5 @@ class DeliveryGroups(StoreBase):
 
     async def groups(self, type_name: str) -> dict[str, int]:
         """The type's registered groups and their max deliveries (empty: no named group)."""
-        reply = await self.redis.hgetall(self._k(type_name)[10])
+        reply = await self.redis.hgetall(self._k(type_name).groups)
         return {(k.decode() if isinstance(k, bytes) else k): _int(v) for k, v in reply.items()}

@@ -69,7 +69,3 @@ class Layouts(StoreBase):
         for name, layouts in found.items():
             self._layouts.setdefault(name, set()).update(layouts)
         return names
-
-    async def known_shards(self) -> set[str]:
-        """Every shard of every type (and layout) used under the prefix."""
-        return {s for name in await self.known_types() for s in self.shards(name)}

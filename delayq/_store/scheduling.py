@@ -1,4 +1,5 @@
-"""The scheduler's calls: its lock and membership, moving due events, reading shards to migrate."""
+"""Moving scheduled events: the scheduler's lock and membership, ``move_due``, running one
+event now (the dashboard's action), reading shards to migrate."""
 
 from __future__ import annotations
 
@@ -67,13 +68,24 @@ class Scheduling(DeliveryGroups):
             missing=list(r[7:]),
         )
 
+    async def run_now(self, type_name: str, event_id: str, group: str | None = None) -> bool:
+        """Move a scheduled event to the ready list now; False when it is not scheduled.
+
+        For a type with delivery groups an event not fanned out yet is fanned out
+        now, ready for ``group`` (every group when None) and due at its time for
+        the others; one already fanned out runs now where ``group`` (or any group)
+        has it waiting for a retry. See ``lua/group_run_now.lua``.
+        """
+        args = [event_id, group or ""]
+        return bool(await self._every_group("group_run_now", type_name, args, ("run_now", args)))
+
     async def peek_scheduled(self, shard: str, count: int) -> list[tuple[bytes, bytes, int]]:
         """Up to ``count`` scheduled events of a shard, earliest first: (id, envelope, due ms)."""
         k = self._k(shard)
-        reply: list[Any] = await self.redis.zrange(k[1], 0, count - 1, withscores=True)
+        reply: list[Any] = await self.redis.zrange(k.scheduled, 0, count - 1, withscores=True)
         if not reply:
             return []
-        envelopes: list[Any] = await self.redis.hmget(k[0], [m for m, _ in reply])
+        envelopes: list[Any] = await self.redis.hmget(k.events, [m for m, _ in reply])
         return [
             (cast(bytes, m), cast(bytes, env), int(score))
             for (m, score), env in zip(reply, envelopes, strict=True)
@@ -86,4 +98,4 @@ class Scheduling(DeliveryGroups):
 
     async def has_groups(self, shard: str) -> bool:
         """True when the shard's type has named delivery groups."""
-        return bool(await self.redis.exists(self._k(shard)[10]))
+        return bool(await self.redis.exists(self._k(shard).groups))

@@ -7,22 +7,43 @@ anything; everything it changes goes through the public
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import HTMLResponse, Response
 
 from ..keys import DEFAULT_GROUP
+from ..service import EventService
+from .security import Csrf
 
-if TYPE_CHECKING:
-    from .app import Dashboard
+__all__ = ["Actions", "Pages"]
 
-__all__ = ["Actions"]
+
+class Pages(Protocol):
+    """What the actions use of the dashboard (:class:`delayq.dashboard.app.Dashboard`)."""
+
+    service: EventService
+    read_only: bool
+    csrf: Csrf
+
+    def render(
+        self, request: Request, template: str, status_code: int = 200, **context: Any
+    ) -> HTMLResponse:
+        """Render a template with the common context."""
+
+    def type_name(self, request: Request, value: str | None) -> str:
+        """An event type's wire name from a query or form."""
+
+    def group_name(self, value: object) -> str:
+        """A delivery group name from a query or form."""
+
+    def group_arg(self, group: str) -> str | None:
+        """The ``group=`` argument of the service's dead-letter calls."""
 
 class Actions:
-    """The POST handlers of one :class:`~delayq.dashboard.app.Dashboard`."""
+    """The POST handlers of one dashboard."""
 
-    def __init__(self, dash: Dashboard):
+    def __init__(self, dash: Pages):
         self.dash = dash
 
     async def _checked_form(self, request: Request) -> tuple[Any, Response | None]:

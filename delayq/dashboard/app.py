@@ -26,6 +26,7 @@ from starlette.staticfiles import StaticFiles
 
 from ..events import validate_name
 from ..history import HistoryPoint, Window
+from ..keys import DEFAULT_GROUP
 from ..service import EventService
 from .actions import Actions
 from .charts import Series, bar_chart, line_chart
@@ -34,7 +35,6 @@ from .security import AuthHook, Csrf, SecurityMiddleware
 __all__ = ["create_app"]
 
 _MAX_TYPES_WITH_CHARTS = 50
-_DEFAULT_GROUP = "default"
 
 
 def _fmt_time(when: datetime | None) -> str:
@@ -155,7 +155,7 @@ class Dashboard:
     def group_name(value: object) -> str:
         """A delivery group name from a query or form ("default" when absent)."""
         if value is None or value == "":
-            return _DEFAULT_GROUP
+            return DEFAULT_GROUP
         try:
             return validate_name(str(value), "group name")
         except (TypeError, ValueError) as exc:
@@ -166,7 +166,7 @@ class Dashboard:
     @staticmethod
     def group_arg(group: str) -> str | None:
         """The ``group=`` argument of the service's dead-letter calls."""
-        return None if group == _DEFAULT_GROUP else group
+        return None if group == DEFAULT_GROUP else group
 
     # -- data ----------------------------------------------------------------
 
@@ -224,9 +224,9 @@ class Dashboard:
             "charts": charts,
             "window": window,
             "group_counts": group_counts,
-            "any_groups": any(g != [_DEFAULT_GROUP] for g in groups),
+            "any_groups": any(g != [DEFAULT_GROUP] for g in groups),
             # their charts are the default group's (the type page shows each group's)
-            "grouped": {n for n, g in zip(names, groups, strict=True) if g != [_DEFAULT_GROUP]},
+            "grouped": {n for n, g in zip(names, groups, strict=True) if g != [DEFAULT_GROUP]},
         }
 
     async def _type_context(self, request: Request, name: str) -> dict[str, Any]:
@@ -242,7 +242,7 @@ class Dashboard:
         in_offset = _int_param(request, "in_offset")
         group = self.group_name(request.query_params.get("group"))
         group_stats = await self.service.group_stats(name)
-        grouped = list(group_stats) != [_DEFAULT_GROUP]
+        grouped = list(group_stats) != [DEFAULT_GROUP]
         # the group the views read: None (the type's keys, as always) without named groups
         view = group if grouped else self.group_arg(group)
         histogram, upcoming, in_flight = await asyncio.gather(
@@ -253,7 +253,7 @@ class Dashboard:
         bars = [(label, n) for label, n in histogram.counts.items()]
         return {
             "name": name,
-            "counts": group_stats.get(group if grouped else _DEFAULT_GROUP),
+            "counts": group_stats.get(group if grouped else DEFAULT_GROUP),
             # only a type with a named group gets the per-group table and selector
             "group_stats": group_stats if grouped else {},
             "group": group,

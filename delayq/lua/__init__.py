@@ -8,10 +8,11 @@ get ``_groups.lua`` after it; the lock scripts work on one key and stand alone.
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from importlib import resources
 
-__all__ = ["GROUPED", "PER_TYPE", "source"]
+__all__ = ["GROUPED", "PER_TYPE", "key_count", "source"]
 
 PER_TYPE = (
     "enqueue",
@@ -64,3 +65,30 @@ def source(name: str) -> str:
     if name in PER_TYPE or name in GROUPED:
         return (here / "_prelude.lua").read_text(encoding="utf-8") + "\n" + body
     return body
+
+
+# The prelude's names of KEYS[11..13] (and the helpers that read them), by the
+# number of keys a script must be given to have them.
+_OPTIONAL_KEYS = (
+    (13, re.compile(r"\bK_GSCHED\b|KEYS\[13\]")),
+    (12, re.compile(r"\bK_PENDING\b|KEYS\[12\]|\bcounting\(|\brelease\(")),
+    (11, re.compile(r"\bK_GROUPS\b|KEYS\[11\]|\bgrouped\(")),
+)
+
+
+@cache
+def key_count(name: str) -> int:
+    """How many keys of a group's view (``keys.TypeKeys.view``) the per-type script ``name``
+    uses: its ten, then groups, pending and the retry schedule as far as its code reads them.
+
+    Derived from the script's own code (comments left out), so a type without groups
+    sends only what the script needs.
+    """
+    if name not in PER_TYPE:
+        raise KeyError(f"{name!r} is not a per-type script")
+    text = (resources.files(__name__) / f"{name}.lua").read_text(encoding="utf-8")
+    code = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+    for count, pattern in _OPTIONAL_KEYS:
+        if pattern.search(code):
+            return count
+    return 10

@@ -302,7 +302,7 @@ _Local = TypeVar("_Local", LocalHistogram, LocalGauge)
 
 def _folded(event_type: str, group: str) -> str:
     """The ``event_type`` label of a metric without a ``group`` label (one this version
-    does not know): a named group folded in as ``type:group``, as ``GroupMetrics`` does."""
+    does not know): a named group folded in as ``type:group``, as ``ServiceMetrics`` does."""
     return event_type if group == DEFAULT_GROUP else f"{event_type}:{group}"
 
 

@@ -1,0 +1,51 @@
+"""metrics.ServiceMetrics: the one adapter between the service's parts and the user's sink."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from delayq.history import HistoryRecorder
+from delayq.metrics import InMemoryMetrics, ServiceMetrics, as_metrics
+
+
+class OldSink:
+    """A sink from before groups and durations: increment and gauge only, no ``group``."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def increment(self, name: str, value: int = 1, *, event_type: str = "") -> None:
+        self.calls.append(("increment", name, value, event_type))
+
+    def gauge(self, name: str, value: float, *, event_type: str = "") -> None:
+        self.calls.append(("gauge", name, value, event_type))
+
+
+def test_a_named_group_is_folded_into_the_label_of_a_sink_without_group() -> None:
+    sink = OldSink()
+    recorder = HistoryRecorder()
+    metrics = ServiceMetrics(as_metrics(sink), recorder)
+    audit = metrics.for_group("audit")
+    assert metrics.for_group(None) is metrics and metrics.for_group("audit") is audit
+    metrics.increment("succeeded", event_type="t")
+    audit.increment("succeeded", 2, event_type="t")
+    audit.gauge("in_flight", 3, event_type="t")
+    audit.observe("lateness", 0.004, event_type="t")  # dropped for the sink, kept by the recorder
+    assert sink.calls == [
+        ("increment", "succeeded", 1, "t"),
+        ("increment", "succeeded", 2, "t:audit"),
+        ("gauge", "in_flight", 3, "t:audit"),
+    ]
+    rows = recorder.take()
+    assert rows["t"][0] == 1 and rows["t:audit"][0] == 2 and sum(rows["t:audit"][2:]) == 1
+
+
+def test_a_sink_that_takes_group_gets_it_and_the_default_group_never_does() -> None:
+    sink = InMemoryMetrics()
+    metrics = ServiceMetrics(sink)  # no recorder (history_interval=0)
+    metrics.increment("delivered", event_type="t")
+    metrics.for_group("audit").increment("delivered", 5, event_type="t")
+    metrics.for_group("audit").gauge("in_flight", 1, event_type="t")
+    assert sink.counters["delivered", "t"] == 6
+    assert dict(sink.group_counters) == {("delivered", "t", "audit"): 5}
+    assert sink.gauges == {("in_flight", "t:audit"): 1}
