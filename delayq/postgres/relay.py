@@ -5,7 +5,8 @@ UPDATE SKIP LOCKED`` so several relays share the table without waiting for each 
 get them back (``RETURNING``), with a plan that reads about ``batch_size`` rows whatever the
 table's statistics say (see ``_take``); enqueue them through :meth:`EventService.enqueue_envelopes`
 (the normal enqueue script: same (type, id) dedup, same ``replace`` rule); commit. A relay that dies between the enqueue and
-the commit leaves its rows in the table, unlocked; the next batch sends them again, and Redis
+the commit leaves its rows in the table, unlocked once PostgreSQL ends its session (bounded
+by the relay's timeouts); the next batch sends them again, and Redis
 keeps the event it already has (counted as ``kept``). A re-sent row carries the very envelope
 of the first send, so even an event that was already handled comes back as the *same version*
 (:attr:`delayq.Delivery.version`), which the inbox recognises.
