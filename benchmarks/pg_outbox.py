@@ -12,11 +12,18 @@ Starts a private redis-server and a private PostgreSQL (delayq.testing; ``REDIS_
    enqueue, once enqueued directly and once through the outbox (delay counted from the
    commit returning): wall-clock lateness at handler start, p50/p99/max;
 4. **inbox cost**: ``--handled`` events handled with a transaction that updates one row,
-   without and with ``inbox.once``: handler time per event and events/s.
+   without and with ``inbox.once``: handler time per event and events/s;
+5. **backlog** (issue 26): ``--backlog`` rows committed at once into an outbox whose
+   statistics are those autovacuum leaves on a drained one (3,000 rows relayed, 1 left,
+   ``ANALYZE``; autovacuum off on the table so they stay), drained by 1 and by 2 relays
+   (``--batch-size``): rows/s, rows per transaction and time per batch; meanwhile
+   ``--rate`` probe events/s go through the outbox (due ``--delay`` s after relay) and are
+   handled: their lateness while the backlog drains and for ``--after`` s after.
 
     .venv/bin/python benchmarks/pg_outbox.py
     .venv/bin/python benchmarks/pg_outbox.py --rows 100000 --handled 10000
     .venv/bin/python benchmarks/pg_outbox.py --only lateness --repeat 5
+    .venv/bin/python benchmarks/pg_outbox.py --only backlog --backlog 100000
 
 Writes ``benchmarks/results/pg_outbox-<time>.json``.
 """
@@ -51,6 +58,27 @@ class BenchCheck(Event, event_name="bench-pg-check"):
 
     order_id: int
     note: str = "x" * 60
+
+
+class BacklogProbe(Event, event_name="bench-pg-probe"):
+    """An event committed while a backlog drains; its lateness is measured."""
+
+
+class TimedRelay(OutboxRelay):
+    """An OutboxRelay that records each batch's rows and time."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.batch_ms: list[float] = []
+        self.batch_rows: list[int] = []
+
+    async def relay_once(self) -> int:
+        t0 = time.perf_counter()
+        moved = await super().relay_once()
+        if moved:
+            self.batch_ms.append((time.perf_counter() - t0) * 1000)
+            self.batch_rows.append(moved)
+        return moved
 
 
 def pct(values: list[float], q: float) -> float:
@@ -250,11 +278,134 @@ async def bench_inbox(args: argparse.Namespace, redis_url: str, db_url: str) -> 
     return out
 
 
+async def bench_backlog(args: argparse.Namespace, redis_url: str, db_url: str) -> dict[str, Any]:
+    return {f"relays_{n}": await backlog_run(args, redis_url, db_url, n) for n in (1, 2)}
+
+
+async def backlog_run(
+    args: argparse.Namespace, redis_url: str, db_url: str, relays: int
+) -> dict[str, Any]:
+    """One backlog drain by ``relays`` relays (see the module's docstring, part 5)."""
+    schema = "bench_backlog"
+    outbox = Outbox(schema)
+    conn = await fresh(db_url, schema)
+    table = f'"{schema}".outbox'
+    # the statistics of a drained outbox, kept while the backlog comes and goes
+    await conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+    service = EventService.from_url(redis_url, prefix=f"bench-backlog-{relays}")
+    await service.store.redis.flushdb()
+
+    async def add(n: int, tag: str) -> None:
+        for start in range(0, n, 10_000):
+            events = [
+                BenchCheck(id=f"{tag}{i}", order_id=i) for i in range(start, min(n, start + 10_000))
+            ]
+            async with conn.transaction():
+                await outbox.enqueue_many(conn, events, 3600)
+
+    await add(3000, "old")
+    warm = OutboxRelay(service, db_url, schema=schema, inbox_retention=None)
+    while await warm.relay_once():
+        pass
+    await warm.aclose()
+    await add(1, "last")
+    await conn.execute(f"ANALYZE {table}")
+    reltuples = await conn.fetchval(
+        "SELECT reltuples FROM pg_class WHERE oid = $1::regclass", table
+    )
+    t0 = time.perf_counter()
+    await add(args.backlog, "b")
+    insert_s = time.perf_counter() - t0
+
+    committed: dict[str, float] = {}
+    late: dict[str, float] = {}
+    all_handled = asyncio.Event()
+    sending = True
+
+    async def handler(event: BacklogProbe) -> None:
+        late[event.id] = (time.time() - committed[event.id] - args.delay) * 1000
+        if not sending and len(late) == len(committed):
+            all_handled.set()
+
+    service.add_handler(BacklogProbe, handler, concurrency=16)
+    workers = [
+        TimedRelay(service, db_url, schema=schema, batch_size=args.batch_size,
+                   poll_interval=0.05, inbox_retention=None)
+        for _ in range(relays)
+    ]  # fmt: skip
+    probe_conn = await asyncpg.connect(db_url)
+    drained_at = 0.0
+
+    async def probes() -> None:
+        i = 0
+        while sending:
+            async with probe_conn.transaction():
+                await outbox.enqueue_with_delay(probe_conn, BacklogProbe(id=f"p{i}"), args.delay)
+            committed[f"p{i}"] = time.time()
+            i += 1
+            await asyncio.sleep(1 / args.rate)
+
+    cpu0 = time.process_time()
+    async with service:
+        start = time.time()
+        t0 = time.perf_counter()
+        for w in workers:
+            await w.start()
+        probe_task = asyncio.create_task(probes())
+        while sum(w.relayed for w in workers) < 1 + args.backlog + len(committed):
+            await asyncio.sleep(0.002)
+        drain_s = time.perf_counter() - t0
+        drained_at = time.time()
+        await asyncio.sleep(args.after)
+        sending = False
+        await probe_task
+        if len(late) < len(committed):
+            await asyncio.wait_for(all_handled.wait(), 60)
+        for w in workers:
+            await w.aclose()
+    cpu = time.process_time() - cpu0
+    await probe_conn.close()
+    assert (await service.stats_for(BenchCheck)).scheduled == 3001 + args.backlog
+    during = [late[k] for k, t in committed.items() if t < drained_at]
+    after = [late[k] for k, t in committed.items() if t >= drained_at]
+    batch_ms = [ms for w in workers for ms in w.batch_ms]
+    batch_rows = [n for w in workers for n in w.batch_rows]
+    result = {
+        "reltuples_at_start": reltuples,
+        "insert_rows_per_s": args.backlog / insert_s,
+        "drain_s": drain_s,
+        "drain_rows_per_s": (1 + args.backlog) / drain_s,
+        "split": [w.relayed for w in workers],
+        "batches": len(batch_ms),
+        "rows_per_batch_max": max(batch_rows),
+        "batch_ms": {"p50": pct(batch_ms, 0.5), "p99": pct(batch_ms, 0.99),
+                     "max": max(batch_ms)},
+        "probe_late_ms_during": summary(during),
+        "probe_late_ms_after": summary(after),
+        "started": start,
+        "process_cpu_s": cpu,
+        "load": os.getloadavg()[0],
+    }  # fmt: skip
+    await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    await conn.close()
+    await service.aclose()
+    return result
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    """p50/p99/max of ``values`` and how many (zeros when empty)."""
+    if not values:
+        return {"n": 0, "p50": 0.0, "p99": 0.0, "max": 0.0}
+    return {"n": len(values), "p50": pct(values, 0.5), "p99": pct(values, 0.99),
+            "max": max(values)}  # fmt: skip
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     parts = {
         "throughput": bench_insert_and_relay,
         "lateness_ms": bench_lateness,
         "inbox": bench_inbox,
+        "backlog": bench_backlog,
     }
     out: dict[str, Any] = {}
     with servers() as (redis_url, db_url):
@@ -299,6 +450,26 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> None:
                     f"  {mode:8} {v['p50']:8.2f} {v['p99']:8.2f} {v['max']:8.2f} "
                     f"{v['min']:8.2f}  run {run}, load {modes['load']:.1f}"
                 )
+    if "backlog" in result:
+        print(
+            f"backlog: {args.backlog:,} rows committed after ANALYZE of a drained outbox, "
+            f"batch {args.batch_size}; probes {args.rate}/s due {args.delay}s after relay"
+        )
+        print(
+            f"  {'relays':6} {'rows/s':>8} {'drain s':>8} {'max rows/txn':>12} "
+            f"{'batch ms p50/p99/max':>22} {'probe late ms during: p50/p99/max':>36} "
+            f"{'after: p50/p99/max':>22}"
+        )
+        for name, v in result["backlog"].items():
+            b, d, a = v["batch_ms"], v["probe_late_ms_during"], v["probe_late_ms_after"]
+            print(
+                f"  {name[-1]:6} {v['drain_rows_per_s']:8,.0f} {v['drain_s']:8.2f} "
+                f"{v['rows_per_batch_max']:12} "
+                f"{b['p50']:7.1f}/{b['p99']:6.1f}/{b['max']:6.1f} "
+                f"{d['p50']:10.0f}/{d['p99']:8.0f}/{d['max']:8.0f} (n={d['n']}) "
+                f"{a['p50']:6.1f}/{a['p99']:6.1f}/{a['max']:6.1f} (n={a['n']})"
+                f"  load {v['load']:.1f}"
+            )
     if "inbox" in result:
         print(f"inbox ({args.handled} events, concurrency 8), handler µs mean/p50/p99, events/s:")
         for mode, v in result["inbox"].items():
@@ -321,7 +492,11 @@ def main() -> None:
     p.add_argument("--rate", type=float, default=30.0, help="events/s per mode for lateness")
     p.add_argument("--delay", type=float, default=0.5, help="seconds each lateness event waits")
     p.add_argument("--repeat", type=int, default=1, help="lateness runs")
-    p.add_argument("--only", choices=["throughput", "lateness", "inbox"], help="run one part")
+    p.add_argument(
+        "--only", choices=["throughput", "lateness", "inbox", "backlog"], help="run one part"
+    )
+    p.add_argument("--backlog", type=int, default=100_000, help="rows for the backlog part")
+    p.add_argument("--after", type=float, default=3.0, help="probe seconds after the drain")
     p.add_argument("--handled", type=int, default=5_000, help="events per inbox run")
     args = p.parse_args()
     result = asyncio.run(main_async(args))

@@ -12,6 +12,9 @@ checks through the inbox (tests/postgres/pgworker.py: one ``effects`` row per co
 handler transaction; ``--post-commit-ms`` of work after the commit widens the window
 in which a kill makes a redelivery) and ``--relays`` relay processes move the outbox. Every
 ``--kill-every`` s (on average) a random worker or relay is SIGKILLed and a new one started.
+``--analyze-every`` s the outbox is analyzed, as autovacuum does, often while it is drained
+(issue 26: the statistics of a drained outbox once made a relay's batch take the whole
+backlog, in time growing with its cube).
 
 At the end, once the outbox and the queue are empty, it checks: every committed order has
 exactly one effect, no rolled-back order has any, nothing is left anywhere. Exit status 1 if
@@ -117,9 +120,17 @@ async def soak(args: argparse.Namespace, redis_url: str, db_url: str) -> dict[st
             kills[kind] += 1
             start(kind)
 
+    async def analyze() -> None:
+        if not args.analyze_every:
+            return
+        while time.monotonic() < deadline:
+            await asyncio.sleep(args.analyze_every)
+            await pool.execute(f'ANALYZE "{schema}".outbox')
+
     t0 = time.monotonic()
-    await asyncio.gather(chaos(), *(producer() for _ in range(args.tasks)))
+    await asyncio.gather(chaos(), analyze(), *(producer() for _ in range(args.tasks)))
     produced_s = time.monotonic() - t0
+    left_at_end = await conn.fetchval(f'SELECT count(*) FROM "{schema}".outbox')
 
     service = EventService.from_url(redis_url, prefix=prefix)
     settle_deadline = time.monotonic() + args.settle
@@ -134,6 +145,7 @@ async def soak(args: argparse.Namespace, redis_url: str, db_url: str) -> dict[st
                 print(f"not settled: outbox {pending}, queue {c}", file=sys.stderr)
                 break
             await asyncio.sleep(0.2)
+        settle_s = time.monotonic() - settle_deadline + args.settle
         dead = (await service.stats_for(OrderCheck)).dead
     finally:
         await service.aclose()
@@ -162,6 +174,7 @@ async def soak(args: argparse.Namespace, redis_url: str, db_url: str) -> dict[st
     ghost = [o for o in rolled_back if o in effects or o in orders]
     unknown = [o for o in effects if o not in orders]
     ok = not (missing or duplicated or ghost or unknown or dead) and set(committed) == orders
+    ok = ok and pending == 0 and queued == 0
     return {
         "ok": ok,
         "duration_s": round(produced_s, 1),
@@ -172,6 +185,9 @@ async def soak(args: argparse.Namespace, redis_url: str, db_url: str) -> dict[st
         "duplicate_effects": len(duplicated),
         "effects_of_rolled_back_orders": len(ghost),
         "dead_letters": dead,
+        "outbox_rows_when_load_stopped": left_at_end,
+        "settle_s": round(settle_s, 1),
+        "outbox_rows_left": pending,
         "workers_killed": kills["worker"],
         "relays_killed": kills["relay"],
         "handler_runs": runs,
@@ -201,6 +217,7 @@ def main() -> int:
         default=50.0,
         help="handler work after its commit (a kill there means a redelivery)",
     )
+    p.add_argument("--analyze-every", type=float, default=0.0, help="ANALYZE the outbox (s)")
     p.add_argument("--settle", type=float, default=120.0, help="max seconds to drain at the end")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", help="write the summary JSON here")

@@ -2,9 +2,11 @@
 
 One batch is one PostgreSQL transaction: delete up to ``batch_size`` rows, picked with ``FOR
 UPDATE SKIP LOCKED`` so several relays share the table without waiting for each other, and
-get them back (``RETURNING``); enqueue them through :meth:`EventService.enqueue_envelopes`
+get them back (``RETURNING``), with a plan that reads about ``batch_size`` rows whatever the
+table's statistics say (see ``_take``); enqueue them through :meth:`EventService.enqueue_envelopes`
 (the normal enqueue script: same (type, id) dedup, same ``replace`` rule); commit. A relay that dies between the enqueue and
-the commit leaves its rows in the table, unlocked; the next batch sends them again, and Redis
+the commit leaves its rows in the table, unlocked once PostgreSQL ends its session (bounded
+by the relay's timeouts); the next batch sends them again, and Redis
 keeps the event it already has (counted as ``kept``). A re-sent row carries the very envelope
 of the first send, so even an event that was already handled comes back as the *same version*
 (:attr:`delayq.Delivery.version`), which the inbox recognises.
@@ -64,6 +66,16 @@ class OutboxRelay:
         prune_interval: how often this relay prunes the inbox.
         connect_kwargs: extra keyword arguments for ``asyncpg.connect`` (ssl, timeouts...).
         shutdown_grace: how long :meth:`aclose` lets a batch under way finish.
+        statement_timeout: the longest one statement of a batch may run (PostgreSQL's
+            ``statement_timeout``, set for each batch's transaction); ``None`` leaves the
+            server's setting.
+        idle_in_transaction_timeout: the longest a batch's transaction may wait on the relay
+            (sending to Redis) before PostgreSQL ends the session and so frees its rows (a
+            frozen or unreachable relay); ``None`` leaves the server's setting.
+        client_check_interval: how often PostgreSQL 14+ checks, while a batch's statement
+            runs, that the relay is still connected (``client_connection_check_interval``),
+            so a killed relay's statement stops and frees its rows; ``None`` leaves the
+            server's setting. Ignored where the server lacks it.
     """
 
     def __init__(
@@ -79,6 +91,9 @@ class OutboxRelay:
         prune_interval: float | timedelta = timedelta(minutes=10),
         connect_kwargs: Mapping[str, Any] | None = None,
         shutdown_grace: float = 10.0,
+        statement_timeout: float | timedelta | None = 30.0,
+        idle_in_transaction_timeout: float | timedelta | None = 60.0,
+        client_check_interval: float | timedelta | None = 1.0,
     ):
         if not isinstance(service, EventService):
             raise TypeError(f"service must be an EventService, not {type(service).__name__}")
@@ -98,6 +113,11 @@ class OutboxRelay:
         )
         self.prune_interval = delay_seconds(prune_interval, "prune_interval")
         self.shutdown_grace = shutdown_grace
+        self.statement_timeout = _limit(statement_timeout, "statement_timeout")
+        self.idle_in_transaction_timeout = _limit(
+            idle_in_transaction_timeout, "idle_in_transaction_timeout"
+        )
+        self.client_check_interval = _limit(client_check_interval, "client_check_interval")
         self._dsn = dsn
         self._connect_kwargs = dict(connect_kwargs or {})
         self._channel = channel_name(self.schema)
@@ -106,13 +126,33 @@ class OutboxRelay:
         # transaction commits after Redis has them; a crash before that rolls the delete back.
         # A row waits while an earlier row of the same event is still there (locked by
         # another relay, say), so one event's rows reach Redis in insertion order.
+        #
+        # The plan must not depend on statistics: a drained outbox, analyzed, looks like a
+        # one-row table however big it grows before the next ANALYZE. So ARRAY(...) runs the
+        # LIMIT once (an IN (subquery) could be joined and re-run per row, deleting the whole
+        # backlog); the "earliest row of its event" test is a scalar subquery, always one
+        # index probe per candidate (NOT EXISTS can become an anti-join that scans the whole
+        # event index per candidate); and the batch's transaction turns off sequential scans
+        # and sorts (_settings), which leaves the walk along the primary key in id order:
+        # about batch_size rows read, plus those skipped (locked, or waiting for an earlier
+        # row of their event).
         self._take = (
-            f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} o WHERE NOT EXISTS ("
-            f"SELECT 1 FROM {table} p WHERE p.event_type = o.event_type "
-            "AND p.event_id = o.event_id AND p.id < o.id) "
-            "ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED) "
+            f"DELETE FROM {table} WHERE id = ANY(ARRAY(SELECT id FROM {table} o WHERE o.id = ("
+            f"SELECT min(p.id) FROM {table} p WHERE p.event_type = o.event_type "
+            "AND p.event_id = o.event_id) "
+            "ORDER BY o.id LIMIT $1 FOR UPDATE SKIP LOCKED)) "
             "RETURNING id, event_type, event_id, envelope, due_ms, absolute, replace_existing"
         )
+        self._settings = ["enable_seqscan = off", "enable_sort = off", "jit = off"]
+        for name, value in (
+            ("statement_timeout", self.statement_timeout),
+            ("idle_in_transaction_session_timeout", self.idle_in_transaction_timeout),
+        ):
+            if value is not None:
+                self._settings.append(f"{name} = {round(value * 1000)}")
+        # opens each batch's transaction with its settings, in one round trip; per
+        # transaction (SET LOCAL), so a pooler in transaction mode carries nothing over
+        self._begin = ""
         self._conn: asyncpg.Connection | None = None
         self._listener: asyncpg.Connection | None = None
         self._wake = asyncio.Event()
@@ -133,7 +173,17 @@ class OutboxRelay:
 
     async def _connection(self) -> asyncpg.Connection:
         if self._conn is None or self._conn.is_closed():
-            self._conn = await asyncpg.connect(self._dsn, **self._connect_kwargs)
+            conn = await asyncpg.connect(self._dsn, **self._connect_kwargs)
+            try:
+                settings = list(self._settings)
+                if self.client_check_interval is not None and await _has_client_check(conn):
+                    ms = round(self.client_check_interval * 1000)
+                    settings.append(f"client_connection_check_interval = {ms}")
+            except BaseException:
+                await self._drop(conn)
+                raise
+            self._begin = "BEGIN; " + " ".join(f"SET LOCAL {item};" for item in settings)
+            self._conn = conn
         return self._conn
 
     def _notified(self, *_: object) -> None:
@@ -173,15 +223,32 @@ class OutboxRelay:
     async def relay_once(self) -> int:
         """Relay one batch: send up to ``batch_size`` committed rows to Redis; return how many."""
         conn = await self._connection()
-        async with conn.transaction():
+        try:
+            await conn.execute(self._begin)
             rows = sorted(await conn.fetch(self._take, self.batch_size), key=lambda r: r[0])
-            if not rows:
-                return 0
-            kept = await self._send(rows)
+            kept = await self._send(rows) if rows else 0
+            await conn.execute("COMMIT")
+        except BaseException:
+            await self._rollback(conn)
+            raise
+        if not rows:
+            return 0
         self.relayed += len(rows)
         self.kept += kept
         self.batches += 1
         return len(rows)
+
+    async def _rollback(self, conn: asyncpg.Connection) -> None:
+        """End a failed batch's transaction; a connection that cannot is closed (same effect)."""
+        try:
+            if not conn.is_closed() and conn.is_in_transaction():
+                await asyncio.wait_for(conn.execute("ROLLBACK"), 2.0)
+        except (Exception, asyncio.CancelledError) as exc:
+            conn.terminate()
+            if self._conn is conn:
+                self._conn = None
+            if isinstance(exc, asyncio.CancelledError):
+                raise
 
     async def _send(self, rows: list[Any]) -> int:
         """Enqueue the rows, grouped by (type, mode, replace) in first-seen order; return kept."""
@@ -291,6 +358,27 @@ class OutboxRelay:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+def _limit(value: float | timedelta | None, name: str) -> float | None:
+    """A timeout option in seconds (at least 1 ms), or None."""
+    if value is None:
+        return None
+    seconds = delay_seconds(value, name)
+    if not 0.001 <= seconds <= 86_400:
+        raise ValueError(f"{name} must be None or between 0.001 and 86400 seconds")
+    return seconds
+
+
+async def _has_client_check(conn: asyncpg.Connection) -> bool:
+    """Whether the server can check for a vanished client mid-query (PostgreSQL 14+, on
+    platforms where it supports ``client_connection_check_interval``)."""
+    try:
+        await conn.execute("SELECT set_config('client_connection_check_interval', '1000', true)")
+    except (asyncpg.UndefinedObjectError, asyncpg.InvalidParameterValueError) as exc:
+        log.info("outbox relay: no client_connection_check_interval on this server (%s)", exc)
+        return False
+    return True
 
 
 def outbox_relay(dsn: str, **options: Any) -> Callable[[EventService], OutboxRelay]:

@@ -1,6 +1,8 @@
 """An OS process for the PostgreSQL tests and the soak: an outbox relay, or a handling worker.
 
     python pgworker.py relay  --db URL --redis URL --prefix P --schema S [--hang-after-send FILE]
+                              [--app-name NAME] [--statement-timeout S|none]
+                              [--idle-in-transaction-timeout S|none] [--client-check-interval S|none]
     python pgworker.py worker --db URL --redis URL --prefix P --schema S [--hang-after-commit FILE]
                                                                  [--post-commit-ms MS]
 
@@ -46,7 +48,17 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--hang-after-send")
     p.add_argument("--hang-after-commit")
     p.add_argument("--post-commit-ms", type=float, default=0.0, help="work after the commit")
+    p.add_argument("--app-name", help="the relay's application_name in pg_stat_activity")
+    for name in ("statement-timeout", "idle-in-transaction-timeout", "client-check-interval"):
+        p.add_argument(
+            f"--{name}", type=seconds, default=argparse.SUPPRESS, help="seconds, or 'none'"
+        )
     return p.parse_args()
+
+
+def seconds(text: str) -> float | None:
+    """A relay timeout option: seconds, or 'none'."""
+    return None if text == "none" else float(text)
 
 
 class HangingRelay(OutboxRelay):
@@ -64,8 +76,15 @@ class HangingRelay(OutboxRelay):
 async def relay(args: argparse.Namespace, stop: asyncio.Event) -> None:
     service = EventService.from_url(args.redis, prefix=args.prefix, enable_scheduling=False)
     cls = HangingRelay if args.hang_after_send else OutboxRelay
+    options: dict[str, Any] = {
+        name: getattr(args, name)
+        for name in ("statement_timeout", "idle_in_transaction_timeout", "client_check_interval")
+        if hasattr(args, name)  # else the relay's default
+    }
+    if args.app_name:
+        options["connect_kwargs"] = {"server_settings": {"application_name": args.app_name}}
     relay = cls(service, args.db, schema=args.schema, batch_size=args.batch_size,
-                poll_interval=0.2)  # fmt: skip
+                poll_interval=0.2, **options)  # fmt: skip
     if args.hang_after_send:
         relay.marker = args.hang_after_send  # type: ignore[attr-defined]
     async with service, relay:
