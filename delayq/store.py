@@ -36,7 +36,7 @@ from ._store.records import (
 )
 from ._store.scheduling import Scheduling
 from ._store.workers import Workers
-from .errors import NotReplicatedError, QueueFullError
+from .errors import NotReplicatedError, QueueFullError, error_code
 from .keys import PrefixKeys
 
 __all__ = [
@@ -204,7 +204,7 @@ class Store(Enqueueing, Scheduling, Delivery, DeadLetters, Browsing, Workers):
         try:
             return await self._send_enqueue(type_name, items, absolute=absolute, replace=replace)
         except ResponseError as exc:
-            if "used memory > 'maxmemory'" not in str(exc):
+            if error_code(exc) != "OOM":  # by code: the message differs between servers
                 raise
             raise QueueFullError(
                 f"Redis is out of memory (used memory > maxmemory, policy noeviction): "
