@@ -19,8 +19,40 @@ from typing import Any, Protocol
 import pytest
 import redis.asyncio as aioredis
 
-from delayq.testing import RedisServer, find_redis_server_binary, wait_for
+from delayq.testing import SERVER_ENV, RedisServer, find_redis_server_binary, wait_for
 from delayq.testing.cluster import RedisClusterServer
+
+# --------------------------------------------------------------------------- server choice
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--server NAME``: the server every private server of the run is (see DELAYQ_SERVER)."""
+    parser.addoption(
+        "--server",
+        default=None,
+        help="server binary for the private servers: redis, redis6.2, valkey, valkey8, "
+        "valkey9 or a path (sets DELAYQ_SERVER, so subprocesses use it too)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Apply ``--server`` before any fixture looks for a binary."""
+    choice = config.getoption("--server")
+    if choice:
+        os.environ[SERVER_ENV] = choice
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Say which server binary the private servers run."""
+    if os.environ.get("REDIS_URL"):
+        return "server: REDIS_URL"
+    try:
+        return (
+            f"server: {find_redis_server_binary()} ({SERVER_ENV}={os.environ.get(SERVER_ENV, '')})"
+        )
+    except RuntimeError as exc:
+        return f"server: none found ({exc})"
+
 
 # --------------------------------------------------------------------------- spark marker
 

@@ -149,9 +149,7 @@ class RedisServer(Lifecycle):
     def _server_info(self) -> dict[str, str]:
         info = self._call("INFO", "server")
         text = info.decode() if isinstance(info, bytes) else str(info)
-        return dict(
-            line.strip().split(":", 1) for line in text.splitlines() if ":" in line
-        )
+        return dict(line.strip().split(":", 1) for line in text.splitlines() if ":" in line)
 
     @property
     def version(self) -> tuple[int, ...]:
