@@ -54,6 +54,44 @@ def pytest_report_header(config: pytest.Config) -> str:
         return f"server: none found ({exc})"
 
 
+# The `servers` subset: what runs again on Valkey 8 and 9 in CI (scripts/test.sh runs the whole
+# suite once on the default server, then `-m servers` with DELAYQ_SERVER=valkey8 and valkey9).
+# Everything that talks to the server in a way servers could differ in: core delivery, groups,
+# partitions, a 3-master cluster, Sentinel failover, the CLI and the dashboard on a live server,
+# error codes, managed-service restrictions. Listed here (a file, or a test node id) so one
+# place says what runs where (docs/SERVERS.md shows it); tests may also mark themselves.
+SERVERS_SUBSET = (
+    "tests/test_delivery.py",
+    "tests/test_enqueue.py",
+    "tests/test_retries_dead.py",
+    "tests/test_scheduler.py",
+    "tests/test_groups.py",
+    "tests/test_partitions.py",
+    "tests/test_cluster.py",
+    "tests/test_groups_cluster.py",
+    "tests/test_sentinel.py::test_from_sentinel_enqueues_and_handles",
+    "tests/test_sentinel.py::test_min_replicas_refuses_an_unreplicated_enqueue",
+    "tests/test_sentinel.py::test_failover_under_load_loses_nothing_with_min_replicas[kill]",
+    "tests/test_sentinel.py::test_workers_follow_a_planned_failover",
+    "tests/test_cli_ops.py::test_operations",
+    "tests/test_cli_ops.py::test_requeue_all_with_progress",
+    "tests/test_cli_ops.py::test_delivery_groups",
+    "tests/test_cli_worker.py::test_sigterm_drains_and_acks",
+    "tests/test_cli_worker.py::test_burst_handles_what_is_due_and_exits",
+    "tests/test_cli_worker.py::test_factory_and_check",
+    "tests/test_dashboard.py",
+    "tests/test_server_errors.py",
+    "tests/test_managed.py",
+)
+
+
+def _in_subset(nodeid: str) -> bool:
+    return any(
+        nodeid == entry or nodeid.startswith((entry + "::", entry + "["))
+        for entry in SERVERS_SUBSET
+    )
+
+
 # --------------------------------------------------------------------------- spark marker
 
 
@@ -64,8 +102,13 @@ def _java_available() -> bool:
     return shutil.which("java") is not None
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m servers` selects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip ``@pytest.mark.spark`` tests when Java or pyspark is missing."""
+    """Mark the ``servers`` subset; skip ``@pytest.mark.spark`` tests when Java or pyspark is
+    missing."""
+    for item in items:
+        if _in_subset(item.nodeid):
+            item.add_marker(pytest.mark.servers)
     spark_items = [item for item in items if item.get_closest_marker("spark")]
     if not spark_items:
         return
