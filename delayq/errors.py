@@ -91,13 +91,13 @@ _CLASS_CODES: tuple[tuple[type[RedisError], str], ...] = (
     (NoPermissionError, "NOPERM"),
 )
 _CODE = re.compile(r"[A-Z][A-Z0-9_]*\Z")
+# redis-py puts "Command # 2 (EVALSHA ...) of pipeline caused error: " (and, in 8.x, the
+# repr of the original arguments) before a reply that failed in a pipeline.
+_PIPELINE = re.compile(r"Command # \d+ \(.*\) of pipeline caused error: (?:\(['\"])?", re.S)
 # Redis < 7 reports an error raised by redis.call inside a script as ERR, with the
 # original reply after the script's position: "ERR Error running script (call to
 # f_<sha>): @user_script:3: @user_script: 3: -OOM command not allowed...". The wrapped
 # reply's code is the error's code. (Redis 7+ and Valkey pass the original code on.)
-# redis-py puts "Command # 2 (EVALSHA ...) of pipeline caused error: " (and, in 8.x, the
-# repr of the original arguments) before a reply that failed in a pipeline.
-_PIPELINE = re.compile(r"Command # \d+ \(.*\) of pipeline caused error: (?:\(['\"])?", re.S)
 _WRAPPED = re.compile(r"\(call to f_[0-9a-f]{40}\): (?:@user_script: ?\d+: )+-?([A-Z][A-Z0-9_]*) ")
 
 
