@@ -14,7 +14,7 @@ Prints a table (medians over the rounds) and writes ``<out>/servers-<stamp>.json
 Examples::
 
     python -m benchmarks.servers                          # redis vs valkey9, 3 rounds
-    python -m benchmarks.servers --servers redis,valkey8,valkey9 --rounds 2 --quick
+    python -m benchmarks.servers --servers redis,valkey8,valkey9 --rounds 2 --profile quick
 """
 
 from __future__ import annotations
@@ -38,6 +38,11 @@ CASES: dict[str, dict[str, dict[str, Any]]] = {
     "full": {
         "lateness": {"n": 3000, "spread": 5.0},
         "throughput": {"n": 30_000, "cap": 60.0},
+    },
+    # the test suite's smoke run (tests/test_servers_benchmark.py)
+    "smoke": {
+        "lateness": {"n": 100, "spread": 0.5, "min_delay": 0.3},
+        "throughput": {"n": 1000, "cap": 30.0},
     },
     "quick": {
         "lateness": {"n": 1000, "spread": 3.0},
@@ -137,11 +142,11 @@ def main(argv: list[str] | None = None) -> int:
         "--servers", default="redis,valkey9", help="comma-separated server names or paths"
     )
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="smaller cases")
+    parser.add_argument("--profile", choices=sorted(CASES), default="full", help="case sizes")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = parser.parse_args(argv)
     servers = [s.strip() for s in args.servers.split(",") if s.strip()]
-    cases = CASES["quick" if args.quick else "full"]
+    cases = CASES[args.profile]
     rounds: list[dict[str, Any]] = []
     for i in range(args.rounds):
         order = servers if i % 2 == 0 else servers[::-1]
