@@ -80,8 +80,6 @@ SERVERS_SUBSET = (
     "tests/test_cli_ops.py::test_operations",
     "tests/test_cli_ops.py::test_requeue_all_with_progress",
     "tests/test_cli_ops.py::test_delivery_groups",
-    "tests/test_cli_worker.py::test_sigterm_drains_and_acks",
-    "tests/test_cli_worker.py::test_burst_handles_what_is_due_and_exits",
     "tests/test_cli_worker.py::test_factory_and_check[cli_app:make_service]",
     "tests/test_dashboard.py",
     "tests/test_server_errors.py",
