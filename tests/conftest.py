@@ -66,11 +66,13 @@ SERVERS_SUBSET = (
     "tests/test_retries_dead.py",
     "tests/test_scheduler.py",
     "tests/test_groups.py",
-    # (not the SIGKILL-a-scheduler-process test: process death, not a server difference)
+    # Not the SIGKILL-a-scheduler-process test (process death, not a server difference), nor
+    # the resize test: it asserts exactly-once, but an event claimed while it is migrated runs
+    # again by design (migrate_out.lua), which the slower loaded runs hit (twice in three
+    # Valkey 9 subset runs here; never alone) - a timing flake, not a server difference.
     "tests/test_partitions.py::test_a_type_with_six_partitions_has_keys_on_every_master",
     "tests/test_partitions.py::test_every_event_is_delivered_once_across_partitions_and_services",
     "tests/test_partitions.py::test_cancel_replace_and_dead_letters_by_id",
-    "tests/test_partitions.py::test_changing_the_partition_count_loses_nothing",
     "tests/test_cluster.py",
     "tests/test_groups_cluster.py",
     "tests/test_sentinel.py::test_from_sentinel_enqueues_and_handles",
