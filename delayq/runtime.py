@@ -215,7 +215,12 @@ class Runtime:
         if self._supervisor is not None:
             return
         policy = await self._store.eviction_policy()
-        if policy is not None and policy != "noeviction":
+        if policy is None:  # managed services and ACL users often may not run CONFIG
+            log.info(
+                "cannot read Redis's maxmemory-policy (CONFIG GET refused): make sure it is "
+                "'noeviction', or Redis may evict queue keys under memory pressure"
+            )
+        elif policy != "noeviction":
             log.warning(
                 "Redis maxmemory-policy is %r: under memory pressure Redis may evict queue "
                 "keys and lose events; set it to 'noeviction'",

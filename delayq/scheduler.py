@@ -35,6 +35,7 @@ import anyio
 import anyio.lowlevel
 from redis.exceptions import ResponseError
 
+from .errors import is_transient
 from .events import validate_name
 from .metrics import Metrics
 from .partitions import parse_shard, type_of
@@ -261,6 +262,8 @@ class Scheduler:
         try:
             return await self._move(type_name)
         except ResponseError as exc:
+            if is_transient(exc):  # the server says "not now" (READONLY, BUSY...): to the
+                raise  # loop, which backs off and tries every type again
             # Redis refused this type's script (say, a key of the wrong type
             # written by someone else): the other types must still move.
             self._metrics.increment("redis_errors", event_type=type_name)

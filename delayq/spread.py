@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable, Iterable
 
 import anyio
 
-from .errors import RedisResponseError
+from .errors import RedisResponseError, is_transient
 from .store import Store
 
 __all__ = ["Spread", "owner_of"]
@@ -215,6 +215,8 @@ class Spread:
             try:
                 late = await self._drain(unit, self._next, self._active)
             except RedisResponseError as exc:
+                if is_transient(exc):  # "not now" (READONLY, BUSY...): the loop backs off
+                    raise
                 # Redis refused this partition's script (a key of the wrong type
                 # written by someone else): the other partitions must still move
                 self._on_error()

