@@ -114,10 +114,16 @@ async def _bulk(
 
 def register(app: typer.Typer) -> None:
     """Add the ``dead`` command group to ``app``."""
-    dead = typer.Typer(
-        help="List, requeue or purge dead letters.", no_args_is_help=True, rich_markup_mode="rich"
-    )
+    dead = typer.Typer(help="List, requeue or purge dead letters.", rich_markup_mode="rich")
     app.add_typer(dead, name="dead", rich_help_panel="Operate")
+
+    @dead.callback(invoke_without_command=True)
+    def dead_group(ctx: typer.Context) -> None:
+        """List, requeue or purge dead letters."""
+        # not no_args_is_help: what click does then differs between versions (help and
+        # exit 0, or an exception); a missing command is bad input like any other
+        if ctx.invoked_subcommand is None:
+            fail("missing command: delayq dead list|requeue|purge TYPE ... (see 'delayq dead --help')")
 
     @dead.command("list")
     def dead_list(

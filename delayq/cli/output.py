@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-__all__ = ["CliError", "console", "err_console", "fail", "print_json", "text", "when"]
+__all__ = ["CliError", "console", "err_console", "fail", "fail_line", "print_json", "text", "when"]
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
@@ -37,7 +37,12 @@ def fail(message: str, code: int = 2) -> NoReturn:
 def report_error(exc: CliError) -> None:
     """Print ``exc`` as ``error: ...`` on stderr (one line)."""
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    err_console.print(f"[red]error:[/red] {escape(first)}", soft_wrap=True)
+    fail_line(first)
+
+
+def fail_line(message: str) -> None:
+    """Print ``error: message`` on stderr as one line (``message`` is shown literally)."""
+    err_console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
 
 
 def print_json(data: Any) -> None:
