@@ -25,6 +25,7 @@ __all__ = [
     "check_group_name",
     "due_histogram",
     "in_flight",
+    "ready_ids",
     "run_now",
 ]
 
@@ -103,6 +104,25 @@ async def in_flight(
         InFlightEvent(raw.decode("utf-8", "replace"), attempt, _utc(deadline), checked)
         for raw, deadline, attempt in page
     ]
+
+
+async def ready_ids(
+    store: Store, type_name: str, limit: int = 100, offset: int = 0, *, group: str | None = None
+) -> list[str]:
+    """Up to ``limit`` ids waiting unclaimed in a type's ready list (of delivery ``group``;
+    the default group's without), oldest push first; a partitioned type's partitions one
+    after the other."""
+    _check_page(limit, offset)
+    group = check_group_name(group)
+    shards = store.shards(type_name)
+    if len(shards) == 1:
+        page = await store.ready_page(shards[0], offset, limit, group=group)
+    else:
+        page = []
+        for shard in shards:
+            page.extend(await store.ready_page(shard, 0, offset + limit, group=group))
+        page = page[offset : offset + limit]
+    return [raw.decode("utf-8", "replace") for raw in page]
 
 
 async def due_histogram(

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from . import connect
-from .browsing import DueHistogram, InFlightEvent, due_histogram, in_flight, run_now
+from .browsing import DueHistogram, InFlightEvent, due_histogram, in_flight, ready_ids, run_now
 from .connect import Client
 from .consumer import Handler
 from .events import Event
@@ -394,6 +394,14 @@ class EventService:
         """Up to ``limit`` in-flight events (class or wire name; of delivery ``group``, the
         default group's without), earliest lease deadline first."""
         return await in_flight(self._store, self._types.name(event_type), limit, offset, group=group)
+
+    async def ready_ids(
+        self, event_type: EventTypeRef, limit: int = 100, offset: int = 0, *,
+        group: str | None = None,
+    ) -> list[str]:
+        """Up to ``limit`` (≤ 1000) ids of events due and waiting for a consumer (class or
+        wire name; of delivery ``group``, the default group's without), oldest first."""
+        return await ready_ids(self._store, self._types.name(event_type), limit, offset, group=group)
 
     async def due_histogram(
         self, event_type: EventTypeRef, *, group: str | None = None

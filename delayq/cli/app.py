@@ -23,6 +23,7 @@ COMMAND_MODULES: list[str] = [
     "delayq.cli.queues",
     "delayq.cli.dead",
     "delayq.cli.events",
+    "delayq.cli.workers",
     "delayq.cli.dashboard",
     "delayq.cli.outbox",
 ]

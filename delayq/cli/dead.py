@@ -4,7 +4,6 @@ type or of one of its delivery groups, page by page with a progress bar."""
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Awaitable, Callable
 from typing import Annotated
 
@@ -23,9 +22,11 @@ from .ops import (
     Prefix,
     RedisUrl,
     TypeName,
+    confirm,
     connect,
     known_type,
     parse_delay,
+    pick_ids,
     run,
 )
 from .output import console, fail, print_json, text, when
@@ -52,24 +53,6 @@ async def _dead_count(service: EventService, name: str, group: str | None) -> in
         return (await service.stats_for(name)).dead
     counts = await service.group_stats(name)
     return counts[group].dead if group in counts else 0
-
-
-def _pick_ids(ids: list[str] | None, all_: bool, action: str) -> list[str] | None:
-    if all_ and ids:
-        fail(f"{action}: give IDs or --all, not both")
-    if not all_ and not ids:
-        fail(f"{action}: give the IDs to {action}, or --all")
-    return None if all_ else list(ids or [])
-
-
-def _confirm(question: str, yes: bool, required: bool) -> None:
-    if yes:
-        return
-    if sys.stdin.isatty() and sys.stdout.isatty():
-        if not typer.confirm(question, default=False):
-            raise typer.Exit(1)
-    elif required:
-        fail("not on a terminal: add --yes to confirm")
 
 
 async def _bulk(
@@ -176,7 +159,7 @@ def register(app: typer.Typer) -> None:
         all_: Annotated[bool, typer.Option("--all", help="Requeue every dead letter of the type.")] = False,
         delay: Annotated[str, typer.Option("--delay", help="Due after this long (250ms, 30s, 5m, 3h, 2d).")] = "0",
         group: GroupName = DEFAULT_GROUP,
-        yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+        yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (required off a terminal with --all).")] = False,
         as_json: Json = False,
         redis_url: RedisUrl = DEFAULT_URL,
         prefix: Prefix = "delayq",
@@ -184,7 +167,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Schedule dead letters again (their attempt counts start over); with --group, that
         group's, delivered again to that group alone."""
-        chosen = _pick_ids(ids, all_, "requeue")
+        chosen = pick_ids(ids, all_, "requeue")
         seconds = parse_delay(delay)
 
         async def main() -> int:
@@ -193,7 +176,7 @@ def register(app: typer.Typer) -> None:
                 g = await _known_group(service, name, group)
                 if chosen is None:
                     count = await _dead_count(service, name, g)
-                    _confirm(f"Requeue all {count} dead letters of {name}?", yes or as_json, False)
+                    confirm(f"Requeue all {count} dead letters of {name}?", yes, True)
 
                 async def apply(page: list[str]) -> int:
                     return await service.requeue_dead_letters(name, ids=page, delay=seconds, group=g)
@@ -219,7 +202,7 @@ def register(app: typer.Typer) -> None:
         cluster: Cluster = False,
     ) -> None:
         """Delete dead letters (of one delivery group with --group) for good."""
-        chosen = _pick_ids(ids, all_, "purge")
+        chosen = pick_ids(ids, all_, "purge")
 
         async def main() -> int:
             async with connect(redis_url, prefix, cluster) as service:
@@ -227,7 +210,7 @@ def register(app: typer.Typer) -> None:
                 g = await _known_group(service, name, group)
                 if chosen is None:
                     count = await _dead_count(service, name, g)
-                    _confirm(f"Delete all {count} dead letters of {name} for good?", yes, True)
+                    confirm(f"Delete all {count} dead letters of {name} for good?", yes, True)
 
                 async def apply(page: list[str]) -> int:
                     return await service.purge_dead_letters(name, ids=page, group=g)

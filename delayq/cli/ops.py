@@ -4,6 +4,7 @@ from the shell, and checking a type name against the prefix's types."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, TypeVar
@@ -25,9 +26,11 @@ __all__ = [
     "Prefix",
     "RedisUrl",
     "TypeName",
+    "confirm",
     "connect",
     "known_type",
     "parse_delay",
+    "pick_ids",
     "run",
 ]
 
@@ -128,3 +131,24 @@ def parse_delay(value: str) -> float:
         return parse_duration(value)
     except ValueError as exc:
         fail(str(exc))
+
+
+def pick_ids(ids: list[str] | None, all_: bool, action: str) -> list[str] | None:
+    """The IDs an action applies to, or None for ``--all``; exactly one of them is needed."""
+    if all_ and ids:
+        fail(f"{action}: give IDs or --all, not both")
+    if not all_ and not ids:
+        fail(f"{action}: give the IDs to {action}, or --all")
+    return None if all_ else list(ids or [])
+
+
+def confirm(question: str, yes: bool, required: bool) -> None:
+    """Ask ``question`` on a terminal (declined: exit 1). Off a terminal, a ``required``
+    confirmation needs ``--yes`` (a one-line failure without it)."""
+    if yes:
+        return
+    if sys.stdin.isatty() and sys.stdout.isatty():
+        if not typer.confirm(question, default=False):
+            raise typer.Exit(1)
+    elif required:
+        fail("not on a terminal: add --yes to confirm")

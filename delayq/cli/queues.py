@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from ..keys import DEFAULT_GROUP
 from ..service import EventService
@@ -62,14 +63,27 @@ async def _group_stats(
     return found
 
 
+def _next_due(moment: datetime | None, now: datetime) -> Text:
+    """The next due time, short enough for an 80-column terminal (``--json`` has the time)."""
+    if moment is None:
+        return Text("-", style="dim")
+    delta = (moment - now).total_seconds()
+    return Text(f"in {human_seconds(delta)}" if delta >= 0 else f"{human_seconds(-delta)} ago")
+
+
 def _stats_table(
     prefix: str,
     stats: dict[str, QueueCounts],
     groups: dict[str, dict[str, QueueCounts]] | None = None,
+    refreshed: str | None = None,
 ) -> Table:
-    table = Table(title=f"delayq · prefix {prefix}", title_justify="left")
+    title = f"delayq · prefix {prefix}" + (f" · {refreshed}" if refreshed else "")
+    table = Table(title=text(title), title_justify="left")
     for column in ("type", "scheduled", "ready", "in flight", "dead", "due", "next due", "backlog age"):
-        table.add_column(column, justify="left" if column in ("type", "next due") else "right")
+        if column == "type":  # long names fold; the numbers and times never wrap
+            table.add_column(column, overflow="fold", min_width=8)
+        else:
+            table.add_column(column, justify="left" if column == "next due" else "right", no_wrap=True)
     now = datetime.now(timezone.utc)
     for name, c in sorted(stats.items()):
         age = text(human_seconds(c.backlog_age) if c.backlog_age else "0")
@@ -82,7 +96,7 @@ def _stats_table(
             str(c.in_flight),
             str(c.dead) if not c.dead else f"[red]{c.dead}[/red]",
             str(c.due),
-            when(c.next_due_at, now),
+            _next_due(c.next_due_at, now),
             age,
         )
         for group, g in sorted((groups or {}).get(name, {}).items()):
@@ -155,12 +169,19 @@ def register(app: typer.Typer) -> None:
                     return
                 if as_json:
                     while True:
-                        sys.stdout.write(json.dumps(as_data(await read(service))) + "\n")
+                        data = as_data(await read(service))
+                        data["checked_at"] = datetime.now(timezone.utc).isoformat(
+                            timespec="milliseconds"
+                        ).replace("+00:00", "Z")
+                        sys.stdout.write(json.dumps(data) + "\n")
                         sys.stdout.flush()
                         await asyncio.sleep(period)
                 with Live(console=console, auto_refresh=False) as live:
                     while True:
-                        live.update(_stats_table(prefix, *await read(service)), refresh=True)
+                        got = await read(service)
+                        at = datetime.now(timezone.utc).strftime("%H:%M:%S UTC")
+                        refreshed = f"refreshed {at}, every {human_seconds(period)} · Ctrl-C to stop"
+                        live.update(_stats_table(prefix, *got, refreshed), refresh=True)
                         await asyncio.sleep(period)
 
         try:
