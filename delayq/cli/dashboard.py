@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Annotated
 
 import typer
@@ -37,7 +36,9 @@ def dashboard(
     ] = "",
 ) -> None:
     """Serve the web dashboard: queues, events, dead letters, workers (the dashboard extra)."""
-    missing = [m for m in ("starlette", "jinja2", "uvicorn", "multipart") if importlib.util.find_spec(m) is None]
+    from ..dashboard.__main__ import missing_modules
+
+    missing = missing_modules()
     if missing:
         fail(f"the dashboard needs the dashboard extra: pip install 'delayq[dashboard]' (missing: {', '.join(missing)})")
     import uvicorn
