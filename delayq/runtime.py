@@ -22,7 +22,7 @@ import anyio
 from .codec import Codec
 from .consumer import Consumer, ConsumerSettings, Handler
 from .events import Event
-from .groups import GroupMetrics, check_group, group_settings
+from .groups import GroupMetrics, PendingGroups, check_group, group_settings
 from .health import ServiceHealth
 from .heartbeat import Heartbeat
 from .history import HistoryRecorder, HistoryWriter
@@ -52,6 +52,7 @@ class Runtime:
         store: Store,
         options: Options,
         *,
+        pending: PendingGroups,
         codec: Codec,
         observer: Observer,
         metrics: Metrics,
@@ -69,6 +70,8 @@ class Runtime:
         """The Sentinel failover watch of a ``from_sentinel`` service, closed with it."""
         # (type name, group; None for the default group) -> its consumer here
         self.consumers: dict[tuple[str, str | None], Consumer] = {}
+        self.pending = pending
+        """Named groups added while running, registered before the next enqueue or move."""
         self._running_loops: set[_Loop] = set()
         self._consumer_settings = ConsumerSettings(
             visibility_ms=opts.visibility_ms,
@@ -94,6 +97,7 @@ class Runtime:
                 ),
                 metrics,
             )
+            self.scheduler.pending = self.pending
         self.heartbeat: Heartbeat | None = None
         """The heartbeat loop (None with ``heartbeat_interval=0``)."""
         if opts.heartbeat_interval:
@@ -150,9 +154,12 @@ class Runtime:
             metrics=self._metrics if group is None else GroupMetrics(self._metrics, group),
             group=group,
             observer=self._observer,
+            on_registered=None if group is None else lambda: self.pending.discard(name, group),
         )
         self.consumers[name, group] = consumer
         if self._task_group is not None:
+            if group is not None:  # registered before this process's next enqueue or move
+                self.pending.add(name, group, consumer.max_deliveries)
             self._task_group.start_soon(self._keep_running, consumer)
 
     async def remove_consumer(self, name: str, group: str | None) -> bool:
@@ -160,6 +167,8 @@ class Runtime:
         consumer = self.consumers.pop((name, group), None)
         if consumer is None:
             return False
+        if group is not None:
+            self.pending.discard(name, group)
         consumer.stop()
         if self._task_group is not None:
             await consumer.wait_finished()
@@ -225,6 +234,9 @@ class Runtime:
                 await self._store.known_types()
             except Exception as exc:  # the scheduler's sweeps read them again
                 log.warning("reading the event types failed: %s", exc)
+        for (name, group), consumer in self.consumers.items():
+            if group is not None:  # as for a handler added while running (see PendingGroups)
+                self.pending.add(name, group, consumer.max_deliveries)
         self._closing = asyncio.Event()
         started = asyncio.get_running_loop().create_future()
         self._supervisor = asyncio.create_task(

@@ -17,7 +17,7 @@ from . import connect
 from .codec import Codec
 from .enqueueing import Enqueuer
 from .events import EventTypes
-from .groups import Groups
+from .groups import Groups, PendingGroups
 from .history import HistoryRecorder, TeeMetrics
 from .inspection import Inspector
 from .metrics import Metrics
@@ -75,6 +75,7 @@ def wire(redis: Client, blocking: Client | None, options: dict[str, Any]) -> Par
     metrics = TeeMetrics(opts.metrics, history)
     observer = Observer(metrics, opts.tracing)
     types = EventTypes(store.declare)
+    pending = PendingGroups(store)  # a running service's new groups (see delayq.groups)
     return Parts(
         options=opts,
         store=store,
@@ -83,10 +84,11 @@ def wire(redis: Client, blocking: Client | None, options: dict[str, Any]) -> Par
         types=types,
         groups=Groups(store, 1 + opts.retry_attempts),
         inspector=Inspector(store, codec, types),
-        enqueuer=Enqueuer(store, router, codec, observer, metrics, types),
+        enqueuer=Enqueuer(store, router, codec, observer, metrics, types, pending),
         runtime=Runtime(
             store,
             opts,
+            pending=pending,
             codec=codec,
             observer=observer,
             metrics=metrics,
