@@ -137,3 +137,19 @@ async def test_the_blocks_run_in_order_as_pasted(
         if pg_server is not None:
             pg_server.stop()  # type: ignore[attr-defined]
     assert len(ran) >= len(_python_blocks()) - (1 if dsn is None else 0)
+
+
+def test_the_fastapi_files_shown_are_the_examples() -> None:
+    """The README's ``py`` blocks headed ``# name.py:`` are excerpts of
+    examples/fastapi_worker/name.py (which tests/test_examples.py runs): every line shown,
+    comments aside, is in the file, except ``...`` lines (what the excerpt leaves out)."""
+    blocks = re.findall(r"```py\n# (\w+\.py):.*?\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+    assert {name for name, _ in blocks} == {"events.py", "tasks.py", "web.py"}
+    folder = README.parent / "examples" / "fastapi_worker"
+    for name, body in blocks:
+        text = (folder / name).read_text(encoding="utf-8")
+        lines = {line.split("  #")[0].rstrip() for line in text.splitlines()}
+        for line in body.splitlines():
+            code = line.split("  #")[0].rstrip()
+            if code and not code.lstrip().startswith("...") and not code.startswith("#"):
+                assert code in lines, f"{name}: {line!r} is not in {folder / name}"
