@@ -185,6 +185,11 @@ def test_requeue_all_with_progress(cli, redis_url, prefix):
         (["purge", "no-such-type", "--all", "--yes"], "unknown event type"),
         (["run-now", "no-such-type", "x"], "unknown event type"),
         (["run-now", "cli-job", "s1", "--group", "nope"], "no delivery group 'nope'"),
+        # the same class elsewhere: what Redis or the encoder would refuse is refused first
+        (["scheduled", "cli-job", "--offset", "9223372036854775807"], "Invalid value for '--offset'"),
+        (["dead", "list", "cli-job", "--offset", "99999999999999999999"], "Invalid value for '--offset'"),
+        (["enqueue", "cli_app:CliJob", "--id", "x", "--payload", '{"n": 99999999999999999999999}'],
+         "cannot enqueue this cli-job: can't serialize ints"),
         (["stats", "--interval", "0"], "at least 100ms"),
         (["dead", "list", "cli-job", "--group", "nope"], "no delivery group 'nope'"),
         (["dead", "purge", "cli-job", "--all", "--yes", "--group", "a:b"], "group name"),
@@ -398,3 +403,15 @@ def test_stats_fits_80_columns_and_watch_says_when():
     assert "in 5m" in rendered and "…" not in rendered  # the next due time is whole
     assert "2m05s" in rendered and "123456" in rendered
     assert "refreshed 12:00:01 UTC" in rendered
+
+
+def test_a_redis_error_is_one_line(cli, redis_url, prefix, sync_redis):
+    """A key of the wrong type (written by something else) makes Redis refuse the script:
+    one line naming the error, exit 1, not a traceback."""
+    sync_redis.sadd(f"{{{prefix}}}:types", "wrong")
+    sync_redis.set(f"{{{prefix}:wrong}}:scheduled", "x")
+    for args in (["inspect", "wrong", "x"], ["scheduled", "wrong"], ["stats"]):
+        _, err = cli(*args, code=1)
+        assert err.startswith("error: Redis error (ResponseError): "), err
+        assert "WRONGTYPE" in err
+        assert len(err.strip().splitlines()) == 1

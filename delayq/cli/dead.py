@@ -16,6 +16,7 @@ from ..keys import DEFAULT_GROUP
 from ..service import EventService
 from .ops import (
     DEFAULT_URL,
+    MAX_OFFSET,
     Cluster,
     GroupName,
     Json,
@@ -112,7 +113,7 @@ def register(app: typer.Typer) -> None:
     def dead_list(
         type_name: TypeName,
         limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="Most rows.")] = 20,
-        offset: Annotated[int, typer.Option("--offset", min=0, help="Skip this many (oldest first).")] = 0,
+        offset: Annotated[int, typer.Option("--offset", min=0, max=MAX_OFFSET, help="Skip this many (oldest first).")] = 0,
         group: GroupName = DEFAULT_GROUP,
         as_json: Json = False,
         redis_url: RedisUrl = DEFAULT_URL,

@@ -131,9 +131,12 @@ def register(app: typer.Typer) -> None:
 
         async def main() -> bool:
             async with connect(redis_url, prefix, cluster) as service:
-                return await service.enqueue_with_delay(
-                    event, seconds, context=ctx or None, replace=replace
-                )
+                try:
+                    return await service.enqueue_with_delay(
+                        event, seconds, context=ctx or None, replace=replace
+                    )
+                except (OverflowError, TypeError, ValueError) as exc:  # encoding: nothing written
+                    fail(f"cannot enqueue this {cls.event_name}: {exc}")
 
         added = run(main)
         if as_json:

@@ -11,6 +11,7 @@ from typing import Annotated, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import typer
+from redis.exceptions import RedisError
 
 from ..events import validate_name
 from ..service import EventService
@@ -19,6 +20,7 @@ from .output import fail
 
 __all__ = [
     "DEFAULT_URL",
+    "MAX_OFFSET",
     "Cluster",
     "EventId",
     "GroupName",
@@ -71,6 +73,8 @@ GroupName = Annotated[
     typer.Option("--group", help="The delivery group (handlers added without a group: default)."),
 ]
 EventId = Annotated[str, typer.Argument(metavar="ID", help="The event id.", show_default=False)]
+MAX_OFFSET = 1_000_000_000
+"""The largest ``--offset`` (Redis takes ranks as 64-bit integers; pages are read by rank)."""
 DEFAULT_URL = "redis://localhost:6379/0"
 
 
@@ -121,8 +125,14 @@ async def known_type(service: EventService, name: str) -> str:
 
 
 def run(main: Callable[[], Awaitable[T]]) -> T:
-    """Run one command's ``main`` coroutine function in a new event loop."""
-    return asyncio.run(main())  # type: ignore[arg-type]
+    """Run one command's ``main`` coroutine function in a new event loop; a Redis error
+    on the way (a refused script, a key of the wrong type, a lost connection) is one line
+    with exit code 1, not a traceback."""
+    try:
+        return asyncio.run(main())  # type: ignore[arg-type]
+    except RedisError as exc:
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        fail(f"Redis error ({type(exc).__name__}): {detail}", code=1)
 
 
 def parse_delay(value: str) -> float:

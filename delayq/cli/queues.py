@@ -19,6 +19,7 @@ from ..service import EventService
 from ..store import QueueCounts
 from .ops import (
     DEFAULT_URL,
+    MAX_OFFSET,
     Cluster,
     EventId,
     Json,
@@ -242,7 +243,7 @@ def register(app: typer.Typer) -> None:
         type_name: TypeName,
         limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="Most rows.")] = 20,
         offset: Annotated[
-            int, typer.Option("--offset", min=0, help="Skip this many (earliest first).")
+            int, typer.Option("--offset", min=0, max=MAX_OFFSET, help="Skip this many (earliest first).")
         ] = 0,
         as_json: Json = False,
         redis_url: RedisUrl = DEFAULT_URL,
