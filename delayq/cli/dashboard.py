@@ -23,7 +23,7 @@ def dashboard(
     prefix: Prefix = "delayq",
     cluster: Cluster = False,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8080,
     read_only: Annotated[
         bool, typer.Option("--read-only", help="Hide and refuse every action.")
     ] = False,

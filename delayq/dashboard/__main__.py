@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--page-size", type=int, default=25, help="rows per list page (1..1000)")
     parser.add_argument("--root-path", default="", help="URL prefix when behind a proxy")
     args = parser.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        return _error(f"--port must be from 0 to 65535, not {args.port}")
 
     missing = missing_modules()
     if missing:
