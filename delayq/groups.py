@@ -80,6 +80,8 @@ class PendingGroups:
     or all registered) the cost is one attribute check.
     """
 
+    __slots__ = ("_groups", "_store", "any")
+
     def __init__(self, store: Store):
         self._store = store
         self._groups: dict[tuple[str, str], int] = {}
