@@ -245,7 +245,9 @@ async def test_fastapi_web_process_and_workers(
             for n in range(1, 7):
                 r = await http.post(f"/orders/{n}", params={"delay": 0.2}, headers={"X-Request-ID": f"r-{n}"})
                 assert r.status_code == 202 and r.json()["scheduled"] is True, r.text
-            assert (await http.post("/orders/1", params={"delay": 0.2})).json()["scheduled"] is False
+            # once per order: posting it again while its check waits keeps the first
+            assert (await http.post("/orders/99", params={"delay": 3600})).json()["scheduled"]
+            assert (await http.post("/orders/99", params={"delay": 5})).json()["scheduled"] is False
 
             async def all_checked() -> bool:
                 return await redis_client.hlen(f"{prefix}-checks") == 6
