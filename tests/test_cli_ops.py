@@ -10,7 +10,7 @@ import pytest
 import redis
 from cli_app import CliJob
 
-from delayq import Event, EventService
+from delayq import Event, EventService, fixed
 from delayq.cli.app import main
 from delayq.cli.durations import parse_duration
 from delayq.testing import free_port, wait_for
@@ -327,13 +327,20 @@ def test_purge_waiting_events(cli, redis_url, prefix):
     out, _ = cli("purge", "cli-job", "--all", "--yes")
     assert "cancelled 0 waiting events" in out
 
-    # a type with delivery groups: the type's schedule and every group's ready list
+    # a type with delivery groups: the type's schedule, every group's ready list, and
+    # retries only one group holds (here the default group's; audit has acked them)
     async def go() -> None:
+        async def fail(event: CliFan) -> None:
+            raise RuntimeError("later")
+
+        async def ok(event: CliFan) -> None:
+            pass
+
         service = EventService.from_url(
             redis_url, prefix=prefix, scheduling_interval=0.1, polling_timeout=1
         )
         await service.register_group(CliFan, "audit")
-        async with service:  # a scheduler, no handlers: due events wait in each group
+        async with service:  # no handlers yet: due events wait in each group
             await service.enqueue_many([CliFan(id=f"f{i}") for i in range(3)])
             await service.enqueue_with_delay(CliFan(id="later"), 3600)
 
@@ -344,6 +351,16 @@ def test_purge_waiting_events(cli, redis_url, prefix):
             await wait_for(fanned)
             assert sorted(await service.ready_ids(CliFan, group="audit")) == ["f0", "f1", "f2"]
             assert await service.ready_ids(CliFan, 2, 1) == ["f1", "f2"]
+            service.add_handler(CliFan, fail, retry_backoff=fixed(3600))
+            service.add_handler(CliFan, ok, group="audit")
+
+            async def settled() -> bool:
+                counts = await service.group_stats(CliFan)
+                audit, default = counts["audit"], counts["default"]
+                return (audit.ready, audit.in_flight, default.ready, default.in_flight) == (
+                    0, 0, 0, 0) and default.scheduled == 4  # fmt: skip
+
+            await wait_for(settled)
 
     asyncio.run(go())
     assert cli("purge", "cli-fan", "--all", "--yes", "--json")["purged"] == 4

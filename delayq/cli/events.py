@@ -45,8 +45,10 @@ async def purge_waiting(
 
     The work is bounded by the counts read first: events enqueued meanwhile may stay.
     """
-    groups: list[str | None] = [None]
-    groups += [g for g in await service.groups(name) if g != DEFAULT_GROUP]
+    names = await service.groups(name)
+    # a type with named groups: each group's view has the type's schedule, the group's
+    # retries and its ready list ("default" included); without: the type's own keys
+    groups: list[str | None] = [None] if names == [DEFAULT_GROUP] else list(names)
     budget = await waiting_count(service, name)
     done = 0
     listers: list[Callable[[int, str | None], Awaitable[list[str]]]] = [
@@ -75,11 +77,14 @@ async def _scheduled_ids(service: EventService, name: str, skip: int, group: str
 
 
 async def waiting_count(service: EventService, name: str) -> int:
-    """Scheduled and ready events of a type, its delivery groups' included."""
-    counts = [await service.stats_for(name)]
-    if await service.groups(name) != [DEFAULT_GROUP]:
-        counts.extend((await service.group_stats(name)).values())
-    return sum(c.scheduled + c.ready for c in counts)
+    """Scheduled and ready events of a type, its delivery groups' retries and ready lists
+    included (an event waiting in several groups counts once per group)."""
+    base = await service.stats_for(name)
+    if await service.groups(name) == [DEFAULT_GROUP]:
+        return base.scheduled + base.ready
+    # a group's scheduled count is the type's schedule plus the group's own retries
+    groups = (await service.group_stats(name)).values()
+    return base.scheduled + sum(g.ready + max(0, g.scheduled - base.scheduled) for g in groups)
 
 
 def register(app: typer.Typer) -> None:
