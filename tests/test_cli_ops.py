@@ -432,3 +432,20 @@ def test_a_redis_error_is_one_line(cli, redis_url, prefix, sync_redis):
         assert err.startswith("error: Redis error (ResponseError): "), err
         assert "WRONGTYPE" in err
         assert len(err.strip().splitlines()) == 1
+
+
+def test_lists_cut_nothing_at_80_columns(cli, redis_url, prefix, monkeypatch):
+    """Ids (to be pasted into the next command) and times fold or wrap, never end in '…'."""
+    from delayq.cli.output import console
+
+    prepare(redis_url, prefix)
+    long_id = "order-2026-11-25-with-a-rather-long-id-0001"
+    cli("enqueue", "cli_app:CliJob", "--id", long_id, "--delay", "2h", "--payload", '{"n": 12345}')
+    monkeypatch.setattr(console, "width", 80)
+    for args in (["scheduled", "cli-job"], ["dead", "list", "cli-job"]):
+        out, _ = cli(*args)
+        assert "…" not in out, out
+        assert max(len(line) for line in out.splitlines()) <= 80, out
+    out, _ = cli("scheduled", "cli-job")
+    cells = "".join(line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│"))
+    assert long_id in cells  # the id column, read top to bottom

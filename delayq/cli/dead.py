@@ -30,7 +30,7 @@ from .ops import (
     pick_ids,
     run,
 )
-from .output import console, fail, print_json, text, when
+from .output import add_columns, console, fail, print_json, text, when
 
 __all__ = ["register"]
 
@@ -139,12 +139,11 @@ def register(app: typer.Typer) -> None:
                 return
             where = type_name if group == DEFAULT_GROUP else f"{type_name} [{group}]"
             table = Table(title=text(f"{where}: dead letters from #{offset}"), title_justify="left")
-            for column in ("id", "failed", "attempts", "error", "payload"):
-                table.add_column(column)
+            add_columns(table, ("id", "failed", "attempts", "error", "payload"))
             for d in items:
                 table.add_row(
                     text(d.id),
-                    when(d.failed_at),
+                    when(d.failed_at, short=True),
                     str(d.attempts),
                     text(d.error),
                     text(json.dumps(d.payload, ensure_ascii=False)),

@@ -31,7 +31,7 @@ from .ops import (
     parse_delay,
     run,
 )
-from .output import console, fail, human_seconds, print_json, text, when
+from .output import add_columns, console, fail, human_seconds, print_json, text, when
 
 __all__ = ["register"]
 
@@ -259,12 +259,11 @@ def register(app: typer.Typer) -> None:
                 print_json({"type": type_name, "offset": offset, "events": [e.to_dict() for e in items]})
                 return
             table = Table(title=f"{type_name}: scheduled from #{offset}", title_justify="left")
-            for column in ("id", "due", "attempts", "payload", "last error"):
-                table.add_column(column)
+            add_columns(table, ("id", "due", "attempts", "payload", "last error"))
             for e in items:
                 table.add_row(
                     text(e.id),
-                    when(e.due_at),
+                    when(e.due_at, short=True),
                     str(e.attempts),
                     text(json.dumps(e.payload, ensure_ascii=False)),
                     text(e.last_error),

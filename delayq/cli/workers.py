@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
             )
             table.add_row(
                 text(w.id), text(w.host), str(w.pid), text(handling or None),
-                when(w.started_at, now), when(w.seen_at, now),
+                when(w.started_at, now, short=True), when(w.seen_at, now, short=True),
             )  # fmt: skip
         if not found:
             table.caption = "no live workers under this prefix (heartbeat_interval=0 hides a worker)"
