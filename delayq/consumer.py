@@ -91,11 +91,13 @@ class Consumer:
         metrics: Metrics,
         observer: Observer,
         group: str | None = None,
+        on_registered: Callable[[], None] | None = None,
     ):
         self.event_type = event_type
         self.type_name = event_type.event_name
         # None: the default group (the type's own keys, no registration)
         self.group = group
+        self._on_registered = on_registered  # called once its group is registered in Redis
         self.label = self.type_name if group is None else f"{self.type_name}[{group}]"
         self.handler = handler
         self.concurrency = concurrency
@@ -142,6 +144,11 @@ class Consumer:
         self._stopping = True
         if self._fetch_scope is not None:
             self._fetch_scope.cancel()
+
+    @property
+    def max_deliveries(self) -> int:
+        """Deliveries of an event to this consumer's group before it becomes a dead letter."""
+        return 1 + self._s.retry_attempts
 
     async def wait_finished(self) -> None:
         """Wait until :meth:`run` has returned."""
@@ -198,7 +205,9 @@ class Consumer:
             try:
                 for shard in self._store.shards(self.type_name):
                     await self._store.register_type(shard)
-                    await self._store.register_group(shard, self.group, 1 + self._s.retry_attempts)
+                    await self._store.register_group(shard, self.group, self.max_deliveries)
+                if self._on_registered is not None:
+                    self._on_registered()
                 return
             except Exception as exc:  # loops never die: back off, go on
                 self._metrics.increment("redis_errors", event_type=self.type_name)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .codec import Codec, check_context
 from .events import Event, EventTypes, check_event, find_event_type, validate_name
@@ -24,6 +24,9 @@ from .observer import Observer
 from .retry import delay_ms
 from .routing import Router
 from .store import Store
+
+if TYPE_CHECKING:
+    from .groups import PendingGroups
 
 __all__ = ["Enqueuer", "Item", "item_due"]
 
@@ -52,6 +55,7 @@ class Enqueuer:
         observer: Observer,
         metrics: Metrics,
         types: EventTypes,
+        pending: PendingGroups,
     ):
         self._store = store
         self._router = router
@@ -59,6 +63,8 @@ class Enqueuer:
         self._observer = observer
         self._metrics = metrics
         self._types = types  # the service's registered types (shared, live)
+        # groups added to the running service: registered before any enqueue goes out
+        self._pending = pending
         self._layouts_read: set[str] = set()  # type names whose layouts were read from Redis
 
     def _prepare(self, event: Any, context: Mapping[str, str] | None) -> tuple[str, bytes]:
@@ -76,6 +82,8 @@ class Enqueuer:
         self, event: Event, ms: int, *, absolute: bool, context: Any, replace: bool
     ) -> bool:
         """Enqueue one event due in ``ms`` (or at unix ms ``ms`` when ``absolute``)."""
+        if self._pending.any:
+            await self._pending.flush()
         with self._observer.sending(event, context) as stored_context:
             name, envelope = self._prepare(event, stored_context)
             (code,) = await self._router.enqueue(
@@ -103,6 +111,8 @@ class Enqueuer:
         default_ms = delay_ms(delay)
         check_context(context)
         items = list(events)
+        if self._pending.any:
+            await self._pending.flush()
         names = [] if self._observer.tracing is None else self._type_names(items)
         with self._observer.sending_many(names, len(items), context) as stored_context:
             return await self._enqueue_items(items, default_ms, stored_context, replace)
@@ -163,6 +173,8 @@ class Enqueuer:
             checked.append(item)
         if not checked:
             return []
+        if self._pending.any:
+            await self._pending.flush()
         codes = await self._router.enqueue(
             event_type,
             await self._partitions_of(event_type),

@@ -24,7 +24,7 @@ from .events import validate_name
 from .keys import DEFAULT_GROUP
 from .store import QueueCounts, Store, sum_counts
 
-__all__ = ["DEFAULT_GROUP", "Groups", "check_group", "check_view"]
+__all__ = ["DEFAULT_GROUP", "Groups", "PendingGroups", "check_group", "check_view"]
 
 log = logging.getLogger("delayq.groups")
 
@@ -44,6 +44,45 @@ def check_view(group: object) -> str | None:
     so the name is kept as given.
     """
     return None if group is None else validate_name(group, "group name")
+
+
+class PendingGroups:
+    """Named groups of a running service's handlers not known yet to be registered in Redis.
+
+    A consumer registers its group as it starts, in a task of its own; until then
+    the scheduler's fan-out would not deliver to the group. So the service's next
+    enqueue and the next scheduler pass in this process register what is pending
+    first: what ``add_handler(..., group=...)`` did is in effect before anything
+    else this process does can observe it. With nothing pending (no named groups,
+    or all registered) the cost is one attribute check.
+    """
+
+    __slots__ = ("_groups", "_store", "any")
+
+    def __init__(self, store: Store):
+        self._store = store
+        self._groups: dict[tuple[str, str], int] = {}
+        self.any = False
+        """True while a registration is pending (checked on every enqueue: keep it cheap)."""
+
+    def add(self, name: str, group: str, max_deliveries: int) -> None:
+        """Note a group to register before the next enqueue or fan-out."""
+        self._groups[name, group] = max_deliveries
+        self.any = True
+
+    def discard(self, name: str, group: str) -> None:
+        """The group is registered (its consumer did it), or its handler was removed."""
+        self._groups.pop((name, group), None)
+        self.any = bool(self._groups)
+
+    async def flush(self) -> None:
+        """Register every pending group; a Redis error propagates (nothing is dropped)."""
+        for (name, group), max_deliveries in list(self._groups.items()):
+            for shard in self._store.shards(name):  # as the consumer does (idempotent)
+                await self._store.register_type(shard)
+                await self._store.register_group(shard, group, max_deliveries)
+            if self._groups.get((name, group)) == max_deliveries:
+                self.discard(name, group)
 
 
 class Groups:

@@ -24,6 +24,7 @@ import anyio
 from .codec import Codec
 from .consumer import Consumer, ConsumerSettings, Handler
 from .events import Event
+from .groups import PendingGroups
 from .health import ServiceHealth
 from .heartbeat import Heartbeat
 from .history import HistoryRecorder, HistoryWriter
@@ -53,6 +54,7 @@ class Runtime:
         store: Store,
         options: Options,
         *,
+        pending: PendingGroups,
         codec: Codec,
         observer: Observer,
         metrics: ServiceMetrics,
@@ -72,6 +74,8 @@ class Runtime:
         self._outbox = outbox  # the outbox relay run beside the loops, if any
         # (type name, group; None for the default group) -> its consumer here
         self.consumers: dict[tuple[str, str | None], Consumer] = {}
+        self.pending = pending
+        """Named groups added while running, registered before the next enqueue or move."""
         self._running_loops: set[_Loop] = set()
         self._consumer_settings = ConsumerSettings(
             visibility_ms=opts.visibility_ms,
@@ -97,6 +101,7 @@ class Runtime:
                 ),
                 metrics,
             )
+            self.scheduler.pending = self.pending
         self.heartbeat: Heartbeat | None = None
         """The heartbeat loop (None with ``heartbeat_interval=0``)."""
         if opts.heartbeat_interval:
@@ -153,9 +158,12 @@ class Runtime:
             metrics=self._metrics.for_group(group),
             observer=self._observer,
             group=group,
+            on_registered=None if group is None else lambda: self.pending.discard(name, group),
         )
         self.consumers[name, group] = consumer
         if self._task_group is not None:
+            if group is not None:  # registered before this process's next enqueue or move
+                self.pending.add(name, group, consumer.max_deliveries)
             self._task_group.start_soon(self._keep_running, consumer)
 
     async def remove_consumer(self, name: str, group: str | None) -> bool:
@@ -163,6 +171,8 @@ class Runtime:
         consumer = self.consumers.pop((name, group), None)
         if consumer is None:
             return False
+        if group is not None:
+            self.pending.discard(name, group)
         consumer.stop()
         if self._task_group is not None:
             await consumer.wait_finished()
@@ -233,6 +243,9 @@ class Runtime:
                 await self._store.known_types()
             except Exception as exc:  # the scheduler's sweeps read them again
                 log.warning("reading the event types failed: %s", exc)
+        for (name, group), consumer in self.consumers.items():
+            if group is not None:  # as for a handler added while running (see PendingGroups)
+                self.pending.add(name, group, consumer.max_deliveries)
         self._closing = asyncio.Event()
         started = asyncio.get_running_loop().create_future()
         self._supervisor = asyncio.create_task(

@@ -30,6 +30,7 @@ import math
 import time
 import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.lowlevel
@@ -41,6 +42,9 @@ from .metrics import Metrics
 from .partitions import parse_shard, type_of
 from .spread import Spread
 from .store import Store, WakeupListener
+
+if TYPE_CHECKING:
+    from .groups import PendingGroups
 
 __all__ = ["Scheduler", "SchedulerSettings"]
 
@@ -76,6 +80,8 @@ class Scheduler:
         self._s = settings
         self._metrics = metrics
         self.token = uuid.uuid4().hex
+        self.pending: PendingGroups | None = None
+        """The service's groups waiting for registration: registered before a move."""
         self.is_leader = False
         self._holder: str | None = None  # the leader's token, as last seen by a standby
         self._stopping = False
@@ -279,6 +285,8 @@ class Scheduler:
         their ready list holds entries, and every ``_FULL_SWEEP`` intervals in
         any case (a wake-up may have been lost).
         """
+        if self.pending is not None and self.pending.any:
+            await self.pending.flush()  # a group added here gets every event moved from now on
         now = time.monotonic()
         todo = {t for t, at in self._next.items() if at <= now}
         if now - self._last_full >= _FULL_SWEEP * self._s.interval:

@@ -144,9 +144,12 @@ class EventService:
 
         ``group`` names a delivery group: every group registered for the type
         gets each event once, with its own retries and dead letters (see the
-        README, "Delivery groups"). The group is registered in Redis when its
-        consumer starts. Without ``group`` the handler joins the default
-        group. ``retry_attempts`` and ``retry_backoff`` override the service's
+        README, "Delivery groups"). The group is registered in Redis as its
+        consumer starts, and at the latest before this process's next enqueue
+        or scheduler pass: an event enqueued here after ``add_handler``
+        returns reaches the group. (Other processes' enqueues reach it once it
+        is registered; ``await register_group(...)`` first to be sure.)
+        Without ``group`` the handler joins the default group. ``retry_attempts`` and ``retry_backoff`` override the service's
         options for this group's deliveries.
         """
         name = self._types.register(event_type)
@@ -200,7 +203,9 @@ class EventService:
 
     async def groups(self, event_type: EventTypeRef) -> list[str]:
         """The delivery groups registered for ``event_type`` (class or wire name;
-        ``["default"]`` if none is named)."""
+        ``["default"]`` if none is named), those of handlers just added included."""
+        if self._runtime.pending.any:
+            await self._runtime.pending.flush()
         return await self._groups.names(self._types.name(event_type))
 
     async def group_stats(self, event_type: EventTypeRef) -> dict[str, QueueCounts]:
@@ -209,6 +214,8 @@ class EventService:
         A group's ``scheduled`` counts the type's events not yet due (each will
         reach every group) plus the group's own retries waiting.
         """
+        if self._runtime.pending.any:
+            await self._runtime.pending.flush()
         return await self._groups.counts(self._types.name(event_type))
 
     # -- enqueueing ----------------------------------------------------------------
@@ -387,6 +394,15 @@ class EventService:
         default group's without), earliest lease deadline first."""
         name = self._types.name(event_type)
         return await self._browser.in_flight(name, limit, offset, check_group(group))
+
+    async def ready_ids(
+        self, event_type: EventTypeRef, limit: int = 100, offset: int = 0, *,
+        group: str | None = None,
+    ) -> list[str]:
+        """Up to ``limit`` (≤ 1000) ids of events due and waiting for a consumer (class or
+        wire name; of delivery ``group``, the default group's without), oldest first."""
+        name = self._types.name(event_type)
+        return await self._browser.ready_ids(name, limit, offset, check_group(group))
 
     async def due_histogram(
         self, event_type: EventTypeRef, *, group: str | None = None

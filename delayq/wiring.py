@@ -20,7 +20,7 @@ from .browsing import Browser
 from .codec import Codec
 from .enqueueing import Enqueuer
 from .events import EventTypes
-from .groups import Groups
+from .groups import Groups, PendingGroups
 from .history import HistoryRecorder
 from .inspection import Inspector
 from .metrics import ServiceMetrics
@@ -77,6 +77,7 @@ def wire(clients: connect.Clients, options: dict[str, Any], service: object) -> 
     metrics = ServiceMetrics(opts.metrics, history)
     observer = Observer(opts.tracing)
     types = EventTypes(store.declare)
+    pending = PendingGroups(store)  # a running service's new groups (see delayq.groups)
     return Parts(
         options=opts,
         store=store,
@@ -85,10 +86,11 @@ def wire(clients: connect.Clients, options: dict[str, Any], service: object) -> 
         groups=Groups(store, 1 + opts.retry_attempts),
         inspector=Inspector(store, router, codec, types),
         browser=Browser(store, router),
-        enqueuer=Enqueuer(store, router, codec, observer, metrics, types),
+        enqueuer=Enqueuer(store, router, codec, observer, metrics, types, pending),
         runtime=Runtime(
             store,
             opts,
+            pending=pending,
             codec=codec,
             observer=observer,
             metrics=metrics,

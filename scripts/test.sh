@@ -29,6 +29,19 @@ source "$ROOT/scripts/_setup.sh"
 ensure_venv
 install_project "$EXTRAS"
 
+# --- the oldest Typer the cli extra allows ------------------------------------------------------
+# tests/test_cli_usage.py runs the command line's usage errors with it first on PYTHONPATH (and
+# with the venv's, the newest); it is installed with its own dependencies (the click it resolves).
+TYPER_OLDEST_DIR="${DELAYQ_TYPER_OLDEST:-$ROOT/.cache/typer-oldest}"
+typer_oldest="$(sed -n 's/.*"typer>=\([0-9.]*\).*/\1/p' "$ROOT/pyproject.toml" | head -n1)"
+if [[ -n "$typer_oldest" ]] && ! compgen -G "$TYPER_OLDEST_DIR/typer-$typer_oldest.dist-info" >/dev/null; then
+    log "installing typer==$typer_oldest into $TYPER_OLDEST_DIR (the oldest the cli extra allows)"
+    rm -rf "$TYPER_OLDEST_DIR"
+    "$VPY" -m pip install -q --target "$TYPER_OLDEST_DIR" "typer==$typer_oldest" ||
+        log "warning: could not install typer==$typer_oldest; its CLI tests will be skipped"
+fi
+export DELAYQ_TYPER_OLDEST="$TYPER_OLDEST_DIR"
+
 # --- redis-server ---------------------------------------------------------------------------------
 have_redis() {
     [[ -n "${DELAYQ_REDIS_SERVER:-}" ]] && return 0

@@ -10,7 +10,7 @@ import pytest
 import redis
 from cli_app import CliJob
 
-from delayq import Event, EventService
+from delayq import Event, EventService, fixed
 from delayq.cli.app import main
 from delayq.cli.durations import parse_duration
 from delayq.testing import free_port, wait_for
@@ -173,7 +173,23 @@ def test_requeue_all_with_progress(cli, redis_url, prefix):
         (["enqueue", "cli_app:CliJob", "--id", "x", "--payload", '{"id": "y"}'], "differs"),
         (["enqueue", "cli_app:CliJob", "--id", "x", "--context", "novalue"], "key=value"),
         (["enqueue", "cli_app:nothing", "--id", "x"], "has no attribute"),
-        (["enqueue", "cli_app:service", "--id", "x"], "not a subclass of delayq.Event"),
+        (["enqueue", "cli_app:service", "--id", "x"], "is an EventService object, not an event class (a subclass of delayq.Event); the module has cli_app:CliJob"),
+        # unknown fields would be dropped silently by msgspec: refused
+        (["enqueue", "cli_app:CliJob", "--id", "x", "--payload", '{"n": 1, "extra": 2}'],
+         "--payload has fields cli-job does not have: extra (its fields: n, sleep_ms, fail)"),
+        # --all needs --yes off a terminal, for requeue as for purge
+        (["dead", "requeue", "cli-job", "--all"], "add --yes"),
+        (["dead", "requeue", "cli-job", "--all", "--json"], "add --yes"),
+        (["purge", "cli-job", "--all"], "add --yes"),
+        (["purge", "cli-job"], "give the IDs"),
+        (["purge", "no-such-type", "--all", "--yes"], "unknown event type"),
+        (["run-now", "no-such-type", "x"], "unknown event type"),
+        (["run-now", "cli-job", "s1", "--group", "nope"], "no delivery group 'nope'"),
+        # the same class elsewhere: what Redis or the encoder would refuse is refused first
+        (["scheduled", "cli-job", "--offset", "9223372036854775807"], "Invalid value for '--offset'"),
+        (["dead", "list", "cli-job", "--offset", "99999999999999999999"], "Invalid value for '--offset'"),
+        (["enqueue", "cli_app:CliJob", "--id", "x", "--payload", '{"n": 99999999999999999999999}'],
+         "cannot enqueue this cli-job: can't serialize ints"),
         (["stats", "--interval", "0"], "at least 100ms"),
         (["dead", "list", "cli-job", "--group", "nope"], "no delivery group 'nope'"),
         (["dead", "purge", "cli-job", "--all", "--yes", "--group", "a:b"], "group name"),
@@ -279,10 +295,157 @@ def test_delivery_groups(cli, redis_url, prefix):
     got = cli("dead", "requeue", "cli-fan", "f0", "--group", "audit", "--delay", "1h", "--json")
     assert got == {"type": "cli-fan", "group": "audit", "requeued": 1}
     # the default group has no dead letters to requeue
-    assert cli("dead", "requeue", "cli-fan", "--all", "--json")["requeued"] == 0
+    assert cli("dead", "requeue", "cli-fan", "--all", "--yes", "--json")["requeued"] == 0
     audit = cli("stats", "--json")["types"]["cli-fan"]["groups"]["audit"]
     assert (audit["scheduled"], audit["dead"]) == (1, 2)
     assert cli("dead", "purge", "cli-fan", "f1", "--group", "audit", "--json")["purged"] == 1
     purged = cli("dead", "purge", "cli-fan", "--all", "--yes", "--group", "audit", "--json")
     assert purged["purged"] == 1
     assert cli("stats", "--json")["types"]["cli-fan"]["groups"]["audit"]["dead"] == 0
+
+
+def test_run_now(cli, redis_url, prefix):
+    prepare(redis_url, prefix)
+    assert cli("inspect", "cli-job", "s2", "--json")["state"] == "scheduled"
+    got = cli("run-now", "cli-job", "s2", "--json")
+    assert got == {"type": "cli-job", "id": "s2", "group": None, "run_now": True}
+    assert cli("inspect", "cli-job", "s2", "--json")["state"] == "ready"
+    # not scheduled (ready now, a dead letter, or unknown): exit 1, nothing changes
+    for event_id in ("s2", "d0", "nope"):
+        out, _ = cli("run-now", "cli-job", event_id, code=1)
+        assert "no such scheduled event" in out
+    stats = cli("stats", "--json")["types"]["cli-job"]
+    assert (stats["scheduled"], stats["ready"], stats["dead"]) == (2, 3, 3)
+
+
+def test_purge_waiting_events(cli, redis_url, prefix):
+    prepare(redis_url, prefix)  # 3 scheduled, 2 ready, 3 dead letters
+    assert cli("purge", "cli-job", "s1", "nope", "--json") == {"type": "cli-job", "purged": 1}
+    assert cli("purge", "cli-job", "--all", "--yes", "--json") == {"type": "cli-job", "purged": 4}
+    job = cli("stats", "--json")["types"]["cli-job"]
+    assert (job["scheduled"], job["ready"], job["in_flight"], job["dead"]) == (0, 0, 0, 3)
+    out, _ = cli("purge", "cli-job", "--all", "--yes")
+    assert "cancelled 0 waiting events" in out
+
+    # a type with delivery groups: the type's schedule, every group's ready list, and
+    # retries only one group holds (here the default group's; audit has acked them)
+    async def go() -> None:
+        async def fail(event: CliFan) -> None:
+            raise RuntimeError("later")
+
+        async def ok(event: CliFan) -> None:
+            pass
+
+        service = EventService.from_url(
+            redis_url, prefix=prefix, scheduling_interval=0.1, polling_timeout=1
+        )
+        await service.register_group(CliFan, "audit")
+        async with service:  # no handlers yet: due events wait in each group
+            await service.enqueue_many([CliFan(id=f"f{i}") for i in range(3)])
+            await service.enqueue_with_delay(CliFan(id="later"), 3600)
+
+            async def fanned() -> bool:
+                counts = await service.group_stats(CliFan)
+                return all(c.ready == 3 for c in counts.values())
+
+            await wait_for(fanned)
+            assert sorted(await service.ready_ids(CliFan, group="audit")) == ["f0", "f1", "f2"]
+            assert await service.ready_ids(CliFan, 2, 1) == ["f1", "f2"]
+            service.add_handler(CliFan, fail, retry_backoff=fixed(3600))
+            service.add_handler(CliFan, ok, group="audit")
+
+            async def settled() -> bool:
+                counts = await service.group_stats(CliFan)
+                audit, default = counts["audit"], counts["default"]
+                return (audit.ready, audit.in_flight, default.ready, default.in_flight) == (
+                    0, 0, 0, 0) and default.scheduled == 4  # fmt: skip
+
+            await wait_for(settled)
+
+    asyncio.run(go())
+    assert cli("purge", "cli-fan", "--all", "--yes", "--json")["purged"] == 4
+    fan = cli("stats", "--json")["types"]["cli-fan"]
+    assert fan["scheduled"] == 0
+    assert all((g["scheduled"], g["ready"]) == (0, 0) for g in fan["groups"].values())
+
+
+def test_workers(cli, redis_url, prefix):
+    out, _ = cli("workers")
+    assert "no live workers" in out
+    assert cli("workers", "--json") == {"prefix": prefix, "workers": []}
+
+    async def go() -> dict:
+        async def ok(event: CliJob) -> None:
+            pass
+
+        service = EventService.from_url(redis_url, prefix=prefix, heartbeat_interval=0.5)
+        service.add_handler(CliJob, ok, concurrency=3)
+        async with service:
+            async def seen() -> bool:
+                return len(await service.workers()) == 1
+
+            await wait_for(seen)
+            got = await asyncio.to_thread(cli, "workers", "--json")
+            text, _ = await asyncio.to_thread(cli, "workers")
+            assert "cli-job 0/3" in text
+            return got
+
+    got = asyncio.run(go())
+    (worker,) = got["workers"]
+    assert worker["types"] == {"cli-job": 3}
+    assert worker["pid"] > 0 and worker["seen_at"].endswith("Z")
+    assert set(worker) == {"id", "host", "pid", "version", "types", "in_flight", "started_at",
+                           "seen_at", "ttl_seconds"}
+
+
+def test_stats_fits_80_columns_and_watch_says_when():
+    from datetime import datetime, timedelta, timezone
+    from io import StringIO
+
+    from rich.console import Console
+
+    from delayq.cli.queues import _stats_table
+    from delayq.store import QueueCounts
+
+    soon = datetime.now(timezone.utc) + timedelta(minutes=5, seconds=30)
+    counts = QueueCounts(scheduled=123456, ready=7, in_flight=3, dead=12, due=7,
+                         next_due_at=soon, backlog_age=125.0)  # fmt: skip
+    stats = {"payment-check": counts, "a-much-longer-event-type-name-for-reports": counts}
+    out = StringIO()
+    Console(file=out, width=80, color_system=None).print(
+        _stats_table("shop", stats, None, "refreshed 12:00:01 UTC, every 2.0s")
+    )
+    rendered = out.getvalue()
+    assert max(len(line) for line in rendered.splitlines()) <= 80
+    assert "in 5m" in rendered and "…" not in rendered  # the next due time is whole
+    assert "2m05s" in rendered and "123456" in rendered
+    assert "refreshed 12:00:01 UTC" in rendered
+
+
+def test_a_redis_error_is_one_line(cli, redis_url, prefix, sync_redis):
+    """A key of the wrong type (written by something else) makes Redis refuse the script:
+    one line naming the error, exit 1, not a traceback."""
+    sync_redis.sadd(f"{{{prefix}}}:types", "wrong")
+    sync_redis.set(f"{{{prefix}:wrong}}:scheduled", "x")
+    for args in (["inspect", "wrong", "x"], ["scheduled", "wrong"], ["stats"]):
+        _, err = cli(*args, code=1)
+        assert err.startswith("error: Redis error (ResponseError): "), err
+        assert "WRONGTYPE" in err
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_lists_cut_nothing_at_80_columns(cli, redis_url, prefix, monkeypatch):
+    """Ids (to be pasted into the next command) and times fold or wrap, never end in '…'."""
+    from delayq.cli.output import console
+
+    prepare(redis_url, prefix)
+    long_id = "order-2026-11-25-with-a-rather-long-id-0001"
+    cli("enqueue", "cli_app:CliJob", "--id", long_id, "--delay", "2h", "--payload", '{"n": 12345}')
+    monkeypatch.setattr(console, "width", 80)
+    for args in (["scheduled", "cli-job"], ["dead", "list", "cli-job"]):
+        out, _ = cli(*args)
+        assert "…" not in out, out
+        assert max(len(line) for line in out.splitlines()) <= 80, out
+    out, _ = cli("scheduled", "cli-job")
+    cells = "".join(line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│"))
+    assert long_id in cells  # the id column, read top to bottom

@@ -233,8 +233,11 @@ async def test_supervisor_health(redis_url, prefix, wait_for):
     [
         ("no_such_module:service", [], "cannot import 'no_such_module'"),
         ("cli_app:missing", [], "has no attribute 'missing'"),
-        ("cli_app:not_a_service", [], "is a int, not a delayq.EventService"),
-        ("cli_app:make_service", [], "did you mean --factory?"),
+        ("cli_app:not_a_service", [], "is an int object, not a delayq.EventService; the module has cli_app:service"),
+        ("cli_app:make_service", [], "is a function, not a delayq.EventService; if it returns the service, add --factory"),
+        # an event class is callable, but --factory would not help: say what fits
+        ("cli_app:CliJob", [], "is an event class ('cli-job'), not a delayq.EventService; the module has cli_app:service"),
+        ("cli_app:CliJob", ["--factory"], "is an event class ('cli-job'), not a function returning"),
         ("cli_app", [], "must look like"),
         ("cli_app:not_a_service", ["--factory"], "is not callable"),
     ],

@@ -468,3 +468,34 @@ async def test_concurrent_enqueues_of_one_event_add_it_once(services) -> None:
         *(service.enqueue_with_delay(event, 30, replace=True) for _ in range(10))
     )
     assert results == [True] * 10
+
+
+class EnqEu(Event, event_name="eu"):
+    """A type whose name is the last part of a colon prefix (see the test below)."""
+
+
+async def test_prefixes_may_hold_colons_and_stay_apart(redis_url: str, prefix: str) -> None:
+    """README: prefixes may contain ':' (type and group names may not), and a prefix
+    ``p:eu`` never shares a key with the type ``eu`` under the prefix ``p``."""
+    outer = EventService.from_url(redis_url, prefix=prefix, enable_scheduling=False)
+    inner = EventService.from_url(redis_url, prefix=f"{prefix}:eu", enable_scheduling=False)
+    try:
+        assert await outer.enqueue_with_delay(EnqEu(id="x"), 60)
+        assert await inner.enqueue_with_delay(EnqJob(id="x"), 60)
+        assert await inner.enqueue_with_delay(EnqEu(id="x"), 60)
+        assert set(await outer.stats()) == {"eu"}
+        assert set(await inner.stats()) == {"eu", "core-enq-job"}
+        assert (await outer.stats_for(EnqEu)).scheduled == 1
+        assert (await inner.stats_for(EnqEu)).scheduled == 1
+        assert await outer.cancel(EnqEu, "x")
+        assert (await inner.stats_for(EnqEu)).scheduled == 1
+    finally:
+        await outer.aclose()
+        await inner.aclose()
+    for bad, message in (("a{b", "braces"), ("a b", "whitespace"), ("", "1 to")):
+        with pytest.raises(ValueError, match=message):
+            EventService.from_url(redis_url, prefix=bad)
+    with pytest.raises(ValueError, match="may not contain ':'"):
+
+        class Colon(Event, event_name="a:b"):
+            pass

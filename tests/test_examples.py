@@ -175,3 +175,94 @@ async def _exercise(app: str, env: dict[str, str], tmp_path: Path, wait_for: Wai
     output = _read(log_path)
     assert "checked payment of order 42 (request req-42)" in output
     assert "delayq service closed" in output  # the lifespan / cleanup_ctx ran to the end
+
+
+SPLIT = EXAMPLES / "fastapi_worker"
+
+
+async def _start(argv: list[str], cwd: Path, env: dict[str, str], log: Path) -> asyncio.subprocess.Process:
+    with log.open("wb") as out:
+        return await asyncio.create_subprocess_exec(
+            *argv, cwd=cwd, env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
+            stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+
+
+async def _stop(proc: asyncio.subprocess.Process, log: Path) -> int:
+    if proc.returncode is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return await asyncio.wait_for(proc.wait(), SHUTDOWN_TIMEOUT)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+        pytest.fail(f"{proc} did not exit after SIGTERM:\n{_read(log)}")
+
+
+async def test_fastapi_web_process_and_workers(
+    redis_url: str, prefix: str, tmp_path: Path, wait_for: WaitFor, redis_client: aioredis.Redis
+) -> None:
+    """The README's "FastAPI: a web process and workers": uvicorn runs web.py (enqueues only),
+    `delayq worker tasks:service --processes 2` runs the handlers."""
+    for module in ("fastapi", "uvicorn", "typer"):
+        pytest.importorskip(module)
+    from delayq import EventService
+
+    env = {"REDIS_URL": redis_url, "DELAYQ_PREFIX": prefix, "PYTHONPATH": str(ROOT)}
+    worker_log, web_log = tmp_path / "worker.log", tmp_path / "web.log"
+    worker = await _start(
+        [sys.executable, "-m", "delayq", "worker", "tasks:service", "--processes", "2"],
+        SPLIT, env, worker_log,
+    )  # fmt: skip
+    port = free_port()
+    web = await _start(
+        [sys.executable, "-m", "uvicorn", "web:app", "--app-dir", str(SPLIT),
+         "--host", "127.0.0.1", "--port", str(port)],
+        ROOT, env, web_log,
+    )  # fmt: skip
+    observer = EventService.from_url(redis_url, prefix=prefix, enable_scheduling=False)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as http:
+
+            async def answering() -> bool:
+                assert web.returncode is None, _read(web_log)
+                try:
+                    return (await http.get("/orders/0/check")).status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            await wait_for(answering, timeout=STARTUP_TIMEOUT, interval=0.05, message="web up")
+            # the web process is no worker: nothing handles events there
+            assert (await http.get("/orders/0/check")).json() == {"state": "absent", "result": None}
+
+            async def two_workers() -> bool:
+                assert worker.returncode is None, _read(worker_log)
+                found = await observer.workers()
+                return len(found) == 2 and all(w.types == {"payment-check": 8} for w in found)
+
+            await wait_for(two_workers, timeout=STARTUP_TIMEOUT, message="2 worker processes")
+
+            for n in range(1, 7):
+                r = await http.post(f"/orders/{n}", params={"delay": 0.2}, headers={"X-Request-ID": f"r-{n}"})
+                assert r.status_code == 202 and r.json()["scheduled"] is True, r.text
+            # once per order: posting it again while its check waits keeps the first
+            assert (await http.post("/orders/99", params={"delay": 3600})).json()["scheduled"]
+            assert (await http.post("/orders/99", params={"delay": 5})).json()["scheduled"] is False
+
+            async def all_checked() -> bool:
+                return await redis_client.hlen(f"{prefix}-checks") == 6
+
+            await wait_for(all_checked, timeout=30, message="6 checks handled by the workers")
+            check = (await http.get("/orders/3/check")).json()
+            assert check["state"] == "absent"  # handled and acked
+            assert check["result"]["request_id"] == "r-3" and check["result"]["attempt"] == 1
+            assert check["result"]["pid"] not in (web.pid, worker.pid)  # a worker child ran it
+    finally:
+        await observer.aclose()
+        web_code = await _stop(web, web_log)
+        worker_code = await _stop(worker, worker_log)
+        keys = [key async for key in redis_client.scan_iter(match=f"{{{prefix}*", count=1000)]
+        await redis_client.delete(f"{prefix}-checks", *keys)
+    assert web_code in (0, -signal.SIGTERM), _read(web_log)
+    assert worker_code == 0, _read(worker_log)
+    assert "checked payment of order" in _read(worker_log)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..keys import DEFAULT_GROUP
 from .groups import DeliveryGroups
 from .layouts import Layouts
 from .records import (
@@ -146,6 +147,16 @@ class Browsing(Layouts, DeliveryGroups):
         r = await self._read("inflight_list", type_name, [offset, limit], group)
         page = [(r[i], int(float(r[i + 1])), _int(r[i + 2])) for i in range(1, len(r), 3)]
         return int(r[0]), page
+
+    async def ready_page(
+        self, type_name: str, offset: int, limit: int, *, group: str | None = None
+    ) -> list[bytes]:
+        """Ids waiting in the ready list unclaimed (of ``group``; the default group's
+        without), in push order: one single-key read of the ``queued`` ZSET (scores > 0)."""
+        keys = self.keys.for_shard(type_name)
+        queued = keys.queued if group in (None, DEFAULT_GROUP) else keys.group_key(group, "queued")
+        ids = await self.redis.zrangebyscore(queued, "(0", "+inf", start=offset, num=limit)
+        return [i if isinstance(i, bytes) else str(i).encode() for i in ids]
 
     async def due_histogram(
         self, type_name: str, bounds_ms: Sequence[int], *, group: str | None = None

@@ -23,6 +23,7 @@ COMMAND_MODULES: list[str] = [
     "delayq.cli.queues",
     "delayq.cli.dead",
     "delayq.cli.events",
+    "delayq.cli.workers",
     "delayq.cli.dashboard",
     "delayq.cli.outbox",
 ]
@@ -31,7 +32,6 @@ COMMAND_MODULES: list[str] = [
 app = typer.Typer(
     name="delayq",
     help="Delayed events on Redis: run workers, and look at or repair queues from the shell.",
-    no_args_is_help=True,
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -70,13 +70,43 @@ for _module in COMMAND_MODULES:
     importlib.import_module(_module).register(app)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the command line; one-line errors exit with code 2."""
-    from .output import CliError, report_error
+def _click_exception() -> type[Exception]:
+    """The ``ClickException`` class of the click Typer runs on.
 
+    Typer up to 0.2x uses the ``click`` package; newer ones bundle their own copy
+    (``typer._click``), whose classes are distinct from ``click``'s. Every usage error
+    (missing argument, unknown option or command, bad value) derives from it, and so
+    does ``typer.BadParameter``, whichever copy Typer uses.
+    """
+    for cls in typer.BadParameter.__mro__:
+        if cls.__name__ == "ClickException" and issubclass(cls, Exception):
+            return cls
+    raise RuntimeError("Typer's BadParameter does not derive from a ClickException")  # pragma: no cover
+
+
+_ClickException = _click_exception()
+
+
+def _usage_line(exc: Exception) -> str:
+    """A click exception as one line, with where to look for help when it is a usage error."""
+    message = " ".join(str(getattr(exc, "format_message", exc.__str__)()).split())
+    ctx = getattr(exc, "ctx", None)
+    path = (getattr(ctx, "command_path", "") if ctx is not None else "") or "delayq"
+    if getattr(exc, "exit_code", 1) == 2:
+        message += f" (see '{path} --help')"
+    return message
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; bad input is a one-line ``error: ...`` with exit code 2."""
+    from .output import CliError, fail_line, report_error
+
+    args = sys.argv[1:] if argv is None else list(argv)
+    if not args:  # a bare `delayq`: the overview of commands
+        args = ["--help"]
     try:
         # without standalone mode click returns the code of a typer.Exit
-        code = app(args=argv, prog_name="delayq", standalone_mode=False)
+        code = app(args=args, prog_name="delayq", standalone_mode=False)
     except CliError as exc:
         report_error(exc)
         return exc.code
@@ -86,13 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:  # click's usage errors
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            return exc.exit_code
-        raise
+    except _ClickException as exc:  # usage errors: missing argument, unknown option, ...
+        fail_line(_usage_line(exc))
+        return int(getattr(exc, "exit_code", 2))
     return code if isinstance(code, int) else 0
 
 

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from .. import lua
 from ..service import EventService
+from .ops import run
 from .output import console, print_json, text
 from .target import load_service
 from .worker import Target
@@ -107,7 +108,7 @@ def register(app: typer.Typer) -> None:
             finally:
                 await service.aclose()
 
-        results = asyncio.run(main())
+        results = run(main)
         ok = all(r["status"] != "fail" for r in results)
         if as_json:
             print_json({"ok": ok, "checks": results})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Annotated
 
 import typer
@@ -24,7 +23,7 @@ def dashboard(
     prefix: Prefix = "delayq",
     cluster: Cluster = False,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8080,
     read_only: Annotated[
         bool, typer.Option("--read-only", help="Hide and refuse every action.")
     ] = False,
@@ -37,7 +36,9 @@ def dashboard(
     ] = "",
 ) -> None:
     """Serve the web dashboard: queues, events, dead letters, workers (the dashboard extra)."""
-    missing = [m for m in ("starlette", "jinja2", "uvicorn", "multipart") if importlib.util.find_spec(m) is None]
+    from ..dashboard.__main__ import missing_modules
+
+    missing = missing_modules()
     if missing:
         fail(f"the dashboard needs the dashboard extra: pip install 'delayq[dashboard]' (missing: {', '.join(missing)})")
     import uvicorn

@@ -4,7 +4,6 @@ type or of one of its delivery groups, page by page with a progress bar."""
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Awaitable, Callable
 from typing import Annotated
 
@@ -17,18 +16,21 @@ from ..keys import DEFAULT_GROUP
 from ..service import EventService
 from .ops import (
     DEFAULT_URL,
+    MAX_OFFSET,
     Cluster,
     GroupName,
     Json,
     Prefix,
     RedisUrl,
     TypeName,
+    confirm,
     connect,
     known_type,
     parse_delay,
+    pick_ids,
     run,
 )
-from .output import console, fail, print_json, text, when
+from .output import add_columns, console, fail, print_json, text, when
 
 __all__ = ["register"]
 
@@ -52,24 +54,6 @@ async def _dead_count(service: EventService, name: str, group: str | None) -> in
         return (await service.stats_for(name)).dead
     counts = await service.group_stats(name)
     return counts[group].dead if group in counts else 0
-
-
-def _pick_ids(ids: list[str] | None, all_: bool, action: str) -> list[str] | None:
-    if all_ and ids:
-        fail(f"{action}: give IDs or --all, not both")
-    if not all_ and not ids:
-        fail(f"{action}: give the IDs to {action}, or --all")
-    return None if all_ else list(ids or [])
-
-
-def _confirm(question: str, yes: bool, required: bool) -> None:
-    if yes:
-        return
-    if sys.stdin.isatty() and sys.stdout.isatty():
-        if not typer.confirm(question, default=False):
-            raise typer.Exit(1)
-    elif required:
-        fail("not on a terminal: add --yes to confirm")
 
 
 async def _bulk(
@@ -114,16 +98,22 @@ async def _bulk(
 
 def register(app: typer.Typer) -> None:
     """Add the ``dead`` command group to ``app``."""
-    dead = typer.Typer(
-        help="List, requeue or purge dead letters.", no_args_is_help=True, rich_markup_mode="rich"
-    )
+    dead = typer.Typer(help="List, requeue or purge dead letters.", rich_markup_mode="rich")
     app.add_typer(dead, name="dead", rich_help_panel="Operate")
+
+    @dead.callback(invoke_without_command=True)
+    def dead_group(ctx: typer.Context) -> None:
+        """List, requeue or purge dead letters."""
+        # not no_args_is_help: what click does then differs between versions (help and
+        # exit 0, or an exception); a missing command is bad input like any other
+        if ctx.invoked_subcommand is None:
+            fail("missing command: delayq dead list|requeue|purge TYPE ... (see 'delayq dead --help')")
 
     @dead.command("list")
     def dead_list(
         type_name: TypeName,
         limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="Most rows.")] = 20,
-        offset: Annotated[int, typer.Option("--offset", min=0, help="Skip this many (oldest first).")] = 0,
+        offset: Annotated[int, typer.Option("--offset", min=0, max=MAX_OFFSET, help="Skip this many (oldest first).")] = 0,
         group: GroupName = DEFAULT_GROUP,
         as_json: Json = False,
         redis_url: RedisUrl = DEFAULT_URL,
@@ -149,12 +139,11 @@ def register(app: typer.Typer) -> None:
                 return
             where = type_name if group == DEFAULT_GROUP else f"{type_name} [{group}]"
             table = Table(title=text(f"{where}: dead letters from #{offset}"), title_justify="left")
-            for column in ("id", "failed", "attempts", "error", "payload"):
-                table.add_column(column)
+            add_columns(table, ("id", "failed", "attempts", "error", "payload"))
             for d in items:
                 table.add_row(
                     text(d.id),
-                    when(d.failed_at),
+                    when(d.failed_at, short=True),
                     str(d.attempts),
                     text(d.error),
                     text(json.dumps(d.payload, ensure_ascii=False)),
@@ -170,7 +159,7 @@ def register(app: typer.Typer) -> None:
         all_: Annotated[bool, typer.Option("--all", help="Requeue every dead letter of the type.")] = False,
         delay: Annotated[str, typer.Option("--delay", help="Due after this long (250ms, 30s, 5m, 3h, 2d).")] = "0",
         group: GroupName = DEFAULT_GROUP,
-        yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+        yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (required off a terminal with --all).")] = False,
         as_json: Json = False,
         redis_url: RedisUrl = DEFAULT_URL,
         prefix: Prefix = "delayq",
@@ -178,7 +167,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Schedule dead letters again (their attempt counts start over); with --group, that
         group's, delivered again to that group alone."""
-        chosen = _pick_ids(ids, all_, "requeue")
+        chosen = pick_ids(ids, all_, "requeue")
         seconds = parse_delay(delay)
 
         async def main() -> int:
@@ -187,7 +176,7 @@ def register(app: typer.Typer) -> None:
                 g = await _known_group(service, name, group)
                 if chosen is None:
                     count = await _dead_count(service, name, g)
-                    _confirm(f"Requeue all {count} dead letters of {name}?", yes or as_json, False)
+                    confirm(f"Requeue all {count} dead letters of {name}?", yes, True)
 
                 async def apply(page: list[str]) -> int:
                     return await service.requeue_dead_letters(name, ids=page, delay=seconds, group=g)
@@ -213,7 +202,7 @@ def register(app: typer.Typer) -> None:
         cluster: Cluster = False,
     ) -> None:
         """Delete dead letters (of one delivery group with --group) for good."""
-        chosen = _pick_ids(ids, all_, "purge")
+        chosen = pick_ids(ids, all_, "purge")
 
         async def main() -> int:
             async with connect(redis_url, prefix, cluster) as service:
@@ -221,7 +210,7 @@ def register(app: typer.Typer) -> None:
                 g = await _known_group(service, name, group)
                 if chosen is None:
                     count = await _dead_count(service, name, g)
-                    _confirm(f"Delete all {count} dead letters of {name} for good?", yes, True)
+                    confirm(f"Delete all {count} dead letters of {name} for good?", yes, True)
 
                 async def apply(page: list[str]) -> int:
                     return await service.purge_dead_letters(name, ids=page, group=g)

@@ -1,14 +1,19 @@
-"""Writing one event from the shell: ``enqueue`` (validated against its class before
-anything is written) and ``cancel``."""
+"""Writing events from the shell: ``enqueue`` (validated against its class before
+anything is written), ``cancel``, ``run-now`` and ``purge`` (a type's waiting events)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 import msgspec
 import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+from ..keys import DEFAULT_GROUP
+from ..service import EventService
 from .ops import (
     DEFAULT_URL,
     Cluster,
@@ -17,15 +22,69 @@ from .ops import (
     Prefix,
     RedisUrl,
     TypeName,
+    confirm,
     connect,
     known_type,
     parse_delay,
+    pick_ids,
     run,
 )
 from .output import console, fail, human_seconds, print_json
 from .target import load_event_type
 
-__all__ = ["register"]
+__all__ = ["purge_waiting", "register"]
+
+_PAGE = 500
+
+
+async def purge_waiting(
+    service: EventService, name: str, step: Callable[[int], None] | None = None
+) -> int:
+    """Cancel the events of a type that wait (scheduled, retries waiting, ready), page by
+    page; running ones and dead letters stay. Returns how many were cancelled.
+
+    The work is bounded by the counts read first: events enqueued meanwhile may stay.
+    """
+    names = await service.groups(name)
+    # a type with named groups: each group's view has the type's schedule, the group's
+    # retries and its ready list ("default" included); without: the type's own keys
+    groups: list[str | None] = [None] if names == [DEFAULT_GROUP] else list(names)
+    budget = await waiting_count(service, name)
+    done = 0
+    listers: list[Callable[[int, str | None], Awaitable[list[str]]]] = [
+        lambda skip, g: _scheduled_ids(service, name, skip, g),
+        lambda skip, g: service.ready_ids(name, _PAGE, skip, group=g),
+    ]
+    for group in groups:
+        for lister in listers:
+            skip = 0  # ids that were not cancelled (claimed meanwhile) stay in the list
+            while budget > 0:
+                page = await lister(skip, group)
+                if not page:
+                    break
+                removed = await asyncio.gather(*(service.cancel(name, i) for i in page))
+                cancelled = sum(removed)
+                skip += len(page) - cancelled
+                done += cancelled
+                budget -= len(page)
+                if step is not None:
+                    step(len(page))
+    return done
+
+
+async def _scheduled_ids(service: EventService, name: str, skip: int, group: str | None) -> list[str]:
+    return [e.id for e in await service.scheduled(name, _PAGE, skip, group=group)]
+
+
+async def waiting_count(service: EventService, name: str) -> int:
+    """Scheduled and ready events of a type, its delivery groups' retries and ready lists
+    included (an event waiting in several groups counts once per group)."""
+    base = await service.stats_for(name)
+    if await service.groups(name) == [DEFAULT_GROUP]:
+        return base.scheduled + base.ready
+    # a group's scheduled count is the type's schedule plus the group's own retries
+    groups = (await service.group_stats(name)).values()
+    return base.scheduled + sum(g.ready + max(0, g.scheduled - base.scheduled) for g in groups)
 
 
 def register(app: typer.Typer) -> None:
@@ -57,6 +116,13 @@ def register(app: typer.Typer) -> None:
             fail("--payload has an 'id' that differs from --id")
         if not event_id:
             fail("--id must not be empty")
+        known = set(cls.__struct_encode_fields__)
+        unknown = sorted(set(fields) - known)
+        if unknown:  # msgspec would drop them silently: a typo must not lose data
+            fail(
+                f"--payload has fields {cls.event_name} does not have: {', '.join(unknown)} "
+                f"(its fields: {', '.join(f for f in cls.__struct_encode_fields__ if f != 'id')})"
+            )
         try:
             event = msgspec.convert({**fields, "id": event_id}, cls)
         except msgspec.ValidationError as exc:
@@ -70,9 +136,12 @@ def register(app: typer.Typer) -> None:
 
         async def main() -> bool:
             async with connect(redis_url, prefix, cluster) as service:
-                return await service.enqueue_with_delay(
-                    event, seconds, context=ctx or None, replace=replace
-                )
+                try:
+                    return await service.enqueue_with_delay(
+                        event, seconds, context=ctx or None, replace=replace
+                    )
+                except (OverflowError, TypeError, ValueError) as exc:  # encoding: nothing written
+                    fail(f"cannot enqueue this {cls.event_name}: {exc}")
 
         added = run(main)
         if as_json:
@@ -104,3 +173,77 @@ def register(app: typer.Typer) -> None:
         else:
             console.print("cancelled" if removed else "no such pending event")
         raise typer.Exit(0 if removed else 1)
+
+    @app.command("run-now", rich_help_panel="Operate")
+    def run_now(
+        type_name: TypeName,
+        event_id: EventId,
+        group: Annotated[
+            str | None,
+            typer.Option("--group", help="Run it now for this delivery group only (default: every group).", show_default=False),
+        ] = None,
+        as_json: Json = False,
+        redis_url: RedisUrl = DEFAULT_URL,
+        prefix: Prefix = "delayq",
+        cluster: Cluster = False,
+    ) -> None:
+        """Hand a scheduled event (or a retry waiting for its backoff) to the consumers now;
+        its attempts and last error are kept. Exit code 1 when it is not scheduled."""
+
+        async def main() -> bool:
+            async with connect(redis_url, prefix, cluster) as service:
+                name = await known_type(service, type_name)
+                if group is not None and group != DEFAULT_GROUP:
+                    groups = await service.groups(name)
+                    if group not in groups:
+                        fail(f"{name!r} has no delivery group {group!r} (groups: {', '.join(groups)})")
+                try:
+                    return await service.run_now(name, event_id, group=group)
+                except (TypeError, ValueError) as exc:
+                    fail(str(exc))
+
+        moved = run(main)
+        if as_json:
+            print_json({"type": type_name, "id": event_id, "group": group, "run_now": moved})
+        else:
+            console.print("handed to the consumers" if moved else "no such scheduled event")
+        raise typer.Exit(0 if moved else 1)
+
+    @app.command(rich_help_panel="Operate")
+    def purge(
+        type_name: TypeName,
+        ids: Annotated[list[str] | None, typer.Argument(metavar="[ID]...", help="Events to cancel.", show_default=False)] = None,
+        all_: Annotated[bool, typer.Option("--all", help="Cancel every waiting (scheduled or ready) event of the type.")] = False,
+        yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (required off a terminal with --all).")] = False,
+        as_json: Json = False,
+        redis_url: RedisUrl = DEFAULT_URL,
+        prefix: Prefix = "delayq",
+        cluster: Cluster = False,
+    ) -> None:
+        """Cancel a type's waiting events: the IDs given (as `cancel` does), or with --all
+        every scheduled and ready one, retries waiting and every delivery group's included.
+        Running events and dead letters stay (dead letters: `dead purge`)."""
+        chosen = pick_ids(ids, all_, "purge")
+
+        async def main() -> int:
+            async with connect(redis_url, prefix, cluster) as service:
+                name = await known_type(service, type_name)
+                if chosen is not None:
+                    removed = await asyncio.gather(*(service.cancel(name, i) for i in chosen))
+                    return sum(removed)
+                count = await waiting_count(service, name)
+                confirm(f"Cancel all {count} waiting events of {name} for good?", yes, True)
+                with Progress(
+                    TextColumn("purging"), BarColumn(), MofNCompleteColumn(), console=console,
+                    disable=as_json or not console.is_terminal, transient=True,
+                ) as progress:  # fmt: skip
+                    bar = progress.add_task("purging", total=count)
+                    return await purge_waiting(
+                        service, name, lambda n: progress.advance(bar, n)
+                    )
+
+        done = run(main)
+        if as_json:
+            print_json({"type": type_name, "purged": done})
+        else:
+            console.print(f"cancelled {done} waiting events")

@@ -4,12 +4,14 @@ from the shell, and checking a type name against the prefix's types."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import typer
+from redis.exceptions import RedisError
 
 from ..events import validate_name
 from ..service import EventService
@@ -18,6 +20,7 @@ from .output import fail
 
 __all__ = [
     "DEFAULT_URL",
+    "MAX_OFFSET",
     "Cluster",
     "EventId",
     "GroupName",
@@ -25,9 +28,11 @@ __all__ = [
     "Prefix",
     "RedisUrl",
     "TypeName",
+    "confirm",
     "connect",
     "known_type",
     "parse_delay",
+    "pick_ids",
     "run",
 ]
 
@@ -68,6 +73,8 @@ GroupName = Annotated[
     typer.Option("--group", help="The delivery group (handlers added without a group: default)."),
 ]
 EventId = Annotated[str, typer.Argument(metavar="ID", help="The event id.", show_default=False)]
+MAX_OFFSET = 1_000_000_000
+"""The largest ``--offset`` (Redis takes ranks as 64-bit integers; pages are read by rank)."""
 DEFAULT_URL = "redis://localhost:6379/0"
 
 
@@ -118,8 +125,14 @@ async def known_type(service: EventService, name: str) -> str:
 
 
 def run(main: Callable[[], Awaitable[T]]) -> T:
-    """Run one command's ``main`` coroutine function in a new event loop."""
-    return asyncio.run(main())  # type: ignore[arg-type]
+    """Run one command's ``main`` coroutine function in a new event loop; a Redis error
+    on the way (a refused script, a key of the wrong type, a lost connection) is one line
+    with exit code 1, not a traceback."""
+    try:
+        return asyncio.run(main())  # type: ignore[arg-type]
+    except RedisError as exc:
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        fail(f"Redis error ({type(exc).__name__}): {detail}", code=1)
 
 
 def parse_delay(value: str) -> float:
@@ -128,3 +141,24 @@ def parse_delay(value: str) -> float:
         return parse_duration(value)
     except ValueError as exc:
         fail(str(exc))
+
+
+def pick_ids(ids: list[str] | None, all_: bool, action: str) -> list[str] | None:
+    """The IDs an action applies to, or None for ``--all``; exactly one of them is needed."""
+    if all_ and ids:
+        fail(f"{action}: give IDs or --all, not both")
+    if not all_ and not ids:
+        fail(f"{action}: give the IDs to {action}, or --all")
+    return None if all_ else list(ids or [])
+
+
+def confirm(question: str, yes: bool, required: bool) -> None:
+    """Ask ``question`` on a terminal (declined: exit 1). Off a terminal, a ``required``
+    confirmation needs ``--yes`` (a one-line failure without it)."""
+    if yes:
+        return
+    if sys.stdin.isatty() and sys.stdout.isatty():
+        if not typer.confirm(question, default=False):
+            raise typer.Exit(1)
+    elif required:
+        fail("not on a terminal: add --yes to confirm")

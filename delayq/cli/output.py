@@ -13,9 +13,10 @@ from typing import Any, NoReturn
 
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 from rich.text import Text
 
-__all__ = ["CliError", "console", "err_console", "fail", "print_json", "text", "when"]
+__all__ = ["CliError", "add_columns", "console", "err_console", "fail", "fail_line", "print_json", "text", "when"]
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
@@ -37,13 +38,25 @@ def fail(message: str, code: int = 2) -> NoReturn:
 def report_error(exc: CliError) -> None:
     """Print ``exc`` as ``error: ...`` on stderr (one line)."""
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    err_console.print(f"[red]error:[/red] {escape(first)}", soft_wrap=True)
+    fail_line(first)
+
+
+def fail_line(message: str) -> None:
+    """Print ``error: message`` on stderr as one line (``message`` is shown literally)."""
+    err_console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
 
 
 def print_json(data: Any) -> None:
     """Write ``data`` as JSON on stdout (for scripts)."""
     sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
     sys.stdout.flush()
+
+
+def add_columns(table: Table, names: tuple[str, ...]) -> None:
+    """Columns that never cut a value short on a narrow terminal: long values fold (an id
+    must stay whole to be pasted into the next command; see also ``when(short=True)``)."""
+    for name in names:
+        table.add_column(name, overflow="fold")
 
 
 def text(value: object) -> Text:
@@ -55,14 +68,19 @@ def text(value: object) -> Text:
     return Text(value)
 
 
-def when(moment: datetime | None, now: datetime | None = None) -> Text:
-    """A time as ISO 8601 UTC, with how far it is from ``now``."""
+def when(moment: datetime | None, now: datetime | None = None, *, short: bool = False) -> Text:
+    """A time as ISO 8601 UTC, with how far it is from ``now``; ``short``: to the second,
+    date and time as two words (for table cells: they wrap instead of being cut)."""
     if moment is None:
         return Text("-", style="dim")
     now = now or datetime.now(timezone.utc)
     delta = (moment - now).total_seconds()
     rel = f"in {human_seconds(delta)}" if delta >= 0 else f"{human_seconds(-delta)} ago"
-    return Text(f"{moment.isoformat(timespec='milliseconds').replace('+00:00', 'Z')} ({rel})")
+    if short:
+        stamp = moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+    else:
+        stamp = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return Text(f"{stamp} ({rel})")
 
 
 def human_seconds(seconds: float) -> str:

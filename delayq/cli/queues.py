@@ -12,12 +12,14 @@ from typing import Annotated, Any
 import typer
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from ..keys import DEFAULT_GROUP
 from ..service import EventService
 from ..store import QueueCounts
 from .ops import (
     DEFAULT_URL,
+    MAX_OFFSET,
     Cluster,
     EventId,
     Json,
@@ -29,7 +31,7 @@ from .ops import (
     parse_delay,
     run,
 )
-from .output import console, fail, human_seconds, print_json, text, when
+from .output import add_columns, console, fail, human_seconds, print_json, text, when
 
 __all__ = ["register"]
 
@@ -62,14 +64,27 @@ async def _group_stats(
     return found
 
 
+def _next_due(moment: datetime | None, now: datetime) -> Text:
+    """The next due time, short enough for an 80-column terminal (``--json`` has the time)."""
+    if moment is None:
+        return Text("-", style="dim")
+    delta = (moment - now).total_seconds()
+    return Text(f"in {human_seconds(delta)}" if delta >= 0 else f"{human_seconds(-delta)} ago")
+
+
 def _stats_table(
     prefix: str,
     stats: dict[str, QueueCounts],
     groups: dict[str, dict[str, QueueCounts]] | None = None,
+    refreshed: str | None = None,
 ) -> Table:
-    table = Table(title=f"delayq · prefix {prefix}", title_justify="left")
+    title = f"delayq · prefix {prefix}" + (f" · {refreshed}" if refreshed else "")
+    table = Table(title=text(title), title_justify="left")
     for column in ("type", "scheduled", "ready", "in flight", "dead", "due", "next due", "backlog age"):
-        table.add_column(column, justify="left" if column in ("type", "next due") else "right")
+        if column == "type":  # long names fold; the numbers and times never wrap
+            table.add_column(column, overflow="fold", min_width=8)
+        else:
+            table.add_column(column, justify="left" if column == "next due" else "right", no_wrap=True)
     now = datetime.now(timezone.utc)
     for name, c in sorted(stats.items()):
         age = text(human_seconds(c.backlog_age) if c.backlog_age else "0")
@@ -82,7 +97,7 @@ def _stats_table(
             str(c.in_flight),
             str(c.dead) if not c.dead else f"[red]{c.dead}[/red]",
             str(c.due),
-            when(c.next_due_at, now),
+            _next_due(c.next_due_at, now),
             age,
         )
         for group, g in sorted((groups or {}).get(name, {}).items()):
@@ -155,12 +170,19 @@ def register(app: typer.Typer) -> None:
                     return
                 if as_json:
                     while True:
-                        sys.stdout.write(json.dumps(as_data(await read(service))) + "\n")
+                        data = as_data(await read(service))
+                        data["checked_at"] = datetime.now(timezone.utc).isoformat(
+                            timespec="milliseconds"
+                        ).replace("+00:00", "Z")
+                        sys.stdout.write(json.dumps(data) + "\n")
                         sys.stdout.flush()
                         await asyncio.sleep(period)
                 with Live(console=console, auto_refresh=False) as live:
                     while True:
-                        live.update(_stats_table(prefix, *await read(service)), refresh=True)
+                        got = await read(service)
+                        at = datetime.now(timezone.utc).strftime("%H:%M:%S UTC")
+                        refreshed = f"refreshed {at}, every {human_seconds(period)} · Ctrl-C to stop"
+                        live.update(_stats_table(prefix, *got, refreshed), refresh=True)
                         await asyncio.sleep(period)
 
         try:
@@ -221,7 +243,7 @@ def register(app: typer.Typer) -> None:
         type_name: TypeName,
         limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="Most rows.")] = 20,
         offset: Annotated[
-            int, typer.Option("--offset", min=0, help="Skip this many (earliest first).")
+            int, typer.Option("--offset", min=0, max=MAX_OFFSET, help="Skip this many (earliest first).")
         ] = 0,
         as_json: Json = False,
         redis_url: RedisUrl = DEFAULT_URL,
@@ -237,12 +259,11 @@ def register(app: typer.Typer) -> None:
                 print_json({"type": type_name, "offset": offset, "events": [e.to_dict() for e in items]})
                 return
             table = Table(title=f"{type_name}: scheduled from #{offset}", title_justify="left")
-            for column in ("id", "due", "attempts", "payload", "last error"):
-                table.add_column(column)
+            add_columns(table, ("id", "due", "attempts", "payload", "last error"))
             for e in items:
                 table.add_row(
                     text(e.id),
-                    when(e.due_at),
+                    when(e.due_at, short=True),
                     str(e.attempts),
                     text(json.dumps(e.payload, ensure_ascii=False)),
                     text(e.last_error),

@@ -311,7 +311,10 @@ def register(app: typer.Typer) -> None:
         reload_dir: Annotated[
             list[Path] | None,
             typer.Option(
-                "--reload-dir", help="Directory to watch with --reload (repeatable; default: .)."
+                "--reload-dir",
+                exists=True,
+                file_okay=False,
+                help="Directory to watch with --reload (repeatable; default: .).",
             ),
         ] = None,
         metrics_port: Annotated[
