@@ -106,9 +106,11 @@ async def prune_inbox(conn: Any, older_than: float | timedelta, schema: str = "d
     seconds = delay_seconds(older_than, "older_than")
     table = f'"{validate_schema(schema)}".inbox'
     sql = (
-        f"WITH gone AS (DELETE FROM {table} WHERE ctid IN (SELECT ctid FROM {table} "
+        # ANY(ARRAY(...)) runs the LIMIT subquery once, as the relay's batch does (a plain
+        # IN can become a join that re-runs it per row); the index on handled_at serves it
+        f"WITH gone AS (DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table} "
         "WHERE handled_at < now() - make_interval(secs => CAST($1 AS double precision)) "
-        f"LIMIT {_PRUNE_CHUNK}) RETURNING 1) SELECT count(*) FROM gone"
+        f"ORDER BY handled_at LIMIT {_PRUNE_CHUNK})) RETURNING 1) SELECT count(*) FROM gone"
     )
     total = 0
     while True:
