@@ -83,6 +83,30 @@ def register(app: typer.Typer) -> None:
                 help="Poll only, no LISTEN (behind a pooler in transaction mode).",
             ),
         ] = False,
+        statement_timeout: Annotated[
+            float,
+            typer.Option(
+                "--statement-timeout", min=0, max=86_400,
+                help="Longest one statement of a batch may run, in seconds (0: the server's "
+                "setting).",
+            ),
+        ] = 30.0,
+        idle_timeout: Annotated[
+            float,
+            typer.Option(
+                "--idle-timeout", min=0, max=86_400,
+                help="Longest a batch's transaction may wait on this relay before PostgreSQL "
+                "ends the session and frees its rows, in seconds (0: the server's setting).",
+            ),
+        ] = 60.0,
+        client_check_interval: Annotated[
+            float,
+            typer.Option(
+                "--client-check-interval", min=0, max=86_400,
+                help="How often PostgreSQL 14+ checks mid-statement that this relay is still "
+                "connected, in seconds (0: the server's setting).",
+            ),
+        ] = 1.0,
         log_level: Annotated[
             str, typer.Option("--log-level", help="debug, info, warning or error.")
         ] = "info",
@@ -95,6 +119,11 @@ def register(app: typer.Typer) -> None:
             fail("--database-url (or DATABASE_URL) is required")
         if log_level.lower() not in LEVELS:
             fail(f"--log-level must be one of {', '.join(LEVELS)}, not {log_level!r}")
+        for flag, value in (("--statement-timeout", statement_timeout),
+                            ("--idle-timeout", idle_timeout),
+                            ("--client-check-interval", client_check_interval)):  # fmt: skip
+            if 0 < value < 0.001:
+                fail(f"{flag} must be 0 (the server's setting) or at least 0.001 seconds")
         setup_logging(log_level.lower(), "text")
         postgres = _postgres()
 
@@ -107,6 +136,9 @@ def register(app: typer.Typer) -> None:
                 relay = postgres.OutboxRelay(
                     service, database_url, schema=schema, batch_size=batch_size,
                     poll_interval=poll_interval, listen=not no_listen,
+                    statement_timeout=statement_timeout or None,
+                    idle_in_transaction_timeout=idle_timeout or None,
+                    client_check_interval=client_check_interval or None,
                 )  # fmt: skip
                 async with relay:
                     logging.getLogger("delayq.cli.outbox").info(

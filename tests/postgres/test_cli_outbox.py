@@ -36,8 +36,10 @@ async def test_migrate_then_relay_from_the_shell(postgres_url, redis_url, prefix
     again = await asyncio.to_thread(_run, _cli("outbox-migrate", "--schema", schema), env)
     assert again.returncode == 0 and "up to date" in again.stdout, again.stdout
     relay = _spawn(
-        _cli("outbox-relay", "--schema", schema, "--prefix", prefix, "--poll-interval", "0.2"), env
-    )
+        _cli("outbox-relay", "--schema", schema, "--prefix", prefix, "--poll-interval", "0.2",
+             "--statement-timeout", "20", "--idle-timeout", "0"),
+        env,
+    )  # fmt: skip
     checker = EventService.from_url(redis_url, prefix=prefix, enable_scheduling=False)
     conn = await asyncpg.connect(postgres_url)
     try:
@@ -57,6 +59,15 @@ async def test_migrate_then_relay_from_the_shell(postgres_url, redis_url, prefix
         await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         await conn.close()
         await checker.aclose()
+
+
+def test_relay_timeouts_are_checked(redis_url):
+    env = {**os.environ, "DATABASE_URL": "postgresql://127.0.0.1:1/none"}
+    for flag, value in (("--statement-timeout", "0.0001"), ("--idle-timeout", "-1"),
+                        ("--client-check-interval", "90000")):  # fmt: skip
+        done = _run(_cli("outbox-relay", "--redis-url", redis_url, flag, value), env)
+        assert done.returncode == 2, (flag, done.stderr)
+        assert flag in done.stderr and "Traceback" not in done.stderr
 
 
 def test_relay_needs_a_database_url(redis_url):
