@@ -23,6 +23,14 @@ moved them itself, and it evicts the owner from the membership, which publishes
 partitions are therefore late by about ``takeover_delay``, not by the
 membership's time to live. A process that stops gracefully leaves the
 membership (and publishes the same message).
+
+A process joins only once its wake-up subscription is up: an enqueue publishes
+a wake-up only when it brings a partition's next due time forward, so an owner
+that missed one would not look at that partition until its next full sweep,
+while the others would move its events ``takeover_delay`` late and evict it.
+Joining (a beat that adds the caller publishes ``:members`` too, so the others
+hear of it at once), coming back after an eviction, and every (re)subscribe
+make the process look at every partition at once.
 """
 
 from __future__ import annotations
@@ -98,6 +106,7 @@ class Spread:
         self._last_sweep = -math.inf
         self._last_full = -math.inf
         self._joined = False
+        self._heard = False  # the scheduler's wake-up subscription has been up
         self._wake = anyio.Event()
 
     # -- what the scheduler tells it ---------------------------------------------
@@ -113,10 +122,21 @@ class Spread:
         """An enqueue made an earlier due time in ``shard``."""
         if shard not in self._units:
             self._units.add(shard)
+        # noted as due now (the owner looks at once, the others ``takeover_delay``
+        # later), so that a pass that fails before reaching it does not forget it
+        self._next[shard] = min(self._next.get(shard, math.inf), time.monotonic())
         if self.mine(shard):
             self._woken.add(shard)
-        else:  # the owner should move it now: check ``takeover_delay`` later
-            self._next[shard] = min(self._next.get(shard, math.inf), time.monotonic())
+        self._interrupt()
+
+    def listening(self) -> None:
+        """The scheduler's wake-up subscription is up: the process may join."""
+        self._heard = True
+        self._interrupt()
+
+    def sweep(self) -> None:
+        """Look at every partition at the next pass (wake-ups may have been missed)."""
+        self._last_full = -math.inf
         self._interrupt()
 
     def members_changed(self) -> None:
@@ -162,15 +182,23 @@ class Spread:
     async def run(self) -> None:
         """Move partitions until :meth:`stop`."""
         backoff = 0.1
+        # without a subscription after this long, join anyway: pub/sub only makes
+        # moves faster, the timed looks and sweeps are what guarantee them
+        join_by = time.monotonic() + _FULL_SWEEP * self._interval
         try:
             while not self._stopping:
                 sleep_for = self._interval
-                if self._units:
+                if self._units and not (self._heard or self._joined):
+                    sleep_for = join_by - time.monotonic()
+                    if sleep_for <= 0:
+                        log.warning("scheduler %s: no wake-up subscription yet; joining the "
+                                    "partitions' owners anyway", self.token[:8])  # fmt: skip
+                        self._heard = True
+                        sleep_for = 0
+                elif self._units:
                     try:
                         if time.monotonic() - self._last_beat >= self._interval:
-                            self._set_members(await self._store.scheduler_membership(self.token, self._ttl_ms))
-                            self._joined = True
-                            self._last_beat = time.monotonic()
+                            await self._beat()
                         sleep_for = await self._pass()
                         backoff = 0.1
                     except Exception as exc:  # loops never die
@@ -181,7 +209,7 @@ class Spread:
                         backoff = min(backoff * 2, _MAX_BACKOFF)
                 else:
                     sleep_for = math.inf  # no partitioned type: no command at all
-                if sleep_for > 0 and not self._woken and not self._stopping:
+                if sleep_for > 0 and (not self._woken or not self._joined) and not self._stopping:
                     with anyio.move_on_after(sleep_for):
                         await self._wake.wait()
                 self._wake = anyio.Event()
@@ -192,6 +220,18 @@ class Spread:
                         await self._store.scheduler_membership(self.token, self._ttl_ms, "leave")
                     except Exception as exc:
                         log.debug("leaving the scheduler membership failed: %s", exc)
+
+    async def _beat(self) -> None:
+        members, added = await self._store.scheduler_membership(self.token, self._ttl_ms)
+        if added:
+            # joined, or back after an eviction or an expiry: what this process knew of
+            # its partitions' due times may be stale (that is why it was evicted)
+            if self._joined:
+                log.info("scheduler %s: back among the partitions' owners", self.token[:8])
+            self._last_full = -math.inf
+        self._set_members(members)
+        self._joined = True
+        self._last_beat = time.monotonic()
 
     async def _pass(self) -> float:
         now = time.monotonic()
@@ -227,9 +267,10 @@ class Spread:
         for owner, late in evict.items():
             log.warning("scheduler %s: moved partitions that %s left %d ms overdue; "
                         "taking them over", self.token[:8], owner[:8], late)  # fmt: skip
-            self._set_members(
-                await self._store.scheduler_membership(self.token, self._ttl_ms, f"evict:{owner}")
+            members, _ = await self._store.scheduler_membership(
+                self.token, self._ttl_ms, f"evict:{owner}"
             )
+            self._set_members(members)
             self._last_beat = time.monotonic()
         now = time.monotonic()
         wake_at = min(

@@ -10,7 +10,7 @@ the clients, pipelines of scripts, and Redis's errors.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
@@ -232,18 +232,22 @@ class Store(Enqueueing, Scheduling, Delivery, DeadLetters, Browsing, Workers):
 
     def wakeups(self) -> WakeupListener:
         """A subscription to the prefix's wake-up channel."""
-        return WakeupListener(self.blocking.pubsub(), self.keys.wakeup_channel)
+        return WakeupListener(self.blocking.pubsub(), self.keys.wakeup_channel, self.connect)
 
 
 class WakeupListener:
     """Receives the type names that enqueues publish to wake the scheduler."""
 
-    def __init__(self, pubsub: PubSub, channel: str):
+    def __init__(self, pubsub: PubSub, channel: str, connect: Callable[[], Awaitable[None]]):
         self._pubsub = pubsub
         self._channel = channel
+        self._connect = connect
 
     async def subscribe(self) -> None:
         """Start listening (again, after a disconnect)."""
+        # a cluster client picks the pub/sub node by the channel's slot: without its
+        # slot map loaded, the first SUBSCRIBE failed (KeyError) and was retried later
+        await self._connect()
         await self._pubsub.subscribe(self._channel)
 
     async def next(self, timeout: float) -> str | None:

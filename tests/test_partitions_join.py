@@ -82,6 +82,7 @@ class Moves:
 
     def __init__(self, service: EventService) -> None:
         self.moved: Counter[str] = Counter()
+        self.calls: Counter[str] = Counter()
         self.evicted: list[str] = []
         store = service.store
         move_due, membership = store.move_due, store.scheduler_membership
@@ -89,6 +90,7 @@ class Moves:
         async def counting_move(type_name: str, *args: Any, **kwargs: Any) -> Any:
             r = await move_due(type_name, *args, **kwargs)
             self.moved[type_name] += r.moved
+            self.calls[type_name] += 1
             return r
 
         async def counting_membership(token: str, ttl_ms: int, mode: str = "beat") -> Any:
@@ -151,7 +153,7 @@ async def test_a_joining_process_moves_its_partitions_and_is_not_evicted(
         new.add_handler(JoinJob, handle, concurrency=16)
         await new.start()
         spread = new._scheduler.spread
-        await wait_for(lambda: gate.waiting.is_set() and len(spread.owned()) == 6, timeout=15)
+        await wait_for(lambda: gate.waiting.is_set() and len(spread._units) == 6, timeout=15)
 
         # 1. not subscribed yet: wake-ups published now are lost on the newcomer, so it
         # must not own partitions (the old process moves everything, evicts no one)
@@ -173,7 +175,8 @@ async def test_a_joining_process_moves_its_partitions_and_is_not_evicted(
         assert spread.owned() == mine
         before = old_moves.on(mine)
         second = _ids("two", b, both, 30)
-        assert all(await old.enqueue_many([(JoinJob(id=i), 1.0) for i in second]))
+        # due later than the old process's look ``takeover_delay`` after the wake-up
+        assert all(await old.enqueue_many([(JoinJob(id=i), 2.0) for i in second]))
         await wait_for(lambda: all(handled[i] for i in second), timeout=30)
         assert old_moves.on(mine) == before, "the old process moved the newcomer's events"
 
@@ -184,13 +187,25 @@ async def test_a_joining_process_moves_its_partitions_and_is_not_evicted(
         gate.drop = True
         await wait_for(gate.waiting.is_set, timeout=15)
         third = _ids("three", b, both, 30)
-        assert all(await old.enqueue_many([(JoinJob(id=i), 1.5) for i in third]))
+        assert all(await old.enqueue_many([(JoinJob(id=i), 2.0) for i in third]))
         gate.open.set()
         await wait_for(lambda: all(handled[i] for i in third), timeout=30)
         assert old_moves.on(mine) == before, "the old process moved the newcomer's events"
 
         assert old_moves.evicted == [] and new_moves.evicted == []
         assert spread.members == both and old_spread.members == both
+
+        # 4. evicted while alive (as a stalled process is): it comes back at once and,
+        # its knowledge of its partitions being suspect, looks at every one of them
+        await wait_for(lambda: not spread._next, timeout=15)  # nothing planned anywhere
+        calls = Counter(new_moves.calls)
+        await old.store.scheduler_membership(a, 10_000, f"evict:{b}")
+
+        def swept() -> bool:
+            return all(new_moves.calls[s] > calls[s] for s in shards(JoinJob.event_name, 6))
+
+        await wait_for(swept, timeout=5)
+        await wait_for(agreed, timeout=15)
         assert all(handled[i] == 1 for i in [*first, *second, *third])
         worst = max(lateness[i] for i in [*second, *third])
         print(f"newcomer's partitions: max lateness {worst:.0f} ms")
