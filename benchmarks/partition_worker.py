@@ -8,9 +8,12 @@ SIGTERM (then closes its service: a graceful stop). Records into the recorder Re
 
 ============================ ====== =======================================================
 ``bc:{run}:late``            LIST   ``"<due ms> <lateness ms> <shard> <id>"`` of each first delivery
+``bc:{run}:again``           LIST   ids of later deliveries (an interrupted first one)
 ``bc:{run}:tokens``          HASH   scheduler token -> pid
 ``bc:{run}:ready``           HASH   pid -> 1 once its service has started
 ``bc:{run}:evictions``       LIST   ``"<redis ms> <evicting pid> <evicted token>"``
+``bc:{run}:joined``          HASH   scheduler token -> Redis ms of its first membership beat
+``bc:{run}:moves``           LIST   ``"<redis ms> <pid> <shard> <moved> <late ms>"`` per move
 ============================ ====== =======================================================
 """
 
@@ -21,6 +24,7 @@ import logging
 import os
 import signal
 import sys
+from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -32,6 +36,11 @@ class ChurnJob(Event, event_name="bench-churn", partitions=6):
     """The benchmark's event type."""
 
     n: int = 0
+
+
+async def _ms(rec: aioredis.Redis) -> int:
+    seconds, micros = await rec.time()
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def key(run: str, name: str) -> str:
@@ -48,18 +57,31 @@ async def main() -> None:
     store = service.store
     real_membership = store.scheduler_membership
 
-    async def membership(token: str, ttl_ms: int, mode: str = "beat") -> list[str]:
+    async def membership(token: str, ttl_ms: int, mode: str = "beat") -> Any:
         if mode.startswith("evict:"):
-            seconds, micros = await rec.time()
-            ms = int(seconds) * 1000 + int(micros) // 1000
-            await rec.rpush(key(run, "evictions"), f"{ms} {pid} {mode[6:]}")
-        return await real_membership(token, ttl_ms, mode)
+            await rec.rpush(key(run, "evictions"), f"{await _ms(rec)} {pid} {mode[6:]}")
+        reply = await real_membership(token, ttl_ms, mode)
+        if mode == "beat":  # the first beat is the join
+            await rec.hsetnx(key(run, "joined"), token, await _ms(rec))
+        return reply
 
     store.scheduler_membership = membership  # type: ignore[method-assign]
+    real_move = store.move_due
+
+    async def move_due(shard: str, *args: Any, **kwargs: Any) -> Any:
+        r = await real_move(shard, *args, **kwargs)
+        if r.moved:
+            await rec.rpush(key(run, "moves"), f"{r.now_ms} {pid} {shard} {r.moved} {r.late_ms}")
+        return r
+
+    store.move_due = move_due  # type: ignore[method-assign,assignment]
 
     async def handle(job: ChurnJob) -> None:
         delivery = current_delivery()
-        if delivery is None or delivery.attempt != 1 or delivery.lateness_ms is None:
+        if delivery is None or delivery.lateness_ms is None:
+            return
+        if delivery.attempt != 1:
+            await rec.rpush(key(run, "again"), job.id)
             return
         shard = shard_for(ChurnJob.event_name, job.id, 6)
         await rec.rpush(

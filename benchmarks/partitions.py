@@ -149,9 +149,11 @@ class Churn:
         self.logs = Path(tempfile.mkdtemp(prefix="delayq-churn-"))
         self.alive: list[subprocess.Popen[bytes]] = []
         self.enqueued: list[str] = []
-        # (Redis ms of the fault, the process that started then or None, the members then)
-        self.faults: list[tuple[int, str | None, list[str]]] = []
+        self.faults: list[int] = []  # Redis ms of each start or stop of a process
+        # each process started after the fleet: its token, the members once it runs
+        self.newcomers: list[tuple[str, list[str]]] = []
         self.rnd = random.Random(args.seed)
+        self.raw: dict[str, Any] = {}
 
     def key(self, name: str) -> str:
         return f"bc:{self.run}:{name}"
@@ -207,37 +209,52 @@ class Churn:
             try:
                 tokens: dict[int, str] = {}
 
-                def members() -> list[str]:
-                    return [tokens[p.pid] for p in self.alive]
+                async def start() -> str:
+                    proc = self.spawn(cluster.url, recorder.url)
+                    tokens[proc.pid] = token = await self.ready(rec, proc)
+                    return token
 
                 for _ in range(a.fleet):
-                    proc = self.spawn(cluster.url, recorder.url)
-                    tokens[proc.pid] = await self.ready(rec, proc)
+                    await start()
                 stop = asyncio.Event()
                 producing = asyncio.create_task(self.produce(producer, stop))
                 started = time.monotonic()
                 await asyncio.sleep(3.0)  # a steady stream before the first fault
                 while time.monotonic() - started < a.duration:
-                    now_ms = await _redis_ms(rec)
-                    if self.name == "join":
-                        proc = self.spawn(cluster.url, recorder.url)
-                        tokens[proc.pid] = await self.ready(rec, proc)
-                        self.faults.append((now_ms, tokens[proc.pid], members()))
-                        await asyncio.sleep(a.every)
-                        self.faults.append((await _redis_ms(rec), None, []))
-                        await self.stop(proc)
-                        await asyncio.sleep(a.every)
-                    else:
+                    if self.name == "rolling":
+                        self.faults.append(await _redis_ms(rec))
                         await self.stop(self.alive[0])
-                        proc = self.spawn(cluster.url, recorder.url)
-                        tokens[proc.pid] = await self.ready(rec, proc)
-                        self.faults.append((now_ms, tokens[proc.pid], members()))
+                    self.faults.append(await _redis_ms(rec))
+                    token = await start()
+                    self.newcomers.append((token, [tokens[p.pid] for p in self.alive]))
+                    await asyncio.sleep(a.every)
+                    if self.name == "join":
+                        self.faults.append(await _redis_ms(rec))
+                        await self.stop(self.alive[-1])
                         await asyncio.sleep(a.every)
                 stop.set()
                 await producing
-                await asyncio.sleep(5.0)  # the last events fall due and are handled
-                records = [r.decode().split() for r in await rec.lrange(self.key("late"), 0, -1)]
-                evictions = len(await rec.lrange(self.key("evictions"), 0, -1))
+                want = set(self.enqueued)
+                for _ in range(90):  # the last events fall due; orphans come back
+                    await asyncio.sleep(0.5)
+                    seen = {
+                        r.decode().split()[3] for r in await rec.lrange(self.key("late"), 0, -1)
+                    }
+                    if want <= seen | {
+                        r.decode() for r in await rec.lrange(self.key("again"), 0, -1)
+                    }:
+                        break
+                raw: dict[str, Any] = {
+                    name: [r.decode() for r in await rec.lrange(self.key(name), 0, -1)]
+                    for name in ("late", "moves", "evictions", "again")
+                }
+                raw["joined"] = {
+                    t.decode(): int(ms) for t, ms in (await rec.hgetall(self.key("joined"))).items()
+                }
+                raw["tokens"] = {str(pid): t for pid, t in tokens.items()}
+                if a.dump:
+                    self.raw = {**raw, "faults": self.faults, "newcomers": self.newcomers,
+                                "logs": str(self.logs)}  # fmt: skip
             finally:
                 await producer.aclose()
                 for proc in list(self.alive):
@@ -248,33 +265,56 @@ class Churn:
                     except subprocess.TimeoutExpired:
                         proc.kill()
                 await rec.aclose()
-        return self.report(records, evictions)
+        return self.report(raw)
 
-    def report(self, records: list[list[str]], evictions: int) -> dict[str, Any]:
+    def report(self, raw: dict[str, Any]) -> dict[str, Any]:
         a = self.args
         window = a.every * 1000
-        seen = {r[3] for r in records}
-        late = [float(r[1]) for r in records]
+        records = [r.split() for r in raw["late"]]
+        seen = {r[3] for r in records} | set(raw["again"])
+        token_of = {int(pid): t for pid, t in raw["tokens"].items()}
+        # each newcomer's partitions, from its join (its first membership beat) on
+        joins = [(raw["joined"][t], t, members) for t, members in self.newcomers]
+        late: list[float] = []
         after: list[float] = []
         owned: list[float] = []
         steady: list[float] = []
         for due_s, late_s, shard, _ in records:
             due, lateness = float(due_s), float(late_s)
-            hit = [(tok, members) for at, tok, members in self.faults if at <= due < at + window]
-            if not hit:
+            late.append(lateness)
+            if any(at <= due < at + window for at in self.faults):
+                after.append(lateness)
+            else:
                 steady.append(lateness)
-                continue
-            after.append(lateness)
-            tok, members = hit[-1]
-            if tok is not None and owner_of(shard, members) == tok:
+            if any(j <= due < j + window and owner_of(shard, m) == t for j, t, m in joins):
                 owned.append(lateness)
+        by_it = by_others = 0
+        for move in raw["moves"]:
+            ms_s, pid, shard, moved, _ = move.split()
+            ms = int(ms_s)
+            for j, t, m in joins:
+                if j <= ms < j + window and owner_of(shard, m) == t:
+                    if token_of[int(pid)] == t:
+                        by_it += int(moved)
+                    else:
+                        by_others += int(moved)
+        evicted = [e.split() for e in raw["evictions"]]
         return {
             "scenario": self.name,
             "fleet": a.fleet,
             "faults": len(self.faults),
             "enqueued": len(self.enqueued),
             "lost": len(set(self.enqueued) - seen),
-            "evictions": evictions,
+            "redelivered": len(raw["again"]),
+            "evictions": len(evicted),
+            "newcomers_evicted": sum(
+                1
+                for ms, _, t in evicted
+                for j, t2, _ in joins
+                if t == t2 and j <= int(ms) < j + window
+            ),
+            "moved_by_newcomer": by_it,
+            "moved_by_others": by_others,
             "lateness_ms": _stats(late),
             "steady_ms": _stats(steady),
             "after_fault_ms": _stats(after),
@@ -303,22 +343,29 @@ def churn(args: argparse.Namespace) -> None:
     rows = []
     for name in names:
         print(f"{name}: running for {args.duration:.0f} s ...", flush=True)
-        rows.append(asyncio.run(Churn(name, args).main()))
+        scenario = Churn(name, args)
+        rows.append(asyncio.run(scenario.main()))
+        if args.dump:
+            Path(f"{args.dump}-{name}.json").write_text(json.dumps(scenario.raw))
     print(
         f"\n{args.rate:.0f} events/s of one partitions=6 type due 0.5-3 s after enqueue, "
         f"3-master loopback cluster, a fault every {args.every:.0f} s, {os.cpu_count()} CPUs"
     )
-    print("| scenario | fleet | faults | events | lost | evictions | lateness p50 / p99 / max "
-          "| after a fault | on the new process's partitions | steady |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|---|---|---|---|")
+    print("| scenario | fleet | faults | events | lost | run twice | evictions (of a newcomer) "
+          "| lateness p50 / p99 / max | due within a fault's window | a newcomer's partitions "
+          "after its join | their events moved by another process | steady |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---|---|---|---|---|---|")
 
     def fmt(s: dict[str, float]) -> str:
-        return f"{s['p50']:.1f} / {s['p99']:.1f} / {s['max']:.1f} ms ({s['n']})"
+        return f"{s['p50']:.0f} / {s['p99']:.0f} / {s['max']:.0f} ms"
 
     for r in rows:
+        moved = r["moved_by_newcomer"] + r["moved_by_others"]
+        share = r["moved_by_others"] / moved if moved else 0.0
         print(f"| {r['scenario']} | {r['fleet']} | {r['faults']} | {r['enqueued']} | {r['lost']} "
-              f"| {r['evictions']} | {fmt(r['lateness_ms'])} | {fmt(r['after_fault_ms'])} "
-              f"| {fmt(r['new_owner_ms'])} | {fmt(r['steady_ms'])} |")  # fmt: skip
+              f"| {r['redelivered']} | {r['evictions']} ({r['newcomers_evicted']}) "
+              f"| {fmt(r['lateness_ms'])} | {fmt(r['after_fault_ms'])} | {fmt(r['new_owner_ms'])} "
+              f"| {r['moved_by_others']} of {moved} ({share:.0%}) | {fmt(r['steady_ms'])} |")  # fmt: skip
     if not args.no_write:
         out = HERE / "results"
         out.mkdir(exist_ok=True)
@@ -359,6 +406,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=200.0, help="churn: events enqueued/s")
     parser.add_argument("--seed", type=int, default=26)
     parser.add_argument("--no-write", action="store_true", help="print only, write no JSON")
+    parser.add_argument("--dump", help="churn: write raw records to DUMP-<scenario>.json")
     return parser.parse_args(argv)
 
 
