@@ -188,18 +188,14 @@ class Spread:
         try:
             while not self._stopping:
                 sleep_for = self._interval
-                if self._units and not (self._heard or self._joined):
-                    sleep_for = join_by - time.monotonic()
-                    if sleep_for <= 0:
-                        log.warning("scheduler %s: no wake-up subscription yet; joining the "
-                                    "partitions' owners anyway", self.token[:8])  # fmt: skip
-                        self._heard = True
-                        sleep_for = 0
-                elif self._units:
+                if self._units:
                     try:
-                        if time.monotonic() - self._last_beat >= self._interval:
-                            await self._beat()
-                        sleep_for = await self._pass()
+                        if not (self._heard or self._joined or await self._alone(join_by)):
+                            sleep_for = self._interval  # or until the subscription is up
+                        else:
+                            if time.monotonic() - self._last_beat >= self._interval:
+                                await self._beat()
+                            sleep_for = await self._pass()
                         backoff = 0.1
                     except Exception as exc:  # loops never die
                         self._on_error()
@@ -220,6 +216,16 @@ class Spread:
                         await self._store.scheduler_membership(self.token, self._ttl_ms, "leave")
                     except Exception as exc:
                         log.debug("leaving the scheduler membership failed: %s", exc)
+
+    async def _alone(self, join_by: float) -> bool:
+        """Whether to join before the wake-up subscription is up: when no other process
+        moves the partitions, or after ``join_by`` (pub/sub only makes moves faster)."""
+        if time.monotonic() >= join_by:
+            log.warning("scheduler %s: no wake-up subscription yet; joining the "
+                        "partitions' owners anyway", self.token[:8])  # fmt: skip
+            return True
+        members, _ = await self._store.scheduler_membership(self.token, self._ttl_ms, "read")
+        return not members
 
     async def _beat(self) -> None:
         members, added = await self._store.scheduler_membership(self.token, self._ttl_ms)

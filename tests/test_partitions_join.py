@@ -213,3 +213,49 @@ async def test_a_joining_process_moves_its_partitions_and_is_not_evicted(
         await new.aclose()
         await old.aclose()
         await raw.aclose()
+
+
+async def test_processes_without_wake_ups_still_join_and_move(
+    cluster: RedisClusterServer, prefix: str
+) -> None:
+    """Pub/sub only makes moves faster: a process whose subscription never comes up joins
+    at once when no other process moves the partitions, else after ten scheduling
+    intervals, and moves its partitions on its timed looks."""
+    handled: Counter[str] = Counter()
+
+    async def handle(event: JoinJob) -> None:
+        handled[event.id] += 1
+
+    def service() -> EventService:
+        options = {**OPTIONS, "scheduling_interval": 0.2, "lock_timeout": 2.0}
+        return EventService.from_url(cluster.url, cluster=True, prefix=prefix, **options)
+
+    first, second = service(), service()
+    for s in (first, second):
+        Gate().install(s)  # never opened
+        s.add_handler(JoinJob, handle, concurrency=16)
+    raw = RedisCluster.from_url(cluster.url)
+    members_key = PrefixKeys(prefix).members
+    try:
+        await first.start()
+        ids = [f"lone-{n}" for n in range(30)]
+        assert all(await first.enqueue_many([(JoinJob(id=i), 0.5) for i in ids]))
+        await wait_for(lambda: all(handled[i] == 1 for i in ids), timeout=30)
+        assert first._scheduler is not None and second._scheduler is not None
+        tokens = [first._scheduler.token]
+        assert [m.decode() for m in await raw.zrange(members_key, 0, -1)] == tokens
+
+        await second.start()
+        tokens = sorted([*tokens, second._scheduler.token])
+
+        async def both_members() -> bool:
+            return [m.decode() for m in await raw.zrange(members_key, 0, -1)] == tokens
+
+        await wait_for(both_members, timeout=30)
+        more = [f"pair-{n}" for n in range(30)]
+        assert all(await second.enqueue_many([(JoinJob(id=i), 0.5) for i in more]))
+        await wait_for(lambda: all(handled[i] == 1 for i in more), timeout=30)
+    finally:
+        await second.aclose()
+        await first.aclose()
+        await raw.aclose()

@@ -14,8 +14,8 @@ class Scheduling(DeliveryGroups):
     async def scheduler_membership(
         self, token: str, ttl_ms: int, mode: str = "beat"
     ) -> tuple[list[str], bool]:
-        """Keep ``token`` in the scheduler membership (``beat``), leave it (``leave``), or
-        evict another member (``evict:<token>``).
+        """Keep ``token`` in the scheduler membership (``beat``), leave it (``leave``),
+        evict another member (``evict:<token>``), or only read it (``read``).
 
         Returns the live members, sorted, and whether this beat added ``token`` (it was
         not a member: it joins, or comes back after an eviction or an expiry).

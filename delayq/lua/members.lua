@@ -2,10 +2,10 @@
 --
 -- KEYS[1] {prefix}:schedulers  ZSET token -> heartbeat deadline (ms, Redis clock)
 -- ARGV[1] the caller's token, ARGV[2] heartbeat time to live in ms
--- ARGV[3] 'beat' (add or refresh the caller), 'leave' (remove the caller), or
+-- ARGV[3] 'beat' (add or refresh the caller), 'leave' (remove the caller),
 --         'evict:<token>' (remove another member: it left a partition it owns
 --         overdue, so it is dead or stalled; a live one adds itself back on
---         its next beat)
+--         its next beat), or 'read' (change nothing)
 -- ARGV[4] the wake-up channel: a beat that adds the caller (it joins, or comes
 --         back after an eviction or an expiry), 'leave' and 'evict' publish
 --         ':members' there so every scheduler reads the membership again at once
