@@ -107,6 +107,7 @@ class Spread:
         self._last_full = -math.inf
         self._joined = False
         self._heard = False  # the scheduler's wake-up subscription has been up
+        self._wake_at = math.inf  # when the last pass planned the next one
         self._wake = anyio.Event()
 
     # -- what the scheduler tells it ---------------------------------------------
@@ -242,6 +243,7 @@ class Spread:
     async def _pass(self) -> float:
         now = time.monotonic()
         delay = self._delay
+        behind = max(0.0, now - self._wake_at)  # this process's own stall before the pass
         todo: set[str] = set()
         for unit, at in self._next.items():
             if at + (0 if self.mine(unit) else delay) <= now:
@@ -258,6 +260,7 @@ class Spread:
         for unit in sorted(todo):
             if self._stopping:
                 break
+            lag = behind + time.monotonic() - now
             try:
                 late = await self._drain(unit, self._next, self._active)
             except RedisResponseError as exc:
@@ -269,7 +272,15 @@ class Spread:
                 continue
             owner = None if self.mine(unit) else self._owners.get(unit)
             if owner is not None and late >= delay * 1000:
-                evict[owner] = max(evict.get(owner, 0), late)
+                if lag < delay / 2:
+                    evict[owner] = max(evict.get(owner, 0), late)
+                else:
+                    # this process looked late itself (its loop or the machine stalled):
+                    # the owner may have stalled with it, so this is no proof it died;
+                    # the next look, if on time, decides
+                    log.info("scheduler %s: moved partitions that %s left %d ms overdue, "
+                             "looking %d ms late itself; not evicting it", self.token[:8],
+                             owner[:8], late, lag * 1000)  # fmt: skip
         for owner, late in evict.items():
             log.warning("scheduler %s: moved partitions that %s left %d ms overdue; "
                         "taking them over", self.token[:8], owner[:8], late)  # fmt: skip
@@ -290,4 +301,5 @@ class Spread:
         )
         if any(self.mine(u) for u in self._active):
             wake_at = min(wake_at, self._last_sweep + self._interval)
+        self._wake_at = wake_at
         return max(0.0, wake_at - now)

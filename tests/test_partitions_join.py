@@ -27,12 +27,12 @@ from delayq.testing import wait_for
 from delayq.testing.cluster import RedisClusterServer
 
 # a 10 s full sweep: a process that lost track of a partition would not find it again
-# within the test; takeover_delay 1 s leaves a loaded machine room
+# within the test; takeover_delay 2 s leaves a loaded machine room
 OPTIONS = {
     "visibility_timeout": 2.0,
     "scheduling_interval": 1.0,
     "lock_timeout": 10.0,
-    "takeover_delay": 1.0,
+    "takeover_delay": 2.0,
     "polling_timeout": 1.0,
     "shutdown_grace": 2.0,
 }
@@ -176,7 +176,7 @@ async def test_a_joining_process_moves_its_partitions_and_is_not_evicted(
         before = old_moves.on(mine)
         second = _ids("two", b, both, 30)
         # due later than the old process's look ``takeover_delay`` after the wake-up
-        assert all(await old.enqueue_many([(JoinJob(id=i), 2.0) for i in second]))
+        assert all(await old.enqueue_many([(JoinJob(id=i), 3.0) for i in second]))
         await wait_for(lambda: all(handled[i] for i in second), timeout=30)
         assert old_moves.on(mine) == before, "the old process moved the newcomer's events"
 
@@ -187,7 +187,7 @@ async def test_a_joining_process_moves_its_partitions_and_is_not_evicted(
         gate.drop = True
         await wait_for(gate.waiting.is_set, timeout=15)
         third = _ids("three", b, both, 30)
-        assert all(await old.enqueue_many([(JoinJob(id=i), 2.0) for i in third]))
+        assert all(await old.enqueue_many([(JoinJob(id=i), 3.0) for i in third]))
         gate.open.set()
         await wait_for(lambda: all(handled[i] for i in third), timeout=30)
         assert old_moves.on(mine) == before, "the old process moved the newcomer's events"
