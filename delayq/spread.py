@@ -19,9 +19,11 @@ a standby does for the leader: it looks ``takeover_delay`` after each due time
 or lease deadline. If it then finds events at least ``takeover_delay`` overdue
 the owner has stopped moving (killed, or its event loop stalled): it has just
 moved them itself, and it evicts the owner from the membership, which publishes
-``:members`` so every process recomputes the owners at once. A dead process's
-partitions are therefore late by about ``takeover_delay``, not by the
-membership's time to live. A process that stops gracefully leaves the
+``:members`` so every process recomputes the owners at once (unless it looked
+``takeover_delay / 2`` late itself: then the owner most likely stalled with
+it, and its next look on time decides). A dead process's partitions are
+therefore late by about ``takeover_delay``, not by the membership's time to
+live. A process that stops gracefully leaves the
 membership (and publishes the same message).
 
 A process joins only once its wake-up subscription is up: an enqueue publishes
