@@ -27,6 +27,9 @@ enqueueing ``--rate`` events/s, each due 0.5-3 s after its enqueue.
   runs for ``--every`` seconds and stops gracefully (SIGTERM), then the next one joins.
 * ``rolling`` -- ``--fleet`` workers; every ``--every`` seconds the oldest gets SIGTERM,
   drains and is replaced, as a deploy does.
+* ``resubscribe`` -- ``--fleet`` workers; every ``--every`` seconds every pub/sub
+  connection of the cluster is killed (``CLIENT KILL TYPE pubsub``): the schedulers
+  resubscribe, and wake-ups published meanwhile are lost.
 
 Lateness is claim time minus due time (Redis clock) of each first delivery: overall, of
 the events due in the ``--every`` seconds after each fault (a start or a stop), and of
@@ -62,7 +65,7 @@ from delayq.testing.cluster import RedisClusterServer
 
 HERE = Path(__file__).resolve().parent
 CHURN_WORKER = HERE / "partition_worker.py"
-CHURN_SCENARIOS = ("join", "rolling")
+CHURN_SCENARIOS = ("join", "rolling", "resubscribe")
 
 
 def _event_type(partitions: int) -> type[Event]:
@@ -221,6 +224,11 @@ class Churn:
                 started = time.monotonic()
                 await asyncio.sleep(3.0)  # a steady stream before the first fault
                 while time.monotonic() - started < a.duration:
+                    if self.name == "resubscribe":
+                        self.faults.append(await _redis_ms(rec))
+                        await asyncio.to_thread(_kill_pubsub, cluster.ports)
+                        await asyncio.sleep(a.every)
+                        continue
                     if self.name == "rolling":
                         self.faults.append(await _redis_ms(rec))
                         await self.stop(self.alive[0])
@@ -329,6 +337,14 @@ def _churn_type() -> type[Event]:
     return ChurnJob
 
 
+def _kill_pubsub(ports: list[int]) -> None:
+    """Drop every pub/sub connection of the cluster (the schedulers resubscribe)."""
+    for port in ports:
+        client = redis.Redis(port=port)
+        client.client_kill_filter(_type="pubsub")
+        client.close()
+
+
 async def _redis_ms(client: aioredis.Redis) -> int:
     seconds, micros = await client.time()
     return int(seconds) * 1000 + int(micros) // 1000
@@ -399,7 +415,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--partitions", default="1,6,12")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--scenarios", default="",
-                        help="membership churn instead: join,rolling")  # fmt: skip
+                        help="membership churn instead: join,rolling,resubscribe")  # fmt: skip
     parser.add_argument("--fleet", type=int, default=2, help="churn: workers that keep running")
     parser.add_argument("--duration", type=float, default=60.0, help="churn: seconds of faults")
     parser.add_argument("--every", type=float, default=10.0, help="churn: seconds between faults")
