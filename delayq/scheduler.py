@@ -117,12 +117,14 @@ class Scheduler:
             self._scope.cancel()
 
     def wake(self, type_name: str | None = None) -> None:
-        """Look at ``type_name`` (or sweep all types) now rather than at the next planned time."""
+        """Look at ``type_name`` (or sweep all types and partitions) now rather than at the
+        next planned time."""
         if type_name is not None and "#" in type_name:
             self.spread.on_message(type_name)
             return
         if type_name is None:
             self._last_full = -math.inf
+            self.spread.sweep()
         else:
             self._woken.add(type_name)
         self._interrupt()
@@ -366,7 +368,10 @@ class Scheduler:
             listener: WakeupListener = self._store.wakeups()
             try:
                 await listener.subscribe()
-                self.wake()  # messages may have been missed while unsubscribed
+                # the partitions' owners are those that hear wake-ups: join now; and
+                # messages may have been missed while unsubscribed: look at everything
+                self.spread.listening()
+                self.wake()
                 backoff = 0.1
                 while True:
                     name = await listener.next(timeout=self._s.listen_timeout)

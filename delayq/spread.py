@@ -19,10 +19,20 @@ a standby does for the leader: it looks ``takeover_delay`` after each due time
 or lease deadline. If it then finds events at least ``takeover_delay`` overdue
 the owner has stopped moving (killed, or its event loop stalled): it has just
 moved them itself, and it evicts the owner from the membership, which publishes
-``:members`` so every process recomputes the owners at once. A dead process's
-partitions are therefore late by about ``takeover_delay``, not by the
-membership's time to live. A process that stops gracefully leaves the
+``:members`` so every process recomputes the owners at once (unless it looked
+``takeover_delay / 2`` late itself: then the owner most likely stalled with
+it, and its next look on time decides). A dead process's partitions are
+therefore late by about ``takeover_delay``, not by the membership's time to
+live. A process that stops gracefully leaves the
 membership (and publishes the same message).
+
+A process joins only once its wake-up subscription is up: an enqueue publishes
+a wake-up only when it brings a partition's next due time forward, so an owner
+that missed one would not look at that partition until its next full sweep,
+while the others would move its events ``takeover_delay`` late and evict it.
+Joining (a beat that adds the caller publishes ``:members`` too, so the others
+hear of it at once), coming back after an eviction, and every (re)subscribe
+make the process look at every partition at once.
 """
 
 from __future__ import annotations
@@ -98,6 +108,8 @@ class Spread:
         self._last_sweep = -math.inf
         self._last_full = -math.inf
         self._joined = False
+        self._heard = False  # the scheduler's wake-up subscription has been up
+        self._wake_at = math.inf  # when the last pass planned the next one
         self._wake = anyio.Event()
 
     # -- what the scheduler tells it ---------------------------------------------
@@ -113,10 +125,21 @@ class Spread:
         """An enqueue made an earlier due time in ``shard``."""
         if shard not in self._units:
             self._units.add(shard)
+        # noted as due now (the owner looks at once, the others ``takeover_delay``
+        # later), so that a pass that fails before reaching it does not forget it
+        self._next[shard] = min(self._next.get(shard, math.inf), time.monotonic())
         if self.mine(shard):
             self._woken.add(shard)
-        else:  # the owner should move it now: check ``takeover_delay`` later
-            self._next[shard] = min(self._next.get(shard, math.inf), time.monotonic())
+        self._interrupt()
+
+    def listening(self) -> None:
+        """The scheduler's wake-up subscription is up: the process may join."""
+        self._heard = True
+        self._interrupt()
+
+    def sweep(self) -> None:
+        """Look at every partition at the next pass (wake-ups may have been missed)."""
+        self._last_full = -math.inf
         self._interrupt()
 
     def members_changed(self) -> None:
@@ -162,16 +185,20 @@ class Spread:
     async def run(self) -> None:
         """Move partitions until :meth:`stop`."""
         backoff = 0.1
+        # without a subscription after this long, join anyway: pub/sub only makes
+        # moves faster, the timed looks and sweeps are what guarantee them
+        join_by = time.monotonic() + _FULL_SWEEP * self._interval
         try:
             while not self._stopping:
                 sleep_for = self._interval
                 if self._units:
                     try:
-                        if time.monotonic() - self._last_beat >= self._interval:
-                            self._set_members(await self._store.scheduler_membership(self.token, self._ttl_ms))
-                            self._joined = True
-                            self._last_beat = time.monotonic()
-                        sleep_for = await self._pass()
+                        if not (self._heard or self._joined or await self._alone(join_by)):
+                            sleep_for = self._interval  # or until the subscription is up
+                        else:
+                            if time.monotonic() - self._last_beat >= self._interval:
+                                await self._beat()
+                            sleep_for = await self._pass()
                         backoff = 0.1
                     except Exception as exc:  # loops never die
                         self._on_error()
@@ -181,7 +208,7 @@ class Spread:
                         backoff = min(backoff * 2, _MAX_BACKOFF)
                 else:
                     sleep_for = math.inf  # no partitioned type: no command at all
-                if sleep_for > 0 and not self._woken and not self._stopping:
+                if sleep_for > 0 and (not self._woken or not self._joined) and not self._stopping:
                     with anyio.move_on_after(sleep_for):
                         await self._wake.wait()
                 self._wake = anyio.Event()
@@ -193,9 +220,32 @@ class Spread:
                     except Exception as exc:
                         log.debug("leaving the scheduler membership failed: %s", exc)
 
+    async def _alone(self, join_by: float) -> bool:
+        """Whether to join before the wake-up subscription is up: when no other process
+        moves the partitions, or after ``join_by`` (pub/sub only makes moves faster)."""
+        if time.monotonic() >= join_by:
+            log.warning("scheduler %s: no wake-up subscription yet; joining the "
+                        "partitions' owners anyway", self.token[:8])  # fmt: skip
+            return True
+        members, _ = await self._store.scheduler_membership(self.token, self._ttl_ms, "read")
+        return not members
+
+    async def _beat(self) -> None:
+        members, added = await self._store.scheduler_membership(self.token, self._ttl_ms)
+        if added:
+            # joined, or back after an eviction or an expiry: what this process knew of
+            # its partitions' due times may be stale (that is why it was evicted)
+            if self._joined:
+                log.info("scheduler %s: back among the partitions' owners", self.token[:8])
+            self._last_full = -math.inf
+        self._set_members(members)
+        self._joined = True
+        self._last_beat = time.monotonic()
+
     async def _pass(self) -> float:
         now = time.monotonic()
         delay = self._delay
+        behind = max(0.0, now - self._wake_at)  # this process's own stall before the pass
         todo: set[str] = set()
         for unit, at in self._next.items():
             if at + (0 if self.mine(unit) else delay) <= now:
@@ -212,6 +262,7 @@ class Spread:
         for unit in sorted(todo):
             if self._stopping:
                 break
+            lag = behind + time.monotonic() - now
             try:
                 late = await self._drain(unit, self._next, self._active)
             except RedisResponseError as exc:
@@ -225,13 +276,22 @@ class Spread:
                 continue
             owner = None if self.mine(unit) else self._owners.get(unit)
             if owner is not None and late >= delay * 1000:
-                evict[owner] = max(evict.get(owner, 0), late)
+                if lag < delay / 2:
+                    evict[owner] = max(evict.get(owner, 0), late)
+                else:
+                    # this process looked late itself (its loop or the machine stalled):
+                    # the owner may have stalled with it, so this is no proof it died;
+                    # the next look, if on time, decides
+                    log.info("scheduler %s: moved partitions that %s left %d ms overdue, "
+                             "looking %d ms late itself; not evicting it", self.token[:8],
+                             owner[:8], late, lag * 1000)  # fmt: skip
         for owner, late in evict.items():
             log.warning("scheduler %s: moved partitions that %s left %d ms overdue; "
                         "taking them over", self.token[:8], owner[:8], late)  # fmt: skip
-            self._set_members(
-                await self._store.scheduler_membership(self.token, self._ttl_ms, f"evict:{owner}")
+            members, _ = await self._store.scheduler_membership(
+                self.token, self._ttl_ms, f"evict:{owner}"
             )
+            self._set_members(members)
             self._last_beat = time.monotonic()
         now = time.monotonic()
         wake_at = min(
@@ -245,4 +305,5 @@ class Spread:
         )
         if any(self.mine(u) for u in self._active):
             wake_at = min(wake_at, self._last_sweep + self._interval)
+        self._wake_at = wake_at
         return max(0.0, wake_at - now)

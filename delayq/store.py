@@ -10,6 +10,8 @@ the wake-up subscription.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
@@ -99,18 +101,22 @@ class Store(Enqueueing, Scheduling, Deliveries, DeadLetters, Browsing, Workers):
 
     def wakeups(self) -> WakeupListener:
         """A subscription to the prefix's wake-up channel."""
-        return WakeupListener(self.blocking.pubsub(), self.keys.wakeup_channel)
+        return WakeupListener(self.blocking.pubsub(), self.keys.wakeup_channel, self.connect)
 
 
 class WakeupListener:
     """Receives the type names that enqueues publish to wake the scheduler."""
 
-    def __init__(self, pubsub: PubSub, channel: str):
+    def __init__(self, pubsub: PubSub, channel: str, connect: Callable[[], Awaitable[None]]):
         self._pubsub = pubsub
         self._channel = channel
+        self._connect = connect
 
     async def subscribe(self) -> None:
         """Start listening (again, after a disconnect)."""
+        # a cluster client picks the pub/sub node by the channel's slot: without its
+        # slot map loaded, the first SUBSCRIBE failed (KeyError) and was retried later
+        await self._connect()
         await self._pubsub.subscribe(self._channel)
 
     async def next(self, timeout: float) -> str | None:

@@ -12,13 +12,20 @@ from .records import MoveResult
 class Scheduling(DeliveryGroups):
     """What the scheduler loop (and repartitioning) asks of Redis."""
 
-    async def scheduler_membership(self, token: str, ttl_ms: int, mode: str = "beat") -> list[str]:
-        """Keep ``token`` in the scheduler membership (``beat``), leave it (``leave``), or
-        evict another member (``evict:<token>``); return the live members, sorted."""
+    async def scheduler_membership(
+        self, token: str, ttl_ms: int, mode: str = "beat"
+    ) -> tuple[list[str], bool]:
+        """Keep ``token`` in the scheduler membership (``beat``), leave it (``leave``),
+        evict another member (``evict:<token>``), or only read it (``read``).
+
+        Returns the live members, sorted, and whether this beat added ``token`` (it was
+        not a member: it joins, or comes back after an eviction or an expiry).
+        """
         reply = await self._scripts["members"](
             keys=[self.keys.members], args=[token, ttl_ms, mode, self.keys.wakeup_channel]
         )
-        return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in reply)
+        members = sorted(m.decode() if isinstance(m, bytes) else str(m) for m in reply[1:])
+        return members, int(reply[0]) == 1
 
     async def take_lock(self, token: str, ttl_ms: int) -> tuple[bool, str | None]:
         """Take or renew the scheduler lock.

@@ -2,13 +2,16 @@
 --
 -- KEYS[1] {prefix}:schedulers  ZSET token -> heartbeat deadline (ms, Redis clock)
 -- ARGV[1] the caller's token, ARGV[2] heartbeat time to live in ms
--- ARGV[3] 'beat' (add or refresh the caller), 'leave' (remove the caller), or
+-- ARGV[3] 'beat' (add or refresh the caller), 'leave' (remove the caller),
 --         'evict:<token>' (remove another member: it left a partition it owns
 --         overdue, so it is dead or stalled; a live one adds itself back on
---         its next beat)
--- ARGV[4] the wake-up channel: 'leave' and 'evict' publish ':members' there so
---         every scheduler reads the membership again at once
--- Returns: the tokens of the live members (expired ones are removed first).
+--         its next beat), or 'read' (change nothing)
+-- ARGV[4] the wake-up channel: a beat that adds the caller (it joins, or comes
+--         back after an eviction or an expiry), 'leave' and 'evict' publish
+--         ':members' there so every scheduler reads the membership again at once
+-- Returns: {added, token...}: added is 1 when this beat added the caller (it was
+--   not a member), else 0; then the tokens of the live members (expired ones are
+--   removed first).
 -- Guarantees: one key, so one slot; membership only spreads work: every move
 -- is atomic on its own, so two processes that disagree on it for a moment
 -- just move some partitions twice as often, never an event twice.
@@ -16,8 +19,10 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local mode = ARGV[3]
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local added = 0
 if mode == 'beat' then
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+  added = redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+  if added == 1 then redis.call('PUBLISH', ARGV[4], ':members') end
 elseif mode == 'leave' then
   if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then redis.call('PUBLISH', ARGV[4], ':members') end
 elseif string.sub(mode, 1, 6) == 'evict:' then
@@ -25,4 +30,6 @@ elseif string.sub(mode, 1, 6) == 'evict:' then
     redis.call('PUBLISH', ARGV[4], ':members')
   end
 end
-return redis.call('ZRANGE', KEYS[1], 0, -1)
+local reply = redis.call('ZRANGE', KEYS[1], 0, -1)
+table.insert(reply, 1, added)
+return reply
