@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import anyio
-import anyio.lowlevel
 from redis.exceptions import ResponseError
 
 from .errors import is_transient
@@ -308,58 +307,51 @@ class Scheduler:
         return max(0.0, min(nearest - now, self._last_sweep + self._s.interval - now))
 
     async def _move(self, type_name: str) -> int:
-        """Move one type's due events, batch after batch; return how late the oldest was (ms)."""
+        """Move one batch of a type's due events; return how late the oldest was (ms)."""
         return await self._drain(type_name, self._next, self._active)
 
     async def _drain(self, type_name: str, nexts: dict[str, float], active: set[str]) -> int:
-        """Move one shard's due events, batch after batch; note in ``nexts`` when it next
-        needs a look and in ``active`` whether its ready list holds entries; return how
-        late the oldest thing moved was (ms)."""
-        late = 0
+        """Move one batch of one shard's due events; note in ``nexts`` when it next needs a
+        look (at once when the batch was full) and in ``active`` whether its ready list
+        holds entries; return how late the oldest thing moved was (ms).
+
+        One batch per look, not a whole backlog: a type with a million events due in the
+        same second takes its turns between the other types' batches, so their events
+        are moved on time while the burst drains (the next pass comes at once).
+        """
         label = type_of(type_name)
-        while True:
-            r = await self._store.move_due(
-                type_name, self._s.batch_size, self._s.visibility_ms, self._s.max_deliveries
+        r = await self._store.move_due(
+            type_name, self._s.batch_size, self._s.visibility_ms, self._s.max_deliveries
+        )
+        if r.moved:
+            self._metrics.increment("moved", r.moved, event_type=label)
+        if r.dead:
+            self._metrics.increment("dead_lettered", r.dead, event_type=label)
+            log.error(
+                "%s: %d events became dead letters after their last lease expired",
+                type_name,
+                r.dead,
             )
-            late = max(late, r.late_ms)
-            if r.moved:
-                self._metrics.increment("moved", r.moved, event_type=label)
-            if r.dead:
-                self._metrics.increment("dead_lettered", r.dead, event_type=label)
-                log.error(
-                    "%s: %d events became dead letters after their last lease expired",
-                    type_name,
-                    r.dead,
-                )
-            if r.missing:
-                log.warning(
-                    "%s: dropped %d scheduled ids that have no stored event: %s",
-                    type_name,
-                    len(r.missing),
-                    [m.decode("utf-8", "replace") for m in r.missing[:10]],
-                )
-            if not r.more or self._stopping:
-                break
-            # A long drain keeps the lock fresh and lets this process's consumers run.
-            if (
-                self.is_leader
-                and "#" not in type_name  # partitions are not the leader's
-                and time.monotonic() - self._lock_taken_at > self._s.lock_ms / 3000
-            ):
-                if not await self._take_lock():
-                    return late
-            await anyio.lowlevel.checkpoint()
+        if r.missing:
+            log.warning(
+                "%s: dropped %d scheduled ids that have no stored event: %s",
+                type_name,
+                len(r.missing),
+                [m.decode("utf-8", "replace") for m in r.missing[:10]],
+            )
         # Ready entries need a look now and then (a consumer may die between
-        # popping one and claiming it); due times and leases are in _next.
+        # popping one and claiming it); due times and leases are in nexts.
         if r.queued:
             active.add(type_name)
         else:
             active.discard(type_name)
-        if r.next_ms is None:
+        if r.more:
+            nexts[type_name] = time.monotonic()
+        elif r.next_ms is None:
             nexts.pop(type_name, None)
         else:
             nexts[type_name] = time.monotonic() + max(0, r.next_ms - r.now_ms) / 1000
-        return late
+        return r.late_ms
 
     async def _listen(self) -> None:
         """Turn wake-up messages into early passes; resubscribe after disconnects."""

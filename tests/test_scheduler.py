@@ -114,6 +114,47 @@ async def test_moves_are_bounded_batches(services, wait_for) -> None:
     )
 
 
+class OtherJob(Event, event_name="core-sched-other"):
+    """Another type, due while SchedJob's burst is moved."""
+
+
+async def test_a_burst_takes_turns_with_other_types(services, redis_client, wait_for) -> None:
+    """A type with thousands due at once moves one batch per look, so another type's event
+    due at the same instant is moved after one batch of the burst, not after all of it."""
+    burst = 3000
+    producer = services.producer()
+    start_s, _ = await redis_client.time()
+    assert await producer.enqueue_many([SchedJob(id=f"x{i}") for i in range(burst)], delay=1.5)
+    assert await producer.enqueue_with_delay(OtherJob(id="probe"), 1.5)
+
+    async def all_due() -> bool:
+        return (await redis_client.time())[0] >= start_s + 3  # whole seconds: due for sure
+
+    await wait_for(all_due, timeout=10)
+    service = services.make(scheduling_batch_size=100)
+    moves: list[tuple[str, int]] = []
+    move_due = service.store.move_due
+
+    async def recording_move_due(type_name, *args, **kwargs):
+        result = await move_due(type_name, *args, **kwargs)
+        moves.append((type_name, result.moved))
+        return result
+
+    service.store.move_due = recording_move_due  # observe, don't change
+    await service.start()
+
+    async def moved_all() -> bool:
+        counts = await producer.stats_for(SchedJob)
+        return counts.scheduled == 0 and (await producer.stats_for(OtherJob)).scheduled == 0
+
+    await wait_for(moved_all, timeout=60)
+    burst_moves = [i for i, (name, n) in enumerate(moves) if name == SchedJob.event_name and n]
+    (probe_move,) = [i for i, (name, n) in enumerate(moves) if name == OtherJob.event_name and n]
+    assert sum(moves[i][1] for i in burst_moves) == burst
+    # before: the whole burst (30 batches) first; now: at most one batch of it first
+    assert len([i for i in burst_moves if i < probe_move]) <= 1
+
+
 async def test_lock_steal_is_a_compare_and_set(services, redis_client, prefix) -> None:
     store = services.producer().store
     lock = f"{{{prefix}}}:scheduler-lock"
