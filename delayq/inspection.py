@@ -331,6 +331,11 @@ class Inspector:
         self._known = known  # the service's registered types (shared, live)
         self._router = Router(store)  # a partitioned type is read as one
 
+    @property
+    def codec(self) -> Codec:
+        """The codec that decodes stored payloads."""
+        return self._codec
+
     def resolve(self, event_type: EventTypeRef) -> tuple[str, type[Event] | None]:
         """``(wire name, class or None)`` of a class or a wire name."""
         if isinstance(event_type, str):

@@ -29,6 +29,7 @@ from .inspection import DeadLetter, EventInfo, EventTypeRef, ScheduledEvent
 from .options import Options
 from .repartition import RepartitionResult, repartition
 from .retry import Backoff, delay_ms, due_unix_ms
+from .searching import DeadLetterSearch, IdSearch, ReadyEvent, find_dead_letters, find_ids, ready
 from .store import QueueCounts, Store
 from .wiring import wire
 
@@ -411,6 +412,34 @@ class EventService:
         it at its due time (see README, "Delivery groups").
         """
         return await run_now(self._store, self._types.name(event_type), id, group)
+
+    async def ready(
+        self, event_type: EventTypeRef, limit: int = 100, offset: int = 0, *,
+        group: str | None = None,
+    ) -> list[ReadyEvent]:
+        """Up to ``limit`` (≤ 1000) ready events (due, not claimed yet) from position
+        ``offset``, in the order consumers get them; of delivery ``group`` (the default
+        group's without). Cancel one with :meth:`cancel`."""
+        name, cls = self._inspector.resolve(event_type)
+        return await ready(self._store, self._inspector.codec, name, cls, limit, offset,
+                           group=check_group(group))  # fmt: skip
+
+    async def find_ids(self, event_type: EventTypeRef, prefix: str, limit: int = 20) -> IdSearch:
+        """Ids of the type's events (in any state and delivery group) that start with
+        ``prefix``: at most ``limit``, and whether the search was complete (it looks at
+        about 10,000 ids per state and group at most: ZSCAN with MATCH)."""
+        return await find_ids(self._store, self._types.name(event_type), prefix, limit)
+
+    async def find_dead_letters(
+        self, event_type: EventTypeRef, text: str, limit: int = 100, offset: int = 0, *,
+        scan: int = 1000, group: str | None = None,
+    ) -> DeadLetterSearch:
+        """Dead letters (of ``group``) whose last error contains ``text`` (ASCII case
+        ignored), among the ``scan`` (≤ 5000) oldest from position ``offset``; the result
+        says where to continue (``next_offset``) and whether it reached the end."""
+        name, cls = self._inspector.resolve(event_type)
+        return await find_dead_letters(self._store, self._inspector.codec, name, cls, text,
+                                       limit, offset, scan=scan, group=check_group(group))  # fmt: skip
 
     # -- workers and history ----------------------------------------------------------
 

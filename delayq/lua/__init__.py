@@ -32,6 +32,8 @@ PER_TYPE = (
     "inspect",
     "counts",
     "scheduled_list",
+    "ready_list",
+    "dead_find",
 )
 GROUPED = (
     "group_move",
