@@ -226,7 +226,7 @@ class Browsing(Layouts, DeliveryGroups):
         found: list[bytes] = []
         for _ in range(calls):
             cursor, items = await self.redis.zscan(key, cursor, match=pattern, count=count)
-            found.extend(bytes(member) for member, _ in items)
+            found.extend(m for m, _ in items if isinstance(m, bytes))  # decode_responses=False
             if cursor == 0:
                 return found, True
             if len(found) >= want:
