@@ -377,9 +377,9 @@ def test_read_only_shows_no_action_and_refuses_posts(
     base = _dashboard(procs, redis_url, prefix, "--read-only")
     browser.get(base + "/type?name=ui-job")
     assert "read-only" in browser.find_element(By.CSS_SELECTOR, "header").text
-    assert not _css(browser, "main button")
+    assert not _css(browser, "main form[method=post]")
     browser.get(base + "/event?type=ui-job&id=keep-me")
-    assert not _css(browser, "main button")
+    assert not _css(browser, "main form[method=post]")
     # a POST made by a script on the page itself (same origin) is still refused
     status = browser.execute_async_script(
         """const done = arguments[arguments.length - 1];
