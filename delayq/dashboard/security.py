@@ -48,6 +48,7 @@ HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
     "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
 }
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
