@@ -119,8 +119,8 @@ async def test_auth_refusals_carry_the_security_headers(setup) -> None:
             assert r.headers.get(name) == ok.headers.get(name) and r.headers.get(name), name
 
 
-async def test_bidi_controls_are_shown_not_obeyed(setup, wait_for) -> None:
-    service, pool = setup
+async def test_bidi_controls_are_shown_not_obeyed(setup) -> None:
+    service, _ = setup
     sneaky = "inv\u202egnp.exe"
     await service.enqueue_with_delay(Item(id=sneaky), 3600, context={"who": "a\u2066b"})
     async with _client(create_app(service)) as http:
@@ -234,7 +234,7 @@ async def test_dead_pager_labels_point_the_right_way(setup, wait_for) -> None:
 
 
 async def test_workers_link_named_groups_and_live_part_has_the_counts(setup, pool_worker) -> None:
-    service, worker = pool_worker
+    service, _ = pool_worker
     async with _client(create_app(service)) as http:
         page = await http.get("/workers")
         link = re.search(r'class="handler-link" href="([^"]+)">hard-item:audit</a>', page.text)
