@@ -360,6 +360,11 @@ def test_search_cancel_and_run_now(
     assert browser.find_element(By.CSS_SELECTOR, ".event-id").text == "find-me"
     browser.get(base + "/event?type=ui-job&id=drop-me")
     _click(browser, "#cancel")
+    _find(browser, "#confirm")  # cancelling asks first
+    raw = redis.Redis.from_url(redis_url, protocol=2)
+    assert raw.zscore(f"{{{prefix}:ui-job}}:scheduled", "drop-me") is not None
+    raw.close()
+    _click(browser, "#confirm")
     assert _find(browser, "#result").text == "Cancelled"
     browser.get(base + "/type?name=ui-job")
     ids = [r.get_attribute("data-id") for r in _css(browser, "tr.upcoming-row")]
