@@ -333,3 +333,17 @@ async def test_notice_when_only_the_first_50_types_get_charts(setup) -> None:
     async with _client(create_app(service)) as http:
         page = await http.get("/")
         assert 'id="charts-limited"' in page.text and "first 50 of 51 types" in page.text
+
+
+async def test_errors_carry_the_security_headers_too(setup) -> None:
+    service, _ = setup
+
+    def auth(request) -> bool:
+        if request.url.path == "/boom":
+            raise RuntimeError("a bug in the hook")
+        return True
+
+    async with _client(create_app(service, auth=auth)) as http:
+        r = await http.get("/boom")
+        assert r.status_code == 500 and r.headers["x-frame-options"] == "DENY"
+        assert "default-src 'none'" in r.headers["content-security-policy"]

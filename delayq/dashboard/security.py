@@ -165,11 +165,11 @@ class SecurityMiddleware:
                         headers[name] = value
             await send(message)
 
-        refusal = await self._ask(Request(scope, receive))
-        if refusal is not None:
-            await refusal(scope, receive, send_with_headers)
-            return
         try:
+            refusal = await self._ask(Request(scope, receive))
+            if refusal is not None:
+                await refusal(scope, receive, send_with_headers)
+                return
             await self.app(scope, receive, send_with_headers)
         except Exception:
             if started:
