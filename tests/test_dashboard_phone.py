@@ -70,7 +70,7 @@ LONG = "invoice-2026-11-25-customer-0001234567-retry-" + "x" * 20
 
 
 def test_every_page_fits_a_phone(
-    redis_url: str, prefix: str, procs, browser, shots: Path
+    redis_url: str, prefix: str, procs, browser, shots: Path  # noqa: F811  (fixtures)
 ) -> None:
     raw = redis.Redis.from_url(redis_url, protocol=2)
     tag = f"{{{prefix}:ui-fanned}}"
@@ -129,7 +129,7 @@ def test_every_page_fits_a_phone(
 
 
 def test_live_refresh_waits_while_the_pointer_is_on_a_list(
-    redis_url: str, prefix: str, procs, browser
+    redis_url: str, prefix: str, procs, browser  # noqa: F811  (fixtures)
 ) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
 
