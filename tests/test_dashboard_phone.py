@@ -11,7 +11,6 @@ from test_dashboard_browser import (  # noqa: F401  (fixtures)
     HERE,
     UiJob,
     _click,
-    _css,
     _dashboard,
     _enqueue,
     _enqueue_fanned,
@@ -128,6 +127,13 @@ def test_every_page_fits_a_phone(
         raw.close()
 
 
+def _upcoming(driver) -> list[str]:
+    # read in one script: a refresh may replace the rows between two WebDriver calls
+    return driver.execute_script(
+        "return [...document.querySelectorAll('tr.upcoming-row')].map(r => r.dataset.id)"
+    )
+
+
 def test_live_refresh_waits_while_the_pointer_is_on_a_list(
     redis_url: str, prefix: str, procs, browser  # noqa: F811  (fixtures)
 ) -> None:
@@ -144,14 +150,10 @@ def test_live_refresh_waits_while_the_pointer_is_on_a_list(
     _run(_enqueue(redis_url, prefix, [(UiJob(id="row-new"), 60)]))
     browser.execute_script("arguments[0].removeAttribute('data-live-paused')", live)
     _wait(lambda: live.get_attribute("data-live-paused"), what="another refresh held back")
-    ids = [r.get_attribute("data-id") for r in _css(browser, "tr.upcoming-row")]
+    ids = _upcoming(browser)
     assert ids[0] == "row-0" and "row-new" not in ids
     assert row.is_displayed()  # the very element under the pointer is still there
     # the pointer leaves the list: the next refresh shows the new event
     ActionChains(browser).move_to_element(_find(browser, "header .brand")).perform()
-    _wait(
-        lambda: [r.get_attribute("data-id") for r in _css(browser, "tr.upcoming-row")][:1]
-        == ["row-new"],
-        what="the refresh once the pointer left",
-    )
+    _wait(lambda: _upcoming(browser)[:1] == ["row-new"], what="the refresh once the pointer left")
     assert not live.get_attribute("data-live-paused")
