@@ -191,6 +191,10 @@ def main() -> None:
                 ("event page (scheduled)", f"/event?type={BIG}&id=s-{mid:08d}"),
                 ("event page (dead letter)", f"/event?type={BIG}&id=d-00000007"),
                 ("search, any type", f"/event?id=s-{mid + 1:08d}"),
+                ("search by id prefix (matches)", f"/event?type={BIG}&id=s-{mid // 1000:05d}"),
+                ("search by id prefix (none: every scan at its cap)", f"/event?type={BIG}&id=zz-"),
+                ("type page, dead letters filtered by error (no match)",
+                 f"/type?name={BIG}&error=no-such-text"),
                 ("workers", "/workers"),
             ]  # fmt: skip
             http.get("/")  # warm-up: scripts loaded, connections open

@@ -104,6 +104,13 @@ def test_every_page_fits_a_phone(
             _find(browser, "footer")
             browser.save_screenshot(str(shots / f"phone-{what}.png"))
             _check_layout(browser, what)
+        # and the same pages on a laptop's screen
+        browser.set_window_size(1366, 900)
+        for what, path in pages.items():
+            browser.get(base + path)
+            _find(browser, "footer")
+            _check_layout(browser, f"{what} at 1366 px")
+        browser.set_window_size(390, 844)
         # the overview's dead column is on screen, and the dead letters' ids read as ids
         browser.get(base + "/")
         dead = _find(browser, 'tr[data-type="ui-job"] td.dead')
