@@ -21,6 +21,10 @@ class Item(Event, event_name="hard-item"):
     """A plain event."""
 
 
+class Parted(Event, event_name="hard-parted", partitions=3):
+    """A partitioned event."""
+
+
 class Broken(Event, event_name="hard-broken"):
     """Fails every time."""
 
@@ -217,6 +221,12 @@ async def test_huge_offsets_are_400_and_unknown_types_404(setup) -> None:
             assert "does not exist" in r.text or "No event type" in r.text
         r = await http.get("/event", params={"type": "no-such-type", "id": "x"})
         assert r.status_code == 404 and "No event type" in r.text
+        # a list merged from several sets (partitions) reads offset + page of each: bounded
+        await service.enqueue_with_delay(Parted(id="p"), 3600)
+        r = await http.get("/type", params={"name": "hard-parted", "offset": "20000"})
+        assert r.status_code == 400 and "partitions" in r.text
+        r = await http.get("/type", params={"name": "hard-parted", "offset": "10000"})
+        assert r.status_code == 200
 
 
 async def test_dead_pager_labels_point_the_right_way(setup, wait_for) -> None:

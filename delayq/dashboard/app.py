@@ -37,6 +37,10 @@ __all__ = ["Dashboard", "create_app"]
 
 MAX_OFFSET = 1_000_000_000
 """The largest list offset a page accepts (beyond: 400)."""
+MAX_MERGED_OFFSET = 10_000
+"""The largest offset of a list merged from several sorted sets (a partitioned type's
+partitions, or a group's retries and the type's schedule): each read takes
+``offset + page`` entries of every set, so deeper pages would read whole sets."""
 
 
 class Dashboard:
@@ -149,15 +153,18 @@ class Dashboard:
         """The ``group=`` argument of the service's calls (None for the default group)."""
         return None if group == DEFAULT_GROUP else group
 
-    def offset(self, request: Request, name: str) -> int:
-        """A list offset from the query: 0 when absent or not a number, 400 when too large."""
+    def offset(self, request: Request, name: str, *, merged: bool = False) -> int:
+        """A list offset from the query: 0 when absent or not a number, 400 when too large
+        (``merged``: the list is merged from several sets, see :data:`MAX_MERGED_OFFSET`)."""
         raw = request.query_params.get(name, "")
         try:
             value = int(raw) if raw else 0
         except ValueError:
             return 0
-        if value > MAX_OFFSET:
-            self.bad_request(f"{name} must be at most {MAX_OFFSET:,}")
+        most = MAX_MERGED_OFFSET if merged else MAX_OFFSET
+        if value > most:
+            why = " for a type with partitions or delivery groups" if merged else ""
+            self.bad_request(f"{name} must be at most {most:,}{why}")
         return max(0, value)
 
 

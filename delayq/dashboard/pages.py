@@ -177,12 +177,14 @@ class Pages:
         """
         dash = self.dash
         size = dash.page_size
-        offset = dash.offset(request, "offset")
-        r_offset = dash.offset(request, "r_offset")
-        in_offset = dash.offset(request, "in_offset")
         group = dash.group_name(request.query_params.get("group"))
         group_stats = await self.service.group_stats(name)
         grouped = list(group_stats) != [DEFAULT_GROUP]
+        # lists read from several sets at once take offset + page of each: bounded deeper
+        partitioned = len(self.service.store.shards(name)) > 1
+        offset = dash.offset(request, "offset", merged=partitioned or grouped)
+        r_offset = dash.offset(request, "r_offset", merged=partitioned)
+        in_offset = dash.offset(request, "in_offset", merged=partitioned)
         # the group the views read: None (the type's keys, as always) without named groups
         view = group if grouped else dash.group_arg(group)
         histogram, upcoming, ready, in_flight, workers = await asyncio.gather(
@@ -232,7 +234,9 @@ class Pages:
             return name
         context = await self._type_context(request, name)
         group_arg = context["group_param"]
-        dead_offset = dash.offset(request, "dead_offset")
+        dead_offset = dash.offset(
+            request, "dead_offset", merged=len(self.service.store.shards(name)) > 1
+        )
         error = request.query_params.get("error", "").strip()[:200]
         window = "day" if request.query_params.get("window") == "day" else "hour"
         search = None
