@@ -34,8 +34,12 @@ __all__ = [
 MAX_PAGE = 1000
 MAX_SCAN = 5000
 """The most dead letters one :func:`find_dead_letters` call looks at."""
-_SCAN_COUNT = 500  # ZSCAN's COUNT hint per call
-_SCAN_CALLS = 20  # ZSCAN calls per set: at most ~10,000 members looked at per set
+# ZSCAN's COUNT hint per call, and calls per set: about 5,000 members looked at per set
+# at most, in calls short enough not to hold Redis up (a COUNT of 500 took 10+ ms on a
+# 1,000,000-member set of a loaded machine: benchmarks/dashboard.py)
+_SCAN_COUNT = 100
+_SCAN_CALLS = 50
+_FIND_CHUNK = 200  # dead letters one dead_find.lua call looks at (a few ms at most)
 
 
 def _utc(ms: float) -> datetime:
@@ -150,8 +154,8 @@ async def find_ids(store: Store, type_name: str, prefix: str, limit: int = 20) -
     """Ids of ``type_name``'s events that start with ``prefix``, in every state and group.
 
     ZSCAN with ``MATCH prefix*`` over the sets that hold ids by state (scheduled,
-    ready, in flight, dead; each delivery group's too), at most ~10,000 members
-    looked at per set. Ids are compared as bytes (UTF-8).
+    ready, in flight, dead; each delivery group's too), at most ~5,000 members
+    looked at per set, in calls of ``COUNT 100``. Ids are compared as bytes (UTF-8).
     """
     _check("limit", limit, 1, MAX_PAGE)
     if not isinstance(prefix, str) or not prefix:
@@ -199,7 +203,8 @@ async def find_dead_letters(
     """Dead letters whose last error contains ``text`` (ASCII case ignored), among the
     ``scan`` (≤ 5000) oldest from position ``offset``; at most ``limit``.
 
-    A partitioned type: ``offset`` and ``scan`` count in each partition; the
+    Each script call looks at 200 dead letters at most (``dead_find.lua``). A
+    partitioned type: ``offset`` and ``scan`` count in each partition; the
     matches are merged by failure time.
     """
     _check("limit", limit, 1, MAX_PAGE)
@@ -211,11 +216,23 @@ async def find_dead_letters(
     pages: list[list[DeadRecord]] = []
     next_offset, complete = offset, True
     for shard in store.shards(type_name):
-        reached, part = await store.dead_find(shard, needle, offset, scan, limit, group=group)
+        # in short calls: one script never looks at more than _FIND_CHUNK dead letters
+        part: list[DeadRecord] = []
+        at, end = offset, offset + scan
+        while at < end and len(part) < limit:
+            chunk = min(_FIND_CHUNK, end - at)
+            reached, found = await store.dead_find(
+                shard, needle, at, chunk, limit - len(part), group=group
+            )
+            part.extend(found)
+            if reached < at + chunk and len(part) < limit:  # the set ended
+                at = reached
+                break
+            at = reached
         pages.append(part)
-        next_offset = max(next_offset, reached)
+        next_offset = max(next_offset, at)
         count = await store.dead_count(shard, group=group)
-        complete = complete and reached >= count
+        complete = complete and at >= count
     records = list(heapq.merge(*pages, key=lambda r: (r.failed_at_ms, r.raw_id)))[:limit]
     items = []
     for r in records:

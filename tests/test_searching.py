@@ -87,7 +87,7 @@ async def test_find_ids_by_prefix_in_every_state(pool: ServicePool) -> None:
         await service.find_ids(Job, "")
 
 
-async def test_find_dead_letters_by_error_text(pool: ServicePool, wait_for) -> None:
+async def test_find_dead_letters_by_error_text(pool: ServicePool, wait_for, monkeypatch) -> None:
     worker = await pool.start(heartbeat_interval=0)
     worker.add_handler(Fails, _fail)
     await worker.enqueue_many([Fails(id=f"t{i}") for i in range(6)] + [Fails(id="x1")])
@@ -110,6 +110,16 @@ async def test_find_dead_letters_by_error_text(pool: ServicePool, wait_for) -> N
         if part.complete:
             break
     assert seen == ["x1"] and rounds == 3
+    # several short script calls make one search (each looks at _FIND_CHUNK at most)
+    import delayq.searching
+
+    monkeypatch.setattr(delayq.searching, "_FIND_CHUNK", 2)
+    chunked = await worker.find_dead_letters(Fails, "timeout", scan=5)
+    first5 = [d.id for d in await worker.dead_letters(Fails, limit=5)]
+    assert [d.id for d in chunked.items] == [i for i in first5 if i.startswith("t")]
+    assert chunked.next_offset == 5 and not chunked.complete
+    rest = await worker.find_dead_letters(Fails, "timeout", offset=5)
+    assert len(chunked.items) + len(rest.items) == 6 and rest.complete and rest.next_offset == 7
     two = await worker.find_dead_letters(Fails, "timeout", limit=2)
     assert len(two.items) == 2 and not two.complete and two.next_offset < 7
     with pytest.raises(ValueError):
