@@ -35,10 +35,11 @@ MAX_PAGE = 1000
 MAX_SCAN = 5000
 """The most dead letters one :func:`find_dead_letters` call looks at."""
 # ZSCAN's COUNT hint per call, and calls per set: about 5,000 members looked at per set
-# at most, in calls short enough not to hold Redis up (a COUNT of 500 took 10+ ms on a
-# 1,000,000-member set of a loaded machine, and one of COUNT 100 5.8 ms: benchmarks/dashboard.py)
-_SCAN_COUNT = 50
-_SCAN_CALLS = 100
+# at most, in calls short enough not to hold Redis up (COUNT 500 took 10+ ms on a
+# 1,000,000-member set; COUNT 100 p99 1.9 ms; COUNT 50 halved that but doubled the round
+# trips of a search page: benchmarks/RESULTS.md, "Dashboard")
+_SCAN_COUNT = 100
+_SCAN_CALLS = 50
 _FIND_CHUNK = 200  # dead letters one dead_find.lua call looks at (a few ms at most)
 
 
@@ -155,7 +156,7 @@ async def find_ids(store: Store, type_name: str, prefix: str, limit: int = 20) -
 
     ZSCAN with ``MATCH prefix*`` over the sets that hold ids by state (scheduled,
     ready, in flight, dead; each delivery group's too), at most ~5,000 members
-    looked at per set, in calls of ``COUNT 50``. Ids are compared as bytes (UTF-8).
+    looked at per set, in calls of ``COUNT 100``. Ids are compared as bytes (UTF-8).
     """
     _check("limit", limit, 1, MAX_PAGE)
     if not isinstance(prefix, str) or not prefix:

@@ -427,7 +427,7 @@ class EventService:
     async def find_ids(self, event_type: EventTypeRef, prefix: str, limit: int = 20) -> IdSearch:
         """Ids of the type's events (in any state and delivery group) that start with
         ``prefix``: at most ``limit``, and whether the search was complete (it looks at
-        about 5,000 ids per state and group at most: ZSCAN with MATCH, COUNT 50)."""
+        about 5,000 ids per state and group at most: ZSCAN with MATCH, COUNT 100)."""
         return await find_ids(self._store, self._types.name(event_type), prefix, limit)
 
     async def find_dead_letters(
