@@ -24,12 +24,14 @@ from .inspection import (
 from .metrics import InMemoryMetrics, Metrics, NoopMetrics
 from .options import Options
 from .retry import Backoff, exponential, fixed
+from .searching import DeadLetterSearch, IdMatch, IdSearch, ReadyEvent
 from .service import EventService
 from .store import QueueCounts
 
 __all__ = [
     "Backoff",
     "DeadLetter",
+    "DeadLetterSearch",
     "DecodeError",
     "DelayqError",
     "Delivery",
@@ -40,6 +42,8 @@ __all__ = [
     "EventTypeRef",
     "GroupState",
     "HistoryPoint",
+    "IdMatch",
+    "IdSearch",
     "InMemoryMetrics",
     "Metrics",
     "NoopMetrics",
@@ -47,6 +51,7 @@ __all__ = [
     "Options",
     "QueueCounts",
     "QueueFullError",
+    "ReadyEvent",
     "ScheduledEvent",
     "Serializer",
     "ServiceHealth",

@@ -87,24 +87,6 @@ class Browser:
             for raw, deadline, attempt in page
         ]
 
-    async def ready_ids(
-        self, type_name: str, limit: int, offset: int, group: str | None
-    ) -> list[str]:
-        """Up to ``limit`` ids waiting unclaimed in a type's ready list (of delivery ``group``;
-        None: the default group), oldest push first; a partitioned type's partitions one
-        after the other."""
-        check_page(limit, offset)
-        store = self._store
-        shards = store.shards(type_name)
-        if len(shards) == 1:
-            page = await store.ready_page(shards[0], offset, limit, group=group)
-        else:
-            page = []
-            for shard in shards:
-                page.extend(await store.ready_page(shard, 0, offset + limit, group=group))
-            page = page[offset : offset + limit]
-        return [raw.decode("utf-8", "replace") for raw in page]
-
     async def due_histogram(self, type_name: str, group: str | None) -> DueHistogram:
         """Scheduled events of a type by when they fall due (five ZCOUNTs in one script per
         partition); with ``group``, that group's retries count too."""

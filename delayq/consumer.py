@@ -111,6 +111,9 @@ class Consumer:
         self._stopping = False
         self._fetch_scope: anyio.CancelScope | None = None
         self._running = 0
+        # claim token -> (id, claim time in µs, Redis's clock) of each running handler:
+        # the heartbeat shows the longest-running ones (see running_since)
+        self._started: dict[bytes, tuple[bytes, int]] = {}
         self._reserved = 0  # slots promised to claims under way (several fetchers)
         self._n_shards = 1
         # leases, acks and failures of the deliveries, from claim to the end
@@ -133,6 +136,11 @@ class Consumer:
     def running_handlers(self) -> int:
         """Handlers running right now."""
         return self._running
+
+    def running_since(self, most: int) -> list[tuple[str, int]]:
+        """``(event id, claim time in ms)`` of up to ``most`` running handlers, longest first."""
+        started = sorted(self._started.values(), key=lambda item: item[1])[:most]
+        return [(raw.decode("utf-8", "replace"), us // 1000) for raw, us in started]
 
     @property
     def stopping(self) -> bool:
@@ -286,6 +294,7 @@ class Consumer:
                         drain = len(claimed) >= share
                         for c in claimed:
                             self._running += 1
+                            self._started[c.token] = (c.raw_id, now_us)
                             leased.add((shard, c.raw_id, c.token))
                             handlers.start_soon(self._handle, c, now_us, shard)
                 finally:
@@ -351,6 +360,7 @@ class Consumer:
                 )
         finally:
             self._running -= 1
+            self._started.pop(c.token, None)
             self._metrics.gauge("in_flight", self._running, event_type=self.type_name)
             self._free_slot()
 

@@ -1,7 +1,8 @@
 """Worker heartbeats: every started service keeps a small record of itself in Redis.
 
 The record (host, pid, handled types with their concurrency, handlers in
-flight, start time, delayq version) is a short JSON string written with a TTL
+flight and the ids and claim times of the longest-running ones, start time,
+delayq version) is a short JSON string written with a TTL
 of three heartbeat intervals, and indexed in a per-prefix sorted set, by one
 script call per interval (default every 5 s: 0.2 commands/s per process). A
 process that dies stops beating and its record expires by itself; one that
@@ -17,7 +18,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import anyio
@@ -27,12 +28,19 @@ from ._version import __version__
 from .periodic import Periodic
 from .store import Store
 
-__all__ = ["Heartbeat", "WorkerInfo", "read_workers"]
+__all__ = ["RUNNING_SHOWN", "Heartbeat", "Snapshot", "WorkerInfo", "read_workers"]
 
 log = logging.getLogger("delayq.heartbeat")
 
 # A record lives this many heartbeat intervals: one lost beat does not hide a live worker.
 TTL_INTERVALS = 3
+
+RUNNING_SHOWN = 20
+"""How many running handlers (the longest-running) a record lists per handled type."""
+
+Snapshot = Mapping[str, "tuple[int, int] | tuple[int, int, list[tuple[str, int]]]"]
+"""Handler key (``type`` or ``type:group``) -> (concurrency, handlers in flight[, the
+longest-running handlers' ``(event id, claim time ms)``])."""
 
 
 class _Record(msgspec.Struct, forbid_unknown_fields=False):
@@ -47,6 +55,7 @@ class _Record(msgspec.Struct, forbid_unknown_fields=False):
     seen_at_ms: int
     version: str
     ttl_ms: int = 0
+    running: dict[str, list[tuple[str, int]]] = {}
 
 
 _decode_record = msgspec.json.Decoder(_Record).decode
@@ -75,6 +84,9 @@ class WorkerInfo:
     """The worker's delayq version."""
     ttl: float
     """Seconds the record lives without a new heartbeat."""
+    running: Mapping[str, list[tuple[str, datetime]]] = field(default_factory=dict)
+    """Handler key -> ``(event id, claim time)`` of its longest-running handlers at the last
+    heartbeat (at most :data:`RUNNING_SHOWN`, longest first; claim time by Redis's clock)."""
 
 
 def _ms_to_datetime(ms: int) -> datetime:
@@ -88,9 +100,9 @@ class Heartbeat(Periodic):
         self,
         store: Store,
         interval: float,
-        snapshot: Callable[[], Mapping[str, tuple[int, int]]],
+        snapshot: Callable[[], Snapshot],
     ):
-        """``snapshot()`` returns type name -> (concurrency, handlers in flight)."""
+        """``snapshot()`` returns what :data:`Snapshot` says."""
         super().__init__(interval)
         self._store = store
         self.ttl_ms = max(1, round(interval * TTL_INTERVALS * 1000))
@@ -110,8 +122,9 @@ class Heartbeat(Periodic):
                 id=self.worker_id,
                 host=self._host,
                 pid=os.getpid(),
-                types={name: c for name, (c, _) in snap.items()},
-                in_flight={name: n for name, (_, n) in snap.items()},
+                types={name: item[0] for name, item in snap.items()},
+                in_flight={name: item[1] for name, item in snap.items()},
+                running={name: item[2] for name, item in snap.items() if len(item) > 2 and item[2]},
                 started_at_ms=self._started_ms,
                 seen_at_ms=time.time_ns() // 1_000_000,
                 version=__version__,
@@ -158,6 +171,7 @@ async def read_workers(store: Store, limit: int = 1000) -> list[WorkerInfo]:
                 seen_at=_ms_to_datetime(r.seen_at_ms),
                 version=r.version,
                 ttl=r.ttl_ms / 1000,
+                running={k: [(i, _ms_to_datetime(ms)) for i, ms in v] for k, v in r.running.items()},
             )
         )
     workers.sort(key=lambda w: (w.started_at, w.id))

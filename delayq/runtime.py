@@ -26,7 +26,7 @@ from .consumer import Consumer, ConsumerSettings, Handler
 from .events import Event
 from .groups import PendingGroups
 from .health import ServiceHealth
-from .heartbeat import Heartbeat
+from .heartbeat import RUNNING_SHOWN, Heartbeat
 from .history import HistoryRecorder, HistoryWriter
 from .metrics import ServiceMetrics
 from .observer import Observer
@@ -178,10 +178,12 @@ class Runtime:
             await consumer.wait_finished()
         return True
 
-    def _snapshot(self) -> dict[str, tuple[int, int]]:
+    def _snapshot(self) -> dict[str, tuple[int, int, list[tuple[str, int]]]]:
         # a named group's consumer shows as "type:group" (type names hold no ':')
         return {
-            name if group is None else f"{name}:{group}": (c.concurrency, c.running_handlers)
+            name if group is None else f"{name}:{group}": (
+                c.concurrency, c.running_handlers, c.running_since(RUNNING_SHOWN)
+            )
             for (name, group), c in self.consumers.items()
         }
 

@@ -32,6 +32,7 @@ from .inspection import DeadLetter, EventInfo, EventTypeRef, ScheduledEvent
 from .options import Options
 from .repartition import RepartitionResult
 from .retry import Backoff, delay_ms, due_unix_ms
+from .searching import DeadLetterSearch, IdSearch, ReadyEvent
 from .store import QueueCounts, Store
 from .wiring import wire
 
@@ -57,6 +58,7 @@ class EventService:
         self._options, self._store, self._router = parts.options, parts.store, parts.router
         self._types, self._groups = parts.types, parts.groups
         self._inspector, self._browser, self._enqueuer = parts.inspector, parts.browser, parts.enqueuer
+        self._finder = parts.finder
         self._runtime = parts.runtime
         self._scheduler = parts.runtime.scheduler
 
@@ -395,15 +397,6 @@ class EventService:
         name = self._types.name(event_type)
         return await self._browser.in_flight(name, limit, offset, check_group(group))
 
-    async def ready_ids(
-        self, event_type: EventTypeRef, limit: int = 100, offset: int = 0, *,
-        group: str | None = None,
-    ) -> list[str]:
-        """Up to ``limit`` (≤ 1000) ids of events due and waiting for a consumer (class or
-        wire name; of delivery ``group``, the default group's without), oldest first."""
-        name = self._types.name(event_type)
-        return await self._browser.ready_ids(name, limit, offset, check_group(group))
-
     async def due_histogram(
         self, event_type: EventTypeRef, *, group: str | None = None
     ) -> DueHistogram:
@@ -422,6 +415,34 @@ class EventService:
         """
         name = self._types.name(event_type)
         return await self._browser.run_now(name, id, check_view(group))
+
+    async def ready(
+        self, event_type: EventTypeRef, limit: int = 100, offset: int = 0, *,
+        group: str | None = None,
+    ) -> list[ReadyEvent]:
+        """Up to ``limit`` (≤ 1000) ready events (due, not claimed yet) from position
+        ``offset``, in the order consumers get them; of delivery ``group`` (the default
+        group's without). Cancel one with :meth:`cancel`."""
+        name = self._types.name(event_type)
+        return await self._finder.ready(name, limit, offset, check_group(group))
+
+    async def find_ids(self, event_type: EventTypeRef, prefix: str, limit: int = 20) -> IdSearch:
+        """Ids of the type's events (in any state and delivery group) that start with
+        ``prefix``: at most ``limit``, and whether the search was complete (it looks at
+        about 5,000 ids per state and group at most: ZSCAN with MATCH, COUNT 100)."""
+        return await self._finder.find_ids(self._types.name(event_type), prefix, limit)
+
+    async def find_dead_letters(
+        self, event_type: EventTypeRef, text: str, limit: int = 100, offset: int = 0, *,
+        scan: int = 1000, group: str | None = None,
+    ) -> DeadLetterSearch:
+        """Dead letters (of ``group``) whose last error contains ``text`` (ASCII case
+        ignored), among the ``scan`` (≤ 5000) oldest from position ``offset``; the result
+        says where to continue (``next_offset``) and whether it reached the end."""
+        name = self._types.name(event_type)
+        return await self._finder.find_dead_letters(
+            name, text, limit, offset, scan, check_group(group)
+        )
 
     # -- workers and history ----------------------------------------------------------
 

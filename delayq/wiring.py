@@ -28,6 +28,7 @@ from .observer import Observer
 from .options import Options
 from .routing import Router
 from .runtime import Runtime
+from .searching import Finder
 from .store import Store
 
 __all__ = ["Parts", "wire"]
@@ -51,6 +52,8 @@ class Parts:
     """Lookups and counts."""
     browser: Browser
     """The dashboard's views and actions."""
+    finder: Finder
+    """The ready list and the searches (ids by prefix, dead letters by error text)."""
     enqueuer: Enqueuer
     """The producers' operations."""
     runtime: Runtime
@@ -86,6 +89,7 @@ def wire(clients: connect.Clients, options: dict[str, Any], service: object) -> 
         groups=Groups(store, 1 + opts.retry_attempts),
         inspector=Inspector(store, router, codec, types),
         browser=Browser(store, router),
+        finder=Finder(store, codec, types),
         enqueuer=Enqueuer(store, router, codec, observer, metrics, types, pending),
         runtime=Runtime(
             store,

@@ -349,8 +349,9 @@ def test_purge_waiting_events(cli, redis_url, prefix):
                 return all(c.ready == 3 for c in counts.values())
 
             await wait_for(fanned)
-            assert sorted(await service.ready_ids(CliFan, group="audit")) == ["f0", "f1", "f2"]
-            assert await service.ready_ids(CliFan, 2, 1) == ["f1", "f2"]
+            ready = await service.ready(CliFan, group="audit")
+            assert sorted(e.id for e in ready) == ["f0", "f1", "f2"]
+            assert [e.id for e in await service.ready(CliFan, 2, 1)] == ["f1", "f2"]
             service.add_handler(CliFan, fail, retry_backoff=fixed(3600))
             service.add_handler(CliFan, ok, group="audit")
 

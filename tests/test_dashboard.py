@@ -95,9 +95,11 @@ async def test_actions_need_csrf_and_do_what_they_say(setup, wait_for) -> None:
             r = await http.post("/actions/event", data=data, headers=headers)
             assert r.status_code == 403
         assert (await service.inspect("dash-page", "a")).state == "scheduled"
-        r = await http.post(
-            "/actions/event", data={"type": "dash-page", "id": "a", "action": "cancel", "csrf": token}
-        )
+        cancel = {"type": "dash-page", "id": "a", "action": "cancel", "csrf": token}
+        r = await http.post("/actions/event", data=cancel)  # asks first
+        assert r.status_code == 200 and "Yes, cancel it" in r.text and "Cancelled" not in r.text
+        assert (await service.inspect("dash-page", "a")).state == "scheduled"
+        r = await http.post("/actions/event", data={**cancel, "confirm": "yes"})
         assert r.status_code == 200 and "Cancelled" in r.text
         assert (await service.inspect("dash-page", "a")).state == "absent"
         r = await http.post(
@@ -146,7 +148,7 @@ async def test_read_only_hides_and_refuses_actions(setup) -> None:
     await service.enqueue_with_delay(Page(id="a"), 3600)
     async with _client(create_app(service, read_only=True)) as http:
         page = await http.get("/type", params={"name": "dash-page"})
-        assert "read-only" in page.text and "<button" not in page.text.split("</header>")[1]
+        assert "read-only" in page.text and 'method="post"' not in page.text.split("</header>")[1]
         event = await http.get("/event", params={"type": "dash-page", "id": "a"})
         assert "Cancel" not in event.text
         token = _csrf(page.text) if 'name="csrf"' in page.text else "x"
@@ -219,11 +221,19 @@ async def test_groups_are_shown_and_dead_letter_actions_act_on_the_selected_grou
 
     def row(html: str, group: str) -> list[str]:
         part = html.split(f'class="group-row" data-group="{group}"')[1].split("</tr>")[0]
-        return re.findall(r'<td class="n[^"]*">([\d,]+)</td>', part)
+        return re.findall(r'<td class="n[^"]*"[^>]*>([\d,]+)</td>', part)
 
     async with _client(create_app(service)) as http:
         overview = await http.get("/")
-        assert '<td class="n groups">3</td>' in overview.text
+        assert '<td class="n groups" data-label="groups">3</td>' in overview.text
+        # the overview sums the groups' dead letters and flags the groups that need a look
+        type_row = overview.text.split('data-type="dash-audited"')[1].split("</tr>")[0]
+        assert re.search(r'data-label="dead">3</td>', type_row)
+        assert 'data-flag="dead" data-group="audit"' in type_row and "audit: 2 dead" in type_row
+        assert "default: 1 dead" in type_row
+        # the group nobody handles has ready events and no live consumer
+        assert 'data-flag="no-consumer" data-group="&lt;script&gt;g&lt;/script&gt;"' in type_row
+        assert "2 ready, no live consumer" in type_row
         page = await http.get("/type", params={"name": "dash-audited"})
         assert page.status_code == 200
         assert "<script>g" not in page.text and "&lt;script&gt;g&lt;/script&gt;" in page.text
@@ -356,6 +366,13 @@ async def test_in_flight_upcoming_charts_and_event_actions_per_group(setup, wait
                 "/actions/dead",
                 data={"type": "dash-fanned", "id": "e1", "action": "purge", "group": "audit",
                       "csrf": token},
+            )  # fmt: skip
+            assert "Yes, purge" in r.text  # even one dead letter: purging asks first
+            assert (await service.inspect("dash-fanned", "e1")).groups["audit"].state == "dead"
+            r = await http.post(
+                "/actions/dead",
+                data={"type": "dash-fanned", "id": "e1", "action": "purge", "group": "audit",
+                      "csrf": token, "confirm": "yes"},
             )  # fmt: skip
             assert "Purged 1 dead letter(s)" in r.text
             info = await service.inspect("dash-fanned", "e1")

@@ -360,6 +360,11 @@ def test_search_cancel_and_run_now(
     assert browser.find_element(By.CSS_SELECTOR, ".event-id").text == "find-me"
     browser.get(base + "/event?type=ui-job&id=drop-me")
     _click(browser, "#cancel")
+    _find(browser, "#confirm")  # cancelling asks first
+    raw = redis.Redis.from_url(redis_url, protocol=2)
+    assert raw.zscore(f"{{{prefix}:ui-job}}:scheduled", "drop-me") is not None
+    raw.close()
+    _click(browser, "#confirm")
     assert _find(browser, "#result").text == "Cancelled"
     browser.get(base + "/type?name=ui-job")
     ids = [r.get_attribute("data-id") for r in _css(browser, "tr.upcoming-row")]
@@ -377,9 +382,9 @@ def test_read_only_shows_no_action_and_refuses_posts(
     base = _dashboard(procs, redis_url, prefix, "--read-only")
     browser.get(base + "/type?name=ui-job")
     assert "read-only" in browser.find_element(By.CSS_SELECTOR, "header").text
-    assert not _css(browser, "main button")
+    assert not _css(browser, "main form[method=post]")
     browser.get(base + "/event?type=ui-job&id=keep-me")
-    assert not _css(browser, "main button")
+    assert not _css(browser, "main form[method=post]")
     # a POST made by a script on the page itself (same origin) is still refused
     status = browser.execute_async_script(
         """const done = arguments[arguments.length - 1];

@@ -69,3 +69,28 @@ async def test_whole_life_of_events_on_redis_62(server62: RedisServer, prefix: s
         "orphan": 1,
         **{f"m{i}": 1 for i in range(50)},
     }
+
+
+async def test_the_dashboards_reads_on_redis_62(server62: RedisServer, prefix: str) -> None:
+    """ready_list.lua, dead_find.lua and the ZSCAN of the id search use only what 6.2 has."""
+
+    async def fail(event: Old) -> None:
+        raise RuntimeError("Timeout on " + event.id)
+
+    async with EventService.from_url(server62.url, prefix=prefix, retry_attempts=0) as service:
+        await service.enqueue_many([Old(id=f"r{i}", n=i) for i in range(3)])
+        await wait_for(lambda: _ready(service, 3), timeout=5)
+        assert [e.id for e in await service.ready(Old)] == ["r0", "r1", "r2"]
+        assert [m.id for m in (await service.find_ids(Old, "r1")).matches] == ["r1"]
+        service.add_handler(Old, fail)
+        await wait_for(lambda: _dead(service, 3), timeout=5)
+        found = await service.find_dead_letters(Old, "timeout on r2")
+        assert [d.id for d in found.items] == ["r2"] and found.complete
+
+
+async def _ready(service: EventService, n: int) -> bool:
+    return (await service.stats_for(Old)).ready == n
+
+
+async def _dead(service: EventService, n: int) -> bool:
+    return (await service.stats_for(Old)).dead == n

@@ -1,5 +1,6 @@
-"""Reading queue state: counts, one event's record, pages of scheduled and in-flight events,
-the due-time histogram, and Redis's clock and policy.
+"""Reading queue state: counts, one event's record, pages of scheduled, ready and in-flight
+events, the due-time histogram, searches (ids by prefix, dead letters by error text), and
+Redis's clock and policy.
 
 Reads that take ``group`` show one delivery group of a type with groups: its
 lists, plus the type's schedule (events not fanned out yet, which every group
@@ -16,9 +17,11 @@ from ..keys import DEFAULT_GROUP
 from .groups import DeliveryGroups
 from .layouts import Layouts
 from .records import (
+    DeadRecord,
     EventRecord,
     GroupEventRecord,
     QueueCounts,
+    ReadyRecord,
     ScheduledRecord,
     _counts,
     _int,
@@ -148,16 +151,6 @@ class Browsing(Layouts, DeliveryGroups):
         page = [(r[i], int(float(r[i + 1])), _int(r[i + 2])) for i in range(1, len(r), 3)]
         return int(r[0]), page
 
-    async def ready_page(
-        self, type_name: str, offset: int, limit: int, *, group: str | None = None
-    ) -> list[bytes]:
-        """Ids waiting in the ready list unclaimed (of ``group``; the default group's
-        without), in push order: one single-key read of the ``queued`` ZSET (scores > 0)."""
-        keys = self.keys.for_shard(type_name)
-        queued = keys.queued if group in (None, DEFAULT_GROUP) else keys.group_key(group, "queued")
-        ids = await self.redis.zrangebyscore(queued, "(0", "+inf", start=offset, num=limit)
-        return [i if isinstance(i, bytes) else str(i).encode() for i in ids]
-
     async def due_histogram(
         self, type_name: str, bounds_ms: Sequence[int], *, group: str | None = None
     ) -> tuple[int, list[int]]:
@@ -165,3 +158,67 @@ class Browsing(Layouts, DeliveryGroups):
         with ``group``, the group's retries count too)."""
         r = await self._read("due_histogram", type_name, list(bounds_ms), group)
         return int(r[0]), [int(x) for x in r[1:]]
+
+    async def ready_page(
+        self, type_name: str, offset: int, limit: int, *, group: str | None = None
+    ) -> tuple[int, list[ReadyRecord]]:
+        """Redis's time (ms) and ready events ``offset .. offset+limit-1`` in the order
+        consumers get them (of ``group``; the type's default group without)."""
+        r = await self._read("ready_list", type_name, [offset, limit], group)
+        page = [
+            ReadyRecord(
+                raw_id=r[i], score=float(r[i + 1]), envelope=r[i + 2] or None,
+                attempts=_int(r[i + 3]), error=_text(r[i + 4]),
+            )
+            for i in range(1, len(r), 5)
+        ]  # fmt: skip
+        return int(r[0]), page
+
+    async def dead_find(
+        self, type_name: str, needle: str, offset: int, scan: int, limit: int,
+        *, group: str | None = None,
+    ) -> tuple[int, list[DeadRecord]]:
+        """Dead letters whose error contains ``needle`` (lower case) among the ``scan`` from
+        position ``offset``: where to continue, and up to ``limit`` matches (dead_find.lua)."""
+        r = await self._read("dead_find", type_name, [offset, scan, limit, needle], group)
+        found = [
+            DeadRecord(
+                raw_id=r[i], failed_at_ms=int(float(r[i + 1])), envelope=r[i + 2] or None,
+                attempts=_int(r[i + 3]), error=_text(r[i + 4]) or "",
+            )
+            for i in range(1, len(r), 5)
+        ]  # fmt: skip
+        return int(r[0]), found
+
+    def id_sets(self, type_name: str, groups: Sequence[str]) -> list[tuple[str, str, str]]:
+        """``(state, group, key)`` of each sorted set that holds a shard's event ids by state:
+        the type's own sets, then each named group's (the default group's retries too)."""
+        k = self._k(type_name)
+        sets = [("scheduled", DEFAULT_GROUP, k[1]), ("ready", DEFAULT_GROUP, k[3]),
+                ("in_flight", DEFAULT_GROUP, k[4]), ("dead", DEFAULT_GROUP, k[8])]  # fmt: skip
+        tk = self.keys.for_shard(type_name)
+        for group in groups:
+            g = tk.group_keys(group)
+            if group == DEFAULT_GROUP:
+                sets.append(("scheduled", group, g[0]))
+                continue
+            for state, i in (("scheduled", 0), ("ready", 2), ("in_flight", 3), ("dead", 7)):
+                sets.append((state, group, g[i]))
+        return sets
+
+    async def scan_ids(
+        self, key: str, pattern: str, count: int, calls: int, want: int
+    ) -> tuple[list[bytes], bool]:
+        """Members of the sorted set ``key`` matching the glob ``pattern``: ZSCAN with
+        ``COUNT count``, at most ``calls`` times, stopping once ``want`` are found.
+        Also whether the scan reached the set's end."""
+        cursor: int = 0
+        found: list[bytes] = []
+        for _ in range(calls):
+            cursor, items = await self.redis.zscan(key, cursor, match=pattern, count=count)
+            found.extend(m for m, _ in items if isinstance(m, bytes))  # decode_responses=False
+            if cursor == 0:
+                return found, True
+            if len(found) >= want:
+                break
+        return found, False

@@ -14,6 +14,7 @@ __all__ = [
     "GroupEventRecord",
     "MoveResult",
     "QueueCounts",
+    "ReadyRecord",
     "ScheduledRecord",
     "sum_counts",
 ]
@@ -127,6 +128,18 @@ class ScheduledRecord:
 
     raw_id: bytes
     due_ms: int
+    envelope: bytes | None
+    attempts: int
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyRecord:
+    """A ready event as stored: ``score`` > 0 is its push sequence number, < 0 marks an
+    entry popped but not claimed."""
+
+    raw_id: bytes
+    score: float
     envelope: bytes | None
     attempts: int
     error: str | None

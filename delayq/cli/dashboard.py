@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -34,6 +34,21 @@ def dashboard(
     root_path: Annotated[
         str, typer.Option(help="URL prefix the dashboard is served under behind a proxy.")
     ] = "",
+    public_origin: Annotated[
+        str,
+        typer.Option(
+            help="The origin browsers use behind a reverse proxy, e.g. https://ops.example.com "
+            "(actions must come from exactly this origin; docs/DASHBOARD.md)."
+        ),
+    ] = "",
+    trust_forwarded: Annotated[
+        bool,
+        typer.Option(
+            "--trust-forwarded",
+            help="Take the origin from the proxy's X-Forwarded-Proto/-Host headers (only when "
+            "the proxy sets both itself).",
+        ),
+    ] = False,
 ) -> None:
     """Serve the web dashboard: queues, events, dead letters, workers (the dashboard extra)."""
     from ..dashboard.__main__ import missing_modules
@@ -46,17 +61,19 @@ def dashboard(
     from ..dashboard import create_app
     from ..service import EventService
 
+    options: dict[str, Any] = {
+        "read_only": read_only, "refresh_seconds": refresh, "page_size": page_size,
+        "public_origin": public_origin or None, "trust_forwarded": trust_forwarded,
+    }  # fmt: skip
     try:
         if cluster:
             service = EventService.from_url(
                 redis_url, cluster=True, prefix=prefix, enable_scheduling=False,
                 heartbeat_interval=0, history_interval=0,
             )  # fmt: skip
-            web = create_app(service, read_only=read_only, refresh_seconds=refresh, page_size=page_size)
+            web = create_app(service, **options)
         else:
-            web = create_app(
-                redis_url, prefix, read_only=read_only, refresh_seconds=refresh, page_size=page_size
-            )
+            web = create_app(redis_url, prefix, **options)
     except (TypeError, ValueError) as exc:
         fail(f"bad dashboard settings: {exc}")
     where = f"http://{host}:{port}{root_path}/"

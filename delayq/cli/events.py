@@ -53,7 +53,7 @@ async def purge_waiting(
     done = 0
     listers: list[Callable[[int, str | None], Awaitable[list[str]]]] = [
         lambda skip, g: _scheduled_ids(service, name, skip, g),
-        lambda skip, g: service.ready_ids(name, _PAGE, skip, group=g),
+        lambda skip, g: _ready_ids(service, name, skip, g),
     ]
     for group in groups:
         for lister in listers:
@@ -70,6 +70,10 @@ async def purge_waiting(
                 if step is not None:
                     step(len(page))
     return done
+
+
+async def _ready_ids(service: EventService, name: str, skip: int, group: str | None) -> list[str]:
+    return [e.id for e in await service.ready(name, _PAGE, skip, group=group)]
 
 
 async def _scheduled_ids(service: EventService, name: str, skip: int, group: str | None) -> list[str]:

@@ -45,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--refresh", type=float, default=5.0, help="live refresh seconds (0: off)")
     parser.add_argument("--page-size", type=int, default=25, help="rows per list page (1..1000)")
     parser.add_argument("--root-path", default="", help="URL prefix when behind a proxy")
+    parser.add_argument("--public-origin", default=None,
+                        help="the origin browsers use behind a proxy, e.g. https://ops.example.com")
+    parser.add_argument("--trust-forwarded", action="store_true",
+                        help="take the origin from the proxy's X-Forwarded-Proto/-Host headers")
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         return _error(f"--port must be from 0 to 65535, not {args.port}")
@@ -60,7 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     from ..service import EventService
     from .app import create_app
 
-    options = {"read_only": args.read_only, "refresh_seconds": args.refresh, "page_size": args.page_size}
+    options = {
+        "read_only": args.read_only, "refresh_seconds": args.refresh, "page_size": args.page_size,
+        "public_origin": args.public_origin, "trust_forwarded": args.trust_forwarded,
+    }  # fmt: skip
     try:
         if args.cluster:
             service = EventService.from_url(

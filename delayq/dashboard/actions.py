@@ -2,63 +2,54 @@
 
 Each is checked for a CSRF token and refused in read-only mode before it does
 anything; everything it changes goes through the public
-:class:`~delayq.EventService` API.
+:class:`~delayq.EventService` API. What cannot be undone (purging, cancelling,
+and anything on more than one event) asks first on a confirmation page that
+names it; the result page says what was done, and when it differs from what
+was confirmed (new dead letters since), by how much and why.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import Response
 
 from ..keys import DEFAULT_GROUP
-from ..service import EventService
-from .security import Csrf
+from .view import DashboardView
 
-__all__ = ["Actions", "Pages"]
+__all__ = ["Actions"]
 
 
-class Pages(Protocol):
-    """What the actions use of the dashboard (:class:`delayq.dashboard.app.Dashboard`)."""
+def _count_note(done: int, expected: int) -> str:
+    """Why an "all" action touched another number than the one confirmed."""
+    if done > expected:
+        return (f" {expected:,} were there when you confirmed; {done - expected:,} more failed "
+                "since and were included.")  # fmt: skip
+    if done < expected:
+        return (f" {expected:,} were there when you confirmed; {expected - done:,} had left "
+                "the dead letters since (requeued, purged or removed by someone else).")  # fmt: skip
+    return ""
 
-    service: EventService
-    read_only: bool
-    csrf: Csrf
-
-    def render(
-        self, request: Request, template: str, status_code: int = 200, **context: Any
-    ) -> HTMLResponse:
-        """Render a template with the common context."""
-
-    def type_name(self, request: Request, value: str | None) -> str:
-        """An event type's wire name from a query or form."""
-
-    def group_name(self, value: object) -> str:
-        """A delivery group name from a query or form."""
-
-    def group_arg(self, group: str) -> str | None:
-        """The ``group=`` argument of the service's dead-letter calls."""
 
 class Actions:
     """The POST handlers of one dashboard."""
 
-    def __init__(self, dash: Pages):
+    def __init__(self, dash: DashboardView):
         self.dash = dash
 
     async def _checked_form(self, request: Request) -> tuple[Any, Response | None]:
         dash = self.dash
-        form = await request.form()
+        # a whole page of selected ids (page_size) and a few more fields; bounded
+        form = await request.form(max_fields=dash.max_fields, max_files=0)
         if dash.read_only:
-            return form, dash.render(
-                request, "message.html", status_code=403, heading="Read-only",
-                message="This dashboard is read-only: actions are switched off.",
-            )  # fmt: skip
+            return form, dash.message(request, 403, "Read-only",
+                                      "This dashboard is read-only: actions are switched off.")
         problem = dash.csrf.check(request, form)
         if problem is not None:
-            return form, dash.render(
-                request, "message.html", status_code=403, heading="Refused",
-                message=f"The action was refused ({problem}). Reload the page and try again.",
+            return form, dash.message(
+                request, 403, "Refused",
+                f"The action was refused ({problem}). Reload the page and try again.",
             )  # fmt: skip
         return form, None
 
@@ -68,20 +59,19 @@ class Actions:
         form, refused = await self._checked_form(request)
         if refused is not None:
             return refused
-        name = dash.type_name(request, str(form.get("type", "")))
+        name = dash.type_name(str(form.get("type", "")))
         group = dash.group_name(form.get("group"))
         group_arg = dash.group_arg(group)
         action = form.get("action")
         if action not in ("requeue", "purge"):
-            return dash.render(request, "message.html", status_code=400, heading="Bad request",
-                               message="Unknown action.")  # fmt: skip
+            return dash.message(request, 400, "Bad request", "Unknown action.")
         every = form.get("scope") == "all"
         ids = [str(i) for i in form.getlist("id") if str(i)]
         if not every and not ids:
-            return dash.render(request, "message.html", status_code=400, heading="Nothing selected",
-                               message="Select dead letters first.", back=name,
-                               back_group=group_arg)  # fmt: skip
-        if (every or len(ids) > 1) and form.get("confirm") != "yes":
+            return dash.message(request, 400, "Nothing selected", "Select dead letters first.",
+                                back=name, back_group=group_arg)  # fmt: skip
+        # purging is for good: even one asks first; so does acting on more than one
+        if (every or len(ids) > 1 or action == "purge") and form.get("confirm") != "yes":
             if group_arg is None:
                 total = (await dash.service.stats_for(name)).dead
             else:
@@ -103,27 +93,39 @@ class Actions:
             verb = "Purged"
         what = "all dead letters" if every else f"{len(ids)} selected dead letter(s)"
         where = name if group_arg is None else f"{name}, group {group}"
-        return dash.render(
-            request, "message.html", heading=f"{verb} {done} dead letter(s)",
-            message=f"{verb} {done} of {what} of {where}.",
+        note = ""
+        if every:
+            try:
+                note = _count_note(done, int(str(form.get("expected", ""))))
+            except ValueError:
+                note = ""
+        elif done < len(ids):
+            note = (f" {len(ids) - done:,} of them were no longer dead letters (requeued, purged "
+                    "or removed by someone else since the page was shown).")  # fmt: skip
+        return dash.message(
+            request, 200, f"{verb} {done} dead letter(s)", f"{verb} {done} of {what} of {where}.{note}",
             ids=[] if every else ids[:100], back=name, back_group=group_arg,
         )  # fmt: skip
 
     async def event(self, request: Request) -> Response:
-        """Cancel a scheduled event (in every delivery group), or run it now (in every
-        group, or in the one named by the form's ``group``)."""
+        """Cancel a pending event (in every delivery group; after a confirmation), or run a
+        scheduled one now (in every group, or in the one named by the form's ``group``)."""
         dash = self.dash
         form, refused = await self._checked_form(request)
         if refused is not None:
             return refused
-        name = dash.type_name(request, str(form.get("type", "")))
+        name = dash.type_name(str(form.get("type", "")))
         event_id = str(form.get("id", ""))
         # absent: every group (and a type without groups); else one group
         group = None if not form.get("group") else dash.group_name(form.get("group"))
+        back_group = dash.group_arg(group or DEFAULT_GROUP)
         action = form.get("action")
         if not event_id or action not in ("cancel", "run_now"):
-            return dash.render(request, "message.html", status_code=400, heading="Bad request",
-                               message="Unknown action or missing id.")  # fmt: skip
+            return dash.message(request, 400, "Bad request", "Unknown action or missing id.")
+        if action == "cancel" and form.get("confirm") != "yes":
+            info = await dash.service.inspect(name, event_id)
+            return dash.render(request, "confirm_event.html", name=name, event_id=event_id,
+                               info=info, group=group, group_param=back_group)  # fmt: skip
         if action == "cancel":
             ok = await dash.service.cancel(name, event_id)
             heading = "Cancelled" if ok else "Nothing to cancel"
@@ -140,6 +142,5 @@ class Actions:
                 else f"{name} {event_id!r} is not scheduled{where} (it may be running or gone "
                 "already)."
             )  # fmt: skip
-        return dash.render(request, "message.html", heading=heading, message=message,
-                           back=name, back_group=dash.group_arg(group or DEFAULT_GROUP),
-                           event=(name, event_id))  # fmt: skip
+        return dash.message(request, 200, heading, message, back=name, back_group=back_group,
+                            event=(name, event_id))  # fmt: skip

@@ -1,23 +1,24 @@
-"""The dashboard's Starlette app: pages and live fragments (actions: :mod:`.actions`).
+"""The dashboard's Starlette app: its shared state (:class:`Dashboard`) and :func:`create_app`.
 
-Pages read through the public :class:`~delayq.EventService` API only, one
-bounded page at a time. Actions are POSTs checked for a CSRF token and refused
-in read-only mode.
+Pages and live fragments are in :mod:`.pages`, the POST actions in
+:mod:`.actions`, how values are shown in :mod:`.format`, and the CSRF and
+Origin checks and security headers in :mod:`.security`. Pages read through the
+public :class:`~delayq.EventService` API only, one bounded page at a time.
+Actions are POSTs checked for a CSRF token and refused in read-only mode.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import secrets
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlencode
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
@@ -25,64 +26,25 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..events import validate_name
-from ..history import HistoryPoint, Window
 from ..keys import DEFAULT_GROUP
 from ..service import EventService
+from . import format as fmt
 from .actions import Actions
-from .charts import Series, bar_chart, line_chart
-from .security import AuthHook, Csrf, SecurityMiddleware
+from .pages import Pages
+from .security import AuthHook, Csrf, SecurityMiddleware, normalise_origin
 
-__all__ = ["create_app"]
+__all__ = ["Dashboard", "create_app"]
 
-_MAX_TYPES_WITH_CHARTS = 50
-
-
-def _fmt_time(when: datetime | None) -> str:
-    return "–" if when is None else when.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _fmt_seconds(seconds: float | None) -> str:
-    if seconds is None:
-        return "–"
-    s = abs(seconds)
-    if s < 1:
-        text = f"{s * 1000:.0f} ms"
-    elif s < 120:
-        text = f"{s:.1f} s" if s < 10 else f"{s:.0f} s"
-    elif s < 7200:
-        text = f"{s / 60:.0f} min"
-    elif s < 172800:
-        text = f"{s / 3600:.1f} h"
-    else:
-        text = f"{s / 86400:.1f} d"
-    return text
-
-
-def _relative(when: datetime | None, now: datetime) -> str:
-    if when is None:
-        return ""
-    delta = (when - now).total_seconds()
-    if abs(delta) < 0.5:
-        return "now"
-    return f"in {_fmt_seconds(delta)}" if delta > 0 else f"{_fmt_seconds(delta)} ago"
-
-
-def _pretty_json(value: Any) -> str:
-    try:
-        return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=repr)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
-def _int_param(request: Request, name: str, default: int = 0) -> int:
-    try:
-        return max(0, int(request.query_params.get(name, default)))
-    except ValueError:
-        return default
+MAX_OFFSET = 1_000_000_000
+"""The largest list offset a page accepts (beyond: 400)."""
+MAX_MERGED_OFFSET = 10_000
+"""The largest offset of a list merged from several sorted sets (a partitioned type's
+partitions, or a group's retries and the type's schedule): each read takes
+``offset + page`` entries of every set, so deeper pages would read whole sets."""
 
 
 class Dashboard:
-    """State and handlers of one dashboard app."""
+    """State and helpers of one dashboard app, shared by its pages and actions."""
 
     def __init__(
         self,
@@ -91,7 +53,7 @@ class Dashboard:
         read_only: bool,
         refresh_seconds: float,
         page_size: int,
-        secret: bytes,
+        csrf: Csrf,
         title: str,
     ):
         self.service = service
@@ -99,18 +61,23 @@ class Dashboard:
         self.refresh_seconds = refresh_seconds
         self.page_size = page_size
         self.title = title
-        self.csrf = Csrf(secret)
+        self.csrf = csrf
         self.env = Environment(
             loader=PackageLoader("delayq.dashboard", "templates"),
             autoescape=select_autoescape(default=True, default_for_string=True),
             trim_blocks=True,
             lstrip_blocks=True,
+            finalize=fmt.finalize,
         )
-        self.env.filters["time"] = _fmt_time
-        self.env.filters["seconds"] = _fmt_seconds
-        self.env.filters["pretty_json"] = _pretty_json
+        self.env.filters["time"] = fmt.fmt_time
+        self.env.filters["seconds"] = fmt.fmt_seconds
+        self.env.filters["pretty_json"] = fmt.pretty_json
+        self.env.filters["field"] = fmt.field
 
-    # -- rendering -----------------------------------------------------------
+    @property
+    def max_fields(self) -> int:
+        """The most form fields a POST may have: a whole page of selected ids and a few more."""
+        return self.page_size + 20
 
     def render(
         self, request: Request, template: str, status_code: int = 200, **context: Any
@@ -133,7 +100,7 @@ class Dashboard:
             title=self.title,
             prefix=self.service.options.prefix,
             now=now,
-            relative=lambda when: _relative(when, now),
+            relative=lambda when: fmt.relative(when, now),
             **context,
         )
         response = HTMLResponse(html, status_code=status_code)
@@ -142,14 +109,34 @@ class Dashboard:
             self.csrf.set_cookie(request, response, new_cookie)
         return response
 
-    def type_name(self, request: Request, value: str | None) -> str:
+    def message(
+        self, request: Request, status_code: int, heading: str, message: str, **context: Any
+    ) -> HTMLResponse:
+        """A page that says one thing (a refusal, a result, a missing type)."""
+        return self.render(request, "message.html", status_code=status_code, heading=heading,
+                           message=message, **context)  # fmt: skip
+
+    @staticmethod
+    def bad_request(detail: str) -> NoReturn:
+        """Answer 400 with ``detail``."""
+        raise HTTPException(400, detail)
+
+    def type_name(self, value: str | None) -> str:
         """An event type's wire name from a query or form (400 when it is not a valid one)."""
         try:
             return validate_name(value or "")
         except (TypeError, ValueError) as exc:
-            from starlette.exceptions import HTTPException
+            self.bad_request(f"bad event type name: {exc}")
 
-            raise HTTPException(400, f"bad event type name: {exc}") from exc
+    async def known_type(self, request: Request, value: str | None) -> str | HTMLResponse:
+        """The type's name when the prefix has it, else a 404 page saying it does not exist."""
+        name = self.type_name(value)
+        if name in await self.service.store.known_types():
+            return name
+        return self.message(request, 404, "No such event type",
+                            f"No event type {name!r} exists under the prefix "
+                            f"{self.service.options.prefix!r}: nothing was ever enqueued for it.",
+                            missing_type=True)  # fmt: skip
 
     @staticmethod
     def group_name(value: object) -> str:
@@ -159,198 +146,26 @@ class Dashboard:
         try:
             return validate_name(str(value), "group name")
         except (TypeError, ValueError) as exc:
-            from starlette.exceptions import HTTPException
-
             raise HTTPException(400, f"bad group name: {exc}") from exc
 
     @staticmethod
     def group_arg(group: str) -> str | None:
-        """The ``group=`` argument of the service's dead-letter calls."""
+        """The ``group=`` argument of the service's calls (None for the default group)."""
         return None if group == DEFAULT_GROUP else group
 
-    # -- data ----------------------------------------------------------------
-
-    async def _history_charts(
-        self, names: Sequence[str], window: str, group: str | None = None
-    ) -> dict[str, Any]:
-        win: Window = "day" if window == "day" else "hour"
-        shown = list(names)[:_MAX_TYPES_WITH_CHARTS]
-        histories = await asyncio.gather(
-            *(self.service.history(n, win, group=group) for n in shown)
-        )
-        return {n: self._charts(points, win) for n, points in zip(shown, histories, strict=True)}
-
-    @staticmethod
-    def _charts(points: list[HistoryPoint], window: str) -> dict[str, Any]:
-        labels = [p.start.strftime("%H:%M") for p in points]
-        start = "−1 h" if window == "hour" else "−24 h"
-        handled = [p.handled_per_minute for p in points]
-        failed = [p.failed_per_minute for p in points]
-        p50 = [p.lateness_p50 for p in points]
-        p99 = [p.lateness_p99 for p in points]
-        return {
-            "throughput": line_chart(
-                [
-                    Series("handled/min", "ok", handled, bars=True),
-                    Series("failed/min", "bad", failed, bars=True),
-                ],
-                title="handled and failed per minute",
-                start_label=start,
-                point_labels=labels,
-            ),
-            "lateness": line_chart(
-                [Series("p50", "p50", p50), Series("p99", "p99", p99)],
-                title="lateness p50 and p99",
-                unit=" s",
-                start_label=start,
-                point_labels=labels,
-            ),
-            "handled": sum(p.handled for p in points),
-            "failed": sum(p.failed for p in points),
-        }
-
-    async def _overview_context(self, request: Request) -> dict[str, Any]:
-        window = "day" if request.query_params.get("window") == "day" else "hour"
-        stats = await self.service.stats()
-        names = sorted(stats)
-        charts, groups = await asyncio.gather(
-            self._history_charts(names, window),
-            asyncio.gather(*(self.service.groups(n) for n in names)),
-        )
-        group_counts = dict(zip(names, (len(g) for g in groups), strict=True))
-        return {
-            "stats": stats,
-            "names": names,
-            "charts": charts,
-            "window": window,
-            "group_counts": group_counts,
-            "any_groups": any(g != [DEFAULT_GROUP] for g in groups),
-            # their charts are the default group's (the type page shows each group's)
-            "grouped": {n for n, g in zip(names, groups, strict=True) if g != [DEFAULT_GROUP]},
-        }
-
-    async def _type_context(self, request: Request, name: str) -> dict[str, Any]:
-        """The live part of a type page, for the selected delivery group.
-
-        A type without named groups reads exactly what it always did. With
-        groups, the summary, histogram, upcoming list and in-flight list are the
-        selected group's (``group_stats``, and ``group=`` on the views: the
-        type's schedule plus that group's retries, its ready and in-flight sets).
-        """
-        size = self.page_size
-        offset = _int_param(request, "offset")
-        in_offset = _int_param(request, "in_offset")
-        group = self.group_name(request.query_params.get("group"))
-        group_stats = await self.service.group_stats(name)
-        grouped = list(group_stats) != [DEFAULT_GROUP]
-        # the group the views read: None (the type's keys, as always) without named groups
-        view = group if grouped else self.group_arg(group)
-        histogram, upcoming, in_flight = await asyncio.gather(
-            self.service.due_histogram(name, group=view),
-            self.service.scheduled(name, limit=size, offset=offset, group=view),
-            self.service.in_flight(name, limit=size, offset=in_offset, group=view),
-        )
-        bars = [(label, n) for label, n in histogram.counts.items()]
-        return {
-            "name": name,
-            "counts": group_stats.get(group if grouped else DEFAULT_GROUP),
-            # only a type with a named group gets the per-group table and selector
-            "group_stats": group_stats if grouped else {},
-            "group": group,
-            # links name the group only when it is not the default
-            "group_param": self.group_arg(group),
-            "histogram": bar_chart(bars, title="scheduled events by due time"),
-            "upcoming": upcoming,
-            "in_flight": in_flight,
-            "offset": offset,
-            "in_offset": in_offset,
-            "size": size,
-            "checked_at": histogram.checked_at,
-        }
-
-    # -- pages ---------------------------------------------------------------
-
-    async def overview(self, request: Request) -> Response:
-        """Every event type: counts, backlog age, history charts."""
-        return self.render(request, "overview.html", **await self._overview_context(request))
-
-    async def overview_live(self, request: Request) -> Response:
-        """The overview's body, for live refresh."""
-        return self.render(request, "_overview_body.html", **await self._overview_context(request))
-
-    async def type_page(self, request: Request) -> Response:
-        """One type: due histogram, upcoming, in flight, dead letters, charts."""
-        name = self.type_name(request, request.query_params.get("name"))
-        context = await self._type_context(request, name)
-        group_arg = context["group_param"]
-        dead_offset = _int_param(request, "dead_offset")
-        window = "day" if request.query_params.get("window") == "day" else "hour"
-        dead, charts = await asyncio.gather(
-            self.service.dead_letters(
-                name, limit=self.page_size, offset=dead_offset, group=group_arg
-            ),
-            # a named group's history is its own (kept under "type:group")
-            self._history_charts([name], window, group_arg),
-        )
-        counts = context["counts"]
-        return self.render(
-            request,
-            "type.html",
-            dead=dead,
-            dead_offset=dead_offset,
-            dead_total=counts.dead if counts is not None else 0,
-            charts=charts[name],
-            window=window,
-            **context,
-        )
-
-    async def type_live(self, request: Request) -> Response:
-        """The live part of a type page."""
-        name = self.type_name(request, request.query_params.get("name"))
-        return self.render(request, "_type_live.html", **await self._type_context(request, name))
-
-    async def event_page(self, request: Request) -> Response:
-        """One event by type and id; without a type, every type is searched."""
-        event_id = request.query_params.get("id", "").strip()
-        type_value = request.query_params.get("type", "").strip()
-        stats = await self.service.stats()
-        names = sorted(stats)
-        if not event_id:
-            return self.render(request, "search.html", names=names, found=[], event_id="",
-                               type_name=type_value, searched=False)  # fmt: skip
-        if type_value:
-            candidates = [self.type_name(request, type_value)]
-        else:
-            candidates = names
-        infos = await asyncio.gather(*(self.service.inspect(n, event_id) for n in candidates))
-        found = [i for i in infos if i.state != "absent"]
-        if len(found) == 1:
-            info = found[0]
-            # per group: which actions apply (run now: scheduled; requeue/purge: dead)
-            any_scheduled = info.state == "scheduled" or any(
-                g.state == "scheduled" for g in info.groups.values()
-            )
-            return self.render(request, "event.html", info=info, any_scheduled=any_scheduled)
-        return self.render(
-            request,
-            "search.html",
-            status_code=404 if not found else 200,
-            names=names,
-            found=found,
-            event_id=event_id,
-            type_name=type_value,
-            searched=True,
-        )
-
-    async def workers_page(self, request: Request) -> Response:
-        """Live worker processes, from their heartbeats."""
-        workers = await self.service.workers()
-        return self.render(request, "workers.html", workers=workers)
-
-    async def not_found(self, request: Request, exc: Exception) -> Response:
-        """404 page."""
-        return self.render(request, "message.html", status_code=404, heading="Not found",
-                           message="No such page.")  # fmt: skip
+    def offset(self, request: Request, name: str, *, merged: bool = False) -> int:
+        """A list offset from the query: 0 when absent or not a number, 400 when too large
+        (``merged``: the list is merged from several sets, see :data:`MAX_MERGED_OFFSET`)."""
+        raw = request.query_params.get(name, "")
+        try:
+            value = int(raw) if raw else 0
+        except ValueError:
+            return 0
+        most = MAX_MERGED_OFFSET if merged else MAX_OFFSET
+        if value > most:
+            why = " for a type with partitions or delivery groups" if merged else ""
+            self.bad_request(f"{name} must be at most {most:,}{why}")
+        return max(0, value)
 
 
 def create_app(
@@ -363,6 +178,8 @@ def create_app(
     page_size: int = 25,
     secret: str | bytes | None = None,
     title: str = "delayq",
+    public_origin: str | None = None,
+    trust_forwarded: bool = False,
 ) -> Starlette:
     """The dashboard as a Starlette app (mount it, or serve it with uvicorn).
 
@@ -375,6 +192,11 @@ def create_app(
     themselves (0: never), ``page_size`` the rows per list page (1..1000).
     ``secret`` signs CSRF tokens (default: random per app; set it when several
     processes serve the same dashboard behind a load balancer).
+    ``public_origin`` (``"https://ops.example.com"``) is the origin browsers see
+    when a reverse proxy serves the dashboard: a POST's ``Origin`` must match it.
+    Without it, ``trust_forwarded=True`` takes the origin from the proxy's
+    ``X-Forwarded-Proto`` and ``X-Forwarded-Host``, and otherwise it is the
+    request's own scheme and ``Host`` (see docs/DASHBOARD.md, "Behind a reverse proxy").
     """
     owned: EventService | None = None
     if isinstance(redis, EventService):
@@ -397,6 +219,14 @@ def create_app(
         raise ValueError(f"page_size must be an int from 1 to 1000, not {page_size!r}")
     if refresh_seconds < 0:
         raise ValueError("refresh_seconds must be >= 0")
+    origin = None
+    if public_origin is not None:
+        origin = normalise_origin(public_origin)
+        if origin is None:
+            raise ValueError(
+                f"public_origin must be an origin such as 'https://ops.example.com', "
+                f"not {public_origin!r}"
+            )
     if secret is None:
         key = secrets.token_bytes(32)
     else:
@@ -406,10 +236,10 @@ def create_app(
         read_only=read_only,
         refresh_seconds=refresh_seconds,
         page_size=page_size,
-        secret=key,
+        csrf=Csrf(key, public_origin=origin, trust_forwarded=trust_forwarded),
         title=title,
     )
-
+    pages = Pages(dash)
     actions = Actions(dash)
 
     @asynccontextmanager
@@ -420,13 +250,16 @@ def create_app(
             if owned is not None:
                 await owned.aclose()
 
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return dash.message(request, 404, "Not found", "No such page.")
+
     routes = [
-        Route("/", dash.overview, name="overview"),
-        Route("/live/overview", dash.overview_live, name="overview_live"),
-        Route("/type", dash.type_page, name="type"),
-        Route("/live/type", dash.type_live, name="type_live"),
-        Route("/event", dash.event_page, name="event"),
-        Route("/workers", dash.workers_page, name="workers"),
+        Route("/", pages.overview, name="overview"),
+        Route("/live/overview", pages.overview_live, name="overview_live"),
+        Route("/type", pages.type_page, name="type"),
+        Route("/live/type", pages.type_live, name="type_live"),
+        Route("/event", pages.event_page, name="event"),
+        Route("/workers", pages.workers_page, name="workers"),
         Route("/actions/dead", actions.dead, methods=["POST"], name="dead_action"),
         Route("/actions/event", actions.event, methods=["POST"], name="event_action"),
         Mount("/static", StaticFiles(packages=[("delayq.dashboard", "static")]), name="static"),
@@ -434,7 +267,7 @@ def create_app(
     app = Starlette(
         routes=routes,
         middleware=[Middleware(SecurityMiddleware, auth=auth)],
-        exception_handlers={404: dash.not_found},
+        exception_handlers={404: not_found},
         lifespan=lifespan,
     )
     app.state.service = service

@@ -33,6 +33,8 @@ PER_TYPE = (
     "inspect",
     "counts",
     "scheduled_list",
+    "ready_list",
+    "dead_find",
 )
 GROUPED = (
     "group_move",

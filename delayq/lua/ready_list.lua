@@ -1,0 +1,24 @@
+-- ready_list: one page of ready events (queued for a consumer, not claimed yet),
+-- in the order consumers get them.
+--
+-- KEYS: the ten keys of the type (see _prelude.lua); or one delivery group's
+--       read view (its queued set and hashes).
+-- ARGV[1] offset, ARGV[2] limit (the caller bounds it)
+-- Returns: {now_ms, id, queued score, envelope or false, attempts or false,
+--           error or false, ...}. A score > 0 is the push sequence number
+--           (lower: handed out sooner); < 0 marks an entry a consumer popped
+--           but did not claim (the scheduler pushes it again).
+-- Guarantees: read-only; one consistent view of the page; the work is bounded
+-- by the limit (a ZRANGE by rank, then three HGETs per id of the page).
+local offset = tonumber(ARGV[1])
+local ids = redis.call('ZRANGE', K_QUEUED, offset, offset + tonumber(ARGV[2]) - 1, 'WITHSCORES')
+local result = {clock_ms()}
+for i = 1, #ids, 2 do
+  local id = ids[i]
+  result[#result + 1] = id
+  result[#result + 1] = ids[i + 1]
+  result[#result + 1] = redis.call('HGET', K_EVENTS, id)
+  result[#result + 1] = redis.call('HGET', K_ATTEMPTS, id)
+  result[#result + 1] = redis.call('HGET', K_ERRORS, id)
+end
+return result
