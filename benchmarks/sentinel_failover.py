@@ -14,7 +14,10 @@ enqueues ``--rate`` events/s, each due ``--delay`` s later, and two worker servi
   master (issue 26);
 * ``planned-kill`` — a planned failover, and ``--kill-after`` seconds after asking for it
   the old master is killed with SIGKILL while the sentinels are promoting a replica
-  (restarted ``--thaw-after`` s after the promotion: it rejoins as a replica).
+  (restarted ``--thaw-after`` s after the promotion: it rejoins as a replica);
+* ``planned-kill-new`` — a planned failover, and the replica it promotes is killed with
+  SIGKILL as soon as the sentinels name it (so they fail over again, from a dead master;
+  restarted ``--thaw-after`` s after that).
 
 Each fault runs with ``min_replicas=0`` (the default) and ``min_replicas=1`` (enqueue and ack
 wait for a replica, ``WAIT 1``). Reported: events enqueued (calls that returned), lost
@@ -48,7 +51,7 @@ from delayq.testing.resp import _command, _RespError
 from delayq.testing.sentinel import RedisSentinelSet
 
 HERE = Path(__file__).resolve().parent
-FAULTS = ("planned", "kill", "freeze", "planned2", "planned3", "planned-kill")
+FAULTS = ("planned", "kill", "freeze", "planned2", "planned3", "planned-kill", "planned-kill-new")
 # the faults of a plain run; the back-to-back ones are asked for with --faults
 DEFAULT_FAULTS = ("planned", "kill", "freeze")
 
@@ -201,6 +204,12 @@ async def run_fault(
             while sentinels.master() is old_master:
                 await asyncio.sleep(0.02)
             promoted_after = time.monotonic() - fault_at
+            if fault == "planned-kill-new":
+                old_master = sentinels.master()
+                old_master.kill()
+                while sentinels.master() is old_master:
+                    await asyncio.sleep(0.02)
+                failovers += 1
             for _ in range(int(fault[-1]) - 1 if fault[-1].isdigit() else 0):
                 # the next failover as soon as the sentinels name the new master
                 current = sentinels.master()
@@ -212,7 +221,7 @@ async def run_fault(
             if fault == "freeze":
                 await asyncio.sleep(thaw_after)
                 old_master.thaw()
-            elif fault in ("kill", "planned-kill"):
+            elif fault in ("kill", "planned-kill", "planned-kill-new"):
                 await asyncio.sleep(thaw_after)
                 old_master.start()  # the sentinels make it a replica of the new master
             await asyncio.sleep(max(0.0, fault_at + after - time.monotonic()))
@@ -251,6 +260,10 @@ async def run_fault(
         "promoted_after_s": promoted_after,
         "all_promoted_after_s": failovers_s,
         "longest_gap_s": gap,
+        # the longest time without an enqueue returning (the producer waits for each one)
+        "longest_enqueue_pause_s": max(
+            (b - a for a, b in itertools.pairwise(sorted(returned.values()))), default=float("nan")
+        ),
     }
 
 
