@@ -80,6 +80,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kill-after", type=float, default=0.3,
                    help="planned-kill: seconds after asking for the failover")  # fmt: skip
     p.add_argument("--runs", type=int, default=1, help="runs of each fault and setting")
+    p.add_argument("--drain-timeout", type=float, default=60.0,
+                   help="seconds to wait for every enqueued event to be handled")  # fmt: skip
     p.add_argument("--throughput-events", type=int, default=20_000,
                    help="events in the min_replicas throughput pass (0: skip it)")  # fmt: skip
     p.add_argument("--out", type=Path, default=HERE / "results")
@@ -314,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(asyncio.run(run_fault(
                 fault, min_replicas, rate=args.rate, delay=args.delay, before=args.before,
                 after=args.after, thaw_after=args.thaw_after, kill_after=args.kill_after,
+                drain_timeout=args.drain_timeout,
             )))  # fmt: skip
         if args.throughput_events:
             speed.append(asyncio.run(throughput(min_replicas, args.throughput_events)))

@@ -133,7 +133,14 @@ async def test_failover_under_load_loses_nothing_with_min_replicas(fault: str) -
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("fault", "min_replicas"),
-    [("planned2", 0), ("planned2", 1), ("planned3", 0), ("planned-kill", 0), ("planned-kill", 1)],
+    [
+        ("planned2", 0),
+        ("planned2", 1),
+        ("planned3", 0),
+        ("planned-kill", 0),
+        ("planned-kill", 1),
+        ("planned-kill-new", 0),
+    ],
 )
 async def test_back_to_back_failovers_lose_and_duplicate_nothing(
     fault: str, min_replicas: int
@@ -142,11 +149,13 @@ async def test_back_to_back_failovers_lose_and_duplicate_nothing(
     # begun) let clients write to the master being replaced: ~120 lost and ~120 run twice
     result = await run_fault(fault, min_replicas, rate=100, before=1.0, after=6.0, thaw_after=1.0)
     print(result)
-    assert result["failovers"] == (3 if fault == "planned3" else 2 if fault == "planned2" else 1)
+    assert result["failovers"] == {"planned2": 2, "planned3": 3, "planned-kill-new": 2}.get(
+        fault, 1
+    )
     assert result["enqueued_after_fault"] > 100, result
     assert result["lost"] == 0, result
     assert result["handled"] >= result["enqueued"]
-    if fault != "planned-kill":
+    if not fault.startswith("planned-kill"):
         assert result["duplicates"] == 0, result
 
 
