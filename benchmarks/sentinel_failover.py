@@ -21,12 +21,15 @@ enqueues ``--rate`` events/s, each due ``--delay`` s later, and two worker servi
 
 Each fault runs with ``min_replicas=0`` (the default) and ``min_replicas=1`` (enqueue and ack
 wait for a replica, ``WAIT 1``). Reported: events enqueued (calls that returned), lost
-(enqueued, never handled), duplicates (handled more than once), the longest time without
-any delivery, and enqueue errors the producer saw. A throughput pass measures the cost of
-``min_replicas=1`` with no fault.
+(enqueued, never handled), duplicates (handled more than once), when the master was
+promoted (the first and the last one), the longest time without any delivery and without
+any enqueue returning, and enqueue errors the producer saw. A throughput pass measures the
+cost of ``min_replicas=1`` with no fault.
 
-    python -m benchmarks.sentinel_failover                      # every fault, both settings
+    python -m benchmarks.sentinel_failover                      # planned, kill, freeze; 0 and 1
     python -m benchmarks.sentinel_failover --faults kill --min-replicas 1
+    python -m benchmarks.sentinel_failover --faults planned2,planned3,planned-kill \
+        --runs 2 --throughput-events 0                           # issue 26's faults
 
 Prints a table and writes ``benchmarks/results/sentinel-<stamp>.json``.
 """
@@ -326,13 +329,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"{'fault':<12} {'min_replicas':>12} {'enqueued':>8} {'lost':>5} {'dups':>5} "
-        f"{'promoted s':>10} {'all s':>6} {'no delivery s':>13}  enqueue errors"
+        f"{'promoted s':>10} {'all s':>6} {'no delivery s':>13} {'no enqueue s':>12}  "
+        "enqueue errors"
     )
     for r in results:
         print(
             f"{r['fault']:<12} {r['min_replicas']:>12} {r['enqueued']:>8} {r['lost']:>5} "
             f"{r['duplicates']:>5} {r['promoted_after_s']:>10.2f} "
-            f"{r['all_promoted_after_s']:>6.2f} {r['longest_gap_s']:>13.2f}  "
+            f"{r['all_promoted_after_s']:>6.2f} {r['longest_gap_s']:>13.2f} "
+            f"{r['longest_enqueue_pause_s']:>12.2f}  "
             f"{r['enqueue_errors'] or '-'}"
         )
     if speed:
