@@ -20,7 +20,7 @@ import pytest
 
 from delayq import Event, EventService, NotReplicatedError
 from delayq.connect import parse_sentinel_url
-from delayq.sentinel import CheckedSentinelPool
+from delayq.sentinel import CheckedSentinelPool, Failover
 from delayq.testing import RedisServer
 from delayq.testing.sentinel import RedisSentinelSet
 
@@ -159,7 +159,12 @@ async def test_back_to_back_failovers_lose_and_duplicate_nothing(
         assert result["duplicates"] == 0, result
 
 
-async def test_the_fence_follows_its_failover(sentinels, prefix) -> None:
+def fenced_for(pool: CheckedSentinelPool) -> Failover | None:
+    """The failover ``pool`` is fenced for (read anew each time)."""
+    return pool.failover
+
+
+async def test_the_fence_follows_its_failover(sentinels: RedisSentinelSet, prefix: str) -> None:
     # the sequence of issue 26's trace, on a real set: fenced for B -> C, a late switch
     # A -> B must not unfence (B is being replaced), and the switch to C only once C says
     # it is a master
@@ -174,18 +179,21 @@ async def test_the_fence_follows_its_failover(sentinels, prefix) -> None:
         a = ("127.0.0.1", sentinels.servers[2].port)
         assert pool.fence(b, c)
         assert not pool.fence(b, c)  # its second event
+        held = asyncio.create_task(service.enqueue_with_delay(Ping(id="held"), 60))
         assert not await pool.switched(a, b)  # stale: b is being replaced
         assert pool.failover is not None and pool.failover.new == c
         assert not await pool.switched(b, c)  # c is still a replica: not verified
-        assert pool.failover is not None
+        assert fenced_for(pool) is not None
+        assert not held.done()  # (the ROLE round trips above gave it time to run)
         assert not pool.aborted(a)
         assert pool.aborted(b)
-        assert pool.failover is None
+        assert fenced_for(pool) is None
+        assert await held
         assert await service.enqueue_with_delay(Ping(id="b"), 60)
         assert pool.master_address == b
         assert not await pool.switched(b, a)  # unfenced too, a replica is not followed
         assert pool.master_address == b
-        assert (await service.stats_for(Ping)).scheduled == 2
+        assert (await service.stats_for(Ping)).scheduled == 3
     finally:
         await service.aclose()
 
