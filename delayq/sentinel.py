@@ -372,6 +372,8 @@ class SentinelWatch:
         except ValueError:  # not a port number: not an event of ours
             return
         if name in _PROMOTING:
+            if instance == master:  # (always "<replica> @ <master>")
+                return
             if self._pool.fence(master, instance):
                 log.warning(
                     "sentinel: promoting %s:%s to replace %s:%s as master of %s; "
