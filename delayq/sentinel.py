@@ -33,6 +33,7 @@ from typing import Any
 
 import anyio
 from redis.asyncio.connection import AbstractConnection, Connection, SSLConnection
+from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import (
     Sentinel,
     SentinelConnectionPool,
@@ -42,7 +43,6 @@ from redis.asyncio.sentinel import (
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
-from redis.retry import Retry
 
 __all__ = ["CheckedSentinelPool", "Failover", "SentinelWatch"]
 
