@@ -16,7 +16,6 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.retry import Retry as AsyncRetry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
 from redis.commands.core import AsyncScript
@@ -176,10 +175,6 @@ def sentinel_clients(
     # instead of failing during it
     options = {
         **_common(retries=SENTINEL_RETRIES),
-        # redis.asyncio's Retry (the sync one's call_with_retry hands back the coroutine
-        # unawaited, so it retries nothing): a command cut by the failover fence is retried
-        # and waits for the new master instead of failing
-        "retry": AsyncRetry(ExponentialBackoff(cap=1.0, base=0.02), retries=SENTINEL_RETRIES),
         "socket_timeout": polling + COMMAND_TIMEOUT,
         **connection_kwargs,
     }
