@@ -181,8 +181,9 @@ async def test_the_fence_follows_its_failover(sentinels: RedisSentinelSet, prefi
         assert isinstance(pool, CheckedSentinelPool)
         b, c = (("127.0.0.1", s.port) for s in sentinels.servers[:2])
         a = ("127.0.0.1", sentinels.servers[2].port)
-        assert pool.fence(b, c)
-        assert not pool.fence(b, c)  # its second event
+        assert pool.fence(b, None)  # +try-failover: the replica is not known yet
+        assert not pool.fence(b, c)  # +selected-slave names it
+        assert not pool.fence(b, c)  # +failover-state-send-slaveof-noone
         held = asyncio.create_task(service.enqueue_with_delay(Ping(id="held"), 60))
         assert not await pool.switched(a, b)  # stale: b is being replaced
         assert pool.failover is not None and pool.failover.new == c
