@@ -6,10 +6,10 @@ sentinel turns it into a replica, which drops every write it took meanwhile. A c
 keeps writing to the old master in that window loses those writes without an error. So the
 master pool here is *fenced* while a failover runs, and the fence follows that failover:
 
-* :class:`SentinelWatch` listens to every sentinel's events. When one starts promoting a
-  replica (``+selected-slave``, ``+failover-state-send-slaveof-noone``: "promote ``new``,
-  replacing ``old``") it fences the pool with that pair: connections in use are closed
-  (their commands are retried) and no connection is handed out or opened.
+* :class:`SentinelWatch` listens to every sentinel's events. When one starts a failover
+  (``+try-failover``: "replacing ``old``") it fences the pool for it: connections in use
+  are closed and no connection is handed out or opened; ``+selected-slave`` then names
+  the replica being promoted (``new``).
 * Only the end of *that* failover lifts the fence: a ``+switch-master`` naming its ``new``
   as master, once ``ROLE`` on ``new`` confirms it leads (or its abort, or ``FENCE_TIMEOUT``).
   Sentinels that learn of a switch late announce it late, even after the next failover has
