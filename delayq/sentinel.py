@@ -1,20 +1,24 @@
 """Following Redis Sentinel failovers without writing to a master that is being replaced.
 
-Sentinel promotes a replica with ``REPLICAOF NO ONE`` and only then, a second or two
-later, announces ``+switch-master`` and turns the old master into a replica, which
-drops every write it took meanwhile. A client that keeps writing to the old master
-in that window loses those writes without an error. So the master pool here is
-*fenced* while a failover runs:
+Sentinel promotes a replica with ``REPLICAOF NO ONE`` and announces ``+switch-master``
+only a second or so later; the old master stays a master for seconds more, until a
+sentinel turns it into a replica, which drops every write it took meanwhile. A client that
+keeps writing to the old master in that window loses those writes without an error. So the
+master pool here is *fenced* while a failover runs, and the fence follows that failover:
 
-* :class:`SentinelWatch` listens to every sentinel's events. When one starts
-  promoting a replica (``+selected-slave``, ``+failover-state-send-slaveof-noone``)
-  it fences the pool: connections in use are closed (their commands are retried)
-  and no connection is handed out until ``+switch-master`` names the new master
-  (or ``FENCE_TIMEOUT`` passes, or the failover is aborted).
-* :class:`CheckedSentinelPool` also asks the sentinels who the master is at most
-  once a second before handing out a connection, so a client never keeps writing
-  to an old master that came back (after a freeze or a partition) before the
-  sentinels demoted it.
+* :class:`SentinelWatch` listens to every sentinel's events. When one starts a failover
+  (``+try-failover``: "replacing ``old``") it fences the pool for it: connections in use
+  are closed and no connection is handed out or opened; ``+selected-slave`` then names
+  the replica being promoted (``new``).
+* Only the end of *that* failover lifts the fence: a ``+switch-master`` naming its ``new``
+  as master, once ``ROLE`` on ``new`` confirms it leads (or its abort, or ``FENCE_TIMEOUT``).
+  Sentinels that learn of a switch late announce it late, even after the next failover has
+  started: a switch to any other server is stale and ignored, as is a switch to a server
+  that a failover seen since was replacing. Back-to-back failovers A→B→C thus never
+  let the client back to B once B's replacement has started.
+* :class:`CheckedSentinelPool` also asks the sentinels who the master is at most once a
+  second before handing out a connection, so a client never keeps writing to an old master
+  that came back (after a freeze or a partition) before the sentinels demoted it.
 
 The watch starts with the first command and is closed by the service's ``aclose()``.
 """
@@ -24,28 +28,50 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
-from redis.asyncio.connection import AbstractConnection
+from redis.asyncio.connection import AbstractConnection, Connection, SSLConnection
+from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import (
     Sentinel,
     SentinelConnectionPool,
     SentinelManagedConnection,
     SentinelManagedSSLConnection,
 )
+from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 
-__all__ = ["CheckedSentinelPool", "SentinelWatch"]
+__all__ = ["CheckedSentinelPool", "Failover", "SentinelWatch"]
 
 log = logging.getLogger("delayq.sentinel")
 
-# Events with which the sentinel leading a failover starts promoting a replica.
+Address = tuple[str, int]
+
+# The sentinel leading a failover starts it (+try-failover names the master only) and,
+# one or two timer ticks later, picks the replica it promotes; the promotion itself
+# (REPLICAOF NO ONE) comes one tick after that. Fencing at the start gives writes already
+# acknowledged by the old master 150-300 ms to reach the replica, instead of 50-100.
+_STARTING = ("+try-failover",)
 _PROMOTING = ("+selected-slave", "+failover-state-send-slaveof-noone")
-# Events that end a failover without a switch.
+# Events that end a failover without a switch (+failover-end-for-timeout is followed by
+# +switch-master: not an abort).
 _ABORTED = ("-failover-abort-not-elected", "-failover-abort-no-good-slave",
-            "-failover-abort-slave-timeout", "+failover-end-for-timeout")  # fmt: skip
-_CHANNELS = ("+switch-master", *_PROMOTING, *_ABORTED)
+            "-failover-abort-slave-timeout")  # fmt: skip
+_CHANNELS = ("+switch-master", *_STARTING, *_PROMOTING, *_ABORTED)
+
+
+@dataclass(frozen=True)
+class Failover:
+    """A failover under way: the sentinels are promoting ``new`` to replace ``old``."""
+
+    old: Address
+    new: Address | None
+    """None until the sentinels picked the replica."""
+    started: float
+    """``time.monotonic()`` when the watch heard of it."""
 
 
 class _FencedConnection(SentinelManagedConnection):
@@ -53,9 +79,17 @@ class _FencedConnection(SentinelManagedConnection):
 
     async def _connect_retry(self) -> None:
         pool = self.connection_pool
-        if isinstance(pool, CheckedSentinelPool):
-            await pool.wait_unfenced()
-        await super()._connect_retry()  # type: ignore[no-untyped-call]
+        if not isinstance(pool, CheckedSentinelPool):
+            await super()._connect_retry()  # type: ignore[no-untyped-call]
+            return
+        while True:
+            generation = await pool.wait_unfenced()
+            await super()._connect_retry()  # type: ignore[no-untyped-call]
+            if pool.fences == generation:
+                return
+            # a failover started while this connection was being made: it may point at the
+            # master being replaced, and the fence's disconnect did not see it yet
+            await self.disconnect()
 
 
 class _FencedSSLConnection(_FencedConnection, SentinelManagedSSLConnection):
@@ -69,7 +103,7 @@ class CheckedSentinelPool(SentinelConnectionPool):
     and gives a returned connection out again wherever it points. Here the
     sentinels are asked at most once a second, connections pointing elsewhere are
     reconnected, and none is handed out while :class:`SentinelWatch` fences the
-    pool during a failover.
+    pool during a failover (see the module's docstring for when the fence lifts).
     """
 
     CHECK_EVERY = 1.0
@@ -77,6 +111,8 @@ class CheckedSentinelPool(SentinelConnectionPool):
     # Sentinels learn of a switch from each other over a second or two; for this long
     # after +switch-master the announced master wins over a sentinel that lags.
     PIN_FOR = 10.0
+    # ROLE on an announced master must answer within this.
+    VERIFY_TIMEOUT = 2.0
 
     def __init__(self, service_name: str, sentinel_manager: Sentinel, **kwargs: Any):
         kwargs.setdefault(
@@ -87,37 +123,139 @@ class CheckedSentinelPool(SentinelConnectionPool):
         self._checked_at = -float("inf")
         self._open = asyncio.Event()
         self._open.set()
-        self._pinned: tuple[tuple[str, int], float] | None = None
+        self._pinned: tuple[Address, float] | None = None
+        self.failover: Failover | None = None
+        """The failover the pool is fenced for, if any."""
+        self.fences = 0
+        """How many times the pool was fenced (a connection made across a fence is dropped)."""
+        # servers that a failover was replacing: a late switch to one of them is stale
+        self._replaced: set[Address] = set()
         self.watch = SentinelWatch(sentinel_manager, service_name, self)
 
-    def fence(self) -> None:
-        """Hand out no connection until :meth:`unfence` (a failover is under way)."""
-        self._open.clear()
+    def fence(self, old: Address, new: Address | None) -> bool:
+        """A failover replacing ``old`` (by ``new``, once known) started: hand out no
+        connection until it ends. False if the pool was already fenced for it.
 
-    async def wait_unfenced(self) -> None:
-        """Return once the pool is not fenced (or after ``FENCE_TIMEOUT``)."""
+        Only the sentinel leading a failover sends these events, as it goes: the latest one
+        names the failover under way (one fenced for earlier is over or overtaken).
+        """
+        current = self.failover
+        if new is None and old != self.master_address and old in self._replaced:
+            return False  # a sentinel that has not heard of an earlier switch yet
+        if current is not None and current.old == old:
+            if new is None or new == current.new:
+                return False
+            if current.new is None:  # the replica of the failover fenced for is known now
+                self._replaced.discard(new)
+                self.failover = Failover(old, new, current.started)
+                return False
+        self._replaced.add(old)
+        if new is not None:
+            self._replaced.discard(new)
+        self.failover = Failover(old, new, time.monotonic())
+        self.fences += 1
+        self._open.clear()
+        return True
+
+    async def wait_unfenced(self) -> int:
+        """Return once the pool is not fenced (dropping a fence older than
+        ``FENCE_TIMEOUT``); returns :attr:`fences` then."""
         self.watch.start()
-        if not self._open.is_set():
-            with anyio.move_on_after(self.FENCE_TIMEOUT):
+        while not self._open.is_set():
+            failover = self.failover
+            left = self.FENCE_TIMEOUT
+            if failover is not None:
+                left = failover.started + self.FENCE_TIMEOUT - time.monotonic()
+            with anyio.move_on_after(max(0.0, left)):
                 await self._open.wait()
+            if not self._open.is_set() and self.failover is failover:
+                log.warning(
+                    "sentinel: no switch %.0fs after %s started; asking the sentinels",
+                    self.FENCE_TIMEOUT,
+                    _describe(failover),
+                )
+                self.unfence()
+        return self.fences
 
     def unfence(self) -> None:
         """Hand out connections again (asking the sentinels first)."""
+        self.failover = None
         self._checked_at = -float("inf")
         self._open.set()
 
-    async def switched(self, address: tuple[str, int]) -> bool:
-        """A sentinel announced ``address`` as the new master; True if that is news.
-
-        Connections to any other address are closed, in use or not.
-        """
-        self._pinned = (address, time.monotonic() + self.PIN_FOR)
-        news = self.master_address != address
-        if news:
-            self.master_address = address
-            await self.disconnect(inuse_connections=True)
+    def aborted(self, old: Address) -> bool:
+        """The failover replacing ``old`` was aborted; True if the pool was fenced for it."""
+        if self.failover is None or self.failover.old != old:
+            return False
+        self._replaced.discard(old)
         self.unfence()
-        return news
+        return True
+
+    async def switched(self, old: Address, new: Address) -> bool:
+        """A sentinel announced ``new`` as the master (replacing ``old``); True if the pool
+        follows it now.
+
+        While fenced, only a switch to the fenced failover's ``new`` counts; otherwise a
+        switch to the current master is old news, and one to a server a failover was
+        replacing is stale. ``ROLE`` on ``new`` must say ``master`` before anything
+        changes. Connections to any other address are then closed, in use or not.
+        """
+        failover = self.failover
+        if failover is not None:
+            if new != failover.new and (failover.new is not None or old != failover.old):
+                log.debug("sentinel: ignoring a switch to %s:%s while %s", *new,
+                          _describe(failover))  # fmt: skip
+                return False
+        elif new == self.master_address:
+            self._pinned = (new, time.monotonic() + self.PIN_FOR)
+            return False
+        elif new in self._replaced:
+            log.debug("sentinel: ignoring a stale switch %s:%s -> %s:%s", *old, *new)
+            return False
+        role = await self._role(new)
+        if self.failover is not failover:  # another failover started meanwhile
+            return False
+        if role != b"master":
+            log.warning(
+                "sentinel: %s:%s was announced as master but says it is %s; waiting",
+                *new,
+                role.decode("utf-8", "replace") if role else "unreachable",
+            )
+            return False
+        self._replaced.discard(new)
+        self._pinned = (new, time.monotonic() + self.PIN_FOR)
+        self.master_address = new
+        self.failover = None  # the same switch from another sentinel is old news now
+        generation = self.fences
+        await self.disconnect(inuse_connections=True)
+        if self.fences == generation:  # (no next failover started meanwhile)
+            self.unfence()
+        return True
+
+    async def _role(self, address: Address) -> bytes | None:
+        """The first word of ``ROLE`` on ``address`` (None if it did not answer)."""
+        kwargs = {
+            k: v
+            for k, v in self.connection_kwargs.items()
+            if k not in ("connection_pool", "host", "port")
+        }
+        kwargs.update(
+            socket_timeout=self.VERIFY_TIMEOUT,
+            socket_connect_timeout=self.VERIFY_TIMEOUT,
+            retry=Retry(NoBackoff(), 0),
+        )
+        cls = SSLConnection if issubclass(self.connection_class, SSLConnection) else Connection
+        connection = cls(host=address[0], port=address[1], **kwargs)
+        try:
+            await connection.connect()  # type: ignore[no-untyped-call]
+            await connection.send_command("ROLE")
+            reply = await connection.read_response()
+            return reply[0] if isinstance(reply, list) and reply else None
+        except (RedisError, OSError) as exc:
+            log.debug("sentinel: ROLE on %s:%s failed: %s", *address, exc)
+            return None
+        finally:
+            await connection.disconnect()
 
     async def get_master_address(self) -> tuple[str, int]:
         """The master's address: the sentinels' answer, unless a switch was announced lately."""
@@ -153,6 +291,13 @@ class CheckedSentinelPool(SentinelConnectionPool):
         ):
             await connection.disconnect()
         await super().ensure_connection(connection)
+
+
+def _describe(failover: Failover | None) -> str:
+    if failover is None:
+        return "a failover"
+    new = "{}:{}".format(*failover.new) if failover.new else "?"
+    return "the failover {}:{} -> {}".format(*failover.old, new)
 
 
 class SentinelWatch:
@@ -215,33 +360,54 @@ class SentinelWatch:
         name = channel.decode() if isinstance(channel, bytes) else channel
         text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
         parts = text.split()
-        if name == "+switch-master":
-            # <name> <old ip> <old port> <new ip> <new port>; every sentinel sends it
-            if len(parts) != 5 or parts[0] != self._service_name:
+        try:
+            if name == "+switch-master":
+                # <name> <old ip> <old port> <new ip> <new port>; every sentinel sends it
+                if len(parts) != 5 or parts[0] != self._service_name:
+                    return
+                old, new = (parts[1], int(parts[2])), (parts[3], int(parts[4]))
+                if await self._pool.switched(old, new):
+                    self.switches += 1
+                    log.warning(
+                        "sentinel: the master of %s moved from %s:%s to %s:%s; reconnecting",
+                        *parts,
+                    )
                 return
-            if await self._pool.switched((parts[3], int(parts[4]))):
-                self.switches += 1
+            # "<type> <name> <ip> <port> @ <master name> <ip> <port>", or for the master
+            # itself "master <name> <ip> <port>"
+            if "@" in parts:
+                at = parts.index("@")
+                if len(parts) != at + 4 or at < 3 or parts[at + 1] != self._service_name:
+                    return
+                master = (parts[at + 2], int(parts[at + 3]))
+                instance = (parts[at - 2], int(parts[at - 1]))
+            elif len(parts) == 4 and parts[0] == "master" and parts[1] == self._service_name:
+                master = instance = (parts[2], int(parts[3]))
+            else:
+                return
+        except ValueError:  # not a port number: not an event of ours
+            return
+        if name in _STARTING:
+            if self._pool.fence(master, None):
                 log.warning(
-                    "sentinel: the master of %s moved from %s:%s to %s:%s; reconnecting",
-                    *parts,
+                    "sentinel: a failover of %s (%s:%s) started; holding commands until the switch",
+                    self._service_name,
+                    *master,
                 )
-            return
-        # "<type> <name> <ip> <port> @ <master name> <ip> <port>", or for the master itself
-        # "master <name> <ip> <port>"
-        if "@" in parts:
-            master = parts[parts.index("@") + 1] if parts.index("@") + 1 < len(parts) else ""
-        else:
-            master = parts[1] if len(parts) > 1 and parts[0] == "master" else ""
-        if master != self._service_name:
-            return
-        if name in _PROMOTING:
-            log.warning(
-                "sentinel: promoting %s for %s; holding commands until the switch",
-                parts[1],
-                self._service_name,
-            )
-            self._pool.fence()
+                await self._pool.disconnect(inuse_connections=True)
+        elif name in _PROMOTING:
+            if instance == master:  # (always "<replica> @ <master>")
+                return
+            if self._pool.fence(master, instance):
+                log.warning(
+                    "sentinel: promoting %s:%s to replace %s:%s as master of %s; "
+                    "holding commands until the switch",
+                    *instance,
+                    *master,
+                    self._service_name,
+                )
+            # again for the second event of a failover too: a connection made meanwhile
+            # (whatever it points at) waits for the switch
             await self._pool.disconnect(inuse_connections=True)
-        else:
-            log.warning("sentinel: failover of %s ended without a switch (%s)", parts, name)
-            self._pool.unfence()
+        elif self._pool.aborted(master):
+            log.warning("sentinel: failover of %s ended without a switch (%s)", text, name)

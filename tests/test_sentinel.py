@@ -1,11 +1,12 @@
-"""Redis Sentinel (issue 15): connecting through sentinels, failovers under load, min_replicas.
+"""Redis Sentinel (issues 15, 26): connecting through sentinels, failovers under load, min_replicas.
 
 Every test starts its own Sentinel set (a master, two replicas, three sentinels on loopback;
 ``delayq.testing.sentinel.RedisSentinelSet``). The failover tests run the harness of
 ``python -m benchmarks.sentinel_failover`` with short timings and check what must hold on any
 machine: with ``min_replicas=1`` nothing acknowledged is lost, and the workers resume by
-themselves (every event is handled in the end). How long deliveries stop is measured by the
-benchmark, not asserted here.
+themselves (every event is handled in the end); back-to-back planned failovers (issue 26)
+lose and duplicate nothing at any ``min_replicas``. How long deliveries stop is measured by
+the benchmark, not asserted here.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 
 from delayq import Event, EventService, NotReplicatedError
 from delayq.connect import parse_sentinel_url
+from delayq.sentinel import CheckedSentinelPool, Failover
 from delayq.testing import RedisServer
 from delayq.testing.sentinel import RedisSentinelSet
 
@@ -126,6 +128,79 @@ async def test_failover_under_load_loses_nothing_with_min_replicas(fault: str) -
     assert result["enqueued_after_fault"] > 100, result
     assert result["lost"] == 0, result
     assert result["handled"] >= result["enqueued"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("fault", "min_replicas"),
+    [
+        ("planned2", 0),
+        ("planned2", 1),
+        ("planned3", 1),
+        ("planned-kill", 0),
+        ("planned-kill", 1),
+        ("planned-kill-new", 1),
+    ],
+)
+async def test_back_to_back_failovers_lose_and_duplicate_nothing(
+    fault: str, min_replicas: int
+) -> None:
+    # issue 26: a sentinel announcing the first switch late (after the second failover had
+    # begun) let clients write to the master being replaced: ~120 lost and ~120 run twice.
+    # (Three in a row, or a killed new master, at min_replicas=0 can also lose what the
+    # replica Sentinel promotes had not received yet, when replication lags behind the
+    # ~100 ms between the fence and the promotion: measured by the benchmark, see
+    # docs/RELIABILITY.md, not asserted here.)
+    result = await run_fault(fault, min_replicas, rate=100, before=1.0, after=6.0, thaw_after=1.0)
+    print(result)
+    assert result["failovers"] == {"planned2": 2, "planned3": 3, "planned-kill-new": 2}.get(
+        fault, 1
+    )
+    assert result["enqueued_after_fault"] > 100, result
+    assert result["lost"] == 0, result
+    assert result["handled"] >= result["enqueued"]
+    if not fault.startswith("planned-kill"):
+        assert result["duplicates"] == 0, result
+
+
+def fenced_for(pool: CheckedSentinelPool) -> Failover | None:
+    """The failover ``pool`` is fenced for (read anew each time)."""
+    return pool.failover
+
+
+async def test_the_fence_follows_its_failover(sentinels: RedisSentinelSet, prefix: str) -> None:
+    # the sequence of issue 26's trace, on a real set: fenced for B -> C, a late switch
+    # A -> B must not unfence (B is being replaced), and the switch to C only once C says
+    # it is a master
+    service = EventService.from_sentinel(
+        sentinels.sentinel_addresses, sentinels.service_name, prefix=prefix
+    )
+    try:
+        assert await service.enqueue_with_delay(Ping(id="a"), 60)
+        pool = service._runtime._watch._pool  # type: ignore[union-attr]
+        assert isinstance(pool, CheckedSentinelPool)
+        b, c = (("127.0.0.1", s.port) for s in sentinels.servers[:2])
+        a = ("127.0.0.1", sentinels.servers[2].port)
+        assert pool.fence(b, None)  # +try-failover: the replica is not known yet
+        assert not pool.fence(b, c)  # +selected-slave names it
+        assert not pool.fence(b, c)  # +failover-state-send-slaveof-noone
+        held = asyncio.create_task(service.enqueue_with_delay(Ping(id="held"), 60))
+        assert not await pool.switched(a, b)  # stale: b is being replaced
+        assert pool.failover is not None and pool.failover.new == c
+        assert not await pool.switched(b, c)  # c is still a replica: not verified
+        assert fenced_for(pool) is not None
+        assert not held.done()  # (the ROLE round trips above gave it time to run)
+        assert not pool.aborted(a)
+        assert pool.aborted(b)
+        assert fenced_for(pool) is None
+        assert await held
+        assert await service.enqueue_with_delay(Ping(id="b"), 60)
+        assert pool.master_address == b
+        assert not await pool.switched(b, a)  # unfenced too, a replica is not followed
+        assert pool.master_address == b
+        assert (await service.stats_for(Ping)).scheduled == 3
+    finally:
+        await service.aclose()
 
 
 async def test_workers_follow_a_planned_failover(sentinels, prefix, wait_for) -> None:
