@@ -23,6 +23,7 @@ from .inspection import (
 from .metrics import InMemoryMetrics, Metrics, NoopMetrics
 from .options import Options
 from .retry import Backoff, exponential, fixed
+from .schedules.api import ScheduleInfo
 from .service import EventService
 from .store import QueueCounts
 
@@ -46,6 +47,7 @@ __all__ = [
     "Options",
     "QueueCounts",
     "QueueFullError",
+    "ScheduleInfo",
     "ScheduledEvent",
     "Serializer",
     "ServiceHealth",

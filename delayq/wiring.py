@@ -25,6 +25,7 @@ from .observer import Observer
 from .options import Options
 from .routing import Router
 from .runtime import Runtime
+from .schedules.api import Schedules
 from .store import Store
 
 if TYPE_CHECKING:
@@ -55,6 +56,8 @@ class Parts:
     """The enqueue operations."""
     runtime: Runtime
     """The loops and the lifecycle."""
+    schedules: Schedules
+    """Recurring schedules."""
 
 
 def wire(redis: Client, blocking: Client | None, options: dict[str, Any]) -> Parts:
@@ -75,6 +78,7 @@ def wire(redis: Client, blocking: Client | None, options: dict[str, Any]) -> Par
     metrics = TeeMetrics(opts.metrics, history)
     observer = Observer(metrics, opts.tracing)
     types = EventTypes(store.declare)
+    schedules = Schedules(store, codec, types, metrics)
     return Parts(
         options=opts,
         store=store,
@@ -93,4 +97,5 @@ def wire(redis: Client, blocking: Client | None, options: dict[str, Any]) -> Par
             history=history,
             polling_timeout=connect.block_time(opts.polling_timeout, blocking or redis),
         ),
+        schedules=schedules,
     )

@@ -32,6 +32,7 @@ PER_TYPE = (
     "inspect",
     "counts",
     "scheduled_list",
+    "schedule_fire",
 )
 GROUPED = (
     "group_move",
@@ -49,6 +50,9 @@ STANDALONE = (
     "worker_remove",
     "history_add",
     "members",
+    "schedule_write",
+    "schedule_index",
+    "schedule_due",
 )
 
 
