@@ -201,12 +201,19 @@ class Schedules:
         start_ms, end_ms = _time_ms(start_at, "start_at"), _time_ms(end_at, "end_at")
         if start_ms is not None and end_ms is not None and end_ms <= start_ms:
             raise ValueError("end_at must be after start_at")
+        if event_type.__struct_config__.array_like:
+            check_template(b"")  # raises: such types keep the id inside the body
         if payload is None:
             payload = {}
         if not isinstance(payload, Mapping):
             raise TypeError(f"payload must be a mapping of {event_type.__name__}'s fields")
         if "id" in payload:
             raise ValueError("payload may not hold 'id': each fire's id is derived from the slot")
+        unknown = sorted(set(map(str, payload)) - set(event_type.__struct_fields__))
+        if unknown:
+            raise ValueError(
+                f"payload is not a valid {event_type.__name__}: unknown fields {unknown}"
+            )
         try:
             event = msgspec.convert({**payload, "id": _PLACEHOLDER_ID}, event_type)
         except msgspec.ValidationError as exc:
