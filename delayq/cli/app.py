@@ -23,6 +23,7 @@ COMMAND_MODULES: list[str] = [
     "delayq.cli.queues",
     "delayq.cli.dead",
     "delayq.cli.events",
+    "delayq.cli.schedules",
     "delayq.cli.dashboard",
     "delayq.cli.outbox",
 ]
