@@ -204,9 +204,10 @@ class Runtime:
             redis_error = f"{type(exc).__name__}: {exc}"
         loops: dict[str, bool] = {}
         if self.scheduler is not None:
-            loops["scheduler"] = self.scheduler in self._running_loops
-        if self.firer is not None:
-            loops["schedules"] = self.firer in self._running_loops
+            # the schedules' firer runs beside the scheduler and is reported with it
+            loops["scheduler"] = self.scheduler in self._running_loops and (
+                self.firer is None or self.firer in self._running_loops
+            )
         for consumer in self.consumers.values():
             loops[f"consumer:{consumer.label}"] = consumer in self._running_loops
         started = self.is_running

@@ -29,6 +29,7 @@ from ..history import HistoryPoint, Window
 from ..service import EventService
 from .actions import Actions
 from .charts import Series, bar_chart, line_chart
+from .schedules import SchedulesPage
 from .security import AuthHook, Csrf, SecurityMiddleware
 
 __all__ = ["create_app"]
@@ -411,6 +412,7 @@ def create_app(
     )
 
     actions = Actions(dash)
+    schedules = SchedulesPage(dash)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -427,6 +429,8 @@ def create_app(
         Route("/live/type", dash.type_live, name="type_live"),
         Route("/event", dash.event_page, name="event"),
         Route("/workers", dash.workers_page, name="workers"),
+        Route("/schedules", schedules.page, name="schedules"),
+        Route("/actions/schedule", schedules.action, methods=["POST"], name="schedule_action"),
         Route("/actions/dead", actions.dead, methods=["POST"], name="dead_action"),
         Route("/actions/event", actions.event, methods=["POST"], name="event_action"),
         Mount("/static", StaticFiles(packages=[("delayq.dashboard", "static")]), name="static"),
