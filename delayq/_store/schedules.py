@@ -105,9 +105,14 @@ class ScheduleStore(Layouts):
             await self._scripts["schedule_index"](keys=list(self.schedule_index_keys), args=args)
         )
 
-    async def schedules_due(self, limit: int) -> tuple[int, int | None, list[tuple[str, int, str]]]:
-        """``(Redis now ms, next fire after now or None, [(name, gen, shard)] due now)``."""
-        r = await self._scripts["schedule_due"](keys=list(self.schedule_index_keys), args=[limit])
+    async def schedules_due(
+        self, limit: int, ahead_ms: int = 0
+    ) -> tuple[int, int | None, list[tuple[str, int, str]]]:
+        """``(Redis now ms, next fire after the horizon or None, [(name, gen, shard)] due
+        by now + ahead_ms)``."""
+        r = await self._scripts["schedule_due"](
+            keys=list(self.schedule_index_keys), args=[limit, ahead_ms]
+        )
         due = []
         for i in range(2, len(r), 2):
             gen, shard = _text(r[i + 1]).split("|", 1)

@@ -48,6 +48,10 @@ _MAX_BACKOFF = 5.0
 _RETRY_MS = 5000
 # A fire more than this late (ms) counts as a catch-up fire.
 CATCH_UP_MS = 1000
+# Slots are fired this long (ms) before their time: the event is written into the
+# type's schedule due at the slot, and the scheduler moves it then, as precisely as any
+# delayed event (the firer's own round trips do not add to its lateness).
+AHEAD_MS = 200
 
 
 class ScheduleFirer:
@@ -122,7 +126,7 @@ class ScheduleFirer:
         """Fire what is due; return how long to sleep."""
         leader = self._is_leader()
         while True:
-            now, nxt, due = await self._store.schedules_due(self._batch)
+            now, nxt, due = await self._store.schedules_due(self._batch, AHEAD_MS)
             read_at = time.monotonic()
             self.passes += 1
             if due:
@@ -136,7 +140,7 @@ class ScheduleFirer:
         if nxt is None:
             return self._sweep if self._seen else math.inf
         self._seen = True
-        wait = (nxt - now) / 1000 - (time.monotonic() - read_at)
+        wait = (nxt - AHEAD_MS - now) / 1000 - (time.monotonic() - read_at)
         if not leader:
             wait += self._delay
         return max(0.0, min(wait, self._sweep))
@@ -183,7 +187,7 @@ class ScheduleFirer:
             if state.paused:
                 index.append((name, state.gen, shard, None))
                 continue
-            slots, missed = due_slots(spec, state.mark_ms, now)
+            slots, missed = due_slots(spec, state.mark_ms, now + AHEAD_MS)
             if missed:
                 self._metrics.increment("schedule_missed", missed, event_type=label)
                 log.info("schedule %s: %d slots missed (catch-up policy)", name, missed)
@@ -205,7 +209,9 @@ class ScheduleFirer:
                 last[name] = (code, gen, mark)
                 if code in (1, 3):
                     self._metrics.increment("schedule_fires", event_type=label)
-                    self._metrics.observe("schedule_lag", (now - slot) / 1000, event_type=label)
+                    # ahead of time counts as on time (the scheduler moves it at its slot)
+                    lag = max(0, now - slot) / 1000
+                    self._metrics.observe("schedule_lag", lag, event_type=label)
                     if now - slot > CATCH_UP_MS:
                         self._metrics.increment("schedule_catch_up", event_type=label)
                 elif code == 2:

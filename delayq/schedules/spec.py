@@ -65,7 +65,7 @@ SLOT_KEY = "delayq-slot"
 MAX_CATCH_UP_PER_PASS = 100
 
 
-class ScheduleSpec(msgspec.Struct, frozen=True, kw_only=True):
+class ScheduleSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     """A schedule's stored definition (everything but its state)."""
 
     name: str
