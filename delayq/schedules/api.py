@@ -85,7 +85,9 @@ class ScheduleInfo:
 
     @property
     def lag(self) -> timedelta | None:
-        """How late the last fire was: its actual time minus its slot's nominal time."""
+        """How late the last fire was: its actual time minus its slot's nominal time.
+
+        Negative as a rule: fires are written up to 200 ms ahead, due at their slot."""
         if self.last_fire is None or self.last_slot is None:
             return None
         return self.last_fire - self.last_slot
