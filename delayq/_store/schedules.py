@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+import msgspec
+
 from .layouts import Layouts
 
 __all__ = ["ScheduleStore", "ScheduleWrite"]
@@ -33,6 +35,9 @@ class ScheduleWrite:
     state: bytes | None
     definition: bytes | None
     now_ms: int
+
+
+_pack = msgspec.msgpack.Encoder().encode
 
 
 def _text(value: Any) -> str:
@@ -76,9 +81,11 @@ class ScheduleStore(Layouts):
         """Fire ``(name, version, slot or 'T', id, due ms, envelope, overlap)`` items in one
         shard (``schedule_fire.lua``); ``(code, gen, mark)`` per item."""
         keys = [*self._k(shard), *self.schedule_keys(shard)]
-        args: list[Any] = [self.keys.wakeup_channel, shard]
-        for item in fires:
-            args.extend(item)
+        packed: list[Any] = []
+        for name, version, slot, event_id, due, envelope, overlap in fires:
+            packed.extend((name, version, slot, event_id, due, len(envelope), overlap))
+        blob = b"".join(item[5] for item in fires)
+        args: list[str | bytes] = [self.keys.wakeup_channel, shard, _pack(packed), blob]
         reply = await self._scripts["schedule_fire"](keys=keys, args=args)
         return [(int(c), int(g), int(m)) for c, g, m in reply]
 
@@ -98,9 +105,10 @@ class ScheduleStore(Layouts):
         with ``publish``, wake the firers of every process (``:schedules``)."""
         if not entries:
             return 0
-        args: list[Any] = [self.keys.wakeup_channel, "1" if publish else "0"]
+        packed: list[Any] = []
         for name, gen, shard, next_ms in entries:
-            args.extend((name, gen, shard, "" if next_ms is None else next_ms))
+            packed.extend((name, gen, shard, "" if next_ms is None else next_ms))
+        args = [self.keys.wakeup_channel, "1" if publish else "0", _pack(packed)]
         return int(
             await self._scripts["schedule_index"](keys=list(self.schedule_index_keys), args=args)
         )

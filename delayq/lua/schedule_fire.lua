@@ -4,8 +4,10 @@
 --   KEYS[14] the type's `schedules` hash (name -> definition)
 --   KEYS[15] the type's `schedule-state` hash (name -> MessagePack state, below)
 -- ARGV[1] wake-up channel, ARGV[2] the shard's name (published on wake-ups)
--- ARGV[3..] 7 per fire: name, definition version, slot ms ('T' for a manual
---   trigger), event id, due ms (slot + jitter), envelope, overlap policy
+-- ARGV[3] a MessagePack array, 7 per fire: name, definition version, slot ms
+--   ('T' for a manual trigger), event id, due ms (slot + jitter), envelope
+--   length, overlap policy; ARGV[4] the envelopes back to back (packing many
+--   small arguments costs the client more than this script)
 -- State: [version, mark, last id, last fire ms, last slot ms, paused, gen,
 --   fires, skipped, triggers]; `mark` is the last slot fired or passed over.
 -- Returns: per fire {code, gen, mark}; code 1 fired, 2 skipped by the overlap
@@ -26,9 +28,12 @@ local gen_now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local channel, type_name = ARGV[1], ARGV[2]
 local fan = grouped()
 local out = {}
-for i = 3, #ARGV, 7 do
-  local name, version, slot_arg, id, due, envelope, overlap =
-    ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4]), ARGV[i + 5], ARGV[i + 6]
+local items, blob, pos = cmsgpack.unpack(ARGV[3]), ARGV[4], 1
+for i = 1, #items, 7 do
+  local name, version, slot_arg, id, due, overlap =
+    items[i], items[i + 1], tostring(items[i + 2]), items[i + 3], tonumber(items[i + 4]), items[i + 6]
+  local envelope = string.sub(blob, pos, pos + items[i + 5] - 1)
+  pos = pos + items[i + 5]
   local raw = redis.call('HGET', KEYS[15], name)
   local code, st = 1, nil
   if not raw or redis.call('HEXISTS', KEYS[14], name) == 0 then

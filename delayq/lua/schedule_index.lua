@@ -3,8 +3,8 @@
 -- KEYS[1] `{p}:schedules` ZSET name -> next fire (unix ms) of every active schedule
 -- KEYS[2] `{p}:schedule-homes` HASH name -> "<gen>|<shard>" ('' shard: removed)
 -- ARGV[1] wake-up channel, ARGV[2] '1' to publish ':schedules' on it after a change
--- ARGV[3..] 4 per schedule: name, gen, shard ('' when removed), next fire ms
---   ('' when it fires no more: paused, ended or removed)
+-- ARGV[3] a MessagePack array, 4 per schedule: name, gen, shard ('' when
+--   removed), next fire ms ('' when it fires no more: paused, ended or removed)
 -- Returns: how many entries were applied.
 -- Guarantees: the index lives under the prefix's hash tag and the schedules
 --   under their types' (another cluster slot), so it cannot change in the
@@ -14,8 +14,9 @@
 --   state says (a stale index entry is at worst early: the firer then looks,
 --   finds nothing due and writes the true time).
 local applied = 0
-for i = 3, #ARGV, 4 do
-  local name, gen, shard, next_ms = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3]
+local items = cmsgpack.unpack(ARGV[3])
+for i = 1, #items, 4 do
+  local name, gen, shard, next_ms = items[i], tonumber(items[i + 1]), items[i + 2], items[i + 3]
   local home = redis.call('HGET', KEYS[2], name)
   local known = home and tonumber(string.match(home, '^(%d+)|')) or -1
   if gen >= known then

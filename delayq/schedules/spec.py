@@ -284,6 +284,7 @@ def upcoming(spec: ScheduleSpec, after_ms: int, n: int) -> Iterator[int]:
 # -- fires ----------------------------------------------------------------------------
 
 
+@lru_cache(maxsize=1024)  # many schedules share a slot; strftime is slow
 def slot_text(slot_ms: int) -> str:
     """A slot as it appears in event ids: UTC, ``2026-03-29T01:00:00Z`` (ms only when not 0)."""
     dt = datetime.fromtimestamp(slot_ms / 1000, UTC)
@@ -354,10 +355,15 @@ def check_template(envelope: bytes) -> None:
         )
 
 
+@lru_cache(maxsize=4096)
+def _opened(template: bytes) -> _Envelope:
+    return (_json_env if template[:1] == b"[" else _msgpack_env).decode(template)
+
+
 def restamp(template: bytes, now_ms: int, name: str, slot_ms: int | None) -> bytes:
     """The envelope of one fire: the template's body, enqueued now, with the schedule's context."""
     is_json = template[:1] == b"["
-    env = (_json_env if is_json else _msgpack_env).decode(template)
+    env = _opened(template)
     context = dict(env.context or {})
     context[SCHEDULE_KEY] = name
     if slot_ms is not None:
