@@ -24,6 +24,7 @@ from .inspection import (
 from .metrics import InMemoryMetrics, Metrics, NoopMetrics
 from .options import Options
 from .retry import Backoff, exponential, fixed
+from .schedules.api import ScheduleInfo
 from .searching import DeadLetterSearch, IdMatch, IdSearch, ReadyEvent
 from .service import EventService
 from .store import QueueCounts
@@ -52,6 +53,7 @@ __all__ = [
     "QueueCounts",
     "QueueFullError",
     "ReadyEvent",
+    "ScheduleInfo",
     "ScheduledEvent",
     "Serializer",
     "ServiceHealth",

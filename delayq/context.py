@@ -6,7 +6,11 @@ import hashlib
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import datetime
+from datetime import timezone as _timezone
 from types import MappingProxyType
+
+_UTC = _timezone.utc
 
 __all__ = ["PROPAGATION_KEYS", "Delivery", "current_delivery", "event_context"]
 
@@ -18,7 +22,9 @@ PROPAGATION_KEYS: frozenset[str] = frozenset({"traceparent", "tracestate", "bagg
 Tracing (:mod:`delayq.otel`) writes them at enqueue; :func:`event_context`
 leaves them out unless asked.
 """
-_hidden: frozenset[str] = PROPAGATION_KEYS
+# a recurring schedule's fires carry its name and slot (see delayq.schedules.spec)
+_SCHEDULE_KEY, _SLOT_KEY = "delayq-schedule", "delayq-slot"
+_hidden: frozenset[str] = PROPAGATION_KEYS | {_SCHEDULE_KEY, _SLOT_KEY}
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +75,20 @@ class Delivery:
             digest.update(part)
         digest.update(self.envelope)
         return "dq-" + digest.hexdigest()
+
+    @property
+    def schedule(self) -> str | None:
+        """The name of the recurring schedule that fired this event (None: not a fire)."""
+        return self.context.get(_SCHEDULE_KEY)
+
+    @property
+    def slot(self) -> datetime | None:
+        """The nominal time (UTC) of the schedule's slot this event was fired for; for a
+        manual trigger the time of the trigger. None for events not fired by a schedule."""
+        raw = self.context.get(_SLOT_KEY)
+        if raw is None or not raw.isdigit():
+            return None
+        return datetime.fromtimestamp(int(raw) / 1000, _UTC)
 
     @property
     def lateness_ms(self) -> float | None:

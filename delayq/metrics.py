@@ -9,14 +9,18 @@ Names reported:
 
 counters: ``enqueued``, ``kept``, ``replaced``, ``cancelled``, ``moved``,
 ``delivered``, ``succeeded``, ``failed``, ``retried``, ``dead_lettered``,
-``decode_errors``, ``leases_lost``, ``redis_errors``
+``decode_errors``, ``leases_lost``, ``redis_errors``; recurring schedules
+(:mod:`delayq.schedules`): ``schedule_fires``, ``schedule_skipped`` (by the
+overlap policy), ``schedule_catch_up`` (fired over a second after the slot),
+``schedule_missed`` (passed over by the catch-up policy), ``schedule_triggers``
 
 gauges: ``in_flight`` (handlers running in this process), ``lateness_ms`` (of
 the latest delivery)
 
 durations (``observe``, in seconds): ``lateness`` (due time → claim, Redis's
 clock), ``handler_duration`` (with ``outcome`` ``success``, ``failure``,
-``timeout`` or ``cancelled``), ``enqueue_to_done`` (enqueue → successful end of the handler)
+``timeout`` or ``cancelled``), ``enqueue_to_done`` (enqueue → successful end of the handler),
+``schedule_lag`` (a schedule slot's nominal time → its fire, Redis's clock)
 
 Every call carries ``event_type`` (the wire name, or ``""`` for the scheduler).
 Calls made for a named delivery group (``add_handler(..., group="audit")``)

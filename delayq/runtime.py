@@ -33,6 +33,7 @@ from .observer import Observer
 from .options import Options
 from .retry import Backoff
 from .scheduler import Scheduler, SchedulerSettings
+from .schedules.firing import ScheduleFirer
 from .store import Store
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ __all__ = ["Runtime"]
 # the logger the service's lifecycle has always logged to (users' logging config names it)
 log = logging.getLogger("delayq.service")
 
-_Loop = Consumer | Scheduler | Heartbeat | HistoryWriter
+_Loop = Consumer | Scheduler | Heartbeat | HistoryWriter | ScheduleFirer
 
 
 class Runtime:
@@ -102,6 +103,18 @@ class Runtime:
                 metrics,
             )
             self.scheduler.pending = self.pending
+        self.firer: ScheduleFirer | None = None
+        """The recurring schedules' firing loop (runs wherever the scheduler runs)."""
+        if self.scheduler is not None:
+            scheduler = self.scheduler
+            self.firer = ScheduleFirer(
+                store,
+                metrics,
+                is_leader=lambda: scheduler.is_leader,
+                takeover_delay=opts.takeover_delay,
+                sweep=10 * opts.scheduling_interval,
+            )
+            scheduler.on_schedules = self.firer.wake
         self.heartbeat: Heartbeat | None = None
         """The heartbeat loop (None with ``heartbeat_interval=0``)."""
         if opts.heartbeat_interval:
@@ -206,7 +219,10 @@ class Runtime:
             redis_error = f"{type(exc).__name__}: {exc}"
         loops: dict[str, bool] = {}
         if self.scheduler is not None:
-            loops["scheduler"] = self.scheduler in self._running_loops
+            # the schedules' firer runs beside the scheduler and is reported with it
+            loops["scheduler"] = self.scheduler in self._running_loops and (
+                self.firer is None or self.firer in self._running_loops
+            )
         for consumer in self.consumers.values():
             loops[f"consumer:{consumer.label}"] = consumer in self._running_loops
         started = self.is_running
@@ -264,6 +280,8 @@ class Runtime:
                 self._task_group = tg
                 if self.scheduler is not None:
                     tg.start_soon(self._keep_running, self.scheduler)
+                if self.firer is not None:
+                    tg.start_soon(self._keep_running, self.firer)
                 for consumer in self.consumers.values():
                     tg.start_soon(self._keep_running, consumer)
                 for reporter in (self.heartbeat, self._history_writer):
@@ -280,6 +298,8 @@ class Runtime:
                     consumer.stop()
                 if self.scheduler is not None:
                     self.scheduler.stop()
+                if self.firer is not None:
+                    self.firer.stop()
                 # the last history flush and the heartbeat's removal come after the
                 # consumers' last acks
                 with anyio.move_on_after(self._options.shutdown_grace * 2 + 5):

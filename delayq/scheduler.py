@@ -29,6 +29,7 @@ import logging
 import math
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -56,6 +57,8 @@ _FULL_SWEEP = 10
 _RELEASED = ":released"
 # Published when a scheduler process leaves the membership or is evicted (see members.lua).
 _MEMBERS = ":members"
+# Published when a recurring schedule is written (see schedule_index.lua).
+_SCHEDULES = ":schedules"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +96,8 @@ class Scheduler:
         self._last_sweep = -math.inf
         self._last_full = -math.inf
         self._lock_taken_at = -math.inf
+        self.on_schedules: Callable[[], None] | None = None
+        """Called on a ``:schedules`` wake-up and after each (re)subscription (the firer's wake)."""
         self.spread = Spread(
             store,
             token=self.token,
@@ -364,6 +369,8 @@ class Scheduler:
                 # messages may have been missed while unsubscribed: look at everything
                 self.spread.listening()
                 self.wake()
+                if self.on_schedules is not None:
+                    self.on_schedules()
                 backoff = 0.1
                 while True:
                     name = await listener.next(timeout=self._s.listen_timeout)
@@ -386,6 +393,10 @@ class Scheduler:
             return
         if name == _MEMBERS:
             self.spread.members_changed()
+            return
+        if name == _SCHEDULES:
+            if self.on_schedules is not None:
+                self.on_schedules()
             return
         try:
             validate_name(name if "#" not in name else parse_shard(name)[0])

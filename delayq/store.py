@@ -32,6 +32,7 @@ from ._store.records import (
     ScheduledRecord,
     sum_counts,
 )
+from ._store.schedules import ScheduleStore
 from ._store.scheduling import Scheduling
 from ._store.workers import Workers
 from .keys import PrefixKeys
@@ -49,7 +50,7 @@ __all__ = [
 ]
 
 
-class Store(Enqueueing, Scheduling, Deliveries, DeadLetters, Browsing, Workers):
+class Store(Enqueueing, Scheduling, Deliveries, DeadLetters, Browsing, Workers, ScheduleStore):
     """Queue operations on one Redis for one prefix.
 
     Per-type operations take a *shard* where they say ``type_name``: the type

@@ -28,6 +28,7 @@ from .observer import Observer
 from .options import Options
 from .routing import Router
 from .runtime import Runtime
+from .schedules.api import Schedules
 from .searching import Finder
 from .store import Store
 
@@ -58,6 +59,8 @@ class Parts:
     """The producers' operations."""
     runtime: Runtime
     """The loops and the lifecycle."""
+    schedules: Schedules
+    """Recurring schedules."""
 
 
 def wire(clients: connect.Clients, options: dict[str, Any], service: object) -> Parts:
@@ -81,6 +84,7 @@ def wire(clients: connect.Clients, options: dict[str, Any], service: object) -> 
     observer = Observer(opts.tracing)
     types = EventTypes(store.declare)
     pending = PendingGroups(store)  # a running service's new groups (see delayq.groups)
+    schedules = Schedules(store, codec, types, metrics)
     return Parts(
         options=opts,
         store=store,
@@ -104,4 +108,5 @@ def wire(clients: connect.Clients, options: dict[str, Any], service: object) -> 
             watch=clients.watch,
             outbox=None if opts.outbox is None else functools.partial(opts.outbox, service),
         ),
+        schedules=schedules,
     )

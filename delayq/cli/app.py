@@ -24,6 +24,7 @@ COMMAND_MODULES: list[str] = [
     "delayq.cli.dead",
     "delayq.cli.events",
     "delayq.cli.workers",
+    "delayq.cli.schedules",
     "delayq.cli.dashboard",
     "delayq.cli.outbox",
 ]

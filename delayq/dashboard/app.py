@@ -31,6 +31,7 @@ from ..service import EventService
 from . import format as fmt
 from .actions import Actions
 from .pages import Pages
+from .schedules import SchedulesPage
 from .security import AuthHook, Csrf, SecurityMiddleware, normalise_origin
 
 __all__ = ["Dashboard", "create_app"]
@@ -241,6 +242,7 @@ def create_app(
     )
     pages = Pages(dash)
     actions = Actions(dash)
+    schedules = SchedulesPage(dash)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -260,6 +262,8 @@ def create_app(
         Route("/live/type", pages.type_live, name="type_live"),
         Route("/event", pages.event_page, name="event"),
         Route("/workers", pages.workers_page, name="workers"),
+        Route("/schedules", schedules.page, name="schedules"),
+        Route("/actions/schedule", schedules.action, methods=["POST"], name="schedule_action"),
         Route("/actions/dead", actions.dead, methods=["POST"], name="dead_action"),
         Route("/actions/event", actions.event, methods=["POST"], name="event_action"),
         Mount("/static", StaticFiles(packages=[("delayq.dashboard", "static")]), name="static"),

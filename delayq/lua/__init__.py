@@ -35,6 +35,7 @@ PER_TYPE = (
     "scheduled_list",
     "ready_list",
     "dead_find",
+    "schedule_fire",
 )
 GROUPED = (
     "group_move",
@@ -52,6 +53,9 @@ STANDALONE = (
     "worker_remove",
     "history_add",
     "members",
+    "schedule_write",
+    "schedule_index",
+    "schedule_due",
 )
 
 

@@ -86,6 +86,15 @@ _COUNTERS: dict[str, tuple[str, str, str | None]] = {
     "decode_errors": ("decode_errors", "Stored events that did not decode", None),
     "leases_lost": ("leases_lost", "Leases lost while a handler ran", None),
     "redis_errors": ("redis_errors", "Redis calls that failed (then retried)", None),
+    "schedule_fires": ("schedule_fires", "Slots of recurring schedules fired", None),
+    "schedule_skipped": ("schedule_skipped", "Schedule slots skipped by the overlap policy", None),
+    "schedule_catch_up": (
+        "schedule_catch_up",
+        "Schedule fires more than a second after their slot (catching up after an outage)",
+        None,
+    ),
+    "schedule_missed": ("schedule_missed", "Schedule slots passed over by the catch-up policy", None),
+    "schedule_triggers": ("schedule_triggers", "Manual fires of schedules (trigger_schedule)", None),
 }
 # counters (metric names) a delivery group's consumer reports: they have a ``group`` label
 _GROUP_COUNTERS = frozenset(
@@ -99,6 +108,11 @@ _HISTOGRAMS: dict[str, tuple[str, bool, bool]] = {
         False,
     ),
     "handler_duration": ("How long handlers ran, by outcome", True, False),
+    "schedule_lag": (
+        "From a schedule slot's nominal time to its fire (Redis's clock)",
+        False,
+        False,
+    ),
     "enqueue_to_done": (
         "From enqueue (or replace) to the successful end of the handler (producer's clock "
         "against the consumer's)",

@@ -1,0 +1,160 @@
+"""Recurring schedules' Redis side (see delayq/schedules/): definitions, state, the index.
+
+Where the keys live (Redis Cluster: two slots per schedule, never one script across both):
+
+* ``{p:T}:schedules`` HASH name -> definition and ``{p:T}:schedule-state`` HASH
+  name -> state, under the hash tag of the event type's shard the schedule
+  fires into (for a partitioned type: the partition of the schedule's name),
+  next to that shard's queue keys: ``schedule_fire.lua`` checks and moves the
+  schedule's mark and writes the fire's event in one script.
+* ``{p}:schedules`` ZSET name -> next fire (ms) and ``{p}:schedule-homes`` HASH
+  name -> ``"<gen>|<shard>"``, under the prefix's tag: the index the firers
+  read (one ZRANGEBYSCORE for everything due). It is updated after the
+  schedule's own script, and refuses news older than it has (``gen``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import msgspec
+
+from .layouts import Layouts
+
+__all__ = ["ScheduleStore", "ScheduleWrite"]
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleWrite:
+    """What ``schedule_write.lua`` answered."""
+
+    found: bool
+    gen: int
+    state: bytes | None
+    definition: bytes | None
+    now_ms: int
+
+
+_pack = msgspec.msgpack.Encoder().encode
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+class ScheduleStore(Layouts):
+    """Schedules' definitions and state (per type shard) and their index (per prefix)."""
+
+    @property
+    def schedule_index_keys(self) -> tuple[str, str]:
+        """The prefix's index ZSET and homes HASH."""
+        tag = f"{{{self.keys.prefix}}}"
+        return f"{tag}:schedules", f"{tag}:schedule-homes"
+
+    def schedule_keys(self, shard: str) -> tuple[str, str]:
+        """The definitions HASH and state HASH of the schedules that fire into ``shard``."""
+        tag = self.keys.for_shard(shard).tag
+        return f"{tag}:schedules", f"{tag}:schedule-state"
+
+    async def schedule_write(
+        self, shard: str, op: str, name: str, definition: bytes = b"", version: str = ""
+    ) -> ScheduleWrite:
+        """Upsert, pause, resume, remove or read one schedule (``schedule_write.lua``)."""
+        if op == "upsert":
+            await self.register_type(shard)  # the scheduler sweeps the types it knows
+        r = await self._scripts["schedule_write"](
+            keys=list(self.schedule_keys(shard)), args=[op, name, definition, version]
+        )
+        return ScheduleWrite(
+            found=bool(int(r[0])),
+            gen=int(r[1]),
+            state=r[2] or None,
+            definition=r[3] or None,
+            now_ms=int(r[4]),
+        )
+
+    async def schedule_fire(
+        self, shard: str, fires: Sequence[tuple[str, str, str, str, int, bytes, str]]
+    ) -> list[tuple[int, int, int]]:
+        """Fire ``(name, version, slot or 'T', id, due ms, envelope, overlap)`` items in one
+        shard (``schedule_fire.lua``); ``(code, gen, mark)`` per item."""
+        keys = [*self._k(shard), *self.schedule_keys(shard)]
+        packed: list[Any] = []
+        for name, version, slot, event_id, due, envelope, overlap in fires:
+            packed.extend((name, version, slot, event_id, due, len(envelope), overlap))
+        blob = b"".join(item[5] for item in fires)
+        args: list[str | bytes] = [self.keys.wakeup_channel, shard, _pack(packed), blob]
+        reply = await self._scripts["schedule_fire"](keys=keys, args=args)
+        return [(int(c), int(g), int(m)) for c, g, m in reply]
+
+    async def schedule_load(
+        self, shard: str, names: Sequence[str]
+    ) -> list[tuple[bytes | None, bytes | None]]:
+        """``(definition, state)`` of each name in ``shard`` (two HMGETs, one slot)."""
+        defs_key, state_key = self.schedule_keys(shard)
+        defs = cast(list[bytes | None], await self.redis.hmget(defs_key, list(names)))
+        states = cast(list[bytes | None], await self.redis.hmget(state_key, list(names)))
+        return list(zip(defs, states, strict=True))
+
+    async def schedule_index(
+        self, entries: Sequence[tuple[str, int, str, int | None]], *, publish: bool = False
+    ) -> int:
+        """Record ``(name, gen, shard or '', next ms or None)`` news in the prefix's index;
+        with ``publish``, wake the firers of every process (``:schedules``)."""
+        if not entries:
+            return 0
+        packed: list[Any] = []
+        for name, gen, shard, next_ms in entries:
+            packed.extend((name, gen, shard, "" if next_ms is None else next_ms))
+        args = [self.keys.wakeup_channel, "1" if publish else "0", _pack(packed)]
+        return int(
+            await self._scripts["schedule_index"](keys=list(self.schedule_index_keys), args=args)
+        )
+
+    async def schedules_due(
+        self, limit: int, ahead_ms: int = 0
+    ) -> tuple[int, int | None, list[tuple[str, int, str]]]:
+        """``(Redis now ms, next fire after the horizon or None, [(name, gen, shard)] due
+        by now + ahead_ms)``."""
+        r = await self._scripts["schedule_due"](
+            keys=list(self.schedule_index_keys), args=[limit, ahead_ms]
+        )
+        due = []
+        for i in range(2, len(r), 2):
+            gen, shard = _text(r[i + 1]).split("|", 1)
+            due.append((_text(r[i]), int(gen), shard))
+        nxt = int(r[1])
+        return int(r[0]), None if nxt < 0 else nxt, due
+
+    async def schedule_home(self, name: str) -> str | None:
+        """The shard schedule ``name`` lives in (None: no such schedule)."""
+        home = await self.redis.hget(self.schedule_index_keys[1], name)
+        if home is None:
+            return None
+        shard = _text(home).split("|", 1)[1]
+        return shard or None
+
+    async def schedule_homes(self) -> dict[str, str]:
+        """Every schedule's name -> shard (HSCAN, a page at a time)."""
+        out: dict[str, str] = {}
+        key = self.schedule_index_keys[1]
+        cursor = 0
+        while True:
+            cursor, page = cast(
+                tuple[int, dict[bytes, bytes]], await self.redis.hscan(key, cursor, count=1000)
+            )
+            for name, home in page.items():
+                shard = _text(home).split("|", 1)[1]
+                if shard:
+                    out[_text(name)] = shard
+            if not cursor:
+                return out
+
+    async def schedule_next_times(self, names: Sequence[str]) -> list[int | None]:
+        """The index's next fire (ms) of each name (None: not in the index)."""
+        if not names:
+            return []
+        scores = await self.redis.zmscore(self.schedule_index_keys[0], list(names))
+        return [None if s is None else int(s) for s in scores]

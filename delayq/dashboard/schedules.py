@@ -1,0 +1,67 @@
+"""The dashboard's Schedules page (``/schedules``) and its POST action.
+
+The page lists every recurring schedule: expression, time zone, next and last
+fire, lag, state and counts. The action pauses, resumes, triggers or removes
+one; like every action it needs a CSRF token and is refused in read-only
+mode, and it goes through the public :class:`~delayq.EventService` API.
+Everything shown came from Redis: the templates escape it (autoescape).
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from .view import DashboardView
+
+__all__ = ["SchedulesPage"]
+
+_ACTIONS = ("pause", "resume", "trigger", "remove")
+
+
+class SchedulesPage:
+    """``GET /schedules`` and ``POST /actions/schedule`` of one dashboard."""
+
+    def __init__(self, dash: DashboardView):
+        self.dash = dash
+
+    async def page(self, request: Request) -> Response:
+        """Every schedule, by name."""
+        schedules = await self.dash.service.schedules()
+        done = request.query_params.get("done", "")
+        return self.dash.render(request, "schedules.html", schedules=schedules, done=done)
+
+    async def action(self, request: Request) -> Response:
+        """Pause, resume, trigger or remove one schedule."""
+        dash = self.dash
+        form = await request.form()
+        if dash.read_only:
+            return dash.render(
+                request, "message.html", status_code=403, heading="Read-only",
+                message="This dashboard is read-only: actions are switched off.",
+            )  # fmt: skip
+        problem = dash.csrf.check(request, form)
+        if problem is not None:
+            return dash.render(
+                request, "message.html", status_code=403, heading="Refused",
+                message=f"The action was refused ({problem}). Reload the page and try again.",
+            )  # fmt: skip
+        action, name = str(form.get("action", "")), str(form.get("name", ""))
+        if action not in _ACTIONS or not name:
+            return dash.render(request, "message.html", status_code=400, heading="Bad request",
+                               message="Unknown action or schedule.")  # fmt: skip
+        service = dash.service
+        result: bool | str | None
+        if action == "pause":
+            result = await service.pause_schedule(name)
+        elif action == "resume":
+            result = await service.resume_schedule(name)
+        elif action == "trigger":
+            result = await service.trigger_schedule(name)
+        else:
+            result = await service.unschedule(name)
+        if not result:
+            return dash.render(request, "message.html", status_code=404, heading="Not found",
+                               message=f"No schedule named {name!r}.")  # fmt: skip
+        root = request.scope.get("root_path", "").rstrip("/")
+        return RedirectResponse(f"{root}/schedules?done={action}", status_code=303)

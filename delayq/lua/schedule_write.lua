@@ -1,0 +1,60 @@
+-- schedule_write: create, update, pause, resume or remove a schedule in its type.
+--
+-- KEYS[1] the type's `schedules` hash (name -> definition)
+-- KEYS[2] the type's `schedule-state` hash (name -> state; see schedule_fire.lua)
+-- ARGV[1] 'upsert', 'pause', 'resume', 'remove' or 'read'; ARGV[2] the name;
+--   for 'upsert' ARGV[3] the definition, ARGV[4] its version
+-- Returns: {found (0/1), gen, state or false, definition or false, now ms}
+--   (after the change; for 'remove' what was there).
+-- Guarantees: the mark (the last slot fired) never moves back, so no write
+--   here lets a slot fire twice. An upsert of the same definition changes
+--   nothing (a process that declares its schedules at every start keeps any
+--   slot due while it was down); a changed definition, and a resume, move
+--   the mark to now: slots before the change are not fired late. `gen` (Redis
+--   µs) grows with every change (see schedule_index.lua).
+local op, name = ARGV[1], ARGV[2]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local gen = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local raw = redis.call('HGET', KEYS[2], name)
+local st = raw and cmsgpack.unpack(raw)
+local function reply(found)
+  local def = redis.call('HGET', KEYS[1], name)
+  if not st then return {found, '0', false, def or false, now} end
+  return {found, string.format('%.0f', st[7]), cmsgpack.pack(st), def or false, now}
+end
+if op == 'read' then
+  return reply(st and 1 or 0)
+end
+if op == 'upsert' then
+  if not st then
+    st = {ARGV[4], now, '', 0, 0, 0, gen, 0, 0, 0}
+  elseif st[1] ~= ARGV[4] then
+    st[1], st[7] = ARGV[4], gen
+    if tonumber(st[2]) < now then st[2] = now end
+  else
+    return reply(1)  -- the same definition: nothing changes
+  end
+  redis.call('HSET', KEYS[1], name, ARGV[3])
+  redis.call('HSET', KEYS[2], name, cmsgpack.pack(st))
+  return reply(1)
+end
+if not st then return reply(0) end
+if op == 'remove' then
+  local r = reply(1)
+  r[2] = string.format('%.0f', gen)
+  redis.call('HDEL', KEYS[1], name)
+  redis.call('HDEL', KEYS[2], name)
+  return r
+end
+if op == 'pause' then
+  st[6] = 1
+elseif op == 'resume' then
+  if tonumber(st[6]) == 1 and tonumber(st[2]) < now then st[2] = now end
+  st[6] = 0
+else
+  return redis.error_reply('ERR unknown schedule_write op ' .. tostring(op))
+end
+st[7] = gen
+redis.call('HSET', KEYS[2], name, cmsgpack.pack(st))
+return reply(1)

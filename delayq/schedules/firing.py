@@ -1,0 +1,227 @@
+"""The firing loop: fires every schedule's due slots, on time, from any number of processes.
+
+Every process that runs the scheduler runs one :class:`ScheduleFirer`. It
+sleeps until the earliest next fire in the prefix's index (one ZSET for all
+schedules: no per-schedule polling), reads what is due in one script, and
+fires each due slot with ``schedule_fire.lua`` in the schedule's type shard.
+The scheduler leader's firer acts at the slot; the others look
+``takeover_delay`` later and find it done (or fire it, if the leader died):
+the script fires a slot at most once, so racing firers are harmless and
+the lock only decides who is on time.
+
+Users without schedules pay nothing: the firer reads the index once at start
+and then sleeps until a wake-up (``schedule()`` publishes ``:schedules`` on
+the scheduler's wake-up channel, and the scheduler forwards it, as it does
+after every resubscription). Once it has seen a schedule it also re-reads the
+index every ``sweep`` seconds in case a wake-up was lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+
+import anyio
+
+from ..metrics import Metrics
+from ..partitions import type_of
+from ..store import Store
+from .spec import (
+    ScheduleSpec,
+    decode_spec,
+    due_slots,
+    fire_id,
+    jitter_ms,
+    next_slot,
+    restamp,
+)
+from .state import ScheduleState
+
+__all__ = ["ScheduleFirer"]
+
+log = logging.getLogger("delayq.schedules")
+
+_MAX_BACKOFF = 5.0
+# A schedule whose definition is missing (being written or removed) is looked at again then.
+_RETRY_MS = 5000
+# A fire more than this late (ms) counts as a catch-up fire.
+CATCH_UP_MS = 1000
+# Slots are fired this long (ms) before their time: the event is written into the
+# type's schedule due at the slot, and the scheduler moves it then, as precisely as any
+# delayed event (the firer's own round trips do not add to its lateness).
+AHEAD_MS = 200
+
+
+class ScheduleFirer:
+    """The loop that fires due slots; run it with :meth:`run`, end it with :meth:`stop`."""
+
+    def __init__(
+        self,
+        store: Store,
+        metrics: Metrics,
+        *,
+        is_leader: Callable[[], bool],
+        takeover_delay: float,
+        sweep: float,
+        batch: int = 500,
+    ):
+        self._store = store
+        self._metrics = metrics
+        self._is_leader = is_leader
+        self._delay = takeover_delay
+        self._sweep = sweep
+        self._batch = batch
+        self._stopping = False
+        self._woken = False
+        self._seen = False  # schedules exist (then the index is re-read every sweep)
+        self._wake: anyio.Event | None = None
+        self._scope: anyio.CancelScope | None = None
+        self._specs: dict[tuple[str, str], ScheduleSpec] = {}  # (name, version) -> spec
+        self.passes = 0
+        """How many times the index has been read (tests and benchmarks look)."""
+
+    @property
+    def stopping(self) -> bool:
+        """True once :meth:`stop` has been called."""
+        return self._stopping
+
+    def stop(self) -> None:
+        """End :meth:`run`."""
+        self._stopping = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    def wake(self) -> None:
+        """Read the index now (a schedule was written, or wake-ups may have been missed)."""
+        self._woken = True
+        if self._wake is not None:
+            self._wake.set()
+
+    async def run(self) -> None:
+        """Fire due slots until :meth:`stop`."""
+        self._wake = anyio.Event()
+        backoff = 0.1
+        with anyio.CancelScope() as self._scope:
+            while not self._stopping:
+                self._woken = False
+                try:
+                    sleep_for = await self._pass()
+                    backoff = 0.1
+                except Exception as exc:  # loops never die: log, back off, go on
+                    self._metrics.increment("redis_errors")
+                    log.warning(
+                        "firing schedules failed (%s: %s); retrying in %.2fs",
+                        type(exc).__name__, exc, backoff,
+                    )  # fmt: skip
+                    sleep_for = backoff
+                    backoff = min(backoff * 2, _MAX_BACKOFF)
+                if sleep_for > 0 and not self._woken:
+                    with anyio.move_on_after(sleep_for):
+                        await self._wake.wait()
+                self._wake = anyio.Event()
+
+    async def _pass(self) -> float:
+        """Fire what is due; return how long to sleep."""
+        leader = self._is_leader()
+        while True:
+            now, nxt, due = await self._store.schedules_due(self._batch, AHEAD_MS)
+            read_at = time.monotonic()
+            self.passes += 1
+            if due:
+                self._seen = True
+                written = await self._fire(now, due)
+                if len(due) >= self._batch:
+                    continue
+                if written is not None and (nxt is None or written < nxt):
+                    nxt = written
+            break
+        if nxt is None:
+            return self._sweep if self._seen else math.inf
+        self._seen = True
+        wait = (nxt - AHEAD_MS - now) / 1000 - (time.monotonic() - read_at)
+        if not leader:
+            wait += self._delay
+        return max(0.0, min(wait, self._sweep))
+
+    def _spec(self, name: str, data: bytes, version: str) -> ScheduleSpec:
+        spec = self._specs.get((name, version))
+        if spec is None:
+            spec = decode_spec(data)
+            if len(self._specs) > 10_000:
+                self._specs.clear()
+            self._specs[name, version] = spec
+        return spec
+
+    async def _fire(self, now: int, due: list[tuple[str, int, str]]) -> int | None:
+        """Fire what is due; return the earliest next fire written to the index."""
+        by_shard: dict[str, list[tuple[str, int]]] = {}
+        for name, gen, shard in due:
+            by_shard.setdefault(shard, []).append((name, gen))
+        earliest: int | None = None
+        for shard, entries in by_shard.items():
+            for *_, nxt in await self._fire_shard(now, shard, entries):
+                if nxt is not None and (earliest is None or nxt < earliest):
+                    earliest = nxt
+        return earliest
+
+    async def _fire_shard(
+        self, now: int, shard: str, entries: list[tuple[str, int]]
+    ) -> list[tuple[str, int, str, int | None]]:
+        label = type_of(shard)
+        loaded = await self._store.schedule_load(shard, [name for name, _ in entries])
+        index: list[tuple[str, int, str, int | None]] = []
+        fires: list[tuple[str, str, str, str, int, bytes, str]] = []
+        plans: dict[str, tuple[ScheduleSpec, list[int]]] = {}
+        for (name, seen_gen), (data, raw_state) in zip(entries, loaded, strict=True):
+            if data is None or raw_state is None:
+                # being written or removed: look again later, unless it changed meanwhile
+                index.append((name, seen_gen, shard, now + _RETRY_MS))
+                continue
+            state = ScheduleState.decode(raw_state)
+            spec = self._spec(name, data, state.version)
+            if spec.version != state.version:
+                index.append((name, seen_gen, shard, now + _RETRY_MS))
+                continue
+            if state.paused:
+                index.append((name, state.gen, shard, None))
+                continue
+            slots, missed = due_slots(spec, state.mark_ms, now + AHEAD_MS)
+            if missed:
+                self._metrics.increment("schedule_missed", missed, event_type=label)
+                log.info("schedule %s: %d slots missed (catch-up policy)", name, missed)
+            if not slots:
+                index.append((name, state.gen, shard, next_slot(spec, state.mark_ms)))
+                continue
+            plans[name] = (spec, slots)
+            for slot in slots:
+                fires.append((
+                    name, spec.version, str(slot), fire_id(name, slot, spec.partitions),
+                    slot + jitter_ms(spec, slot), restamp(spec.template, now, name, slot),
+                    spec.overlap,
+                ))  # fmt: skip
+        if fires:
+            results = await self._store.schedule_fire(shard, fires)
+            last: dict[str, tuple[int, int, int]] = {}
+            for item, (code, gen, mark) in zip(fires, results, strict=True):
+                name, slot = item[0], int(item[2])
+                last[name] = (code, gen, mark)
+                if code in (1, 3):
+                    self._metrics.increment("schedule_fires", event_type=label)
+                    # ahead of time counts as on time (the scheduler moves it at its slot)
+                    lag = max(0, now - slot) / 1000
+                    self._metrics.observe("schedule_lag", lag, event_type=label)
+                    if now - slot > CATCH_UP_MS:
+                        self._metrics.increment("schedule_catch_up", event_type=label)
+                elif code == 2:
+                    self._metrics.increment("schedule_skipped", event_type=label)
+                    log.info("schedule %s: slot %d skipped (previous fire still pending)",
+                             name, slot)  # fmt: skip
+            for name, (code, gen, mark) in last.items():
+                if code >= 0:
+                    spec = plans[name][0]
+                    index.append((name, gen, shard, next_slot(spec, mark)))
+                # stale, gone, paused: the write that caused it updated the index
+        await self._store.schedule_index(index)
+        return index

@@ -1,0 +1,372 @@
+"""What a schedule is, and the slots it yields: expressions, time zones, ids, jitter.
+
+Pure computation, no Redis: :class:`ScheduleSpec` is the stored definition
+(MessagePack in the type's ``schedules`` hash) and the functions below turn it
+into nominal slot times (unix ms). Cron expressions are parsed and iterated by
+`cronsim <https://pypi.org/project/cronsim/>`_ in the schedule's IANA time zone
+(:mod:`zoneinfo`), which follows Debian cron at daylight-saving changes: a
+wall-clock time that does not exist (spring forward) fires once, right after
+the change; a fixed time that occurs twice (fall back) fires once, at its
+first occurrence. ``every`` schedules count elapsed time from their anchor
+(``start_at``, else the unix epoch), so their slots never depend on the time
+zone or on when the last run finished.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from datetime import timezone as _timezone
+from functools import lru_cache
+from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import msgspec
+from cronsim import CronSim, CronSimError
+
+from ..partitions import partition_of
+
+UTC = _timezone.utc
+
+__all__ = [
+    "ALIASES",
+    "Overlap",
+    "ScheduleSpec",
+    "check_cron",
+    "check_timezone",
+    "due_slots",
+    "fire_id",
+    "jitter_ms",
+    "next_slot",
+    "previous_slot",
+    "restamp",
+    "slot_text",
+]
+
+Overlap = Literal["allow", "skip", "buffer_one"]
+OVERLAPS: tuple[str, ...] = ("allow", "skip", "buffer_one")
+
+ALIASES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+"""The ``@`` aliases accepted for ``cron`` (mapped to their 5-field expression)."""
+
+# Context keys every fire carries (hidden from event_context(); see Delivery.slot)
+SCHEDULE_KEY = "delayq-schedule"
+SLOT_KEY = "delayq-slot"
+# A catch-up pass fires at most this many missed slots of one schedule; the rest next pass.
+MAX_CATCH_UP_PER_PASS = 100
+
+
+class ScheduleSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """A schedule's stored definition (everything but its state)."""
+
+    name: str
+    event_type: str
+    """The event type's wire name."""
+    partitions: int
+    cron: str | None
+    """The 5- or 6-field expression (aliases already expanded), or None for ``every``."""
+    every_ms: int | None
+    timezone: str
+    template: bytes
+    """The envelope of the payload (no id); each fire re-stamps it (:func:`restamp`)."""
+    overlap: str
+    catch_up_ms: int | None
+    """Missed slots younger than this are all fired; None: only the latest missed slot."""
+    jitter_ms: int
+    start_ms: int | None
+    end_ms: int | None
+    version: str = ""
+    """A digest of everything above: a changed definition has a new version."""
+
+    def with_version(self) -> ScheduleSpec:
+        """This spec with its ``version`` set (a digest of the other fields)."""
+        body = msgspec.msgpack.encode(msgspec.structs.replace(self, version=""))
+        return msgspec.structs.replace(
+            self, version=hashlib.blake2b(body, digest_size=8).hexdigest()
+        )
+
+    @property
+    def expression(self) -> str:
+        """The cron expression, or ``every <duration>``."""
+        if self.cron is not None:
+            return self.cron
+        return f"every {timedelta(milliseconds=self.every_ms or 0)}"
+
+
+_encode_spec = msgspec.msgpack.Encoder().encode
+_decode_spec = msgspec.msgpack.Decoder(ScheduleSpec).decode
+
+
+def encode_spec(spec: ScheduleSpec) -> bytes:
+    """The stored form of a spec."""
+    return _encode_spec(spec)
+
+
+def decode_spec(data: bytes) -> ScheduleSpec:
+    """A spec from its stored form."""
+    return _decode_spec(data)
+
+
+# -- checking -------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=256)
+def check_timezone(name: object) -> ZoneInfo:
+    """The :class:`ZoneInfo` of an IANA name; ``ValueError`` for an unknown one."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(
+            f"timezone must be an IANA time zone name such as 'Europe/Berlin': {name!r}"
+        )
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError(
+            f"unknown time zone {name!r} (an IANA name such as 'Europe/Berlin' or 'UTC'; "
+            "install the tzdata package where the system has no time zone database)"
+        ) from exc
+
+
+def check_cron(expression: object, timezone: str) -> str:
+    """The expression to store (aliases expanded); ``ValueError`` when cronsim refuses it."""
+    if not isinstance(expression, str) or not expression.strip():
+        raise TypeError(f"cron must be a non-empty string: {expression!r}")
+    expr = " ".join(expression.split())
+    expr = ALIASES.get(expr.lower(), expr)
+    if expr.startswith("@"):
+        raise ValueError(f"unknown cron alias {expression!r}; known: {', '.join(ALIASES)}")
+    if len(expr.split()) not in (5, 6):
+        raise ValueError(
+            f"bad cron expression {expression!r}: expected 5 fields (minute hour day month "
+            "weekday) or 6 (with seconds first)"
+        )
+    tz = check_timezone(timezone)
+    try:
+        it = CronSim(expr, datetime(2000, 1, 1, tzinfo=tz))
+        next(it)
+    except CronSimError as exc:
+        raise ValueError(f"bad cron expression {expression!r}: {exc}") from None
+    except StopIteration:
+        raise ValueError(f"cron expression {expression!r} never matches") from None
+    return expr
+
+
+# -- slots ----------------------------------------------------------------------------
+
+
+def _ms(dt: datetime) -> int:
+    return round(dt.timestamp() * 1000)
+
+
+@lru_cache(maxsize=4096)
+def _cron_after(expr: str, timezone: str, after_ms: int) -> int | None:
+    # many schedules share an expression and a slot: the cache makes a shared slot cheap
+    tz = check_timezone(timezone)
+    start = datetime.fromtimestamp(after_ms / 1000, tz)
+    try:
+        return _ms(next(CronSim(expr, start)))
+    except StopIteration:
+        return None
+
+
+@lru_cache(maxsize=4096)
+def _cron_at_or_before(expr: str, timezone: str, at_ms: int) -> int | None:
+    tz = check_timezone(timezone)
+    # cronsim's reverse iteration starts at the whole second (included) below a fraction
+    start = datetime.fromtimestamp((at_ms + 1) / 1000, tz)
+    if start.microsecond == 0:
+        start = start.replace(microsecond=1)
+    try:
+        found = _ms(next(CronSim(expr, start, reverse=True)))
+    except StopIteration:
+        return None
+    return found if found <= at_ms else None
+
+
+def _in_window(spec: ScheduleSpec, slot: int | None) -> int | None:
+    if slot is None or (spec.end_ms is not None and slot > spec.end_ms):
+        return None
+    return slot
+
+
+def next_slot(spec: ScheduleSpec, after_ms: int) -> int | None:
+    """The first slot strictly after ``after_ms`` (None: the schedule has ended)."""
+    if spec.start_ms is not None and after_ms < spec.start_ms - 1:
+        after_ms = spec.start_ms - 1
+    if spec.every_ms is not None:
+        anchor = spec.start_ms if spec.start_ms is not None else 0
+        k = (after_ms - anchor) // spec.every_ms + 1
+        return _in_window(spec, anchor + k * spec.every_ms)
+    assert spec.cron is not None
+    return _in_window(spec, _cron_after(spec.cron, spec.timezone, after_ms))
+
+
+def previous_slot(spec: ScheduleSpec, at_ms: int) -> int | None:
+    """The last slot at or before ``at_ms`` (None if none, or before ``start_at``)."""
+    if spec.end_ms is not None and at_ms > spec.end_ms:
+        at_ms = spec.end_ms
+    if spec.every_ms is not None:
+        anchor = spec.start_ms if spec.start_ms is not None else 0
+        if at_ms < anchor:
+            return None
+        slot = anchor + (at_ms - anchor) // spec.every_ms * spec.every_ms
+    else:
+        assert spec.cron is not None
+        found = _cron_at_or_before(spec.cron, spec.timezone, at_ms)
+        if found is None:
+            return None
+        slot = found
+    if spec.start_ms is not None and slot < spec.start_ms:
+        return None
+    return slot
+
+
+def due_slots(spec: ScheduleSpec, mark_ms: int, now_ms: int) -> tuple[list[int], int]:
+    """The slots to fire now: after ``mark_ms`` (the last slot fired), at or before ``now_ms``.
+
+    Returns ``(slots, missed)``: with ``catch_up_ms`` None only the latest due
+    slot is fired and the earlier ones are missed; otherwise every slot younger
+    than ``catch_up_ms`` (at most ``MAX_CATCH_UP_PER_PASS`` per call, oldest
+    first; the rest come on the next pass) and the latest in any case.
+    ``missed`` counts the slots passed over (exactly for ``every``, up to 1000
+    for cron).
+    """
+    latest = previous_slot(spec, now_ms)
+    if latest is None or latest <= mark_ms:
+        return [], 0
+    floor = mark_ms
+    if spec.catch_up_ms is not None:
+        floor = max(mark_ms, now_ms - spec.catch_up_ms - 1)
+    slots: list[int] = []
+    if spec.catch_up_ms is not None:
+        slot = next_slot(spec, floor)
+        while slot is not None and slot <= now_ms and len(slots) < MAX_CATCH_UP_PER_PASS:
+            slots.append(slot)
+            slot = next_slot(spec, slot)
+    if not slots:
+        slots = [latest]
+    return slots, _count_between(spec, mark_ms, slots[0])
+
+
+def _count_between(spec: ScheduleSpec, after_ms: int, before_ms: int) -> int:
+    """How many slots lie strictly between two times (cron: counted up to 1000)."""
+    if spec.every_ms is not None:
+        first = next_slot(spec, after_ms)
+        if first is None or first >= before_ms:
+            return 0
+        return (before_ms - first - 1) // spec.every_ms + 1
+    n, slot = 0, next_slot(spec, after_ms)
+    while slot is not None and slot < before_ms and n < 1000:
+        n += 1
+        slot = next_slot(spec, slot)
+    return n
+
+
+def upcoming(spec: ScheduleSpec, after_ms: int, n: int) -> Iterator[int]:
+    """The next ``n`` slots after ``after_ms``."""
+    slot = after_ms
+    for _ in range(n):
+        found = next_slot(spec, slot)
+        if found is None:
+            return
+        yield found
+        slot = found
+
+
+# -- fires ----------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1024)  # many schedules share a slot; strftime is slow
+def slot_text(slot_ms: int) -> str:
+    """A slot as it appears in event ids: UTC, ``2026-03-29T01:00:00Z`` (ms only when not 0)."""
+    dt = datetime.fromtimestamp(slot_ms / 1000, UTC)
+    text = dt.strftime("%Y-%m-%dT%H:%M:%S")
+    if slot_ms % 1000:
+        text += f".{slot_ms % 1000:03d}"
+    return text + "Z"
+
+
+def fire_id(name: str, slot_ms: int, partitions: int) -> str:
+    """The event id of a schedule's fire for one slot: ``<name>@<slot in UTC>``.
+
+    For a partitioned type a ``~k`` suffix (the smallest k that works) puts
+    every fire in the partition the schedule lives in, so the fire script
+    touches one slot of a cluster. The id is a pure function of its inputs:
+    every process derives the same one.
+    """
+    base = f"{name}@{slot_text(slot_ms)}"
+    return _routed(base, name, partitions)
+
+
+def trigger_id(name: str, now_ms: int, partitions: int) -> str:
+    """The event id of a manual trigger: ``<name>@trigger-<unix ms>``."""
+    return _routed(f"{name}@trigger-{now_ms}", name, partitions)
+
+
+def _routed(base: str, name: str, partitions: int) -> str:
+    if partitions == 1:
+        return base
+    home = partition_of(name, partitions)
+    candidate, k = base, 0
+    while partition_of(candidate, partitions) != home:
+        k += 1
+        candidate = f"{base}~{k}"
+    return candidate
+
+
+def jitter_ms(spec: ScheduleSpec, slot_ms: int) -> int:
+    """The delay added to one slot's fire: deterministic per (schedule, slot), 0..jitter."""
+    if spec.jitter_ms <= 0:
+        return 0
+    digest = hashlib.blake2b(f"{spec.name}|{slot_ms}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % (spec.jitter_ms + 1)
+
+
+class _Envelope(msgspec.Struct, array_like=True):
+    """The codec's envelope layout ``[body without the id, enqueued_at_ms, context?]``."""
+
+    body: msgspec.Raw
+    enqueued_at: int
+    context: dict[str, str] | None = None
+
+
+_msgpack_env = msgspec.msgpack.Decoder(_Envelope)
+_json_env = msgspec.json.Decoder(_Envelope)
+
+
+def check_template(envelope: bytes) -> None:
+    """Refuse an envelope whose body still holds the id (array-like or id-not-last types)."""
+    try:
+        env = (_json_env if envelope[:1] == b"[" else _msgpack_env).decode(envelope)
+    except msgspec.DecodeError:
+        env = None
+    if env is None or not isinstance(env.enqueued_at, int) or env.enqueued_at <= 0:
+        raise TypeError(
+            "schedules need an event type encoded without its id in the body (a plain, "
+            "not array_like, Event subclass whose id field comes last)"
+        )
+
+
+@lru_cache(maxsize=4096)
+def _opened(template: bytes) -> _Envelope:
+    return (_json_env if template[:1] == b"[" else _msgpack_env).decode(template)
+
+
+def restamp(template: bytes, now_ms: int, name: str, slot_ms: int | None) -> bytes:
+    """The envelope of one fire: the template's body, enqueued now, with the schedule's context."""
+    is_json = template[:1] == b"["
+    env = _opened(template)
+    context = dict(env.context or {})
+    context[SCHEDULE_KEY] = name
+    if slot_ms is not None:
+        context[SLOT_KEY] = str(slot_ms)
+    out = _Envelope(env.body, now_ms, context)
+    return msgspec.json.encode(out) if is_json else msgspec.msgpack.encode(out)
