@@ -21,6 +21,7 @@ from .inspection import (
     GroupState,
     ScheduledEvent,
 )
+from .limits import FlowLimits, Rate
 from .metrics import InMemoryMetrics, Metrics, NoopMetrics
 from .options import Options
 from .retry import Backoff, exponential, fixed
@@ -38,6 +39,7 @@ __all__ = [
     "EventService",
     "EventState",
     "EventTypeRef",
+    "FlowLimits",
     "GroupState",
     "HistoryPoint",
     "InMemoryMetrics",
@@ -47,6 +49,7 @@ __all__ = [
     "Options",
     "QueueCounts",
     "QueueFullError",
+    "Rate",
     "ScheduledEvent",
     "Serializer",
     "ServiceHealth",

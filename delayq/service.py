@@ -24,11 +24,13 @@ from .browsing import DueHistogram, InFlightEvent
 from .connect import Client
 from .consumer import Handler
 from .events import Event
+from .flow_control import KEEP, FlowControl, Keep
 from .groups import check_group, check_view
 from .health import ServiceHealth
 from .heartbeat import WorkerInfo
 from .history import HistoryPoint, Window
 from .inspection import DeadLetter, EventInfo, EventTypeRef, ScheduledEvent
+from .limits import FlowLimits, Rate
 from .options import Options
 from .repartition import RepartitionResult
 from .retry import Backoff, delay_ms, due_unix_ms
@@ -58,6 +60,7 @@ class EventService:
         self._types, self._groups = parts.types, parts.groups
         self._inspector, self._browser, self._enqueuer = parts.inspector, parts.browser, parts.enqueuer
         self._runtime = parts.runtime
+        self._flow = FlowControl(parts.store)
         self._scheduler = parts.runtime.scheduler
 
     @classmethod
@@ -210,6 +213,68 @@ class EventService:
         reach every group) plus the group's own retries waiting.
         """
         return await self._groups.counts(self._types.name(event_type))
+
+    # -- flow control ----------------------------------------------------------------
+
+    async def set_limits(
+        self,
+        event_type: EventTypeRef,
+        *,
+        concurrency: int | Keep | None = KEEP,
+        rate: str | Rate | Keep | None = KEEP,
+        per_key_concurrency: int | None = None,
+        per_key_rate: str | Rate | None = None,
+        group: str | None = None,
+    ) -> FlowLimits:
+        """Store fleet-wide flow limits of ``event_type`` (or of one delivery ``group``).
+
+        ``concurrency``: handlers in flight across every process (live leases,
+        so a crashed worker's slots come back when its leases expire).
+        ``rate``: handler starts per period across every process, e.g.
+        ``"100/s"``, ``"6000/min"``, ``"5/10s"``, ``"100/s burst 20"`` (the
+        bucket: starts allowed at once after an idle spell; default 100 ms
+        worth, at least 1) or a :class:`~delayq.limits.Rate`. ``None`` removes
+        a limit; a limit not given is left as it is. Every process obeys the
+        change within about a second; ``add_handler``'s ``concurrency`` still
+        bounds each process. Returns the limits now stored. Raises
+        ``ValueError`` for a bad value and for a partitioned type (see
+        docs/FLOW.md). ``per_key_concurrency`` and ``per_key_rate`` need flow
+        keys, which are not implemented yet: anything but ``None`` raises
+        ``NotImplementedError``.
+        """
+        if per_key_concurrency is not None or per_key_rate is not None:
+            raise NotImplementedError("per-key limits need flow keys, which delayq lacks yet")
+        name, partitions = self._flow_type(event_type)
+        return await self._flow.set_limits(
+            name, partitions, check_group(group), concurrency=concurrency, rate=rate
+        )
+
+    async def limits(self, event_type: EventTypeRef, *, group: str | None = None) -> FlowLimits:
+        """The flow limits stored for ``event_type`` (or one delivery ``group``), paused
+        state included; all None/False when none is set."""
+        name, partitions = self._flow_type(event_type)
+        return await self._flow.limits(name, partitions, check_group(group))
+
+    async def pause(self, event_type: EventTypeRef, group: str | None = None) -> None:
+        """Start no new handler of ``event_type`` (or of ``group``) in any process.
+
+        Events are still accepted, scheduled and made ready; running handlers
+        finish. Once this returns no claim succeeds, so the only handlers that
+        start afterwards are those of events already claimed. Durable (stored
+        in Redis) until :meth:`resume`.
+        """
+        name, partitions = self._flow_type(event_type)
+        await self._flow.set_paused(name, partitions, check_group(group), True)
+
+    async def resume(self, event_type: EventTypeRef, group: str | None = None) -> None:
+        """Undo :meth:`pause`: waiting consumers are woken at once (within a second at most)."""
+        name, partitions = self._flow_type(event_type)
+        await self._flow.set_paused(name, partitions, check_group(group), False)
+
+    def _flow_type(self, event_type: EventTypeRef) -> tuple[str, int]:
+        name = self._types.name(event_type)
+        cls = self._types.cls_of(name)
+        return name, 1 if cls is None else cls.event_partitions
 
     # -- enqueueing ----------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from ._store.dead import DeadLetters
 from ._store.delivery import Deliveries
 from ._store.enqueueing import ENQUEUE_CHUNK as ENQUEUE_CHUNK
 from ._store.enqueueing import Enqueueing
+from ._store.flow import FlowLimitsStore
 from ._store.records import (
     Claimed,
     DeadRecord,
@@ -28,6 +29,7 @@ from ._store.records import (
     MoveResult,
     QueueCounts,
     ScheduledRecord,
+    Throttle,
     sum_counts,
 )
 from ._store.scheduling import Scheduling
@@ -42,12 +44,13 @@ __all__ = [
     "QueueCounts",
     "ScheduledRecord",
     "Store",
+    "Throttle",
     "WakeupListener",
     "sum_counts",
 ]
 
 
-class Store(Enqueueing, Scheduling, Deliveries, DeadLetters, Browsing, Workers):
+class Store(Enqueueing, Scheduling, Deliveries, DeadLetters, Browsing, Workers, FlowLimitsStore):
     """Queue operations on one Redis for one prefix.
 
     Per-type operations take a *shard* where they say ``type_name``: the type
@@ -75,6 +78,7 @@ class Store(Enqueueing, Scheduling, Deliveries, DeadLetters, Browsing, Workers):
         self.blocking = blocking if blocking is not None else redis
         self.keys = PrefixKeys(prefix)
         self._type_keys = {}
+        self._flow_views = {}
         self._scripts = {
             name: redis.register_script(lua.source(name))
             for name in (*lua.PER_TYPE, *lua.GROUPED, *lua.STANDALONE)

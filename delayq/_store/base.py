@@ -53,6 +53,7 @@ class StoreBase:
     replica_timeout_ms: int
     keys: PrefixKeys
     _type_keys: dict[tuple[str, str | None], KeyView]
+    _flow_views: dict[tuple[str, str | None], tuple[str, ...]]
     _scripts: dict[str, AsyncScript]
 
     def _k(self, type_name: str, group: str | None = None) -> KeyView:
@@ -62,6 +63,22 @@ class StoreBase:
             keys = self.keys.for_shard(type_name).view(group)
             self._type_keys[type_name, group] = keys
         return keys
+
+    def _flow_keys(self, type_name: str, group: str | None = None) -> tuple[str, ...]:
+        """A group's view of a shard and its flow keys (limits, wake): KEYS[1..15]."""
+        keys = self._flow_views.get((type_name, group))
+        if keys is None:
+            tk = self.keys.for_shard(type_name)
+            keys = (*self._k(type_name, group), tk.limits(group), tk.wake(group))
+            self._flow_views[type_name, group] = keys
+        return keys
+
+    def _script_keys(self, script: str, type_name: str, group: str | None) -> Sequence[str]:
+        """The keys a per-type script takes (``lua.key_count``) for a group of a shard."""
+        n = _KEY_COUNT[script]
+        if n > 13:
+            return self._flow_keys(type_name, group)[:n]
+        return self._k(type_name, group)[:n]
 
     def _read_keys(self, type_name: str, group: str | None) -> Sequence[str]:
         """The keys of a read-only script: the type's ten (its default group's lists, no
@@ -80,7 +97,7 @@ class StoreBase:
         self, script: str, type_name: str, args: Sequence[Any], *, group: str | None = None
     ) -> Any:
         """Run a per-type script on a group's view of a shard (None: the default group)."""
-        keys = self._k(type_name, group)[: _KEY_COUNT[script]]
+        keys = self._script_keys(script, type_name, group)
         return await self._scripts[script](keys=keys, args=args)
 
     async def _calls(
@@ -136,7 +153,7 @@ class StoreBase:
         With ``wait`` and ``min_replicas``, raise or warn (see :meth:`_replicated`)
         unless that many replicas confirm the calls.
         """
-        keys = self._k(type_name, group)[: _KEY_COUNT[script]]
+        keys = self._script_keys(script, type_name, group)
         wait = wait and self.min_replicas > 0
         replies = await self._calls(script, [(keys, args) for args in calls], wait=wait)
         if wait:

@@ -9,6 +9,7 @@ gets) and the group's retries (see ``keys.TypeKeys.read_view``). Without
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -43,12 +44,26 @@ class Browsing(Layouts, DeliveryGroups):
             (self._read_keys(s, None), []) for sl in per_name for s in sl
         ]
         replies = await self._calls("counts", calls)
+        paused = await self._paused([sl[0] for sl in per_name if len(sl) == 1])
         result: dict[str, QueueCounts] = {}
         at = 0
         for name, shard_list in zip(names, per_name, strict=True):
-            result[name] = sum_counts([_counts(r) for r in replies[at : at + len(shard_list)]])
+            counts = sum_counts([_counts(r) for r in replies[at : at + len(shard_list)]])
+            if name in paused:
+                counts = dataclasses.replace(counts, paused=True)
+            result[name] = counts
             at += len(shard_list)
         return result
+
+    async def _paused(self, type_names: Sequence[str]) -> set[str]:
+        """Which of these (unpartitioned) types are paused: one pipelined HGET each."""
+        if not type_names:
+            return set()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for name in type_names:
+                pipe.hget(self.keys.for_shard(name).limits(), "paused")
+            flags = await pipe.execute()
+        return {n for n, f in zip(type_names, flags, strict=True) if f == b"1"}
 
     async def shard_counts(self, shard_list: Sequence[str]) -> list[QueueCounts]:
         """Counts of each shard on its own."""

@@ -15,6 +15,7 @@ __all__ = [
     "MoveResult",
     "QueueCounts",
     "ScheduledRecord",
+    "Throttle",
     "sum_counts",
 ]
 
@@ -33,6 +34,20 @@ class Claimed:
     def id(self) -> str:
         """The event id as text."""
         return self.raw_id.decode("utf-8", "replace")
+
+
+@dataclass(frozen=True, slots=True)
+class Throttle:
+    """How a claim was held back by flow limits (see ``lua/claim.lua``)."""
+
+    wait_ms: int
+    """How long to wait before claiming again (0..1000)."""
+    reason: str
+    """``paused``, ``concurrency`` or ``rate``: the last limit that held back."""
+    live: int
+    """Live leases of the group across the fleet (0 without a concurrency limit)."""
+    limit: int
+    """The fleet-wide concurrency limit, -1 when none is set."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +99,8 @@ class QueueCounts:
     due: int = field(default=0, compare=False)
     """Due events that no consumer has claimed yet: ``ready`` plus scheduled events whose
     due time has passed."""
+    paused: bool = field(default=False, compare=False)
+    """True while the type (its default group) is paused (``EventService.pause``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,12 +1,15 @@
 -- ack: handlers succeeded; their events leave Redis.
 --
--- KEYS: the ten keys of the group, then groups, pending (see _prelude.lua).
+-- KEYS: the ten keys of the group, then groups, pending, retries (unused),
+--   limits and wake (see _prelude.lua).
 -- ARGV: pairs id, token (the claim token of the delivery that succeeded)
 -- Returns: how many events were removed.
 -- Guarantees: only the current delivery removes an event. A stale ack (the
 -- lease expired and the event was redelivered, replaced or cancelled) is a
 -- no-op, so a newer delivery or a replaced payload is never lost. The envelope
 -- goes with the last group holding the event (see release in _prelude.lua).
+-- With a fleet-wide concurrency limit, consumers waiting for a slot are woken
+-- (one HEXISTS per call when the type has none).
 local counted = counting()
 local removed = 0
 for i = 1, #ARGV, 2 do
@@ -21,5 +24,8 @@ for i = 1, #ARGV, 2 do
     release(id, counted)
     removed = removed + 1
   end
+end
+if removed > 0 and redis.call('HEXISTS', K_LIMITS, 'concurrency') == 1 then
+  wake_waiters(removed)
 end
 return removed
