@@ -78,7 +78,9 @@ class Deliveries(StoreBase):
             claimed = [c for c in claimed if c.attempt != 0]
         return int(head), claimed, throttle
 
-    async def wait_for_flow(self, type_name: str, timeout: float, *, group: str | None = None) -> bool:
+    async def wait_for_flow(
+        self, type_name: str, timeout: float, *, group: str | None = None
+    ) -> bool:
         """Block up to ``timeout`` s for a wake-up token of a flow-limited group (an ack freed
         a slot, the limits changed); True when one came."""
         key = self.keys.for_shard(type_name).wake(group)
