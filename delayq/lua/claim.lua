@@ -119,7 +119,8 @@ if f then
       wait = math.max(wait, first[2] and math.min(1000, tonumber(first[2]) - now + 1) or 0)
     end
     if interval then
-      wait = math.max(wait, math.ceil(tat - now - (burst - 1) * interval))
+      -- +1: `now` is floored to the ms, so the token may be up to 1 ms later
+      wait = math.max(wait, math.ceil(tat - now - (burst - 1) * interval) + 1)
     end
     result[1] = {result[1], math.min(1000, wait), reason, live or 0, climit or -1}
   end
