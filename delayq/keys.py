@@ -25,6 +25,7 @@ pending    HASH   id -> how many groups still hold a fanned-out event
 limits     HASH   flow limits (concurrency, rate, paused, GCRA state); exists
                   only while a limit is set (see delayq.limits)
 wake       LIST   wake-up tokens for consumers waiting for a limited slot (TTL 1 s)
+dedup      ZSET   debounce windows and unique_for marks (only once those modes are used)
 ========== ====== ===========================================================
 
 A type with ``N > 1`` partitions (``class T(Event, partitions=N)``) has all of
@@ -289,6 +290,12 @@ class TypeKeys:
         """HASH of the flow limits of the type (``None``: its default group) or a named
         group; exists only while a limit is set (see :mod:`delayq.limits`)."""
         return self._key("limits") if group is None else self.group_key(group, "limits")
+
+    @property
+    def dedup(self) -> str:
+        """ZSET of the dedup modes' marks: ``d:<id>`` -> end of its debounce window,
+        ``u:<id>`` -> refused until (or -ttl while not handled yet); see enqueue.lua."""
+        return self._key("dedup")
 
     def wake(self, group: str | None = None) -> str:
         """LIST of wake-up tokens for consumers waiting for a flow-limited slot."""

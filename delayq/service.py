@@ -23,6 +23,7 @@ from . import connect
 from .browsing import DueHistogram, InFlightEvent
 from .connect import Client
 from .consumer import Handler
+from .dedup import Dedup, dedup_mode
 from .events import Event
 from .flow_control import KEEP, FlowControl, Keep
 from .groups import check_group, check_view
@@ -285,6 +286,8 @@ class EventService:
         *,
         context: Mapping[str, str] | None = None,
         replace: bool = False,
+        debounce: float | timedelta | None = None,
+        unique_for: float | timedelta | None = None,
     ) -> bool:
         """Handle ``event`` once ``delay`` (a timedelta or seconds, >= 0) has passed.
 
@@ -292,9 +295,18 @@ class EventService:
         When an event of the same type and id exists, it is kept and False is
         returned, unless ``replace=True`` swaps its payload, context and due
         time in one step (and returns True).
+
+        Two more dedup modes (at most one of the three per call; docs/FLOW.md):
+        ``debounce=max_wait`` replaces an existing event like ``replace`` but
+        never pushes its due time past the id's first enqueue + ``max_wait``
+        (``delay`` must not exceed ``max_wait``); ``unique_for=ttl`` keeps the
+        first like the default, and once the event has been handled refuses
+        the id (returns False) until ``ttl`` has passed.
         """
         ms = delay_ms(delay)
-        return await self._enqueuer.one(event, ms, absolute=False, context=context, replace=replace)
+        mode = dedup_mode(replace, debounce, unique_for)
+        _check_debounce(mode, ms)
+        return await self._enqueuer.one(event, ms, absolute=False, context=context, replace=mode)
 
     async def enqueue_at(
         self,
@@ -303,10 +315,15 @@ class EventService:
         *,
         context: Mapping[str, str] | None = None,
         replace: bool = False,
+        unique_for: float | timedelta | None = None,
     ) -> bool:
-        """Handle ``event`` at ``when`` (a timezone-aware datetime); past times mean now."""
+        """Handle ``event`` at ``when`` (a timezone-aware datetime); past times mean now.
+
+        ``replace`` and ``unique_for`` as in :meth:`enqueue_with_delay`.
+        """
         ms = due_unix_ms(when)
-        return await self._enqueuer.one(event, ms, absolute=True, context=context, replace=replace)
+        mode = dedup_mode(replace, None, unique_for)
+        return await self._enqueuer.one(event, ms, absolute=True, context=context, replace=mode)
 
     async def enqueue_many(
         self,
@@ -315,13 +332,16 @@ class EventService:
         *,
         context: Mapping[str, str] | None = None,
         replace: bool = False,
+        unique_for: float | timedelta | None = None,
     ) -> list[bool]:
         """Enqueue many events in pipelined batches; one result per event, in order.
 
         Items are events (due after ``delay``) or ``(event, delay)`` pairs. All
-        items are validated before anything is written.
+        items are validated before anything is written. ``replace`` and
+        ``unique_for`` as in :meth:`enqueue_with_delay`.
         """
-        return await self._enqueuer.many(events, delay, context, replace)
+        mode = dedup_mode(replace, None, unique_for)
+        return await self._enqueuer.many(events, delay, context, mode)
 
     async def enqueue_envelopes(
         self,
@@ -530,3 +550,10 @@ class EventService:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+def _check_debounce(mode: bool | Dedup, ms: int) -> None:
+    if isinstance(mode, Dedup) and mode.mode == "debounce" and ms > mode.ms:
+        raise ValueError(
+            f"a debounced event's delay ({ms} ms) must not exceed debounce ({mode.ms} ms)"
+        )

@@ -18,6 +18,10 @@ local K_GROUPS, K_PENDING, K_GSCHED = KEYS[11], KEYS[12], KEYS[13]
 --   KEYS[14] limits   HASH of the group's flow limits (absent: no limits)
 --   KEYS[15] wake     LIST of wake-up tokens for consumers waiting for a slot
 local K_LIMITS, K_WAKE = KEYS[14], KEYS[15]
+-- and dedup modes one more:
+--   KEYS[16] dedup    ZSET 'd:<id>' -> end of its debounce window (ms),
+--                     'u:<id>' -> refused until (ms), or -ttl while not handled yet
+local K_DEDUP = KEYS[16]
 
 -- Wakes up to n consumers waiting for a slot of a type with flow limits (they
 -- BLPOP the wake list, a second at most): one token each, a few kept for a
