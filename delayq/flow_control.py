@@ -33,8 +33,11 @@ class FlowControl:
     def __init__(self, store: Store):
         self._store = store
 
-    def _shard(self, name: str, partitions: int) -> str:
-        """The one shard whose limits govern the type; refuses partitioned types."""
+    async def _shard(self, name: str, partitions: int) -> str:
+        """The one shard whose limits govern the type; refuses partitioned types (as
+        declared by the class, or as recorded in Redis: one SMEMBERS)."""
+        if partitions == 1:
+            await self._store.known_types()  # a process that only knows the wire name
         layouts = self._store.layouts(name)
         if partitions > 1 or max(layouts) > 1:
             raise ValueError(
@@ -46,7 +49,7 @@ class FlowControl:
 
     async def limits(self, name: str, partitions: int, group: str | None) -> FlowLimits:
         """The limits stored for the type (group)."""
-        shard = self._shard(name, partitions)
+        shard = await self._shard(name, partitions)
         return FlowLimits.from_fields(await self._store.read_limits(shard, group))
 
     async def set_limits(
@@ -69,13 +72,13 @@ class FlowControl:
             else:
                 r = parse_rate(rate)
                 changes.update(rate_n=str(r.count), rate_ms=str(r.period_ms), burst=str(r.burst))
-        shard = self._shard(name, partitions)
+        shard = await self._shard(name, partitions)
         return FlowLimits.from_fields(await self._store.change_limits(shard, changes, group))
 
     async def set_paused(
         self, name: str, partitions: int, group: str | None, paused: bool
     ) -> FlowLimits:
         """Pause or resume the type (group); resuming wakes the waiting consumers at once."""
-        shard = self._shard(name, partitions)
+        shard = await self._shard(name, partitions)
         changes = {"paused": "1" if paused else ""}
         return FlowLimits.from_fields(await self._store.change_limits(shard, changes, group))

@@ -133,6 +133,19 @@ class FlowLimits:
         """True when any limit is set (the limits key exists in Redis)."""
         return self.concurrency is not None or self.rate is not None or self.paused
 
+    def to_dict(self) -> dict[str, object]:
+        """The limits as JSON-ready values (``rate`` as ``{count, period_ms, burst, text}``)."""
+        rate = self.rate
+        shown: dict[str, object] | None = None
+        if rate is not None:
+            shown = {"count": rate.count, "period_ms": rate.period_ms, "burst": rate.burst}
+            shown["text"] = str(rate)
+        return {
+            "concurrency": self.concurrency,
+            "rate": shown,
+            "paused": self.paused,
+        }
+
     def fields(self) -> dict[str, str]:
         """The HASH fields that store these limits (``tat`` is the script's)."""
         out: dict[str, str] = {}
