@@ -308,3 +308,43 @@ async def test_limits_change_at_run_time(
     await service.set_limits(FlowJob, concurrency=None)  # no limit: each process's 6
     await wait_for(lambda: _equals(done(raw, prefix), 400), timeout=60, interval=0.05)
     assert int(await raw.get(f"{prefix}-test:max")) > 4
+
+
+async def test_throttled_metrics_reach_prometheus(redis_url: str, prefix: str) -> None:
+    """Held-back claims are counted and timed, and a paused consumer shows in a gauge."""
+    from prometheus_client import CollectorRegistry
+
+    from delayq.prometheus import PrometheusMetrics
+
+    registry = CollectorRegistry()
+    svc = EventService.from_url(
+        redis_url, prefix=prefix, metrics=PrometheusMetrics(registry), **FAST
+    )
+    handled: list[str] = []
+
+    async def handle(event: FlowJob) -> None:
+        handled.append(event.id)
+
+    try:
+        await svc.pause(FlowJob)
+        svc.add_handler(FlowJob, handle, concurrency=2)
+        await svc.start()
+        await enqueue(svc, 3)
+        labels = {"event_type": "flow-job"}
+
+        def paused_gauge() -> bool:
+            return registry.get_sample_value("delayq_paused", labels) == 1.0
+
+        await wait_for(paused_gauge, timeout=15)
+        assert handled == []
+        await svc.resume(FlowJob)
+        await wait_for(lambda: len(handled) == 3, timeout=15)
+        await wait_for(lambda: registry.get_sample_value("delayq_paused", labels) == 0.0)
+        group = {**labels, "group": "default"}
+        assert registry.get_sample_value("delayq_throttled_total", group) >= 1
+        waited = registry.get_sample_value(
+            "delayq_throttled_time_seconds_count", {**group, "outcome": "paused"}
+        )
+        assert waited is not None and waited >= 1
+    finally:
+        await svc.aclose()

@@ -9,7 +9,6 @@ gets) and the group's retries (see ``keys.TypeKeys.read_view``). Without
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -41,29 +40,25 @@ class Browsing(Layouts, DeliveryGroups):
         names = sorted(type_names)
         per_name = [self.shards(name) for name in names]
         calls: list[tuple[Sequence[str], Sequence[Any]]] = [
-            (self._read_keys(s, None), []) for sl in per_name for s in sl
+            (self._counts_keys(s, None), []) for sl in per_name for s in sl
         ]
         replies = await self._calls("counts", calls)
-        paused = await self._paused([sl[0] for sl in per_name if len(sl) == 1])
         result: dict[str, QueueCounts] = {}
         at = 0
         for name, shard_list in zip(names, per_name, strict=True):
-            counts = sum_counts([_counts(r) for r in replies[at : at + len(shard_list)]])
-            if name in paused:
-                counts = dataclasses.replace(counts, paused=True)
-            result[name] = counts
+            result[name] = sum_counts([_counts(r) for r in replies[at : at + len(shard_list)]])
             at += len(shard_list)
         return result
 
-    async def _paused(self, type_names: Sequence[str]) -> set[str]:
-        """Which of these (unpartitioned) types are paused: one pipelined HGET each."""
-        if not type_names:
-            return set()
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for name in type_names:
-                pipe.hget(self.keys.for_shard(name).limits(), "paused")
-            flags = await pipe.execute()
-        return {n for n, f in zip(type_names, flags, strict=True) if f == b"1"}
+    def _counts_keys(self, type_name: str, group: str | None) -> Sequence[str]:
+        """``counts.lua``'s keys: the read keys (see :meth:`_read_keys`; the type's own
+        schedule stands in for a retry schedule it must not count), then the limits
+        HASH, for the paused flag."""
+        tk = self.keys.for_shard(type_name)
+        if group is None:
+            view = self._k(type_name)
+            return (*view[:12], view.scheduled, tk.limits())
+        return (*self._read_keys(type_name, group), tk.limits(group))
 
     async def shard_counts(self, shard_list: Sequence[str]) -> list[QueueCounts]:
         """Counts of each shard on its own."""
@@ -134,7 +129,7 @@ class Browsing(Layouts, DeliveryGroups):
         is the type's schedule plus the group's retries, ``backlog_age`` the group's."""
         names = sorted(groups)
         calls: list[tuple[Sequence[str], Sequence[Any]]] = [
-            (self._read_keys(type_name, name), []) for name in names
+            (self._counts_keys(type_name, name), []) for name in names
         ]
         replies = await self._calls("counts", calls)
         return {name: _counts(r) for name, r in zip(names, replies, strict=True)}

@@ -183,6 +183,7 @@ def _counts(r: Sequence[Any]) -> QueueCounts:
         next_due_at=_utc(next_due) if next_due >= 0 else None,
         backlog_age=max(0, now - oldest) / 1000 if oldest is not None else 0.0,
         due=ready + overdue,
+        paused=len(r) > 8 and int(r[8]) == 1,
     )
 
 
