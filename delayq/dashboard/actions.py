@@ -1,4 +1,5 @@
-"""The dashboard's actions: POSTs that requeue, purge, cancel or run events now.
+"""The dashboard's actions: POSTs that requeue, purge, cancel or run events now, and
+pause or resume a type (or group).
 
 Each is checked for a CSRF token and refused in read-only mode before it does
 anything; everything it changes goes through the public
@@ -143,3 +144,34 @@ class Actions:
         return dash.render(request, "message.html", heading=heading, message=message,
                            back=name, back_group=dash.group_arg(group or DEFAULT_GROUP),
                            event=(name, event_id))  # fmt: skip
+
+    async def flow(self, request: Request) -> Response:
+        """Pause or resume a type (or the form's delivery group) fleet-wide."""
+        dash = self.dash
+        form, refused = await self._checked_form(request)
+        if refused is not None:
+            return refused
+        name = dash.type_name(request, str(form.get("type", "")))
+        group = dash.group_name(form.get("group"))
+        group_arg = dash.group_arg(group)
+        action = form.get("action")
+        if action not in ("pause", "resume"):
+            return dash.render(request, "message.html", status_code=400, heading="Bad request",
+                               message="Unknown action.")  # fmt: skip
+        where = name if group_arg is None else f"{name}, group {group}"
+        try:
+            if action == "pause":
+                await dash.service.pause(name, group=group_arg)
+            else:
+                await dash.service.resume(name, group=group_arg)
+        except ValueError as exc:  # a partitioned type
+            return dash.render(request, "message.html", status_code=400, heading="Refused",
+                               message=str(exc), back=name, back_group=group_arg)  # fmt: skip
+        heading = "Paused" if action == "pause" else "Resumed"
+        message = (
+            f"{where}: no new handler starts in any process; events are still accepted."
+            if action == "pause"
+            else f"{where}: waiting workers start handling again."
+        )
+        return dash.render(request, "message.html", heading=heading, message=message,
+                           back=name, back_group=group_arg)  # fmt: skip

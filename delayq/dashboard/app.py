@@ -27,6 +27,7 @@ from starlette.staticfiles import StaticFiles
 from ..events import validate_name
 from ..history import HistoryPoint, Window
 from ..keys import DEFAULT_GROUP
+from ..limits import FlowLimits
 from ..service import EventService
 from .actions import Actions
 from .charts import Series, bar_chart, line_chart
@@ -293,9 +294,14 @@ class Dashboard:
             self._history_charts([name], window, group_arg),
         )
         counts = context["counts"]
+        try:
+            limits: FlowLimits | None = await self.service.limits(name, group=group_arg)
+        except ValueError:  # a partitioned type has no flow limits
+            limits = None
         return self.render(
             request,
             "type.html",
+            limits=limits,
             dead=dead,
             dead_offset=dead_offset,
             dead_total=counts.dead if counts is not None else 0,
@@ -429,6 +435,7 @@ def create_app(
         Route("/workers", dash.workers_page, name="workers"),
         Route("/actions/dead", actions.dead, methods=["POST"], name="dead_action"),
         Route("/actions/event", actions.event, methods=["POST"], name="event_action"),
+        Route("/actions/flow", actions.flow, methods=["POST"], name="flow_action"),
         Mount("/static", StaticFiles(packages=[("delayq.dashboard", "static")]), name="static"),
     ]
     app = Starlette(
