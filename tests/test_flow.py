@@ -230,7 +230,7 @@ async def test_rate_fleet_wide(
     assert {s[2] for s in await starts(raw, prefix)} == set(names)
 
 
-async def _equals(value: object, expected: int) -> bool:
+async def _equals(value: object, expected: object) -> bool:
     assert asyncio.iscoroutine(value)
     return await value == expected
 
@@ -346,5 +346,35 @@ async def test_throttled_metrics_reach_prometheus(redis_url: str, prefix: str) -
             "delayq_throttled_time_seconds_count", {**group, "outcome": "paused"}
         )
         assert waited is not None and waited >= 1
+    finally:
+        await svc.aclose()
+
+
+async def test_a_groups_limits_are_its_own(redis_url: str, prefix: str) -> None:
+    """A concurrency limit on one delivery group holds there and nowhere else."""
+    svc = EventService.from_url(redis_url, prefix=prefix, **FAST)
+    running = {"default": 0, "audit": 0}
+    peak = dict(running)
+    done = dict(running)
+
+    def handler(group: str):  # type: ignore[no-untyped-def]
+        async def handle(event: FlowJob) -> None:
+            running[group] += 1
+            peak[group] = max(peak[group], running[group])
+            await asyncio.sleep(0.02)
+            running[group] -= 1
+            done[group] += 1
+
+        return handle
+
+    try:
+        await svc.set_limits(FlowJob, concurrency=1, group="audit")
+        svc.add_handler(FlowJob, handler("default"), concurrency=6)
+        svc.add_handler(FlowJob, handler("audit"), concurrency=6, group="audit")
+        await svc.start()
+        await wait_for(lambda: _equals(svc.groups(FlowJob), ["audit", "default"]), timeout=10)
+        await enqueue(svc, 40)
+        await wait_for(lambda: done == {"default": 40, "audit": 40}, timeout=60)
+        assert peak["audit"] == 1 and peak["default"] > 1
     finally:
         await svc.aclose()
