@@ -21,6 +21,7 @@ from .inspection import (
     GroupState,
     ScheduledEvent,
 )
+from .limits import FlowLimits, Rate
 from .metrics import InMemoryMetrics, Metrics, NoopMetrics
 from .options import Options
 from .retry import Backoff, exponential, fixed
@@ -41,6 +42,7 @@ __all__ = [
     "EventService",
     "EventState",
     "EventTypeRef",
+    "FlowLimits",
     "GroupState",
     "HistoryPoint",
     "IdMatch",
@@ -52,6 +54,7 @@ __all__ = [
     "Options",
     "QueueCounts",
     "QueueFullError",
+    "Rate",
     "ReadyEvent",
     "ScheduleInfo",
     "ScheduledEvent",

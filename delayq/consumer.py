@@ -26,6 +26,7 @@ from .codec import Codec
 from .context import Delivery, _set_delivery
 from .errors import DecodeError
 from .events import Event
+from .flow import FlowWaits
 from .handler_tasks import HandlerTasks
 from .keys import DEFAULT_GROUP
 from .metrics import Metrics
@@ -128,6 +129,7 @@ class Consumer:
             shutdown_grace=settings.shutdown_grace,
         )
         self._handlers = HandlerTasks(self.label)
+        self._flow = FlowWaits(store, metrics, self.type_name, group)
         self._slot_freed: anyio.Event | None = None
         # asyncio's Event needs no running loop to be created: add_handler may run before one
         self._finished = asyncio.Event()
@@ -286,7 +288,7 @@ class Consumer:
                 # a whole lease for nothing: never cancel it half-way.
                 try:
                     with anyio.CancelScope(shield=True):
-                        now_us, claimed = await self._store.claim(
+                        now_us, claimed, throttle = await self._store.claim_limited(
                             shard, popped, share - len(popped), self._s.visibility_ms,
                             group=self.group,
                         )  # fmt: skip
@@ -304,6 +306,11 @@ class Consumer:
                 if claimed:
                     self._metrics.increment("delivered", len(claimed), event_type=self.type_name)
                     self._metrics.gauge("in_flight", self._running, event_type=self.type_name)
+                if throttle is not None:  # flow limits held it back (delayq.flow)
+                    await self._flow.wait(shard, throttle)
+                    drain = True  # claim again without BRPOP: the entries are still there
+                elif self._flow.paused:
+                    self._flow.claimed()
                 backoff = 0.05
             except Exception as exc:  # Redis down, connection killed, ...: back off, go on
                 drain = False

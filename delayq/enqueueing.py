@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from .codec import Codec, check_context
+from .dedup import Dedup
 from .events import Event, EventTypes, check_event, find_event_type, validate_name
 from .metrics import Metrics
 from .observer import Observer
@@ -79,7 +80,7 @@ class Enqueuer:
                 self._metrics.increment(metric, n, event_type=name)
 
     async def one(
-        self, event: Event, ms: int, *, absolute: bool, context: Any, replace: bool
+        self, event: Event, ms: int, *, absolute: bool, context: Any, replace: bool | Dedup
     ) -> bool:
         """Enqueue one event due in ``ms`` (or at unix ms ``ms`` when ``absolute``)."""
         if self._pending.any:
@@ -105,7 +106,7 @@ class Enqueuer:
         events: Iterable[Item],
         delay: float | timedelta,
         context: Mapping[str, str] | None,
-        replace: bool,
+        replace: bool | Dedup,
     ) -> list[bool]:
         """Enqueue events or ``(event, delay)`` pairs, all checked before any is written."""
         default_ms = delay_ms(delay)
@@ -125,7 +126,7 @@ class Enqueuer:
         items: list[Item],
         default_ms: int,
         context: Mapping[str, str] | None,
-        replace: bool,
+        replace: bool | Dedup,
     ) -> list[bool]:
         by_type: dict[str, list[tuple[int, tuple[str, bytes, int]]]] = {}
         partitions: dict[str, int] = {}

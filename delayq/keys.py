@@ -22,6 +22,10 @@ meta       HASH   ``pushed`` counter, ``claims`` counter, ``wake`` mark, ``enque
 groups     HASH   delivery group -> its max deliveries; exists only once a
                   group has been named (see delayq.groups)
 pending    HASH   id -> how many groups still hold a fanned-out event
+limits     HASH   flow limits (concurrency, rate, paused, GCRA state); exists
+                  only while a limit is set (see delayq.limits)
+wake       LIST   wake-up tokens for consumers waiting for a limited slot (TTL 1 s)
+dedup      ZSET   debounce windows and unique_for marks (only once those modes are used)
 ========== ====== ===========================================================
 
 A type with ``N > 1`` partitions (``class T(Event, partitions=N)``) has all of
@@ -32,7 +36,7 @@ exactly the ones above.
 
 Per delivery group ``G`` of a type with groups (``{p:T}:g:G:...``): scheduled
 (the group's retries), ready, queued, inflight, leases, attempts, errors, dead
-and meta, as above but for that group alone. The default group keeps the
+meta, limits and wake, as above but for that group alone. The default group keeps the
 type's own keys, plus ``{p:T}:g:default:scheduled`` for its retries.
 
 Per prefix (``{p}:...``): ``types`` (SET of type names), ``scheduler-lock``,
@@ -281,6 +285,21 @@ class TypeKeys:
         return KeyView._make(
             (self.events, self.scheduled, *g[1:], self.groups, self.pending, g[0])
         )
+
+    def limits(self, group: str | None = None) -> str:
+        """HASH of the flow limits of the type (``None``: its default group) or a named
+        group; exists only while a limit is set (see :mod:`delayq.limits`)."""
+        return self._key("limits") if group is None else self.group_key(group, "limits")
+
+    @property
+    def dedup(self) -> str:
+        """ZSET of the dedup modes' marks: ``d:<id>`` -> end of its debounce window,
+        ``u:<id>`` -> refused until (or -ttl while not handled yet); see enqueue.lua."""
+        return self._key("dedup")
+
+    def wake(self, group: str | None = None) -> str:
+        """LIST of wake-up tokens for consumers waiting for a flow-limited slot."""
+        return self._key("wake") if group is None else self.group_key(group, "wake")
 
     def group_keys(self, group: str) -> tuple[str, ...]:
         """The nine keys of one group, in the order ``lua/_groups.lua`` expects."""

@@ -17,6 +17,11 @@ overlap policy), ``schedule_catch_up`` (fired over a second after the slot),
 gauges: ``in_flight`` (handlers running in this process), ``lateness_ms`` (of
 the latest delivery)
 
+flow control (types with limits or paused, see docs/FLOW.md): counter
+``throttled`` (claims held back), ``observe("throttled_time", seconds,
+outcome=paused|concurrency|rate)`` (a consumer's wait), gauges ``paused``,
+``fleet_in_flight`` and ``concurrency_limit``
+
 durations (``observe``, in seconds): ``lateness`` (due time → claim, Redis's
 clock), ``handler_duration`` (with ``outcome`` ``success``, ``failure``,
 ``timeout`` or ``cancelled``), ``enqueue_to_done`` (enqueue → successful end of the handler),

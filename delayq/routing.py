@@ -14,6 +14,7 @@ import heapq
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TypeVar
 
+from .dedup import Dedup
 from .partitions import shard_for
 from .repartition import RepartitionResult, repartition
 from .store import DeadRecord, ScheduledRecord, Store
@@ -53,7 +54,7 @@ class Router:
         items: Sequence[tuple[str, bytes, int]],
         *,
         absolute: bool,
-        replace: bool,
+        replace: bool | Dedup,
     ) -> list[int]:
         """Enqueue items of one type, each to its partition; a code per item, in order."""
         if partitions == 1:

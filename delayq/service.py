@@ -23,12 +23,15 @@ from . import connect
 from .browsing import DueHistogram, InFlightEvent
 from .connect import Client
 from .consumer import Handler
+from .dedup import Dedup, dedup_mode
 from .events import Event
+from .flow_control import KEEP, FlowControl, Keep
 from .groups import check_group, check_view
 from .health import ServiceHealth
 from .heartbeat import WorkerInfo
 from .history import HistoryPoint, Window
 from .inspection import DeadLetter, EventInfo, EventTypeRef, ScheduledEvent
+from .limits import FlowLimits, Rate
 from .options import Options
 from .repartition import RepartitionResult
 from .retry import Backoff, delay_ms, due_unix_ms
@@ -61,6 +64,7 @@ class EventService:
         self._inspector, self._browser, self._enqueuer = parts.inspector, parts.browser, parts.enqueuer
         self._finder = parts.finder
         self._runtime = parts.runtime
+        self._flow = FlowControl(parts.store)
         self._scheduler = parts.runtime.scheduler
         self._schedules = parts.schedules
 
@@ -222,6 +226,68 @@ class EventService:
             await self._runtime.pending.flush()
         return await self._groups.counts(self._types.name(event_type))
 
+    # -- flow control ----------------------------------------------------------------
+
+    async def set_limits(
+        self,
+        event_type: EventTypeRef,
+        *,
+        concurrency: int | Keep | None = KEEP,
+        rate: str | Rate | Keep | None = KEEP,
+        per_key_concurrency: int | None = None,
+        per_key_rate: str | Rate | None = None,
+        group: str | None = None,
+    ) -> FlowLimits:
+        """Store fleet-wide flow limits of ``event_type`` (or of one delivery ``group``).
+
+        ``concurrency``: handlers in flight across every process (live leases,
+        so a crashed worker's slots come back when its leases expire).
+        ``rate``: handler starts per period across every process, e.g.
+        ``"100/s"``, ``"6000/min"``, ``"5/10s"``, ``"100/s burst 20"`` (the
+        bucket: starts allowed at once after an idle spell; default 100 ms
+        worth, at least 1) or a :class:`~delayq.limits.Rate`. ``None`` removes
+        a limit; a limit not given is left as it is. Every process obeys the
+        change within about a second; ``add_handler``'s ``concurrency`` still
+        bounds each process. Returns the limits now stored. Raises
+        ``ValueError`` for a bad value and for a partitioned type (see
+        docs/FLOW.md). ``per_key_concurrency`` and ``per_key_rate`` need flow
+        keys, which are not implemented yet: anything but ``None`` raises
+        ``NotImplementedError``.
+        """
+        if per_key_concurrency is not None or per_key_rate is not None:
+            raise NotImplementedError("per-key limits need flow keys, which delayq lacks yet")
+        name, partitions = self._flow_type(event_type)
+        return await self._flow.set_limits(
+            name, partitions, check_group(group), concurrency=concurrency, rate=rate
+        )
+
+    async def limits(self, event_type: EventTypeRef, *, group: str | None = None) -> FlowLimits:
+        """The flow limits stored for ``event_type`` (or one delivery ``group``), paused
+        state included; all None/False when none is set."""
+        name, partitions = self._flow_type(event_type)
+        return await self._flow.limits(name, partitions, check_group(group))
+
+    async def pause(self, event_type: EventTypeRef, group: str | None = None) -> None:
+        """Start no new handler of ``event_type`` (or of ``group``) in any process.
+
+        Events are still accepted, scheduled and made ready; running handlers
+        finish. Once this returns no claim succeeds, so the only handlers that
+        start afterwards are those of events already claimed. Durable (stored
+        in Redis) until :meth:`resume`.
+        """
+        name, partitions = self._flow_type(event_type)
+        await self._flow.set_paused(name, partitions, check_group(group), True)
+
+    async def resume(self, event_type: EventTypeRef, group: str | None = None) -> None:
+        """Undo :meth:`pause`: waiting consumers are woken at once (within a second at most)."""
+        name, partitions = self._flow_type(event_type)
+        await self._flow.set_paused(name, partitions, check_group(group), False)
+
+    def _flow_type(self, event_type: EventTypeRef) -> tuple[str, int]:
+        name = self._types.name(event_type)
+        cls = self._types.cls_of(name)
+        return name, 1 if cls is None else cls.event_partitions
+
     # -- enqueueing ----------------------------------------------------------------
 
     async def enqueue_with_delay(
@@ -231,6 +297,8 @@ class EventService:
         *,
         context: Mapping[str, str] | None = None,
         replace: bool = False,
+        debounce: float | timedelta | None = None,
+        unique_for: float | timedelta | None = None,
     ) -> bool:
         """Handle ``event`` once ``delay`` (a timedelta or seconds, >= 0) has passed.
 
@@ -238,9 +306,18 @@ class EventService:
         When an event of the same type and id exists, it is kept and False is
         returned, unless ``replace=True`` swaps its payload, context and due
         time in one step (and returns True).
+
+        Two more dedup modes (at most one of the three per call; docs/FLOW.md):
+        ``debounce=max_wait`` replaces an existing event like ``replace`` but
+        never pushes its due time past the id's first enqueue + ``max_wait``
+        (``delay`` must not exceed ``max_wait``); ``unique_for=ttl`` keeps the
+        first like the default, and once the event has been handled refuses
+        the id (returns False) until ``ttl`` has passed.
         """
         ms = delay_ms(delay)
-        return await self._enqueuer.one(event, ms, absolute=False, context=context, replace=replace)
+        mode = dedup_mode(replace, debounce, unique_for)
+        _check_debounce(mode, ms)
+        return await self._enqueuer.one(event, ms, absolute=False, context=context, replace=mode)
 
     async def enqueue_at(
         self,
@@ -249,10 +326,15 @@ class EventService:
         *,
         context: Mapping[str, str] | None = None,
         replace: bool = False,
+        unique_for: float | timedelta | None = None,
     ) -> bool:
-        """Handle ``event`` at ``when`` (a timezone-aware datetime); past times mean now."""
+        """Handle ``event`` at ``when`` (a timezone-aware datetime); past times mean now.
+
+        ``replace`` and ``unique_for`` as in :meth:`enqueue_with_delay`.
+        """
         ms = due_unix_ms(when)
-        return await self._enqueuer.one(event, ms, absolute=True, context=context, replace=replace)
+        mode = dedup_mode(replace, None, unique_for)
+        return await self._enqueuer.one(event, ms, absolute=True, context=context, replace=mode)
 
     async def enqueue_many(
         self,
@@ -261,13 +343,16 @@ class EventService:
         *,
         context: Mapping[str, str] | None = None,
         replace: bool = False,
+        unique_for: float | timedelta | None = None,
     ) -> list[bool]:
         """Enqueue many events in pipelined batches; one result per event, in order.
 
         Items are events (due after ``delay``) or ``(event, delay)`` pairs. All
-        items are validated before anything is written.
+        items are validated before anything is written. ``replace`` and
+        ``unique_for`` as in :meth:`enqueue_with_delay`.
         """
-        return await self._enqueuer.many(events, delay, context, replace)
+        mode = dedup_mode(replace, None, unique_for)
+        return await self._enqueuer.many(events, delay, context, mode)
 
     async def enqueue_envelopes(
         self,
@@ -570,3 +655,10 @@ class EventService:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+def _check_debounce(mode: bool | Dedup, ms: int) -> None:
+    if isinstance(mode, Dedup) and mode.mode == "debounce" and ms > mode.ms:
+        raise ValueError(
+            f"a debounced event's delay ({ms} ms) must not exceed debounce ({mode.ms} ms)"
+        )

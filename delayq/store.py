@@ -23,6 +23,7 @@ from ._store.dead import DeadLetters
 from ._store.delivery import Deliveries
 from ._store.enqueueing import ENQUEUE_CHUNK as ENQUEUE_CHUNK
 from ._store.enqueueing import Enqueueing
+from ._store.flow import FlowLimitsStore
 from ._store.records import (
     Claimed,
     DeadRecord,
@@ -30,6 +31,7 @@ from ._store.records import (
     MoveResult,
     QueueCounts,
     ScheduledRecord,
+    Throttle,
     sum_counts,
 )
 from ._store.schedules import ScheduleStore
@@ -45,12 +47,16 @@ __all__ = [
     "QueueCounts",
     "ScheduledRecord",
     "Store",
+    "Throttle",
     "WakeupListener",
     "sum_counts",
 ]
 
 
-class Store(Enqueueing, Scheduling, Deliveries, DeadLetters, Browsing, Workers, ScheduleStore):
+class Store(
+    Enqueueing, Scheduling, Deliveries, DeadLetters, Browsing, Workers, ScheduleStore,
+    FlowLimitsStore,
+):
     """Queue operations on one Redis for one prefix.
 
     Per-type operations take a *shard* where they say ``type_name``: the type
@@ -78,6 +84,7 @@ class Store(Enqueueing, Scheduling, Deliveries, DeadLetters, Browsing, Workers, 
         self.blocking = blocking if blocking is not None else redis
         self.keys = PrefixKeys(prefix)
         self._type_keys = {}
+        self._flow_views = {}
         self._scripts = {
             name: redis.register_script(lua.source(name))
             for name in (*lua.PER_TYPE, *lua.GROUPED, *lua.STANDALONE)

@@ -388,3 +388,34 @@ async def test_in_flight_upcoming_charts_and_event_actions_per_group(setup, wait
             assert r.status_code == 403
     finally:
         release.set()
+
+
+async def test_flow_card_and_pause_resume(setup) -> None:
+    """The type page shows the limits and the paused state; pause and resume are CSRF-checked
+    actions, refused in read-only mode."""
+    service, _ = setup
+    await service.enqueue_with_delay(Page(id="a"), 3600)
+    await service.set_limits("dash-page", concurrency=3, rate="10/s")
+    async with _client(create_app(service)) as http:
+        page = await http.get("/type", params={"name": "dash-page"})
+        assert 'id="limit-concurrency">3<' in page.text and "10/s burst 1" in page.text
+        assert 'id="pause-btn"' in page.text
+        token = _csrf(page.text)
+        data = {"type": "dash-page", "action": "pause"}
+        r = await http.post("/actions/flow", data={**data, "csrf": "x" * 64})
+        assert r.status_code == 403
+        assert not (await service.limits("dash-page")).paused
+        r = await http.post("/actions/flow", data={**data, "csrf": token})
+        assert r.status_code == 200 and "Paused" in r.text
+        assert (await service.limits("dash-page")).paused
+        page = await http.get("/type", params={"name": "dash-page"})
+        assert 'id="resume-btn"' in page.text and ">paused<" in page.text
+        r = await http.post("/actions/flow", data={**data, "action": "resume", "csrf": token})
+        assert r.status_code == 200 and not (await service.limits("dash-page")).paused
+    async with _client(create_app(service, read_only=True)) as http:
+        page = await http.get("/type", params={"name": "dash-page"})
+        assert 'id="limit-concurrency"' in page.text and 'id="pause-btn"' not in page.text
+        r = await http.post("/actions/flow", data={"type": "dash-page", "action": "pause",
+                                                   "csrf": "x"})  # fmt: skip
+        assert r.status_code == 403
+    assert not (await service.limits("dash-page")).paused

@@ -45,6 +45,7 @@ class StoreBase:
     replica_timeout_ms: int
     keys: PrefixKeys
     _type_keys: dict[tuple[str, str | None], KeyView]
+    _flow_views: dict[tuple[str, str | None], tuple[str, ...]]
     _scripts: dict[str, AsyncScript]
 
     def _k(self, type_name: str, group: str | None = None) -> KeyView:
@@ -54,6 +55,26 @@ class StoreBase:
             keys = self.keys.for_shard(type_name).view(group)
             self._type_keys[type_name, group] = keys
         return keys
+
+    def _flow_keys(self, type_name: str, group: str | None = None) -> tuple[str, ...]:
+        """A group's view of a shard, its flow keys (limits, wake) and the type's dedup
+        marks: KEYS[1..16]."""
+        keys = self._flow_views.get((type_name, group))
+        if keys is None:
+            tk = self.keys.for_shard(type_name)
+            keys = (*self._k(type_name, group), tk.limits(group), tk.wake(group), tk.dedup)
+            self._flow_views[type_name, group] = keys
+        return keys
+
+    def _script_keys(
+        self, script: str, type_name: str, group: str | None, n: int | None = None
+    ) -> Sequence[str]:
+        """The keys a per-type script takes (``lua.key_count``, or the first ``n``) for a
+        group of a shard."""
+        n = n or _KEY_COUNT[script]
+        if n > 13:
+            return self._flow_keys(type_name, group)[:n]
+        return self._k(type_name, group)[:n]
 
     def _read_keys(self, type_name: str, group: str | None) -> Sequence[str]:
         """The keys of a read-only script: the type's ten (its default group's lists, no
@@ -69,10 +90,17 @@ class StoreBase:
         return await self._scripts[script](keys=self._read_keys(type_name, group), args=args)
 
     async def _run(
-        self, script: str, type_name: str, args: Sequence[Any], *, group: str | None = None
+        self,
+        script: str,
+        type_name: str,
+        args: Sequence[Any],
+        *,
+        group: str | None = None,
+        n: int | None = None,
     ) -> Any:
-        """Run a per-type script on a group's view of a shard (None: the default group)."""
-        keys = self._k(type_name, group)[: _KEY_COUNT[script]]
+        """Run a per-type script on a group's view of a shard (None: the default group);
+        ``n``: give it only its first ``n`` keys (a call that needs fewer)."""
+        keys = self._script_keys(script, type_name, group, n)
         return await self._scripts[script](keys=keys, args=args)
 
     async def _calls(
@@ -122,13 +150,14 @@ class StoreBase:
         *,
         wait: bool = False,
         group: str | None = None,
+        n: int | None = None,
     ) -> list[Any]:
         """Run a per-type script once per ``args`` on one view, in one pipeline (one slot).
 
         With ``wait`` and ``min_replicas``, raise or warn (see :meth:`_replicated`)
         unless that many replicas confirm the calls.
         """
-        keys = self._k(type_name, group)[: _KEY_COUNT[script]]
+        keys = self._script_keys(script, type_name, group, n)
         wait = wait and self.min_replicas > 0
         replies = await self._calls(script, [(keys, args) for args in calls], wait=wait)
         if wait:
@@ -136,12 +165,18 @@ class StoreBase:
         return replies
 
     async def _run_durable(
-        self, script: str, type_name: str, args: Sequence[Any], *, group: str | None = None
+        self,
+        script: str,
+        type_name: str,
+        args: Sequence[Any],
+        *,
+        group: str | None = None,
+        n: int | None = None,
     ) -> Any:
         """Run a script; with ``min_replicas``, also wait for that many replicas to have it."""
         if not self.min_replicas:
-            return await self._run(script, type_name, args, group=group)
-        (reply,) = await self._pipelined(script, type_name, [args], wait=True, group=group)
+            return await self._run(script, type_name, args, group=group, n=n)
+        (reply,) = await self._pipelined(script, type_name, [args], wait=True, group=group, n=n)
         return reply
 
     def _replicated(self, replicas: int, script: str, type_name: str) -> None:

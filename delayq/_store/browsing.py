@@ -44,7 +44,7 @@ class Browsing(Layouts, DeliveryGroups):
         names = sorted(type_names)
         per_name = [self.shards(name) for name in names]
         calls: list[tuple[Sequence[str], Sequence[Any]]] = [
-            (self._read_keys(s, None), []) for sl in per_name for s in sl
+            (self._counts_keys(s, None), []) for sl in per_name for s in sl
         ]
         replies = await self._calls("counts", calls)
         result: dict[str, QueueCounts] = {}
@@ -53,6 +53,16 @@ class Browsing(Layouts, DeliveryGroups):
             result[name] = sum_counts([_counts(r) for r in replies[at : at + len(shard_list)]])
             at += len(shard_list)
         return result
+
+    def _counts_keys(self, type_name: str, group: str | None) -> Sequence[str]:
+        """``counts.lua``'s keys: the read keys (see :meth:`_read_keys`; the type's own
+        schedule stands in for a retry schedule it must not count), then the limits
+        HASH, for the paused flag."""
+        tk = self.keys.for_shard(type_name)
+        if group is None:
+            view = self._k(type_name)
+            return (*view[:12], view.scheduled, tk.limits())
+        return (*self._read_keys(type_name, group), tk.limits(group))
 
     async def shard_counts(self, shard_list: Sequence[str]) -> list[QueueCounts]:
         """Counts of each shard on its own."""
@@ -123,7 +133,7 @@ class Browsing(Layouts, DeliveryGroups):
         is the type's schedule plus the group's retries, ``backlog_age`` the group's."""
         names = sorted(groups)
         calls: list[tuple[Sequence[str], Sequence[Any]]] = [
-            (self._read_keys(type_name, name), []) for name in names
+            (self._counts_keys(type_name, name), []) for name in names
         ]
         replies = await self._calls("counts", calls)
         return {name: _counts(r) for name, r in zip(names, replies, strict=True)}

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import cast
 
 from .base import StoreBase, log
-from .records import Claimed
+from .records import Claimed, Throttle
 
 
 class Deliveries(StoreBase):
@@ -32,7 +32,31 @@ class Deliveries(StoreBase):
 
         Returns Redis's time in µs and the events now leased to the caller.
         """
+        now_us, claimed, _ = await self.claim_limited(
+            type_name, popped, more, visibility_ms, group=group
+        )
+        return now_us, claimed
+
+    async def claim_limited(
+        self,
+        type_name: str,
+        popped: Sequence[bytes],
+        more: int,
+        visibility_ms: int,
+        *,
+        group: str | None = None,
+    ) -> tuple[int, list[Claimed], Throttle | None]:
+        """:meth:`claim`, and how the group's flow limits held it back (None: they did not).
+
+        Entries the limits did not allow went back to the ready list, in order.
+        """
         r = await self._run("claim", type_name, [visibility_ms, more, *popped], group=group)
+        throttle = None
+        head = r[0]
+        if isinstance(head, list):
+            reason = head[2].decode() if isinstance(head[2], bytes) else str(head[2])
+            throttle = Throttle(int(head[1]), reason, int(head[3]), int(head[4]))
+            head = head[0]
         claimed = [
             Claimed(
                 raw_id=r[i],
@@ -52,7 +76,15 @@ class Deliveries(StoreBase):
                 [m.decode("utf-8", "replace") for m in missing[:10]],
             )
             claimed = [c for c in claimed if c.attempt != 0]
-        return int(r[0]), claimed
+        return int(head), claimed, throttle
+
+    async def wait_for_flow(
+        self, type_name: str, timeout: float, *, group: str | None = None
+    ) -> bool:
+        """Block up to ``timeout`` s for a wake-up token of a flow-limited group (an ack freed
+        a slot, the limits changed); True when one came."""
+        key = self.keys.for_shard(type_name).wake(group)
+        return await self.blocking.blpop([key], timeout=max(0.02, timeout)) is not None
 
     async def ack(
         self, type_name: str, done: Iterable[tuple[bytes, bytes]], *, group: str | None = None

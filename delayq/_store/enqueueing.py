@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from ..dedup import Dedup
 from ..errors import QueueFullError, RedisResponseError, error_code
 from .groups import DeliveryGroups
 from .layouts import Layouts
@@ -31,7 +32,7 @@ class _Batch:
 class Enqueueing(Layouts, DeliveryGroups):
     """Adding, replacing and cancelling events."""
 
-    _batches: dict[tuple[str, bool, bool], _Batch]
+    _batches: dict[tuple[str, bool, bool | Dedup], _Batch]
 
     async def enqueue(
         self,
@@ -39,12 +40,13 @@ class Enqueueing(Layouts, DeliveryGroups):
         items: Sequence[tuple[str, bytes, int]],
         *,
         absolute: bool,
-        replace: bool,
+        replace: bool | Dedup,
     ) -> list[int]:
         """Add ``(id, envelope, ms)`` items of one type; return a code per item.
 
-        Codes: 1 added, 0 kept (the id exists), 2 replaced. ``ms`` is a delay
-        or, with ``absolute``, a unix time in ms. Chunks are pipelined.
+        Codes: 1 added, 0 kept (the id exists, or unique_for refused it), 2
+        replaced. ``ms`` is a delay or, with ``absolute``, a unix time in ms.
+        ``replace`` may be a :class:`~delayq.dedup.Dedup` mode. Chunks are pipelined.
 
         Single-event calls made concurrently (say, a hundred request handlers
         each enqueueing one event) are coalesced: events of one type and mode
@@ -70,7 +72,7 @@ class Enqueueing(Layouts, DeliveryGroups):
         if tasks:
             await asyncio.wait(tasks)
 
-    async def _flush(self, key: tuple[str, bool, bool], batch: _Batch) -> None:
+    async def _flush(self, key: tuple[str, bool, bool | Dedup], batch: _Batch) -> None:
         """Send coalesced single-event enqueues until none are waiting."""
         type_name, absolute, replace = key
         sending: list[tuple[tuple[str, bytes, int], asyncio.Future[int]]] = []
@@ -110,7 +112,7 @@ class Enqueueing(Layouts, DeliveryGroups):
         items: Sequence[tuple[str, bytes, int]],
         *,
         absolute: bool,
-        replace: bool,
+        replace: bool | Dedup,
     ) -> list[int]:
         """Enqueue now (not coalesced); Redis out of memory raises :class:`QueueFullError`."""
         try:
@@ -136,13 +138,18 @@ class Enqueueing(Layouts, DeliveryGroups):
         items: Sequence[tuple[str, bytes, int]],
         *,
         absolute: bool,
-        replace: bool,
+        replace: bool | Dedup,
     ) -> list[int]:
         """One script call per chunk of ``ENQUEUE_CHUNK`` items, pipelined."""
         await self.register_type(type_name)
         # "<replace>:<call id>:<chunk no>": the call id lets the script tell
         # a retried chunk from a new call that encoded identical bytes.
-        flags = f"{'1' if replace else '0'}:{uuid.uuid4().hex}"
+        # a dedup mode ("d<ms>", "u<ms>") needs the dedup key too; the plain modes
+        # send the keys they always sent
+        dedup = isinstance(replace, Dedup)
+        n = None if dedup else 13
+        mode_flag = replace.flag if isinstance(replace, Dedup) else "1" if replace else "0"
+        flags = f"{mode_flag}:{uuid.uuid4().hex}"
         chunks = [items[i : i + ENQUEUE_CHUNK] for i in range(0, len(items), ENQUEUE_CHUNK)]
         # ":mp": each chunk's events go as two arguments, not three per event
         # (redis-py's packing of many small arguments costs more than the script)
@@ -159,9 +166,9 @@ class Enqueueing(Layouts, DeliveryGroups):
             for n, chunk in enumerate(chunks, 1)
         ]
         if len(calls) == 1:
-            codes = [int(c) for c in await self._run_durable("enqueue", type_name, calls[0])]
+            codes = [int(c) for c in await self._run_durable("enqueue", type_name, calls[0], n=n)]
         else:
-            replies = await self._pipelined("enqueue", type_name, calls, wait=True)
+            replies = await self._pipelined("enqueue", type_name, calls, wait=True, n=n)
             codes = [int(c) for reply in replies for c in reply]
         if 3 in codes:  # replaces of events already fanned out to delivery groups
             for i, code in enumerate(codes):

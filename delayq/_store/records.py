@@ -16,6 +16,7 @@ __all__ = [
     "QueueCounts",
     "ReadyRecord",
     "ScheduledRecord",
+    "Throttle",
     "sum_counts",
 ]
 
@@ -34,6 +35,20 @@ class Claimed:
     def id(self) -> str:
         """The event id as text."""
         return self.raw_id.decode("utf-8", "replace")
+
+
+@dataclass(frozen=True, slots=True)
+class Throttle:
+    """How a claim was held back by flow limits (see ``lua/claim.lua``)."""
+
+    wait_ms: int
+    """How long to wait before claiming again (0..1000)."""
+    reason: str
+    """``paused``, ``concurrency`` or ``rate``: the last limit that held back."""
+    live: int
+    """Live leases of the group across the fleet (0 without a concurrency limit)."""
+    limit: int
+    """The fleet-wide concurrency limit, -1 when none is set."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +100,8 @@ class QueueCounts:
     due: int = field(default=0, compare=False)
     """Due events that no consumer has claimed yet: ``ready`` plus scheduled events whose
     due time has passed."""
+    paused: bool = field(default=False, compare=False)
+    """True while the type (its default group) is paused (``EventService.pause``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +196,7 @@ def _counts(r: Sequence[Any]) -> QueueCounts:
         next_due_at=_utc(next_due) if next_due >= 0 else None,
         backlog_age=max(0, now - oldest) / 1000 if oldest is not None else 0.0,
         due=ready + overdue,
+        paused=len(r) > 8 and int(r[8]) == 1,
     )
 
 

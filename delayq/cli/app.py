@@ -22,6 +22,7 @@ COMMAND_MODULES: list[str] = [
     "delayq.cli.check",
     "delayq.cli.queues",
     "delayq.cli.dead",
+    "delayq.cli.flow",
     "delayq.cli.events",
     "delayq.cli.workers",
     "delayq.cli.schedules",

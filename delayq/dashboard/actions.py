@@ -1,4 +1,5 @@
-"""The dashboard's actions: POSTs that requeue, purge, cancel or run events now.
+"""The dashboard's actions: POSTs that requeue, purge, cancel or run events now, and
+pause or resume a type (or group).
 
 Each is checked for a CSRF token and refused in read-only mode before it does
 anything; everything it changes goes through the public
@@ -144,3 +145,31 @@ class Actions:
             )  # fmt: skip
         return dash.message(request, 200, heading, message, back=name, back_group=back_group,
                             event=(name, event_id))  # fmt: skip
+
+    async def flow(self, request: Request) -> Response:
+        """Pause or resume a type (or the form's delivery group) fleet-wide."""
+        dash = self.dash
+        form, refused = await self._checked_form(request)
+        if refused is not None:
+            return refused
+        name = dash.type_name(str(form.get("type", "")))
+        group = dash.group_name(form.get("group"))
+        group_arg = dash.group_arg(group)
+        action = form.get("action")
+        if action not in ("pause", "resume"):
+            return dash.message(request, 400, "Bad request", "Unknown action.")
+        where = name if group_arg is None else f"{name}, group {group}"
+        try:
+            if action == "pause":
+                await dash.service.pause(name, group=group_arg)
+            else:
+                await dash.service.resume(name, group=group_arg)
+        except ValueError as exc:  # a partitioned type
+            return dash.message(request, 400, "Refused", str(exc), back=name, back_group=group_arg)
+        heading = "Paused" if action == "pause" else "Resumed"
+        message = (
+            f"{where}: no new handler starts in any process; events are still accepted."
+            if action == "pause"
+            else f"{where}: waiting workers start handling again."
+        )
+        return dash.message(request, 200, heading, message, back=name, back_group=group_arg)

@@ -266,6 +266,7 @@ def create_app(
         Route("/actions/schedule", schedules.action, methods=["POST"], name="schedule_action"),
         Route("/actions/dead", actions.dead, methods=["POST"], name="dead_action"),
         Route("/actions/event", actions.event, methods=["POST"], name="event_action"),
+        Route("/actions/flow", actions.flow, methods=["POST"], name="flow_action"),
         Mount("/static", StaticFiles(packages=[("delayq.dashboard", "static")]), name="static"),
     ]
     app = Starlette(

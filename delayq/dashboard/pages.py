@@ -17,6 +17,7 @@ from starlette.responses import Response
 
 from ..history import HistoryPoint, Window
 from ..keys import DEFAULT_GROUP
+from ..limits import FlowLimits
 from ..store import QueueCounts
 from .charts import Series, bar_chart, line_chart
 from .view import DashboardView
@@ -253,9 +254,14 @@ class Pages:
                 self._history_charts([name], window, group_arg),
             )  # fmt: skip
         counts = context["counts"]
+        try:
+            limits: FlowLimits | None = await dash.service.limits(name, group=group_arg)
+        except ValueError:  # a partitioned type has no flow limits
+            limits = None
         return dash.render(
             request,
             "type.html",
+            limits=limits,
             dead=dead,
             dead_offset=dead_offset,
             dead_total=counts.dead if counts is not None else 0,

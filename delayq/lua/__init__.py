@@ -56,6 +56,7 @@ STANDALONE = (
     "schedule_write",
     "schedule_index",
     "schedule_due",
+    "limits_set",
 )
 
 
@@ -73,9 +74,12 @@ def source(name: str) -> str:
     return body
 
 
-# The prelude's names of KEYS[11..13] (and the helpers that read them), by the
+# The prelude's names of KEYS[11..16] (and the helpers that read them), by the
 # number of keys a script must be given to have them.
 _OPTIONAL_KEYS = (
+    (16, re.compile(r"\bK_DEDUP\b|KEYS\[16\]")),
+    (15, re.compile(r"\bK_WAKE\b|KEYS\[15\]|\bwake_waiters\(")),
+    (14, re.compile(r"\bK_LIMITS\b|KEYS\[14\]")),
     (13, re.compile(r"\bK_GSCHED\b|KEYS\[13\]")),
     (12, re.compile(r"\bK_PENDING\b|KEYS\[12\]|\bcounting\(|\brelease\(")),
     (11, re.compile(r"\bK_GROUPS\b|KEYS\[11\]|\bgrouped\(")),
@@ -85,7 +89,8 @@ _OPTIONAL_KEYS = (
 @cache
 def key_count(name: str) -> int:
     """How many keys of a group's view (``keys.TypeKeys.view``) the per-type script ``name``
-    uses: its ten, then groups, pending and the retry schedule as far as its code reads them.
+    uses: its ten, then groups, pending, the retry schedule, the flow limits, the
+    wake list and the dedup set, as far as its code reads them.
 
     Derived from the script's own code (comments left out), so a type without groups
     sends only what the script needs.

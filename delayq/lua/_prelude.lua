@@ -14,6 +14,25 @@
 local K_EVENTS, K_SCHEDULED, K_READY, K_QUEUED, K_INFLIGHT = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local K_LEASES, K_ATTEMPTS, K_ERRORS, K_DEAD, K_META = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local K_GROUPS, K_PENDING, K_GSCHED = KEYS[11], KEYS[12], KEYS[13]
+-- Flow control (delayq/limits.py, docs/FLOW.md) adds two more, after those:
+--   KEYS[14] limits   HASH of the group's flow limits (absent: no limits)
+--   KEYS[15] wake     LIST of wake-up tokens for consumers waiting for a slot
+local K_LIMITS, K_WAKE = KEYS[14], KEYS[15]
+-- and dedup modes one more:
+--   KEYS[16] dedup    ZSET 'd:<id>' -> end of its debounce window (ms),
+--                     'u:<id>' -> refused until (ms), or -ttl while not handled yet
+local K_DEDUP = KEYS[16]
+
+-- Wakes up to n consumers waiting for a slot of a type with flow limits (they
+-- BLPOP the wake list, a second at most): one token each, a few kept for a
+-- second, so a token nobody takes costs at most one needless claim.
+local function wake_waiters(n)
+  local tokens = {}
+  for i = 1, math.min(n, 16) do tokens[i] = '1' end
+  redis.call('LPUSH', K_WAKE, unpack(tokens))
+  redis.call('LTRIM', K_WAKE, 0, 15)
+  redis.call('PEXPIRE', K_WAKE, 1000)
+end
 
 -- True when the type has named delivery groups (its registry exists). Callers
 -- that pass no registry key (delayq.spark's older callers, tests) are ungrouped.

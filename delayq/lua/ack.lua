@@ -1,13 +1,20 @@
 -- ack: handlers succeeded; their events leave Redis.
 --
--- KEYS: the ten keys of the group, then groups, pending (see _prelude.lua).
+-- KEYS: the ten keys of the group, then groups, pending, retries (unused),
+--   limits, wake and dedup (see _prelude.lua).
 -- ARGV: pairs id, token (the claim token of the delivery that succeeded)
 -- Returns: how many events were removed.
 -- Guarantees: only the current delivery removes an event. A stale ack (the
 -- lease expired and the event was redelivered, replaced or cancelled) is a
 -- no-op, so a newer delivery or a replaced payload is never lost. The envelope
 -- goes with the last group holding the event (see release in _prelude.lua).
+-- With a fleet-wide concurrency limit, consumers waiting for a slot are woken
+-- (one HEXISTS per call when the type has none). An event enqueued with
+-- unique_for, once its last group is done, is refused for its ttl from now
+-- (one EXISTS per call when no dedup mode was ever used).
 local counted = counting()
+local unique = redis.call('EXISTS', K_DEDUP) == 1
+local now = unique and clock_ms()
 local removed = 0
 for i = 1, #ARGV, 2 do
   local id = ARGV[i]
@@ -20,6 +27,15 @@ for i = 1, #ARGV, 2 do
     redis.call('HDEL', K_LEASES, id)
     release(id, counted)
     removed = removed + 1
+    if unique then
+      local ttl = tonumber(redis.call('ZSCORE', K_DEDUP, 'u:' .. id))
+      if ttl and ttl < 0 and redis.call('HEXISTS', K_EVENTS, id) == 0 then
+        redis.call('ZADD', K_DEDUP, now - ttl, 'u:' .. id)
+      end
+    end
   end
+end
+if removed > 0 and redis.call('HEXISTS', K_LIMITS, 'concurrency') == 1 then
+  wake_waiters(removed)
 end
 return removed

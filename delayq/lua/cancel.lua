@@ -1,12 +1,14 @@
 -- cancel: remove an event that has not been handled successfully yet.
 --
--- KEYS: the ten keys of the type, then groups (see _prelude.lua).
+-- KEYS: the ten keys of the type, then groups, pending, retries, limits, wake
+--   (unused) and dedup (see _prelude.lua).
 -- ARGV[1] id
 -- Returns: 1 removed, 0 no such pending event (unknown, or a dead letter:
 --          dead letters are removed with dead_purge), or {'stale', group...}
 --          when the type has delivery groups (the caller runs group_cancel.lua).
 -- Guarantees: the event is gone from every state at once; a stale ready
 -- entry is skipped by claim, and a running handler's ack becomes a no-op.
+-- A cancelled event was not handled: its unique_for mark (still -ttl) goes.
 local id = ARGV[1]
 if grouped() then return {'stale', unpack(redis.call('HKEYS', K_GROUPS))} end
 if redis.call('ZSCORE', K_DEAD, id) then return 0 end
@@ -17,4 +19,6 @@ redis.call('ZREM', K_INFLIGHT, id)
 redis.call('HDEL', K_LEASES, id)
 redis.call('HDEL', K_ATTEMPTS, id)
 redis.call('HDEL', K_ERRORS, id)
+local mark = tonumber(redis.call('ZSCORE', K_DEDUP, 'u:' .. id))
+if mark and mark < 0 then redis.call('ZREM', K_DEDUP, 'u:' .. id) end
 return 1

@@ -4,10 +4,12 @@
 -- KEYS: the ten keys of the type (see _prelude.lua); or, for one delivery
 --       group, its read view (delayq.keys.TypeKeys.read_view: the type's
 --       schedule, the group's lists, and KEYS[13] the group's retry schedule,
---       counted as scheduled too).
+--       counted as scheduled too); then KEYS[14], the limits HASH (for a
+--       type's own counts KEYS[13] is its schedule again, so not counted twice).
 -- ARGV: none
 -- Returns: {scheduled, ready, in_flight, dead, next_due_ms (-1: none scheduled),
---           scheduled_overdue, oldest_ready_entry or false, now_ms}
+--           scheduled_overdue, oldest_ready_entry or false, now_ms, paused}
+--   paused             1 while the type (group) is paused (see limits.lua), else 0
 --   scheduled_overdue  scheduled events whose due time has passed (the
 --                      scheduler has not moved them yet)
 --   oldest_ready_entry the "<due ms>:<id>" entry at the head of the ready
@@ -35,4 +37,5 @@ return {
   overdue,
   redis.call('LINDEX', K_READY, -1),
   now,
+  K_LIMITS and redis.call('HEXISTS', K_LIMITS, 'paused') or 0,
 }

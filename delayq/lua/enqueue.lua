@@ -1,12 +1,15 @@
 -- enqueue: add events of one type, or find them already there.
 --
 -- KEYS: the ten keys of the type, then groups, pending, the default group's
---       retry schedule (see _prelude.lua; the last three are optional).
+--       retry schedule (see _prelude.lua; the last three are optional); with
+--       'd' or 'u' in ARGV[2] also limits, wake (unused) and KEYS[16] dedup.
 -- ARGV[1]  'delay' (times are ms from now on Redis's clock) or 'at' (unix ms);
 --          with ':mp' appended the triples come packed in ARGV[5] and ARGV[6]
 --          (two arguments per call instead of three per event: cheaper to send)
--- ARGV[2]  '1' to replace an existing event with the same id, else '0'; optionally
---          followed by ':<call id>:<chunk no>' (a hex id per client call, chunks 1..n)
+-- ARGV[2]  '1' to replace an existing event with the same id, '0' to keep it,
+--          'd<ms>' to debounce (max wait ms), 'u<ms>' for unique-for (ttl ms);
+--          optionally followed by ':<call id>:<chunk no>' (a hex id per client
+--          call, chunks 1..n)
 -- ARGV[3]  wake-up channel, ARGV[4] type name
 -- ARGV[5..] triples: id, envelope, time; or with ':mp': ARGV[5] a MessagePack
 --          array id, time, envelope length, ... and ARGV[6] the envelopes joined
@@ -23,8 +26,15 @@
 -- straight to the ready list, or, once the type has delivery groups, to the
 -- schedule at their due time (the scheduler fans them out: enqueue costs the
 -- same whatever the number of groups).
+-- Dedup modes (docs/FLOW.md), only when ARGV[2] asks (the plain path is
+-- unchanged): 'd' debounce = a replace whose due time never passes the end
+-- of the id's window (its first enqueue + max wait, `d:<id>` in dedup);
+-- 'u' unique-for = keep-first, and refused while `u:<id>` in dedup holds a
+-- time after now (set by ack.lua to handled + ttl from the pending -ttl
+-- written here). Expired dedup entries are pruned, 100 per call.
 check_keys(2, 3, 4, 10)  -- scheduled, ready, queued, meta
-if string.sub(ARGV[2], 1, 1) == '1' then check_keys(5, 6, 7, 8, 9) end  -- replace: the rest
+local dmode = string.sub(ARGV[2], 1, 1)
+if dmode == '1' or dmode == 'd' then check_keys(5, 6, 7, 8, 9) end  -- replace: the rest
 local now = clock_ms()
 local mode, items, first = ARGV[1], ARGV, 5
 if string.sub(mode, -3) == ':mp' then
@@ -40,11 +50,17 @@ if string.sub(mode, -3) == ':mp' then
 end
 local fan = grouped()
 local absolute = mode == 'at'
-local replace = string.sub(ARGV[2], 1, 1) == '1'
+local replace = dmode == '1' or dmode == 'd'
+local dms
+if dmode == 'd' or dmode == 'u' then
+  dms = tonumber(string.match(ARGV[2], '^[du](%d+)'))
+  local expired = redis.call('ZRANGEBYSCORE', K_DEDUP, 0, now, 'LIMIT', 0, 100)
+  if #expired > 0 then redis.call('ZREM', K_DEDUP, unpack(expired)) end
+end
 local channel, type_name = ARGV[3], ARGV[4]
 local codes, ready_ids, ready_dues = {}, {}, {}
 local retried, written = true, {}
-local call, chunk = string.match(ARGV[2], '^%d:(%x+):(%d+)$')
+local call, chunk = string.match(ARGV[2], '^%w+:(%x+):(%d+)$')
 if call then
   local last_call, last_chunk = string.match(redis.call('HGET', K_META, 'enqueue') or '',
     '^(%x+):(%d+)$')
@@ -82,7 +98,33 @@ for i = first, #items, 3 do
   local code = 1
   local existing = written[id]
   if existing == nil then existing = stored[(i - first) / 3 + 1] end
-  if existing == envelope and retried and not written[id] then
+  local refused = false
+  if dmode == 'd' and not (existing == envelope and retried and not written[id]) then
+    local key = 'd:' .. id
+    local cap = tonumber(redis.call('ZSCORE', K_DEDUP, key))
+    if cap == nil and existing then
+      -- no open window: an event due but not moved yet keeps its time (its
+      -- window is over); otherwise this enqueue opens one
+      local s = tonumber(redis.call('ZSCORE', K_SCHEDULED, id))
+      if s and s <= now then cap = s end
+    end
+    if cap == nil then
+      cap = now + dms
+      redis.call('ZADD', K_DEDUP, cap, key)
+    end
+    if due > cap then due = cap end
+  elseif dmode == 'u' and not existing then
+    local key = 'u:' .. id
+    local until_ms = tonumber(redis.call('ZSCORE', K_DEDUP, key))
+    if until_ms and until_ms > now then
+      refused = true  -- handled less than ttl ago
+    else
+      redis.call('ZADD', K_DEDUP, -dms, key)  -- ack.lua turns it into handled + ttl
+    end
+  end
+  if refused then
+    code = 0
+  elseif existing == envelope and retried and not written[id] then
     code = -1
   elseif existing then
     if replace and fan and redis.call('HEXISTS', K_PENDING, id) == 1 then

@@ -95,10 +95,24 @@ _COUNTERS: dict[str, tuple[str, str, str | None]] = {
     ),
     "schedule_missed": ("schedule_missed", "Schedule slots passed over by the catch-up policy", None),
     "schedule_triggers": ("schedule_triggers", "Manual fires of schedules (trigger_schedule)", None),
+    "throttled": (
+        "throttled",
+        "Claims held back by flow limits (paused, fleet concurrency or rate; docs/FLOW.md)",
+        None,
+    ),
 }
 # counters (metric names) a delivery group's consumer reports: they have a ``group`` label
 _GROUP_COUNTERS = frozenset(
-    {"delivered", "succeeded", "failed", "retried", "dead_lettered", "decode_errors", "leases_lost"}
+    {
+        "delivered",
+        "succeeded",
+        "failed",
+        "retried",
+        "dead_lettered",
+        "decode_errors",
+        "leases_lost",
+        "throttled",
+    }
 )
 _HISTOGRAMS: dict[str, tuple[str, bool, bool]] = {
     # observe() name -> (help, has an outcome label, long buckets)
@@ -119,6 +133,21 @@ _HISTOGRAMS: dict[str, tuple[str, bool, bool]] = {
         False,
         True,
     ),
+    "throttled_time": (
+        "How long consumers waited, held back by flow limits, by reason (paused, "
+        "concurrency, rate): its _sum is the throttled time",
+        True,
+        False,
+    ),
+}
+# gauges the service reports besides in_flight (labelled by event_type, "<type>:<group>"
+# for a named group)
+_GAUGE_DOCS: dict[str, str] = {
+    "paused": "1 while a consumer finds its type (group) paused (docs/FLOW.md)",
+    "fleet_in_flight": "Live leases of the type across the fleet, as its last held-back "
+    "claim saw them (against concurrency_limit)",
+    "concurrency_limit": "The fleet-wide concurrency limit of the type, as its last "
+    "held-back claim saw it",
 }
 _NAME = r"[a-zA-Z_][a-zA-Z0-9_]*"
 
@@ -267,7 +296,11 @@ class PrometheusMetrics:
                 log.debug("ignoring gauge with an invalid name %r", name)
                 return _ignore
             gauge = self._gauges[name] = self._add(
-                LocalGauge(f"{self.namespace}_{name}", f"delayq gauge {name}", ("event_type",))
+                LocalGauge(
+                    f"{self.namespace}_{name}",
+                    _GAUGE_DOCS.get(name, f"delayq gauge {name}"),
+                    ("event_type",),
+                )
             )
         if name == "in_flight":
             set_ = gauge.setter(event_type, group)

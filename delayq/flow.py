@@ -1,0 +1,73 @@
+"""A consumer's side of flow limits: waiting, without polling, after a claim was held back.
+
+``lua/claim.lua`` decides every limit atomically and answers how long to wait
+(a :class:`~delayq.store.Throttle`). This module only waits and reports:
+
+- **paused** or **at the concurrency limit**: BLPOP on the group's wake list
+  for at most ``wait_ms`` (≤ 1 s). Acks of a type with a concurrency limit, and
+  every change of limits (resume included), push wake tokens there, one
+  consumer per token; the timeout is the fallback (a slot freed by a failure or
+  an expired lease, a token lost in a failover), so a change is seen within 1 s.
+- **out of rate tokens**: sleep until the next token (≤ 1 s), plus a little
+  jitter so that the processes waiting for it do not all claim at once.
+
+Waiting costs Redis one claim per wait (and the BLPOP while it blocks): about
+one command per second per paused consumer, about ``rate`` (plus the losers of
+each token's race) while rate-limited. See docs/FLOW.md.
+
+Reported (through the service's metrics): ``throttled`` (claims held back),
+``throttled_time`` (``observe``: seconds spent waiting, ``outcome`` = the
+reason), gauges ``paused`` (1/0), ``fleet_in_flight`` and ``concurrency_limit``.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import anyio
+
+from .metrics import Metrics
+from .store import Store, Throttle
+
+__all__ = ["FlowWaits"]
+
+
+class FlowWaits:
+    """Waits of one consumer (type and group) held back by its flow limits."""
+
+    def __init__(self, store: Store, metrics: Metrics, type_name: str, group: str | None):
+        self._store = store
+        self._metrics = metrics
+        self._type_name = type_name
+        self._group = group
+        self.paused = False
+        """True while the last claim found the group paused."""
+
+    async def wait(self, shard: str, throttle: Throttle) -> None:
+        """Wait as ``throttle`` says (see the module's doc); report the time waited."""
+        metrics, type_name = self._metrics, self._type_name
+        metrics.increment("throttled", event_type=type_name)
+        paused = throttle.reason == "paused"
+        if paused != self.paused:
+            self.paused = paused
+            metrics.gauge("paused", 1.0 if paused else 0.0, event_type=type_name)
+        if throttle.limit >= 0:
+            metrics.gauge("fleet_in_flight", throttle.live, event_type=type_name)
+            metrics.gauge("concurrency_limit", throttle.limit, event_type=type_name)
+        seconds = throttle.wait_ms / 1000
+        if seconds <= 0:
+            return
+        start = time.monotonic()
+        if throttle.reason == "rate":
+            await anyio.sleep(seconds + random.uniform(0, min(0.005, seconds / 4)))
+        else:
+            await self._store.wait_for_flow(shard, seconds, group=self._group)
+        metrics.observe("throttled_time", time.monotonic() - start, event_type=type_name,
+                        outcome=throttle.reason)  # fmt: skip
+
+    def claimed(self) -> None:
+        """A claim went through unthrottled: a paused gauge goes back to 0."""
+        if self.paused:
+            self.paused = False
+            self._metrics.gauge("paused", 0.0, event_type=self._type_name)

@@ -1,0 +1,181 @@
+"""Flow limits of an event type (or one delivery group): their values, parsing and checks.
+
+The limits live in Redis (``{p:T}:limits``, a HASH; a named group's in
+``{p:T}:g:G:limits``) and are enforced by ``lua/claim.lua`` where events are
+claimed, so every process obeys them at its next claim. This module only
+turns what a user writes (``rate="100/s"``) into the fields stored there and
+back. See docs/FLOW.md.
+
+Stored fields (all optional; the key exists only while one of them is set):
+
+=========== ================================================================
+concurrency handlers in flight across the fleet (live leases), an int >= 1
+rate_n      starts per period (the ``100`` of ``"100/s"``)
+rate_ms     the period in ms
+burst       starts allowed at once after an idle spell (the bucket size)
+paused      ``1`` while the type (group) is paused
+tat         GCRA state: the theoretical arrival time, ms on Redis's clock
+=========== ================================================================
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["FlowLimits", "Rate", "parse_rate"]
+
+_UNITS_MS = {
+    "ms": 1,
+    "s": 1000,
+    "sec": 1000,
+    "second": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "minute": 60_000,
+    "h": 3_600_000,
+    "hour": 3_600_000,
+}
+_RATE = re.compile(
+    r"^\s*(\d+)\s*/\s*(\d*)\s*([a-z]+)\s*(?:,?\s*burst\s*=?\s*(\d+))?\s*$", re.IGNORECASE
+)
+# a limit beyond these is a typo, not a plan
+_MAX_COUNT = 10_000_000
+_MAX_PERIOD_MS = 86_400_000
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """``count`` handler starts per ``period_ms``, with a bucket of ``burst`` starts.
+
+    A GCRA (a token bucket without a timer): starts are spaced
+    ``period_ms / count`` apart on average, and after an idle spell up to
+    ``burst`` may start at once. In any window of ``w`` ms at most
+    ``burst + w * count / period_ms`` handlers start.
+    """
+
+    count: int
+    period_ms: int
+    burst: int
+
+    def __post_init__(self) -> None:
+        for name, value, top in (
+            ("count", self.count, _MAX_COUNT),
+            ("period_ms", self.period_ms, _MAX_PERIOD_MS),
+            ("burst", self.burst, _MAX_COUNT),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= top:
+                raise ValueError(f"rate {name} must be an int from 1 to {top}, not {value!r}")
+
+    @property
+    def interval_ms(self) -> float:
+        """The spacing of starts at the steady rate, in ms."""
+        return self.period_ms / self.count
+
+    def __str__(self) -> str:
+        unit = {1000: "s", 60_000: "min", 3_600_000: "h"}.get(self.period_ms)
+        period = unit if unit else f"{self.period_ms}ms"
+        return f"{self.count}/{period} burst {self.burst}"
+
+
+def default_burst(count: int, period_ms: int) -> int:
+    """The bucket when none is given: the starts of 100 ms at the rate, at least 1."""
+    return max(1, math.ceil(count * 100 / period_ms))
+
+
+def parse_rate(value: str | Rate) -> Rate:
+    """Read ``"100/s"``, ``"6000/min"``, ``"5/10s"``, ``"100/s burst 20"`` (or a :class:`Rate`).
+
+    Units: ``ms``, ``s``, ``min``, ``h`` (and ``sec``, ``second``, ``m``,
+    ``minute``, ``hour``); a number before the unit multiplies it. Without a
+    burst the bucket holds 100 ms worth of starts, at least 1.
+    """
+    if isinstance(value, Rate):
+        return value
+    if not isinstance(value, str):
+        raise TypeError(f"rate must be a string like '100/s' or a Rate, not {value!r}")
+    m = _RATE.match(value)
+    unit = m and _UNITS_MS.get(m.group(3).lower())
+    if m is None or unit is None:
+        raise ValueError(
+            f"rate {value!r} is not like '100/s', '6000/min', '5/10s' or '100/s burst 20' "
+            "(units: ms, s, min, h)"
+        )
+    count = int(m.group(1))
+    period_ms = int(m.group(2) or 1) * unit
+    burst = int(m.group(4)) if m.group(4) else default_burst(count, period_ms)
+    return Rate(count, period_ms, burst)
+
+
+def _positive(name: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= _MAX_COUNT:
+        raise ValueError(f"{name} must be an int from 1 to {_MAX_COUNT} (or None), not {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class FlowLimits:
+    """The limits of one event type (or delivery group), as stored in Redis.
+
+    ``concurrency``: handlers in flight across every process (None: no limit).
+    ``rate``: handler starts per period across every process (None: no limit).
+    ``paused``: no handler starts while True (see ``EventService.pause``).
+    """
+
+    concurrency: int | None = None
+    rate: Rate | None = None
+    paused: bool = False
+
+    @property
+    def active(self) -> bool:
+        """True when any limit is set (the limits key exists in Redis)."""
+        return self.concurrency is not None or self.rate is not None or self.paused
+
+    def to_dict(self) -> dict[str, object]:
+        """The limits as JSON-ready values (``rate`` as ``{count, period_ms, burst, text}``)."""
+        rate = self.rate
+        shown: dict[str, object] | None = None
+        if rate is not None:
+            shown = {"count": rate.count, "period_ms": rate.period_ms, "burst": rate.burst}
+            shown["text"] = str(rate)
+        return {
+            "concurrency": self.concurrency,
+            "rate": shown,
+            "paused": self.paused,
+        }
+
+    def fields(self) -> dict[str, str]:
+        """The HASH fields that store these limits (``tat`` is the script's)."""
+        out: dict[str, str] = {}
+        if self.concurrency is not None:
+            out["concurrency"] = str(_positive("concurrency", self.concurrency))
+        if self.rate is not None:
+            out["rate_n"] = str(self.rate.count)
+            out["rate_ms"] = str(self.rate.period_ms)
+            out["burst"] = str(self.rate.burst)
+        if self.paused:
+            out["paused"] = "1"
+        return out
+
+    @classmethod
+    def from_fields(cls, fields: dict[bytes, bytes] | dict[str, str]) -> FlowLimits:
+        """The limits stored in a limits HASH (unreadable fields are ignored)."""
+        f = {
+            (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+            for k, v in fields.items()
+        }
+        concurrency = int(f["concurrency"]) if f.get("concurrency", "").isdigit() else None
+        rate = None
+        if all(f.get(k, "").isdigit() for k in ("rate_n", "rate_ms", "burst")):
+            try:
+                rate = Rate(int(f["rate_n"]), int(f["rate_ms"]), int(f["burst"]))
+            except ValueError:
+                rate = None
+        return cls(concurrency, rate, f.get("paused") == "1")
+
+
+def check_concurrency(value: Any) -> int | None:
+    """``value`` as a fleet-wide concurrency limit (None removes it); raises ValueError."""
+    return None if value is None else _positive("concurrency", value)

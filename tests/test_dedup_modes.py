@@ -1,0 +1,170 @@
+"""Dedup modes at enqueue (issue 22): ``debounce=max_wait`` and ``unique_for=ttl``.
+
+Times are compared on Redis's clock (each delivery's due time against Redis's TIME taken
+around the enqueues), never the test's wall clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from delayq import Event, EventService, current_delivery
+from delayq.keys import TypeKeys
+from delayq.testing import wait_for
+
+FAST = {"visibility_timeout": 5.0, "scheduling_interval": 0.2, "lock_timeout": 1.0,
+        "polling_timeout": 1.0, "shutdown_grace": 2.0}  # fmt: skip
+
+
+class Ping(Event, event_name="dd-ping"):
+    n: int = 0
+
+
+class Audit(Event, event_name="dd-audit"):
+    n: int = 0
+
+
+@pytest.fixture
+async def raw(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(redis_url, protocol=2)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def service(redis_url: str, prefix: str) -> AsyncIterator[EventService]:
+    svc = EventService.from_url(redis_url, prefix=prefix, **FAST)
+    yield svc
+    await svc.aclose()
+
+
+async def redis_ms(raw: aioredis.Redis) -> int:
+    sec, usec = await raw.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+class Runs:
+    """What the handler saw: (id, n, due_ms) per run."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[str, int, int]] = []
+
+    async def __call__(self, event: Ping) -> None:
+        d = current_delivery()
+        assert d is not None and d.due_ms is not None
+        self.runs.append((event.id, event.n, d.due_ms))
+
+
+async def test_modes_are_checked(service: EventService) -> None:
+    with pytest.raises(ValueError, match="exclusive"):
+        await service.enqueue_with_delay(Ping(id="a"), 0, replace=True, debounce=1)
+    with pytest.raises(ValueError, match="exclusive"):
+        await service.enqueue_with_delay(Ping(id="a"), 0, debounce=1, unique_for=5)
+    with pytest.raises(ValueError, match="must not exceed"):
+        await service.enqueue_with_delay(Ping(id="a"), 5, debounce=1)
+    for bad in (0, -1, 10**9):
+        with pytest.raises(ValueError):
+            await service.enqueue_with_delay(Ping(id="a"), 0, unique_for=bad)
+    with pytest.raises(TypeError):
+        await service.enqueue_with_delay(Ping(id="a"), 0, unique_for="1h")  # type: ignore[arg-type]
+
+
+async def test_debounce_burst_runs_once_after_the_last(
+    service: EventService, raw: aioredis.Redis
+) -> None:
+    """100 enqueues of one id within max_wait: one run, with the last payload, due
+    `delay` after the last enqueue."""
+    runs = Runs()
+    service.add_handler(Ping, runs, concurrency=4)
+    await service.start()
+    for i in range(100):
+        assert await service.enqueue_with_delay(Ping(id="x", n=i), 0.5, debounce=30)
+    last_ms = await redis_ms(raw)
+    await wait_for(lambda: runs.runs, timeout=30)
+    await asyncio.sleep(0.7)  # a second run would come within this (none is due)
+    assert len(runs.runs) == 1
+    event_id, n, due_ms = runs.runs[0]
+    assert (event_id, n) == ("x", 99)
+    assert last_ms + 500 - 100 <= due_ms <= last_ms + 500  # the last enqueue's due time
+
+
+async def test_debounce_is_capped_by_max_wait(service: EventService, raw: aioredis.Redis) -> None:
+    """Enqueues that keep coming never push the event past first enqueue + max_wait."""
+    runs = Runs()
+    service.add_handler(Ping, runs, concurrency=4)
+    await service.start()
+    first_ms = await redis_ms(raw)
+    i = 0
+    while not runs.runs:
+        assert i < 500, "never ran"
+        await service.enqueue_with_delay(Ping(id="y", n=i), 0.4, debounce=1.0)
+        i += 1
+        await asyncio.sleep(0.05)
+    _, n, due_ms = runs.runs[0]
+    assert first_ms <= due_ms <= first_ms + 1000 + 50  # capped (+ the first enqueue's latency)
+    assert n > 0  # later payloads replaced the first
+
+
+async def test_unique_for(service: EventService, raw: aioredis.Redis, prefix: str) -> None:
+    runs = Runs()
+    service.add_handler(Ping, runs, concurrency=4)
+    await service.start()
+    # while it exists: keep-first
+    assert await service.enqueue_with_delay(Ping(id="u", n=1), 60, unique_for=2)
+    assert not await service.enqueue_with_delay(Ping(id="u", n=2), 0, unique_for=2)
+    await service.cancel(Ping, "u")  # a cancelled event was not handled: no ttl
+    assert await service.enqueue_with_delay(Ping(id="u", n=3), 0, unique_for=2)
+    await wait_for(lambda: len(runs.runs) == 1, timeout=30)
+    # handled: refused for 2 s from the ack, then accepted again
+
+    async def refused_mark() -> float | None:
+        return await raw.zscore(TypeKeys(prefix, "dd-ping").dedup, "u:u")
+
+    mark = await wait_for(lambda: _positive(refused_mark()), timeout=10)
+    assert not await service.enqueue_with_delay(Ping(id="u", n=4), 0, unique_for=2)
+    now = await redis_ms(raw)
+    assert now < mark <= now + 2000
+
+    async def accepted() -> bool:
+        return await service.enqueue_with_delay(Ping(id="u", n=5), 0, unique_for=2)
+
+    await wait_for(accepted, timeout=15, interval=0.1)
+    assert await redis_ms(raw) >= mark
+    await wait_for(lambda: len(runs.runs) == 2, timeout=30)
+    assert [r[1] for r in runs.runs] == [3, 5]
+    # a plain enqueue is not affected by the modes
+    assert await service.enqueue_with_delay(Ping(id="plain"), 0)
+    assert not await raw.zscore(TypeKeys(prefix, "dd-ping").dedup, "u:plain")
+
+
+async def _positive(value: object) -> float | None:
+    assert asyncio.iscoroutine(value)
+    got = await value
+    return got if got is not None and got > 0 else None
+
+
+async def test_unique_for_with_groups(service: EventService, raw: aioredis.Redis) -> None:
+    """With delivery groups the ttl starts when the last group has handled the event."""
+    a, b = Runs(), Runs()
+    service.add_handler(Audit, a, concurrency=2)
+    service.add_handler(Audit, b, concurrency=2, group="audit")
+    await service.start()
+    await wait_for(lambda: _equals(service.groups(Audit), ["audit", "default"]), timeout=10)
+    assert await service.enqueue_with_delay(Audit(id="g"), 0, unique_for=30)
+    await wait_for(lambda: len(a.runs) == 1 and len(b.runs) == 1, timeout=30)
+
+    async def refused() -> bool:
+        return not await service.enqueue_with_delay(Audit(id="g"), 0, unique_for=30)
+
+    await wait_for(refused, timeout=10)
+    await asyncio.sleep(0.5)
+    assert len(a.runs) == 1 and len(b.runs) == 1
+
+
+async def _equals(value: object, expected: object) -> bool:
+    assert asyncio.iscoroutine(value)
+    return await value == expected
