@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from bisect import bisect_left
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,8 +28,9 @@ from .context import Delivery, _set_delivery
 from .errors import DecodeError
 from .events import Event
 from .handler_tasks import HandlerTasks
+from .history import LATENESS_BOUNDS_MS, LATENESS_ROW_START, HistoryRecorder
 from .keys import DEFAULT_GROUP
-from .metrics import Metrics
+from .metrics import ServiceMetrics
 from .observer import CANCELLED, TIMEOUT_PREFIX, HandlerRun, Observer
 from .retry import Backoff
 from .settlement import Settlement, delivery_fields
@@ -88,9 +90,10 @@ class Consumer:
         handler: Handler,
         concurrency: int,
         settings: ConsumerSettings,
-        metrics: Metrics,
+        metrics: ServiceMetrics,
         observer: Observer,
         group: str | None = None,
+        history: HistoryRecorder | None = None,
     ):
         self.event_type = event_type
         self.type_name = event_type.event_name
@@ -106,6 +109,15 @@ class Consumer:
         self._metrics = metrics
         # times handler runs and opens their spans (shared with the service)
         self._observer = observer
+        # What runs per event is bound here, once: a feature that is off costs
+        # nothing per event. The history's lateness buckets are counted straight
+        # into the recorder's row, so the observer reports to the user's sink alone.
+        self._reports = metrics.reports
+        self._observing = metrics.reports or observer.tracing is not None
+        self._observer_metrics = metrics.sink_only()
+        self._late_row = (
+            None if history is None else history.lateness_row(metrics.label(self.type_name))
+        )
         self._stopping = False
         self._fetch_scope: anyio.CancelScope | None = None
         self._running = 0
@@ -123,7 +135,10 @@ class Consumer:
             shutdown_grace=settings.shutdown_grace,
         )
         self._handlers = HandlerTasks(self.label)
-        self._slot_freed: anyio.Event | None = None
+        # fetchers waiting for a free slot wait on this; it is set (and cleared at
+        # once) only while one waits, so a finished handler costs one test
+        self._slot_freed = asyncio.Event()
+        self._slot_waiters = 0
         # asyncio's Event needs no running loop to be created: add_handler may run before one
         self._finished = asyncio.Event()
 
@@ -156,7 +171,8 @@ class Consumer:
         stays unreachable for the whole flush; that is logged).
         """
         self._finished.clear()
-        self._slot_freed = anyio.Event()
+        self._slot_freed = asyncio.Event()
+        self._slot_waiters = 0
         settlement = self._settlement
         settlement.open()
         try:
@@ -207,15 +223,19 @@ class Consumer:
                 backoff = min(backoff * 2, _MAX_BACKOFF)
 
     async def _wait_for_slot(self) -> None:
-        assert self._slot_freed is not None
-        await self._slot_freed.wait()
+        self._slot_waiters += 1
+        try:
+            await self._slot_freed.wait()
+        finally:
+            self._slot_waiters -= 1
 
     def _free_slot(self) -> None:
-        """Wake every fetcher waiting for a slot (the setter replaces the event, so a
-        waiter never waits on one another waiter has already discarded)."""
-        freed, self._slot_freed = self._slot_freed, anyio.Event()
-        assert freed is not None
-        freed.set()
+        """Wake every fetcher waiting for a slot. Setting an asyncio event resolves
+        every waiter's future at once, so clearing it straight away loses none."""
+        if self._slot_waiters:
+            freed = self._slot_freed
+            freed.set()
+            freed.clear()
 
     async def _fetch_all(self, handlers: HandlerTasks) -> None:
         """One fetch loop per shard of the type; shards of a layout that appears later
@@ -325,27 +345,37 @@ class Consumer:
                 self.group or DEFAULT_GROUP, enqueued_ms=enqueued_ms, envelope=c.envelope,
             )  # fmt: skip
             _set_delivery(delivery)
-            run = self._observer.started(delivery, self._metrics)
-            failure: str | None = CANCELLED  # unless the handler comes back
-            try:
-                failure = await self._call_handler(event, c, run)
-            finally:
-                self._observer.finished(run, failure)
-            self._handlers.settling()
+            row = self._late_row
+            if row is not None and c.due_ms is not None:
+                # the history's lateness bucket, as HistoryRecorder.observe would count it
+                late_s = (now_us / 1000 - c.due_ms) / 1000
+                row[LATENESS_ROW_START + bisect_left(LATENESS_BOUNDS_MS, late_s * 1000 if late_s > 0 else 0.0)] += 1  # fmt: skip
+            if self._observing:
+                run = self._observer.started(delivery, self._observer_metrics)
+                failure: str | None = CANCELLED  # unless the handler comes back
+                try:
+                    failure = await self._call_handler(event, c, run)
+                finally:
+                    self._observer.finished(run, failure)
+            else:
+                failure = await self._call_handler(event, c, None)
             if failure is None:
+                # no await from the handler's return to here: a cancel cannot come between
                 settlement = self._settlement
                 settlement.acks.append((shard, c.raw_id, c.token))
                 settlement.ack_wanted.set()
             else:
+                self._handlers.settling()
                 await self._settlement.fail(
                     c, shard, failure, dead=c.attempt > self._s.retry_attempts
                 )
         finally:
             self._running -= 1
-            self._metrics.gauge("in_flight", self._running, event_type=self.type_name)
+            if self._reports:
+                self._metrics.gauge("in_flight", self._running, event_type=self.type_name)
             self._free_slot()
 
-    async def _call_handler(self, event: Event, c: Claimed, run: HandlerRun) -> str | None:
+    async def _call_handler(self, event: Event, c: Claimed, run: HandlerRun | None) -> str | None:
         """Run the handler; return None on success, else the failure as "Type: message"."""
         try:
             if self._s.handler_timeout is None:
@@ -357,7 +387,8 @@ class Consumer:
                 if scope.cancelled_caught:
                     return f"{TIMEOUT_PREFIX} handler ran longer than {self._s.handler_timeout}s"
         except Exception as exc:
-            run.error = exc
+            if run is not None:
+                run.error = exc
             log.warning(
                 "%s %r: handler failed on attempt %d: %s: %s",
                 self.label,

@@ -125,7 +125,7 @@ class ServiceMetrics:
     always gets the folded label.
     """
 
-    __slots__ = ("_by_group", "_recorder", "_sink", "_takes", "group")
+    __slots__ = ("_by_group", "_recorder", "_sink", "_sink_view", "_takes", "group", "reports")
 
     def __init__(
         self, sink: Metrics, recorder: Metrics | None = None, group: str | None = None
@@ -134,10 +134,30 @@ class ServiceMetrics:
         self._recorder = recorder
         self.group = group
         """The named delivery group of this view (None: the default group)."""
+        self.reports = not isinstance(sink, NoopMetrics)
+        """False when the user gave no sink: per-event figures that only the sink would
+        get (durations, ``in_flight`` after each handler) need not be computed."""
         self._takes = (
             _takes_group(sink.increment), _takes_group(sink.gauge), _takes_group(sink.observe)
         )  # fmt: skip
         self._by_group: dict[str, ServiceMetrics] = {}
+        self._sink_view: ServiceMetrics | None = None
+
+    def label(self, event_type: str) -> str:
+        """The label the recorder gets for ``event_type`` from this view (``type:group``
+        for a named group)."""
+        return event_type if self.group is None else f"{event_type}:{self.group}"
+
+    def sink_only(self) -> ServiceMetrics:
+        """This view without the recorder: for figures the recorder is given another way
+        (a consumer counts lateness straight into :meth:`HistoryRecorder.lateness_row
+        <delayq.history.HistoryRecorder.lateness_row>`)."""
+        if self._recorder is None:
+            return self
+        view = self._sink_view
+        if view is None:
+            view = self._sink_view = ServiceMetrics(self._sink, None, self.group)
+        return view
 
     def for_group(self, group: str | None) -> ServiceMetrics:
         """The view of a named delivery group (this one for ``None``, the default group)."""

@@ -67,6 +67,7 @@ class Runtime:
         self._codec = codec
         self._observer = observer
         self._metrics = metrics
+        self._history = history  # the recorder the consumers count lateness into
         self._owned = owned  # clients the service made (from_url), closed last
         self._watch = watch  # the Sentinel failover watch of a from_sentinel service
         self._outbox = outbox  # the outbox relay run beside the loops, if any
@@ -153,6 +154,7 @@ class Runtime:
             metrics=self._metrics.for_group(group),
             observer=self._observer,
             group=group,
+            history=self._history,
         )
         self.consumers[name, group] = consumer
         if self._task_group is not None:
