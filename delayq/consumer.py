@@ -43,6 +43,7 @@ log = logging.getLogger("delayq.consumer")
 Handler = Callable[[Any], Awaitable[Any]]
 
 _MAX_BACKOFF = 5.0
+_RETURNED_FALSE = "ReturnedFalse: the handler returned False"
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +101,7 @@ class Consumer:
         # None: the default group (the type's own keys, no registration)
         self.group = group
         self.label = self.type_name if group is None else f"{self.type_name}[{group}]"
+        self._group_name = group or DEFAULT_GROUP  # as a Delivery names it
         self.handler = handler
         self.concurrency = concurrency
         self._store = store
@@ -136,9 +138,10 @@ class Consumer:
         )
         self._handlers = HandlerTasks(self.label)
         # fetchers waiting for a free slot wait on this; it is set (and cleared at
-        # once) only while one waits, so a finished handler costs one test
+        # once) only when one has waited since the last set, so a finished handler
+        # costs one test
         self._slot_freed = asyncio.Event()
-        self._slot_waiters = 0
+        self._slot_wanted = False
         # asyncio's Event needs no running loop to be created: add_handler may run before one
         self._finished = asyncio.Event()
 
@@ -172,7 +175,7 @@ class Consumer:
         """
         self._finished.clear()
         self._slot_freed = asyncio.Event()
-        self._slot_waiters = 0
+        self._slot_wanted = False
         settlement = self._settlement
         settlement.open()
         try:
@@ -223,19 +226,18 @@ class Consumer:
                 backoff = min(backoff * 2, _MAX_BACKOFF)
 
     async def _wait_for_slot(self) -> None:
-        self._slot_waiters += 1
-        try:
-            await self._slot_freed.wait()
-        finally:
-            self._slot_waiters -= 1
+        self._slot_wanted = True
+        await self._slot_freed.wait()
 
     def _free_slot(self) -> None:
-        """Wake every fetcher waiting for a slot. Setting an asyncio event resolves
-        every waiter's future at once, so clearing it straight away loses none."""
-        if self._slot_waiters:
-            freed = self._slot_freed
-            freed.set()
-            freed.clear()
+        """Wake every fetcher waiting for a slot (a handler that ends calls it only
+        when one waits). Setting an asyncio event resolves every waiter's future at
+        once, so clearing it straight away loses none, and each waits again only
+        after setting ``_slot_wanted`` anew."""
+        self._slot_wanted = False
+        freed = self._slot_freed
+        freed.set()
+        freed.clear()
 
     async def _fetch_all(self, handlers: HandlerTasks) -> None:
         """One fetch loop per shard of the type; shards of a layout that appears later
@@ -340,30 +342,40 @@ class Consumer:
                 self._handlers.settling()
                 await self._settlement.fail(c, shard, f"DecodeError: {exc}", dead=True)
                 return
+            due_ms = c.due_ms
             delivery = Delivery(
-                self.type_name, c.id, c.attempt, c.due_ms, now_us, context,
-                self.group or DEFAULT_GROUP, enqueued_ms=enqueued_ms, envelope=c.envelope,
+                self.type_name, c.id, c.attempt, due_ms, now_us, context,
+                self._group_name, enqueued_ms, c.envelope,
             )  # fmt: skip
             _set_delivery(delivery)
             row = self._late_row
-            if row is not None and c.due_ms is not None:
+            if row is not None and due_ms is not None:
                 # the history's lateness bucket, as HistoryRecorder.observe would count it
-                late_s = (now_us / 1000 - c.due_ms) / 1000
+                late_s = (now_us / 1000 - due_ms) / 1000
                 row[LATENESS_ROW_START + bisect_left(LATENESS_BOUNDS_MS, late_s * 1000 if late_s > 0 else 0.0)] += 1  # fmt: skip
-            if self._observing:
-                run = self._observer.started(delivery, self._observer_metrics)
-                failure: str | None = CANCELLED  # unless the handler comes back
-                try:
-                    failure = await self._call_handler(event, c, run)
-                finally:
+            run = self._observer.started(delivery, self._observer_metrics) if self._observing else None
+            failure: str | None = CANCELLED  # unless the handler comes back
+            try:
+                if self._s.handler_timeout is None:  # no cancel scope (nor call) to pay for
+                    try:
+                        result = await self.handler(event)
+                    except Exception as exc:
+                        failure = self._failed(exc, c, run)
+                    else:
+                        failure = None if result is not False else _RETURNED_FALSE
+                else:
+                    failure = await self._call_with_timeout(event, c, run)
+            finally:
+                if run is not None:
                     self._observer.finished(run, failure)
-            else:
-                failure = await self._call_handler(event, c, None)
             if failure is None:
-                # no await from the handler's return to here: a cancel cannot come between
-                settlement = self._settlement
-                settlement.acks.append((shard, c.raw_id, c.token))
-                settlement.ack_wanted.set()
+                # No await from the handler's return to here, so a drain's cancel cannot
+                # come between them. The ack task clears ack_wanted before it takes the
+                # list: the first ack of a new list wakes it, the others find it awake.
+                acks = self._settlement.acks
+                acks.append((shard, c.raw_id, c.token))
+                if len(acks) == 1:
+                    self._settlement.ack_wanted.set()
             else:
                 self._handlers.settling()
                 await self._settlement.fail(
@@ -373,33 +385,37 @@ class Consumer:
             self._running -= 1
             if self._reports:
                 self._metrics.gauge("in_flight", self._running, event_type=self.type_name)
-            self._free_slot()
+            if self._slot_wanted:
+                self._free_slot()
 
-    async def _call_handler(self, event: Event, c: Claimed, run: HandlerRun | None) -> str | None:
-        """Run the handler; return None on success, else the failure as "Type: message"."""
+    async def _call_with_timeout(
+        self, event: Event, c: Claimed, run: HandlerRun | None
+    ) -> str | None:
+        """Run the handler under ``handler_timeout``; None on success, else the failure."""
+        timeout = self._s.handler_timeout
+        assert timeout is not None
         try:
-            if self._s.handler_timeout is None:
-                result = await self.handler(event)  # no cancel scope to pay for
-            else:
-                with anyio.CancelScope() as scope:
-                    scope.deadline = anyio.current_time() + self._s.handler_timeout
-                    result = await self.handler(event)
-                if scope.cancelled_caught:
-                    return f"{TIMEOUT_PREFIX} handler ran longer than {self._s.handler_timeout}s"
+            with anyio.CancelScope() as scope:
+                scope.deadline = anyio.current_time() + timeout
+                result = await self.handler(event)
+            if scope.cancelled_caught:
+                return f"{TIMEOUT_PREFIX} handler ran longer than {timeout}s"
         except Exception as exc:
-            if run is not None:
-                run.error = exc
-            log.warning(
-                "%s %r: handler failed on attempt %d: %s: %s",
-                self.label,
-                c.id,
-                c.attempt,
-                type(exc).__name__,
-                exc,
-                exc_info=log.isEnabledFor(logging.DEBUG),
-                extra=delivery_fields(self.type_name, c),
-            )
-            return f"{type(exc).__name__}: {exc}"
-        if result is False:
-            return "ReturnedFalse: the handler returned False"
-        return None
+            return self._failed(exc, c, run)
+        return None if result is not False else _RETURNED_FALSE
+
+    def _failed(self, exc: Exception, c: Claimed, run: HandlerRun | None) -> str:
+        """Log the handler's exception; return the failure as "Type: message"."""
+        if run is not None:
+            run.error = exc
+        log.warning(
+            "%s %r: handler failed on attempt %d: %s: %s",
+            self.label,
+            c.id,
+            c.attempt,
+            type(exc).__name__,
+            exc,
+            exc_info=log.isEnabledFor(logging.DEBUG),
+            extra=delivery_fields(self.type_name, c),
+        )
+        return f"{type(exc).__name__}: {exc}"

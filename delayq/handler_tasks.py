@@ -31,6 +31,7 @@ class HandlerTasks:
         self._settling: set[asyncio.Task[None]] = set()
         # the loop of the first task (one loop lookup per consumer run, not per event)
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._plain = False
         self._on_done = self._done  # bound once
 
     def start_soon(self, func: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
@@ -38,7 +39,15 @@ class HandlerTasks:
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
-        task = loop.create_task(func(*args))
+            # without a task factory loop.create_task makes exactly this Task; build it
+            # directly, one Python call fewer per event
+            self._plain = loop.get_task_factory() is None and type(loop).create_task is (
+                asyncio.BaseEventLoop.create_task
+            )
+        if self._plain:
+            task: asyncio.Task[None] = asyncio.Task(func(*args), loop=loop)
+        else:
+            task = loop.create_task(func(*args))
         self._tasks.add(task)
         task.add_done_callback(self._on_done)
 

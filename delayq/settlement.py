@@ -41,8 +41,9 @@ class Settlement:
     """A consumer's leases from claim to ack or failure, the ack task's batches, failures.
 
     The consumer's per-event code touches the containers directly, without a
-    call: ``leased.add(lease)`` when it claims, ``acks.append(lease)`` then
-    ``ack_wanted.set()`` when a handler succeeded. ``leased`` is never
+    call: ``leased.add(lease)`` when it claims, ``acks.append(lease)`` when a
+    handler succeeded, then ``ack_wanted.set()`` if that made the list's first
+    entry (acks in a non-empty list are flushed with it). ``leased`` is never
     replaced, so a reference to it stays valid; ``acks`` is, and
     ``ack_wanted`` is made anew by each :meth:`open`, so they are read afresh
     each time.
@@ -94,6 +95,8 @@ class Settlement:
         self.leased.intersection_update(self.acks)  # in place: the consumer holds the set
         self._settling.clear()
         self.ack_wanted = asyncio.Event()
+        if self.acks:  # the consumer only wakes the ack task when it adds the first ack
+            self.ack_wanted.set()
         self._acks_closing = False
         self._acks_done = anyio.Event()
 
