@@ -11,12 +11,17 @@ counters: ``enqueued``, ``kept``, ``replaced``, ``cancelled``, ``moved``,
 ``delivered``, ``succeeded``, ``failed``, ``retried``, ``dead_lettered``,
 ``decode_errors``, ``leases_lost``, ``redis_errors``
 
-gauges: ``in_flight`` (handlers running in this process), ``lateness_ms`` (of
-the latest delivery)
+gauges: ``in_flight`` (handlers running in this process), ``concurrency`` (the
+handler's slots in this process: set when a handler is added, 0 when it is
+removed), ``lateness_ms`` (of the latest delivery)
 
 durations (``observe``, in seconds): ``lateness`` (due time → claim, Redis's
 clock), ``handler_duration`` (with ``outcome`` ``success``, ``failure``,
 ``timeout`` or ``cancelled``), ``enqueue_to_done`` (enqueue → successful end of the handler)
+
+When a handler is added, each counter in :data:`DELIVERY_COUNTERS` is reported
+once with the value 0 (for its type and group), so a sink that exports series
+(Prometheus) has them from the start and ``increase()`` sees the first event.
 
 Every call carries ``event_type`` (the wire name, or ``""`` for the scheduler).
 Calls made for a named delivery group (``add_handler(..., group="audit")``)
@@ -35,7 +40,20 @@ import inspect
 from collections import defaultdict
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["InMemoryMetrics", "Metrics", "NoopMetrics", "ServiceMetrics", "as_metrics"]
+__all__ = [
+    "DELIVERY_COUNTERS",
+    "InMemoryMetrics",
+    "Metrics",
+    "NoopMetrics",
+    "ServiceMetrics",
+    "as_metrics",
+]
+
+DELIVERY_COUNTERS: tuple[str, ...] = (
+    "delivered", "succeeded", "failed", "retried", "dead_lettered", "decode_errors",
+    "leases_lost", "redis_errors",
+)  # fmt: skip
+"""The counters a handler's consumer moves: reported as 0 when the handler is added."""
 
 
 @runtime_checkable
@@ -147,6 +165,22 @@ class ServiceMetrics:
         """The label the recorder gets for ``event_type`` from this view (``type:group``
         for a named group)."""
         return event_type if self.group is None else f"{event_type}:{self.group}"
+
+    def handler_added(self, event_type: str, concurrency: int) -> None:
+        """A handler of ``event_type`` was added to this view's group: give the user's sink
+        a zero of each :data:`DELIVERY_COUNTERS` and the ``concurrency`` gauge (the history
+        recorder records nothing for them)."""
+        if not self.reports:
+            return
+        view = self.sink_only()
+        for name in DELIVERY_COUNTERS:
+            view.increment(name, 0, event_type=event_type)
+        view.gauge("concurrency", concurrency, event_type=event_type)
+
+    def handler_removed(self, event_type: str) -> None:
+        """The handler of ``event_type`` in this view's group has stopped: no slots left."""
+        if self.reports:
+            self.sink_only().gauge("concurrency", 0, event_type=event_type)
 
     def sink_only(self) -> ServiceMetrics:
         """This view without the recorder: for figures the recorder is given another way

@@ -157,6 +157,7 @@ class Runtime:
             history=self._history,
         )
         self.consumers[name, group] = consumer
+        self._metrics.for_group(group).handler_added(name, concurrency)
         if self._task_group is not None:
             self._task_group.start_soon(self._keep_running, consumer)
 
@@ -168,6 +169,7 @@ class Runtime:
         consumer.stop()
         if self._task_group is not None:
             await consumer.wait_finished()
+        self._metrics.for_group(group).handler_removed(name)
         return True
 
     def _snapshot(self) -> dict[str, tuple[int, int]]:
