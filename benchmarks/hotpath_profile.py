@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from delayq import Event, EventService  # noqa: E402
-from delayq.testing import RedisServer  # noqa: E402
+from delayq import Event, EventService
+from delayq.testing import RedisServer
 
 
 class HotJob(Event, event_name="hot-job"):
