@@ -11,7 +11,10 @@ against one private redis-server:
   measured is delayq's instrumentation and the SDK, not a network);
 * ``observed``: both;
 * ``otel-api``: ``tracing=OTelTracing(NoOpTracerProvider())``: delayq's own
-  instrumentation (attributes, context propagation) with no SDK behind it.
+  instrumentation (attributes, context propagation) with no SDK behind it;
+* ``observed-api``: Prometheus and ``otel-api``: delayq's own cost of both, without
+  the SDK's (with ``--in-request`` the application's requests are still traced by
+  the SDK in every mode, and delayq propagates their context).
 
 ``--handler noop`` (default) is the worst case for the ratios: the handler does
 nothing, so delayq's own work is all there is. ``--handler redis`` makes each
@@ -33,6 +36,14 @@ by the same ``ParentBased(TraceIdRatioBased)`` sampler: the cost of a traced
 application is then in every mode, and what differs is what delayq adds (its send
 and process spans follow the request's sampling decision). Without it every send
 span is the root of a trace (the worst case: the sampler runs for each).
+
+CPU per event (``time.process_time()`` of the whole process over each phase, the
+SDK's export thread included) is steadier than wall-clock rates on a shared machine:
+the table shows its median over rounds per mode, and the CPU a mode adds over the
+baseline (median over rounds of the difference with the baseline's round next to it).
+Targets (issue 20): ``observed-api`` with ``--in-request --sample-ratio 0.1`` adds at
+most 5 µs per event; ``observed`` with ``--handler redis`` keeps at least 85 % of the
+baseline's events per CPU second.
 
 ``end to end`` is ``events / (enqueue time + handle time)``: the pipeline's throughput
 when one process both enqueues and handles. Redis commands per event
@@ -94,8 +105,9 @@ class DropExporter(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
-MODES = ("plain", "prometheus", "otel", "observed", "otel-api")
+MODES = ("plain", "prometheus", "otel", "observed", "otel-api", "observed-api")
 RATES = ("enqueue_per_s", "handle_per_s", "end_to_end_per_s")
+CPUS = ("enqueue_cpu_us", "handle_cpu_us", "cpu_us")
 
 
 def mode_options(
@@ -108,7 +120,7 @@ def mode_options(
     """
     options: dict[str, Any] = {}
     provider = exporter = None
-    if mode in ("prometheus", "observed"):
+    if mode in ("prometheus", "observed", "observed-api"):
         options["metrics"] = PrometheusMetrics(CollectorRegistry())
     if in_request or mode in ("otel", "observed"):
         exporter = DropExporter()
@@ -116,7 +128,7 @@ def mode_options(
         provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=65536))
     if mode in ("otel", "observed"):
         options["tracing"] = OTelTracing(provider)
-    if mode == "otel-api":
+    if mode in ("otel-api", "observed-api"):
         options["tracing"] = OTelTracing(NoOpTracerProvider())
     return options, provider, exporter
 
@@ -154,9 +166,9 @@ async def one_round(
                 with app_tracer.start_as_current_span("request"):
                     await producer.enqueue_with_delay(ObsBench(id=f"e{i}", n=i))
 
-    start = time.perf_counter()
+    start, cpu0 = time.perf_counter(), time.process_time()
     await asyncio.gather(*(enqueue_some() for _ in range(args.tasks)))
-    enqueue_s = time.perf_counter() - start
+    enqueue_s, enqueue_cpu = time.perf_counter() - start, time.process_time() - cpu0
     await producer.aclose()
 
     handled = 0
@@ -173,10 +185,14 @@ async def one_round(
 
     service = EventService.from_url(url, prefix=prefix, **options)
     service.add_handler(ObsBench, handle, concurrency=args.concurrency)
-    start = time.perf_counter()
+    start, cpu0 = time.perf_counter(), time.process_time()
     async with service:
         await asyncio.wait_for(all_done.wait(), timeout=300)
-        handle_s = time.perf_counter() - start
+        handle_s, handle_cpu = time.perf_counter() - start, time.process_time() - cpu0
+    if provider is not None:  # the export thread's CPU for these spans counts too
+        cpu0 = time.process_time()
+        provider.force_flush()
+        handle_cpu += time.process_time() - cpu0
     if checker is not None:
         await checker.aclose()
     commands = await commands_processed(url) - commands_before
@@ -185,6 +201,9 @@ async def one_round(
         "handle_per_s": n / handle_s,
         "end_to_end_per_s": n / (enqueue_s + handle_s),
         "redis_commands_per_event": commands / n,
+        "enqueue_cpu_us": enqueue_cpu / n * 1e6,
+        "handle_cpu_us": handle_cpu / n * 1e6,
+        "cpu_us": (enqueue_cpu + handle_cpu) / n * 1e6,
     }
 
 
@@ -205,8 +224,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     spans += exporter.exported
                 result["load1"] = os.getloadavg()[0]
                 rounds[mode].append(result)
-                print(f"round {r + 1} {mode:10} enqueue {result['enqueue_per_s']:9,.0f}/s  "
-                      f"handle {result['handle_per_s']:9,.0f}/s  "
+                print(f"round {r + 1} {mode:12} enqueue {result['enqueue_per_s']:9,.0f}/s  "
+                      f"handle {result['handle_per_s']:9,.0f}/s  CPU µs/event "
+                      f"{result['enqueue_cpu_us']:.1f} + {result['handle_cpu_us']:.1f}  "
                       f"end to end {result['end_to_end_per_s']:9,.0f}/s  Redis commands/event "
                       f"{result['redis_commands_per_event']:.2f}  load {result['load1']:.2f}")  # fmt: skip
             await asyncio.sleep(0)
@@ -239,6 +259,29 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     for mode in modes[1:]:
         cells = " / ".join(f"{100 * paired[mode][k]:.1f} %" for k in RATES)
         print(f"  {mode:12} enqueue / handle / end to end: {cells}")
+    cpu = {
+        mode: {k: statistics.median(r[k] for r in results) for k in CPUS}
+        for mode, results in rounds.items()
+    }
+    added = {
+        mode: {
+            k: statistics.median(r[k] - p[k] for r, p in zip(results, rounds[modes[0]]))
+            for k in CPUS
+        }
+        for mode, results in rounds.items()
+    }
+    kept = {
+        mode: statistics.median(p["cpu_us"] / r["cpu_us"] for r, p in zip(results, rounds[modes[0]]))
+        for mode, results in rounds.items()
+    }
+    print(f"\n| mode | CPU µs/event: enqueue | handle | both | added vs {modes[0]}: enqueue "
+          f"| handle | both | events per CPU second vs {modes[0]} |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for mode in modes:
+        c, a = cpu[mode], added[mode]
+        print(f"| {mode} | {c['enqueue_cpu_us']:.1f} | {c['handle_cpu_us']:.1f} | "
+              f"{c['cpu_us']:.1f} | {a['enqueue_cpu_us']:+.1f} | {a['handle_cpu_us']:+.1f} | "
+              f"{a['cpu_us']:+.1f} | {100 * kept[mode]:.1f} % |")  # fmt: skip
     print(f"\nspans exported (all rounds): {spans:,}")
     return {
         "args": vars(args),
@@ -246,6 +289,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "best": best,
         "ratio": ratio,
         "paired": paired,
+        "cpu_us_median": cpu,
+        "cpu_us_added_median": added,
+        "cpu_throughput_kept": kept,
         "spans_exported": spans,
         "python": platform.python_version(),
         "cpus": os.cpu_count(),

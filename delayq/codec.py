@@ -82,6 +82,11 @@ class OpenedEnvelope:
 
 def open_envelope(data: bytes, event_id: str | bytes) -> OpenedEnvelope:
     """Split envelope bytes stored under ``event_id``; raise :class:`DecodeError` on garbage."""
+    return OpenedEnvelope(*_open(data, event_id))
+
+
+def _open(data: bytes, event_id: str | bytes) -> tuple[bytes, Serializer, dict[str, str], int]:
+    """:func:`open_envelope` as a tuple (a consumer opens one per event: no object to build)."""
     if data[:1] == b"[":
         fmt: Serializer = "json"
     elif data[:1] and data[0] in _MSGPACK_STARTS:
@@ -95,11 +100,11 @@ def open_envelope(data: bytes, event_id: str | bytes) -> OpenedEnvelope:
         except msgspec.ValidationError:
             # the second element is a context, not a time: the whole-payload layout
             old = whole.decode(data)
-            return OpenedEnvelope(bytes(old.payload), fmt, old.context or {}, old.enqueued_at)
+            return bytes(old.payload), fmt, old.context or {}, old.enqueued_at
         if isinstance(event_id, bytes):
             event_id = event_id.decode("utf-8")
         payload = _with_id(bytes(env.body), fmt, _ENCODE_STR[fmt](event_id))
-        return OpenedEnvelope(payload, fmt, env.context or {}, env.enqueued_at)
+        return payload, fmt, env.context or {}, env.enqueued_at
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
         raise DecodeError(f"cannot decode envelope: {exc}") from exc
 
@@ -204,8 +209,8 @@ class Codec:
     ) -> tuple[Event, dict[str, str], int]:
         """Like :meth:`decode`, plus the enqueue time in ms (0 when the envelope has none)."""
         try:
-            opened = open_envelope(data, event_id)
-            if opened.serializer == "json":
+            payload, serializer, context, enqueued_ms = _open(data, event_id)
+            if serializer == "json":
                 decoder: Any = self._json_payload.get(event_type)
                 if decoder is None:
                     decoder = self._json_payload[event_type] = msgspec.json.Decoder(event_type)
@@ -215,7 +220,7 @@ class Codec:
                     decoder = self._msgpack_payload[event_type] = msgspec.msgpack.Decoder(
                         event_type
                     )
-            return decoder.decode(opened.payload), opened.context, opened.enqueued_at_ms
+            return decoder.decode(payload), context, enqueued_ms
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise DecodeError(f"cannot decode {event_type.__name__}: {exc}") from exc
         except DecodeError:

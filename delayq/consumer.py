@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from bisect import bisect_left
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,8 +29,9 @@ from .errors import DecodeError
 from .events import Event
 from .flow import FlowWaits
 from .handler_tasks import HandlerTasks
+from .history import LATENESS_BOUNDS_MS, LATENESS_ROW_START, HistoryRecorder
 from .keys import DEFAULT_GROUP
-from .metrics import Metrics
+from .metrics import ServiceMetrics
 from .observer import CANCELLED, TIMEOUT_PREFIX, HandlerRun, Observer
 from .retry import Backoff
 from .settlement import Settlement, delivery_fields
@@ -42,6 +44,7 @@ log = logging.getLogger("delayq.consumer")
 Handler = Callable[[Any], Awaitable[Any]]
 
 _MAX_BACKOFF = 5.0
+_RETURNED_FALSE = "ReturnedFalse: the handler returned False"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,10 +92,11 @@ class Consumer:
         handler: Handler,
         concurrency: int,
         settings: ConsumerSettings,
-        metrics: Metrics,
+        metrics: ServiceMetrics,
         observer: Observer,
         group: str | None = None,
         on_registered: Callable[[], None] | None = None,
+        history: HistoryRecorder | None = None,
     ):
         self.event_type = event_type
         self.type_name = event_type.event_name
@@ -100,6 +104,7 @@ class Consumer:
         self.group = group
         self._on_registered = on_registered  # called once its group is registered in Redis
         self.label = self.type_name if group is None else f"{self.type_name}[{group}]"
+        self._group_name = group or DEFAULT_GROUP  # as a Delivery names it
         self.handler = handler
         self.concurrency = concurrency
         self._store = store
@@ -109,6 +114,15 @@ class Consumer:
         self._metrics = metrics
         # times handler runs and opens their spans (shared with the service)
         self._observer = observer
+        # What runs per event is bound here, once: a feature that is off costs
+        # nothing per event. The history's lateness buckets are counted straight
+        # into the recorder's row, so the observer reports to the user's sink alone.
+        self._reports = metrics.reports
+        self._observing = metrics.reports or observer.tracing is not None
+        self._observer_metrics = metrics.sink_only()
+        self._late_row = (
+            None if history is None else history.lateness_row(metrics.label(self.type_name))
+        )
         self._stopping = False
         self._fetch_scope: anyio.CancelScope | None = None
         self._running = 0
@@ -130,7 +144,11 @@ class Consumer:
         )
         self._handlers = HandlerTasks(self.label)
         self._flow = FlowWaits(store, metrics, self.type_name, group)
-        self._slot_freed: anyio.Event | None = None
+        # fetchers waiting for a free slot wait on this; it is set (and cleared at
+        # once) only when one has waited since the last set, so a finished handler
+        # costs one test
+        self._slot_freed = asyncio.Event()
+        self._slot_wanted = False
         # asyncio's Event needs no running loop to be created: add_handler may run before one
         self._finished = asyncio.Event()
 
@@ -173,7 +191,8 @@ class Consumer:
         stays unreachable for the whole flush; that is logged).
         """
         self._finished.clear()
-        self._slot_freed = anyio.Event()
+        self._slot_freed = asyncio.Event()
+        self._slot_wanted = False
         settlement = self._settlement
         settlement.open()
         try:
@@ -226,15 +245,18 @@ class Consumer:
                 backoff = min(backoff * 2, _MAX_BACKOFF)
 
     async def _wait_for_slot(self) -> None:
-        assert self._slot_freed is not None
+        self._slot_wanted = True
         await self._slot_freed.wait()
 
     def _free_slot(self) -> None:
-        """Wake every fetcher waiting for a slot (the setter replaces the event, so a
-        waiter never waits on one another waiter has already discarded)."""
-        freed, self._slot_freed = self._slot_freed, anyio.Event()
-        assert freed is not None
+        """Wake every fetcher waiting for a slot (a handler that ends calls it only
+        when one waits). Setting an asyncio event resolves every waiter's future at
+        once, so clearing it straight away loses none, and each waits again only
+        after setting ``_slot_wanted`` anew."""
+        self._slot_wanted = False
+        freed = self._slot_freed
         freed.set()
+        freed.clear()
 
     async def _fetch_all(self, handlers: HandlerTasks) -> None:
         """One fetch loop per shard of the type; shards of a layout that appears later
@@ -345,56 +367,81 @@ class Consumer:
                 self._handlers.settling()
                 await self._settlement.fail(c, shard, f"DecodeError: {exc}", dead=True)
                 return
+            due_ms = c.due_ms
             delivery = Delivery(
-                self.type_name, c.id, c.attempt, c.due_ms, now_us, context,
-                self.group or DEFAULT_GROUP, enqueued_ms=enqueued_ms, envelope=c.envelope,
+                self.type_name, c.id, c.attempt, due_ms, now_us, context,
+                self._group_name, enqueued_ms, c.envelope,
             )  # fmt: skip
             _set_delivery(delivery)
-            run = self._observer.started(delivery, self._metrics)
+            row = self._late_row
+            if row is not None and due_ms is not None:
+                # the history's lateness bucket, as HistoryRecorder.observe would count it
+                late_s = (now_us / 1000 - due_ms) / 1000
+                row[LATENESS_ROW_START + bisect_left(LATENESS_BOUNDS_MS, late_s * 1000 if late_s > 0 else 0.0)] += 1  # fmt: skip
+            run = self._observer.started(delivery, self._observer_metrics) if self._observing else None
             failure: str | None = CANCELLED  # unless the handler comes back
             try:
-                failure = await self._call_handler(event, c, run)
+                if self._s.handler_timeout is None:  # no cancel scope (nor call) to pay for
+                    try:
+                        result = await self.handler(event)
+                    except Exception as exc:
+                        failure = self._failed(exc, c, run)
+                    else:
+                        failure = None if result is not False else _RETURNED_FALSE
+                else:
+                    failure = await self._call_with_timeout(event, c, run)
             finally:
-                self._observer.finished(run, failure)
-            self._handlers.settling()
+                if run is not None:
+                    self._observer.finished(run, failure)
             if failure is None:
-                settlement = self._settlement
-                settlement.acks.append((shard, c.raw_id, c.token))
-                settlement.ack_wanted.set()
+                # No await from the handler's return to here, so a drain's cancel cannot
+                # come between them. The ack task clears ack_wanted before it takes the
+                # list: the first ack of a new list wakes it, the others find it awake.
+                acks = self._settlement.acks
+                acks.append((shard, c.raw_id, c.token))
+                if len(acks) == 1:
+                    self._settlement.ack_wanted.set()
             else:
+                self._handlers.settling()
                 await self._settlement.fail(
                     c, shard, failure, dead=c.attempt > self._s.retry_attempts
                 )
         finally:
             self._running -= 1
             self._started.pop(c.token, None)
-            self._metrics.gauge("in_flight", self._running, event_type=self.type_name)
-            self._free_slot()
+            if self._reports:
+                self._metrics.gauge("in_flight", self._running, event_type=self.type_name)
+            if self._slot_wanted:
+                self._free_slot()
 
-    async def _call_handler(self, event: Event, c: Claimed, run: HandlerRun) -> str | None:
-        """Run the handler; return None on success, else the failure as "Type: message"."""
+    async def _call_with_timeout(
+        self, event: Event, c: Claimed, run: HandlerRun | None
+    ) -> str | None:
+        """Run the handler under ``handler_timeout``; None on success, else the failure."""
+        timeout = self._s.handler_timeout
+        assert timeout is not None
         try:
-            if self._s.handler_timeout is None:
-                result = await self.handler(event)  # no cancel scope to pay for
-            else:
-                with anyio.CancelScope() as scope:
-                    scope.deadline = anyio.current_time() + self._s.handler_timeout
-                    result = await self.handler(event)
-                if scope.cancelled_caught:
-                    return f"{TIMEOUT_PREFIX} handler ran longer than {self._s.handler_timeout}s"
+            with anyio.CancelScope() as scope:
+                scope.deadline = anyio.current_time() + timeout
+                result = await self.handler(event)
+            if scope.cancelled_caught:
+                return f"{TIMEOUT_PREFIX} handler ran longer than {timeout}s"
         except Exception as exc:
+            return self._failed(exc, c, run)
+        return None if result is not False else _RETURNED_FALSE
+
+    def _failed(self, exc: Exception, c: Claimed, run: HandlerRun | None) -> str:
+        """Log the handler's exception; return the failure as "Type: message"."""
+        if run is not None:
             run.error = exc
-            log.warning(
-                "%s %r: handler failed on attempt %d: %s: %s",
-                self.label,
-                c.id,
-                c.attempt,
-                type(exc).__name__,
-                exc,
-                exc_info=log.isEnabledFor(logging.DEBUG),
-                extra=delivery_fields(self.type_name, c),
-            )
-            return f"{type(exc).__name__}: {exc}"
-        if result is False:
-            return "ReturnedFalse: the handler returned False"
-        return None
+        log.warning(
+            "%s %r: handler failed on attempt %d: %s: %s",
+            self.label,
+            c.id,
+            c.attempt,
+            type(exc).__name__,
+            exc,
+            exc_info=log.isEnabledFor(logging.DEBUG),
+            extra=delivery_fields(self.type_name, c),
+        )
+        return f"{type(exc).__name__}: {exc}"

@@ -128,5 +128,5 @@ def current_delivery() -> Delivery | None:
     return _current.get()
 
 
-def _set_delivery(delivery: Delivery) -> None:
-    _current.set(delivery)
+# the consumer sets it once per delivery: the ContextVar's own method, no wrapper call
+_set_delivery = _current.set

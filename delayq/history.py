@@ -36,6 +36,7 @@ from .store import Store
 
 __all__ = [
     "LATENESS_BOUNDS_MS",
+    "LATENESS_ROW_START",
     "HistoryPoint",
     "HistoryRecorder",
     "HistoryWriter",
@@ -58,6 +59,8 @@ RING_TTL_MS = 2 * 24 * 3600 * 1000
 
 Window = Literal["hour", "day"]
 _N = 2 + len(LATENESS_BOUNDS_MS) + 1  # handled, failed, buckets
+LATENESS_ROW_START = 2
+"""Index of the first lateness bucket in a recorder's row (after handled and failed)."""
 
 _pack = msgspec.msgpack.Encoder().encode
 _unpack = msgspec.msgpack.Decoder(list[int]).decode
@@ -68,12 +71,28 @@ class HistoryRecorder:
 
     Counts ``succeeded`` as handled and ``failed``; lateness from
     ``observe("lateness", seconds)`` once the service reports it that way,
-    else from the ``lateness_ms`` gauge (never both).
+    else from the ``lateness_ms`` gauge (never both). The service's consumers
+    count lateness without a call per event instead, straight into a
+    :meth:`lateness_row` that :meth:`take` reads.
     """
 
     def __init__(self) -> None:
         self._agg: dict[str, list[int]] = {}
         self._observed = False
+        self._live: dict[str, list[int]] = {}
+
+    def lateness_row(self, event_type: str) -> list[int]:
+        """The live row of ``event_type`` (one per label, however often asked for).
+
+        Its owner adds 1 at ``LATENESS_ROW_START + bisect_left(LATENESS_BOUNDS_MS, ms)``
+        for each delivery of lateness ``ms`` (0 when early), as :meth:`observe` would;
+        :meth:`take` moves the counts out and zeroes the row in place (between two
+        steps of the event loop, so no count is lost).
+        """
+        row = self._live.get(event_type)
+        if row is None:
+            row = self._live[event_type] = [0] * _N
+        return row
 
     def _row(self, event_type: str) -> list[int]:
         row = self._agg.get(event_type)
@@ -82,7 +101,7 @@ class HistoryRecorder:
         return row
 
     def _late(self, ms: float, event_type: str) -> None:
-        self._row(event_type)[2 + bisect.bisect_left(LATENESS_BOUNDS_MS, ms)] += 1
+        self._row(event_type)[LATENESS_ROW_START + bisect.bisect_left(LATENESS_BOUNDS_MS, ms)] += 1
 
     def increment(self, name: str, value: int = 1, *, event_type: str = "") -> None:
         """Count ``succeeded`` and ``failed``."""
@@ -107,6 +126,16 @@ class HistoryRecorder:
     def take(self) -> dict[str, list[int]]:
         """Everything counted since the last call, and start over."""
         taken, self._agg = self._agg, {}
+        for name, live in self._live.items():
+            if not any(live):
+                continue
+            row = taken.get(name)
+            if row is None:
+                row = taken[name] = [0] * _N
+            for i, v in enumerate(live):
+                if v:
+                    row[i] += v
+                    live[i] = 0
         return taken
 
     def put_back(self, rows: dict[str, list[int]]) -> None:

@@ -14,8 +14,9 @@ counters: ``enqueued``, ``kept``, ``replaced``, ``cancelled``, ``moved``,
 overlap policy), ``schedule_catch_up`` (fired over a second after the slot),
 ``schedule_missed`` (passed over by the catch-up policy), ``schedule_triggers``
 
-gauges: ``in_flight`` (handlers running in this process), ``lateness_ms`` (of
-the latest delivery)
+gauges: ``in_flight`` (handlers running in this process), ``concurrency`` (the
+handler's slots in this process: set when a handler is added, 0 when it is
+removed), ``lateness_ms`` (of the latest delivery)
 
 flow control (types with limits or paused, see docs/FLOW.md): counter
 ``throttled`` (claims held back), ``observe("throttled_time", seconds,
@@ -26,6 +27,10 @@ durations (``observe``, in seconds): ``lateness`` (due time → claim, Redis's
 clock), ``handler_duration`` (with ``outcome`` ``success``, ``failure``,
 ``timeout`` or ``cancelled``), ``enqueue_to_done`` (enqueue → successful end of the handler),
 ``schedule_lag`` (a schedule slot's nominal time → its fire, Redis's clock)
+
+When a handler is added, each counter in :data:`DELIVERY_COUNTERS` is reported
+once with the value 0 (for its type and group), so a sink that exports series
+(Prometheus) has them from the start and ``increase()`` sees the first event.
 
 Every call carries ``event_type`` (the wire name, or ``""`` for the scheduler).
 Calls made for a named delivery group (``add_handler(..., group="audit")``)
@@ -44,7 +49,20 @@ import inspect
 from collections import defaultdict
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["InMemoryMetrics", "Metrics", "NoopMetrics", "ServiceMetrics", "as_metrics"]
+__all__ = [
+    "DELIVERY_COUNTERS",
+    "InMemoryMetrics",
+    "Metrics",
+    "NoopMetrics",
+    "ServiceMetrics",
+    "as_metrics",
+]
+
+DELIVERY_COUNTERS: tuple[str, ...] = (
+    "delivered", "succeeded", "failed", "retried", "dead_lettered", "decode_errors",
+    "leases_lost", "redis_errors",
+)  # fmt: skip
+"""The counters a handler's consumer moves: reported as 0 when the handler is added."""
 
 
 @runtime_checkable
@@ -134,7 +152,7 @@ class ServiceMetrics:
     always gets the folded label.
     """
 
-    __slots__ = ("_by_group", "_recorder", "_sink", "_takes", "group")
+    __slots__ = ("_by_group", "_recorder", "_sink", "_sink_view", "_takes", "group", "reports")
 
     def __init__(
         self, sink: Metrics, recorder: Metrics | None = None, group: str | None = None
@@ -143,10 +161,46 @@ class ServiceMetrics:
         self._recorder = recorder
         self.group = group
         """The named delivery group of this view (None: the default group)."""
+        self.reports = not isinstance(sink, NoopMetrics)
+        """False when the user gave no sink: per-event figures that only the sink would
+        get (durations, ``in_flight`` after each handler) need not be computed."""
         self._takes = (
             _takes_group(sink.increment), _takes_group(sink.gauge), _takes_group(sink.observe)
         )  # fmt: skip
         self._by_group: dict[str, ServiceMetrics] = {}
+        self._sink_view: ServiceMetrics | None = None
+
+    def label(self, event_type: str) -> str:
+        """The label the recorder gets for ``event_type`` from this view (``type:group``
+        for a named group)."""
+        return event_type if self.group is None else f"{event_type}:{self.group}"
+
+    def handler_added(self, event_type: str, concurrency: int) -> None:
+        """A handler of ``event_type`` was added to this view's group: give the user's sink
+        a zero of each :data:`DELIVERY_COUNTERS` and the ``concurrency`` gauge (the history
+        recorder records nothing for them)."""
+        if not self.reports:
+            return
+        view = self.sink_only()
+        for name in DELIVERY_COUNTERS:
+            view.increment(name, 0, event_type=event_type)
+        view.gauge("concurrency", concurrency, event_type=event_type)
+
+    def handler_removed(self, event_type: str) -> None:
+        """The handler of ``event_type`` in this view's group has stopped: no slots left."""
+        if self.reports:
+            self.sink_only().gauge("concurrency", 0, event_type=event_type)
+
+    def sink_only(self) -> ServiceMetrics:
+        """This view without the recorder: for figures the recorder is given another way
+        (a consumer counts lateness straight into :meth:`HistoryRecorder.lateness_row
+        <delayq.history.HistoryRecorder.lateness_row>`)."""
+        if self._recorder is None:
+            return self
+        view = self._sink_view
+        if view is None:
+            view = self._sink_view = ServiceMetrics(self._sink, None, self.group)
+        return view
 
     def for_group(self, group: str | None) -> ServiceMetrics:
         """The view of a named delivery group (this one for ``None``, the default group)."""

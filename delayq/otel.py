@@ -14,7 +14,8 @@ follow the OpenTelemetry messaging semantic conventions:
   the send span links to it.
 * ``process {event type}``, kind CONSUMER, around each handler run, one per
   attempt (``messaging.operation.type`` = ``process``,
-  ``messaging.delayq.message.delivery_attempt``). It is the current span while
+  ``messaging.delayq.message.delivery_attempt``, and for a handler of a named
+  delivery group ``messaging.consumer.group.name``). It is the current span while
   the handler runs, so the handler's own spans nest under it. A failed run
   records the exception, ``error.type`` and status ERROR.
 
@@ -26,14 +27,19 @@ times, and a parent-child trace would stretch over all of that. With
 context instead (and keeps the link), so producer and handler share one trace.
 Baggage from the producer is visible to the handler in both modes.
 
-Sampling is decided once, where the event is created, and the handler follows
-it (``follow_sampling=True``, the default): a handler run whose creation
-context was not sampled gets no span (the creation context is made current
-instead, so the handler's own spans are dropped by ``ParentBased`` samplers
-too), and an enqueue inside an unsampled trace gets no send span but stores
-that trace's context. So a trace is kept or dropped whole, from the request
-through the delay to the handler, and what is dropped costs about a
-microsecond instead of a span. Events without a creation context (enqueued
+Sampling (``follow_sampling=True``, the default): what was dropped where the
+event was created stays dropped. A handler run whose creation context was not
+sampled gets no span (the creation context is made current instead, so the
+handler's own spans are dropped by ``ParentBased`` samplers too), and an
+enqueue inside an unsampled trace gets no send span but stores that trace's
+context; what is dropped costs about a microsecond instead of a span. A
+*sampled* creation context does not force the handler's span, though: in the
+default link mode the process span is the root of a new trace, so the
+sampler's root rule decides it afresh (``ParentBased(TraceIdRatioBased(r))``
+keeps about ``r`` of them), and a trace is not kept or dropped whole. With
+``parent=True`` the process span is a child of the creation context, and a
+``ParentBased`` sampler keeps or drops the whole trace, from the request
+through the delay to the handler. Events without a creation context (enqueued
 with tracing off, or by a tool) leave each run to the configured sampler, as
 ``follow_sampling=False`` does for every run.
 """
@@ -62,6 +68,7 @@ from opentelemetry.trace import (
 
 from ._version import __version__
 from .context import PROPAGATION_KEYS, Delivery, hide_context_keys
+from .keys import DEFAULT_GROUP
 
 __all__ = ["OTelTracing"]
 
@@ -246,6 +253,8 @@ class OTelTracing:
         lateness = delivery.lateness_ms
         if lateness is not None:
             attributes["messaging.delayq.message.lateness_ms"] = lateness
+        if delivery.group != DEFAULT_GROUP:
+            attributes["messaging.consumer.group.name"] = delivery.group
         if creation.is_valid:
             parent = (
                 extracted

@@ -70,6 +70,7 @@ class Runtime:
         self._codec = codec
         self._observer = observer
         self._metrics = metrics
+        self._history = history  # the recorder the consumers count lateness into
         self._owned = owned  # clients the service made (from_url), closed last
         self._watch = watch  # the Sentinel failover watch of a from_sentinel service
         self._outbox = outbox  # the outbox relay run beside the loops, if any
@@ -172,8 +173,10 @@ class Runtime:
             observer=self._observer,
             group=group,
             on_registered=None if group is None else lambda: self.pending.discard(name, group),
+            history=self._history,
         )
         self.consumers[name, group] = consumer
+        self._metrics.for_group(group).handler_added(name, concurrency)
         if self._task_group is not None:
             if group is not None:  # registered before this process's next enqueue or move
                 self.pending.add(name, group, consumer.max_deliveries)
@@ -189,6 +192,7 @@ class Runtime:
         consumer.stop()
         if self._task_group is not None:
             await consumer.wait_finished()
+        self._metrics.for_group(group).handler_removed(name)
         return True
 
     def _snapshot(self) -> dict[str, tuple[int, int, list[tuple[str, int]]]]:

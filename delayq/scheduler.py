@@ -38,7 +38,8 @@ from redis.exceptions import ResponseError
 
 from .errors import is_transient
 from .events import validate_name
-from .metrics import Metrics
+from .keys import DEFAULT_GROUP
+from .metrics import ServiceMetrics
 from .partitions import parse_shard, type_of
 from .spread import Spread
 from .store import Store, WakeupListener
@@ -77,7 +78,7 @@ class SchedulerSettings:
 class Scheduler:
     """The loop that moves due events; run it with :meth:`run`, end it with :meth:`stop`."""
 
-    def __init__(self, store: Store, settings: SchedulerSettings, metrics: Metrics):
+    def __init__(self, store: Store, settings: SchedulerSettings, metrics: ServiceMetrics):
         self._store = store
         self._s = settings
         self._metrics = metrics
@@ -331,7 +332,12 @@ class Scheduler:
         if r.moved:
             self._metrics.increment("moved", r.moved, event_type=label)
         if r.dead:
-            self._metrics.increment("dead_lettered", r.dead, event_type=label)
+            if r.dead_groups:  # a type with delivery groups: each group's own
+                for group, n in r.dead_groups.items():
+                    view = self._metrics.for_group(None if group == DEFAULT_GROUP else group)
+                    view.increment("dead_lettered", n, event_type=label)
+            else:
+                self._metrics.increment("dead_lettered", r.dead, event_type=label)
             log.error(
                 "%s: %d events became dead letters after their last lease expired",
                 type_name,

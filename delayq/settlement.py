@@ -41,14 +41,18 @@ class Settlement:
     """A consumer's leases from claim to ack or failure, the ack task's batches, failures.
 
     The consumer's per-event code touches the containers directly, without a
-    call: ``leased.add(lease)`` when it claims, ``acks.append(lease)`` then
-    ``ack_wanted.set()`` when a handler succeeded. ``leased`` is never
-    replaced, so a reference to it stays valid; ``acks`` and ``ack_wanted``
-    are, so they are read afresh each time.
+    call: ``leased.add(lease)`` when it claims, ``acks.append(lease)`` when a
+    handler succeeded, then ``ack_wanted.set()`` if that made the list's first
+    entry (acks in a non-empty list are flushed with it). ``leased`` is never
+    replaced, so a reference to it stays valid; ``acks`` is, and
+    ``ack_wanted`` is made anew by each :meth:`open`, so they are read afresh
+    each time.
     """
 
-    ack_wanted: anyio.Event
-    """Set when acks are waiting for the ack task (made by :meth:`open`)."""
+    ack_wanted: asyncio.Event
+    """Set when acks are waiting for the ack task (made by :meth:`open`; the ack task
+    clears it). A plain asyncio event: the consumer is asyncio-only, and setting
+    one that is already set costs a single attribute test per event."""
 
     def __init__(
         self,
@@ -90,7 +94,9 @@ class Settlement:
         """
         self.leased.intersection_update(self.acks)  # in place: the consumer holds the set
         self._settling.clear()
-        self.ack_wanted = anyio.Event()
+        self.ack_wanted = asyncio.Event()
+        if self.acks:  # the consumer only wakes the ack task when it adds the first ack
+            self.ack_wanted.set()
         self._acks_closing = False
         self._acks_done = anyio.Event()
 
@@ -190,9 +196,10 @@ class Settlement:
         """
         done = self._acks_done
         assert done is not None
+        wanted = self.ack_wanted
         while not (self._acks_closing and not self.acks):
-            await self.ack_wanted.wait()
-            self.ack_wanted = anyio.Event()
+            await wanted.wait()
+            wanted.clear()  # acks that come during the flush set it again
             await self._flush_acks()
         done.set()
 

@@ -142,3 +142,14 @@ def test_scale_script_runs_small(tmp_path: Path) -> None:
     assert data["bytes_per_timer"] > 0
     assert data["burst_move_rate"] > 0
     assert data["probe_late_p99_ms"] is not None
+
+
+def test_hotpath_profile_runs_small() -> None:
+    """benchmarks/hotpath_profile.py handles every event and prints its CPU per event."""
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/hotpath_profile.py", "--events", "300", "--cprofile"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "300 events:" in proc.stdout and "µs CPU per event" in proc.stdout
+    assert "total calls:" in proc.stdout

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from delayq.history import HistoryRecorder
-from delayq.metrics import InMemoryMetrics, ServiceMetrics, as_metrics
+from delayq.metrics import InMemoryMetrics, NoopMetrics, ServiceMetrics, as_metrics
 
 
 class OldSink:
@@ -49,3 +49,35 @@ def test_a_sink_that_takes_group_gets_it_and_the_default_group_never_does() -> N
     assert sink.counters["delivered", "t"] == 6
     assert dict(sink.group_counters) == {("delivered", "t", "audit"): 5}
     assert sink.gauges == {("in_flight", "t:audit"): 1}
+
+
+def test_handler_added_gives_the_sink_zeros_and_the_recorder_nothing() -> None:
+    sink = InMemoryMetrics()
+    recorder = HistoryRecorder()
+    metrics = ServiceMetrics(sink, recorder)
+    metrics.for_group("audit").handler_added("t", 5)
+    assert sink.group_counters["dead_lettered", "t", "audit"] == 0
+    assert ("dead_lettered", "t", "audit") in sink.group_counters
+    assert sink.gauges["concurrency", "t:audit"] == 5
+    assert recorder.take() == {}
+    metrics.for_group("audit").handler_removed("t")
+    assert sink.gauges["concurrency", "t:audit"] == 0
+    # without a sink of the user's, nothing at all
+    quiet = ServiceMetrics(as_metrics(NoopMetrics()), recorder)
+    assert not quiet.reports
+    quiet.handler_added("t", 5)
+    assert recorder.take() == {}
+
+
+def test_a_lateness_row_is_taken_with_the_recorder_and_zeroed_in_place() -> None:
+    from delayq.history import LATENESS_BOUNDS_MS, LATENESS_ROW_START
+
+    recorder = HistoryRecorder()
+    row = recorder.lateness_row("t:audit")
+    assert recorder.lateness_row("t:audit") is row
+    row[LATENESS_ROW_START + 3] += 2
+    recorder.increment("succeeded", 2, event_type="t:audit")
+    taken = recorder.take()
+    assert taken["t:audit"][0] == 2 and taken["t:audit"][LATENESS_ROW_START + 3] == 2
+    assert row == [0] * len(row) and len(row) == LATENESS_ROW_START + len(LATENESS_BOUNDS_MS) + 1
+    assert recorder.take() == {}

@@ -22,16 +22,21 @@ def test_observability_benchmark_runs(tmp_path: Path) -> None:
     out = tmp_path / "obs.json"
     proc = subprocess.run(
         [sys.executable, "benchmarks/observability.py", "--events", "300", "--rounds", "1",
-         "--modes", "plain,prometheus,otel,observed,otel-api", "--handler", "redis",
+         "--modes", "plain,prometheus,otel,observed,otel-api,observed-api", "--handler", "redis",
          "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     data = json.loads(out.read_text())
-    assert set(data["best"]) == {"plain", "prometheus", "otel", "observed", "otel-api"}
+    assert set(data["best"]) == {
+        "plain", "prometheus", "otel", "observed", "otel-api", "observed-api"
+    }  # fmt: skip
+    assert data["cpu_us_added_median"]["plain"]["cpu_us"] == 0
+    assert all(v["cpu_us"] > 0 for v in data["cpu_us_median"].values())
     for rounds in data["rounds"].values():
         (r,) = rounds
         assert r["enqueue_per_s"] > 0 and r["handle_per_s"] > 0 and r["end_to_end_per_s"] > 0
         assert r["redis_commands_per_event"] > 1  # the handler's GET counts too
+        assert r["enqueue_cpu_us"] > 0 and r["handle_cpu_us"] > 0
     assert data["spans_exported"] == 2 * 2 * 300  # a send and a process span per event, twice
     assert "| observed |" in proc.stdout

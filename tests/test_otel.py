@@ -490,3 +490,37 @@ def test_enqueues_in_one_unsampled_span_share_its_carrier_and_see_new_baggage() 
     assert third is not None and third["traceparent"] == expected
     assert "tenant=t-1" in third["baggage"]
     assert fourth == {"traceparent": expected} and fourth is not first
+
+
+async def test_process_spans_of_a_named_group_name_it(
+    redis_url: str, prefix: str, wait_for: Any
+) -> None:
+    """A handler of a named delivery group runs in a span with
+    ``messaging.consumer.group.name``; the default group's span has none."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    handled: list[str] = []
+
+    async def handle(event: TraceJob) -> None:
+        handled.append(current_delivery().group)  # type: ignore[union-attr]
+
+    pool = ServicePool(redis_url, prefix, tracing=OTelTracing(provider))
+    try:
+        service = pool.make()
+        service.add_handler(TraceJob, handle)
+        service.add_handler(TraceJob, handle, group="audit")
+        await service.start()
+
+        async def registered() -> bool:
+            return "audit" in await service.groups(TraceJob)
+
+        await wait_for(registered, timeout=10)
+        assert await service.enqueue_with_delay(TraceJob(id="g1"))
+        await wait_for(lambda: len(handled) == 2, timeout=15)
+    finally:
+        await pool.aclose()
+    spans = by_kind(exporter.get_finished_spans(), SpanKind.CONSUMER)
+    groups = sorted(str((s.attributes or {}).get("messaging.consumer.group.name")) for s in spans)
+    assert groups == ["None", "audit"]
+    assert sorted(handled) == ["audit", "default"]

@@ -293,8 +293,9 @@ async def test_queue_depth_costs_a_few_commands_per_type_and_is_cached(
     assert app.collector.reads == 1
     assert cached == Counter()
     # service.stats(): SMEMBERS, then one read-only script call per type, pipelined; and
-    # each type's delivery groups (none here: nothing more)
-    assert first == Counter({"SMEMBERS": 1, "EVALSHA": 3, "HGETALL": 3})
+    # each type's delivery groups (none here: nothing more); the live workers' heartbeats
+    # (one ZRANGE, and one MGET when a worker is alive: none here)
+    assert first == Counter({"SMEMBERS": 1, "EVALSHA": 3, "HGETALL": 3, "ZRANGE": 1})
 
 
 async def test_delivery_groups_are_labelled(
@@ -487,3 +488,123 @@ async def test_serve_answers_only_metrics_and_stops_cleanly() -> None:
     assert head.status_code == 200 and head.content == b""
     assert missing.status_code == 404
     assert post.status_code == 405
+
+
+async def test_handler_counters_exist_at_zero_and_slots_show_busy_vs_capacity(
+    private_server: RedisServer, prefix: str, wait_for: Any
+) -> None:
+    """add_handler makes every counter of its type and group exist with 0 (so
+    ``increase(...) > 0`` sees the first dead letter), the per-process capacity gauge;
+    the collector exports the live workers and their slots, busy and total."""
+    from prometheus_client import generate_latest
+
+    registry = CollectorRegistry()
+    pool = ServicePool(
+        private_server.url, prefix, metrics=PrometheusMetrics(registry), heartbeat_interval=0.1
+    )
+    release = asyncio.Event()
+    running = 0
+
+    async def slow(event: PromFan) -> None:
+        nonlocal running
+        running += 1
+        await release.wait()
+
+    async def ok(event: PromFan) -> None:
+        pass
+
+    fan = {"event_type": "obs-prom-fan"}
+    try:
+        service = pool.make()
+        service.add_handler(PromFan, slow, concurrency=7)
+        service.add_handler(PromFan, ok, concurrency=3, group="audit")
+        samples = parse(generate_latest(registry).decode())  # nothing has happened yet
+        for group in ("default", "audit"):
+            labels = frozenset({**fan, "group": group}.items())
+            for name in (
+                "delivered", "succeeded", "failed", "retried", "dead_lettered", "decode_errors",
+                "leases_lost",
+            ):  # fmt: skip
+                assert samples[f"delayq_{name}_total", labels] == 0, (name, group)
+        assert samples["delayq_redis_errors_total", frozenset(fan.items())] == 0
+        assert value(samples, "delayq_handler_concurrency", **fan, group="default") == 7
+        assert value(samples, "delayq_handler_concurrency", **fan, group="audit") == 3
+
+        await service.start()
+        app = make_asgi_app(service, registry=registry, cache_seconds=0)
+        await service.enqueue_many([PromFan(id=f"b{i}") for i in range(2)])
+        await wait_for(lambda: running == 2, timeout=15)
+
+        async def busy() -> bool:
+            s = parse((await app.render())[0].decode())
+            return value(s, "delayq_workers_busy", **fan, group="default") == 2
+
+        await wait_for(busy, timeout=15)
+        samples = parse((await app.render())[0].decode())
+        assert value(samples, "delayq_workers") == 1
+        assert value(samples, "delayq_workers_concurrency", **fan, group="default") == 7
+        assert value(samples, "delayq_workers_concurrency", **fan, group="audit") == 3
+        assert value(samples, "delayq_handlers_in_flight", **fan, group="default") == 2
+        release.set()
+        assert await service.remove_handler(PromFan, group="audit")
+        samples = parse((await app.render())[0].decode())
+        assert value(samples, "delayq_handler_concurrency", **fan, group="audit") == 0
+        app.close()
+    finally:
+        release.set()
+        await pool.aclose()
+
+
+async def test_dead_letters_made_by_the_scheduler_carry_their_group(
+    private_server: RedisServer, prefix: str, wait_for: Any
+) -> None:
+    """A lease of a named group that expires on its last delivery becomes that group's
+    dead letter in the scheduler: counted with group="audit", not "default"."""
+    registry = CollectorRegistry()
+    pool = ServicePool(private_server.url, prefix, metrics=PrometheusMetrics(registry))
+    try:
+        service = await pool.start()
+        assert await service.register_group(PromFan, "audit", retry_attempts=0)
+        assert await service.enqueue_with_delay(PromFan(id="lost"))
+        store = service.store
+
+        async def claimed() -> bool:  # a worker of the audit group that claims, then dies
+            _, got = await store.claim(PromFan.event_name, [], 1, 300, group="audit")
+            return bool(got)
+
+        await wait_for(claimed, timeout=15)
+
+        async def dead() -> bool:
+            return (await service.group_stats(PromFan))["audit"].dead == 1
+
+        await wait_for(dead, timeout=15)
+        async with serve(
+            0, host="127.0.0.1", service=service, registry=registry, cache_seconds=0
+        ) as srv:
+            _, samples = await scrape(srv.port)
+    finally:
+        await pool.aclose()
+    fan = {"event_type": "obs-prom-fan"}
+    assert value(samples, "delayq_dead_lettered_total", **fan, group="audit") == 1
+    assert value(samples, "delayq_dead_lettered_total", **fan, group="default") == 0
+
+
+def test_the_dashboard_filters_every_query_by_type_and_shows_groups_failures_and_slots() -> (
+    None
+):
+    import json
+
+    dashboard = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    for expr in exprs:
+        for metric in re.findall(r"delayq_[a-z_]+(?:\{[^}]*\})?", expr):
+            if metric != "delayq_workers":  # the only one without an event_type label
+                assert '{event_type=~"$event_type"' in metric, expr
+    by_group = " ".join(e for e in exprs if "by (event_type, group" in e)
+    for metric in (
+        "delayq_failed_total", "delayq_retried_total", "delayq_dead_lettered_total",
+        "delayq_succeeded_total", "delayq_queue_group_events", "delayq_workers_busy",
+        "delayq_workers_concurrency",
+    ):  # fmt: skip
+        assert metric in by_group, metric
+    assert "max(delayq_workers)" in exprs

@@ -63,6 +63,8 @@ class MoveResult:
     queued: int
     late_ms: int
     missing: list[bytes]
+    dead_groups: dict[str, int] = field(default_factory=dict)
+    """For a type with delivery groups: how many of ``dead`` each group made (by name)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,12 +64,20 @@ class Scheduling(DeliveryGroups):
         args = [batch, visibility_ms, max_deliveries]
         r = await self._every_group("group_move", type_name, args, ("move_due", args))
         next_ms = int(r[2])
+        dead, dead_groups = r[4], {}
+        if isinstance(dead, list):  # group_move: [group, count, ...]
+            dead_groups = {
+                (g.decode() if isinstance(g, bytes) else str(g)): int(n)
+                for g, n in zip(dead[::2], dead[1::2])
+            }
+            dead = sum(dead_groups.values())
         return MoveResult(
             moved=int(r[0]),
             more=bool(int(r[1])),
             next_ms=None if next_ms < 0 else next_ms,
             now_ms=int(r[3]),
-            dead=int(r[4]),
+            dead=int(dead),
+            dead_groups=dead_groups,
             queued=int(r[5]),
             late_ms=int(r[6]),
             missing=list(r[7:]),

@@ -8,7 +8,9 @@
 -- Returns: as move_due.lua, or {'stale', group...} when the groups passed are
 --   not the registered ones (nothing changed: call again with those).
 --   moved counts deliveries (an event due for three groups counts three);
---   queued sums the groups' ready lists.
+--   queued sums the groups' ready lists; dead is 0, or {group, count, ...}
+--   for each group whose expired leases became its dead letters (so they are
+--   counted for the right group).
 -- Guarantees: the fan-out: each event due in the type's schedule is pushed to
 -- the ready list of every group registered now, in the same atomic step that
 -- removes it from the schedule (once per due time, whoever runs it), and
@@ -26,6 +28,7 @@ local batch = tonumber(ARG(1))
 local vt = tonumber(ARG(2))
 local default_max = tonumber(ARG(3))
 local moved, more, dead, late, queued = 0, 0, 0, 0, 0
+local dead_by_group = {}
 local missing = {}
 local next_ms = nil
 local function earliest(t)
@@ -61,6 +64,10 @@ for g = 1, N_GROUPS do
   if full then more = 1 end
   if t > late then late = t end
   dead = dead + expired_dead
+  if expired_dead > 0 then
+    dead_by_group[#dead_by_group + 1] = GROUP_NAMES[g]
+    dead_by_group[#dead_by_group + 1] = expired_dead
+  end
 
   push_ready_to(k_ready, k_queued, k_meta, ids, dues)
   moved = moved + #ids
@@ -109,6 +116,7 @@ for _, meta in ipairs(metas) do
 end
 for g = 1, N_GROUPS do queued = queued + redis.call('ZCARD', gkey(g, G_QUEUED)) end
 
+if dead > 0 then dead = dead_by_group end
 local result = {moved, more, next_ms or -1, now, dead, queued, late}
 for _, id in ipairs(missing) do result[#result + 1] = id end
 return result

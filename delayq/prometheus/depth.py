@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ..heartbeat import WorkerInfo
 from ..keys import DEFAULT_GROUP
 from ..store import QueueCounts
 
 if TYPE_CHECKING:
     from ..service import EventService
 
-__all__ = ["QueueDepthCollector", "read_depth", "read_group_depth"]
+__all__ = ["QueueDepthCollector", "read_depth", "read_group_depth", "read_workers"]
 
 log = logging.getLogger("delayq.prometheus")
 
@@ -52,6 +53,14 @@ async def read_group_depth(
     return dict(zip(grouped, counts))
 
 
+async def read_workers(service: EventService) -> list[WorkerInfo]:
+    """The live worker processes under the prefix, from their heartbeats: ``service.workers()``.
+
+    Cost: one ZRANGE and one MGET of the heartbeat records (a few hundred bytes each).
+    """
+    return await service.workers()
+
+
 class QueueDepthCollector(Collector):
     """A prometheus-client collector of the queue depth under one service's prefix.
 
@@ -59,8 +68,11 @@ class QueueDepthCollector(Collector):
     ``{ns}_queue_due_events`` (due, not yet handled) and
     ``{ns}_queue_oldest_overdue_seconds``; for types with named delivery groups,
     ``{ns}_queue_group_events{group=...,state=...}`` per group (``default`` for
-    handlers added without a group); and ``{ns}_queue_up`` (1 when the last
-    read worked). Await :meth:`refresh` before rendering (the ASGI app and
+    handlers added without a group); from the workers' heartbeats,
+    ``{ns}_workers`` (live worker processes), and per type and group the
+    handler slots of all of them (``{ns}_workers_concurrency``) and how many
+    were busy at their last heartbeat (``{ns}_workers_busy``); and
+    ``{ns}_queue_up`` (1 when the last read worked). Await :meth:`refresh` before rendering (the ASGI app and
     :func:`~delayq.prometheus.serve` do): it reads Redis at most once per
     ``cache_seconds`` and shares one read among concurrent scrapes. A failed
     read keeps the previous figures and sets ``queue_up`` to 0.
@@ -76,6 +88,7 @@ class QueueDepthCollector(Collector):
         read_groups: Callable[
             [EventService, list[str]], Awaitable[dict[str, dict[str, QueueCounts]]]
         ] = read_group_depth,
+        read_workers: Callable[[EventService], Awaitable[list[WorkerInfo]]] = read_workers,
     ):
         if not 0 <= cache_seconds <= 3600:
             raise ValueError(f"cache_seconds must be between 0 and 3600, not {cache_seconds!r}")
@@ -84,6 +97,8 @@ class QueueDepthCollector(Collector):
         self.cache_seconds = cache_seconds
         self._read = read
         self._read_groups = read_groups
+        self._read_workers = read_workers
+        self._workers: list[WorkerInfo] = []
         self._group_snapshot: dict[str, dict[str, QueueCounts]] = {}
         self._lock = asyncio.Lock()
         self._snapshot: dict[str, QueueCounts] = {}
@@ -109,6 +124,7 @@ class QueueDepthCollector(Collector):
                 snapshot = await self._read(self.service)
                 groups = await self._read_groups(self.service, sorted(snapshot))
                 self._snapshot, self._group_snapshot = snapshot, groups
+                self._workers = await self._read_workers(self.service)
                 self._up = 1
             except Exception as exc:  # Redis away: report it, keep the last figures
                 self._up = 0
@@ -119,17 +135,20 @@ class QueueDepthCollector(Collector):
 
     def describe(self) -> Iterator[Metric]:
         """The metric families (no samples), for the registry's duplicate check."""
-        return iter(self._families({}, {}, 0))
+        return iter(self._families({}, {}, 0, []))
 
     def collect(self) -> Iterator[Metric]:
         """The figures of the last read."""
-        return iter(self._families(self._snapshot, self._group_snapshot, self._up))
+        return iter(
+            self._families(self._snapshot, self._group_snapshot, self._up, self._workers)
+        )
 
     def _families(
         self,
         snapshot: dict[str, QueueCounts],
         group_snapshot: dict[str, dict[str, QueueCounts]],
         up: int,
+        workers: list[WorkerInfo],
     ) -> list[Metric]:
         ns = self.namespace
         events = GaugeMetricFamily(
@@ -166,4 +185,30 @@ class QueueDepthCollector(Collector):
                 for state in ("scheduled", "ready", "in_flight", "dead"):
                     group_events.add_metric([name, group, state], getattr(g, state))
         up_family.add_metric([], up)
-        return [events, due, oldest, group_events, up_family]
+        alive = GaugeMetricFamily(
+            f"{ns}_workers", "Live worker processes under the prefix (from their heartbeats)"
+        )
+        alive.add_metric([], len(workers))
+        capacity = GaugeMetricFamily(
+            f"{ns}_workers_concurrency",
+            "Handler slots of every live worker, per type and delivery group",
+            labels=["event_type", "group"],
+        )
+        busy = GaugeMetricFamily(
+            f"{ns}_workers_busy",
+            "Handlers running in every live worker at its last heartbeat (out of "
+            "workers_concurrency)",
+            labels=["event_type", "group"],
+        )
+        slots: dict[tuple[str, str], list[int]] = {}
+        for w in workers:
+            for label, n in w.types.items():
+                # a named group's handler shows as "type:group" (type names hold no ':')
+                name, _, group = label.partition(":")
+                entry = slots.setdefault((name, group or DEFAULT_GROUP), [0, 0])
+                entry[0] += n
+                entry[1] += w.in_flight.get(label, 0)
+        for (name, group), (total, running) in sorted(slots.items()):
+            capacity.add_metric([name, group], total)
+            busy.add_metric([name, group], running)
+        return [events, due, oldest, group_events, up_family, alive, capacity, busy]

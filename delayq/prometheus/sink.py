@@ -164,12 +164,15 @@ class PrometheusMetrics:
     Counters are ``{namespace}_{name}_total`` labelled by ``event_type``
     (``enqueued_total`` also by ``outcome``: ``new``, ``kept``, ``replaced``);
     histograms are ``lateness_seconds``, ``handler_duration_seconds`` (by
-    ``outcome``) and ``enqueue_to_done_seconds``; ``handlers_in_flight`` is a
-    gauge. The metrics of deliveries (``delivered``, ``succeeded``, ``failed``,
-    ``retried``, ``dead_lettered``, ``decode_errors``, ``leases_lost``, the
-    three histograms and ``handlers_in_flight``) also have a ``group`` label:
-    the delivery group (``default`` for handlers added without one). One instance can serve several services of a process; a second
-    instance on the same registry and namespace is refused by prometheus-client.
+    ``outcome``) and ``enqueue_to_done_seconds``; ``handlers_in_flight`` (busy)
+    and ``handler_concurrency`` (capacity) are gauges. The metrics of deliveries
+    (``delivered``, ``succeeded``, ``failed``, ``retried``, ``dead_lettered``,
+    ``decode_errors``, ``leases_lost``, the three histograms and both gauges)
+    also have a ``group`` label: the delivery group (``default`` for handlers
+    added without one). Every counter a handler moves exists with the value 0
+    from ``add_handler`` on. One instance can serve several services of a
+    process; a second instance on the same registry and namespace is refused
+    by prometheus-client.
     """
 
     def __init__(
@@ -211,6 +214,14 @@ class PrometheusMetrics:
             LocalGauge(
                 f"{namespace}_handlers_in_flight",
                 "Handlers running (or recording their outcome) in this process",
+                ("event_type", "group"),
+            )
+        )
+        self._gauges["concurrency"] = self._add(
+            LocalGauge(
+                f"{namespace}_handler_concurrency",
+                "Handler slots (add_handler's concurrency) in this process: the capacity "
+                "handlers_in_flight is busy out of",
                 ("event_type", "group"),
             )
         )
@@ -302,7 +313,7 @@ class PrometheusMetrics:
                     ("event_type",),
                 )
             )
-        if name == "in_flight":
+        if name in ("in_flight", "concurrency"):
             set_ = gauge.setter(event_type, group)
         else:
             set_ = gauge.setter(_folded(event_type, group))
