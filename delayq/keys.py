@@ -22,6 +22,8 @@ meta       HASH   ``pushed`` counter, ``claims`` counter, ``wake`` mark, ``enque
 groups     HASH   delivery group -> its max deliveries; exists only once a
                   group has been named (see delayq.groups)
 pending    HASH   id -> how many groups still hold a fanned-out event
+sink:<n>   ZSET   id -> micro-batch id: the ledger of the Spark streaming sink
+                  named n (exists only for types such a sink writes)
 ========== ====== ===========================================================
 
 A type with ``N > 1`` partitions (``class T(Event, partitions=N)``) has all of
@@ -247,6 +249,12 @@ class TypeKeys:
     def pending(self) -> str:
         """HASH id -> number of groups still holding a fanned-out event."""
         return self._key("pending")
+
+    def sink(self, name: str) -> str:
+        """ZSET id -> micro-batch id: the ledger of the Spark streaming sink ``name``
+        (``delayq.spark.stream_sink``), one per type partition; it holds one batch's ids."""
+        validate_name(name, "sink name")
+        return self._key(f"sink:{name}")
 
     def group_key(self, group: str, suffix: str) -> str:
         """The key ``suffix`` of one named delivery group."""
