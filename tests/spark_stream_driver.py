@@ -1,8 +1,10 @@
 """The driver of tests/test_spark_stream.py: a streaming query from JSON files into delayq.
 
 Run as a subprocess (so the test can SIGKILL it and start it again from the
-checkpoint): ``python spark_stream_driver.py <master> <input dir> <checkpoint>
-<redis url> <prefix> <out dir>``. Processes every file there is
+checkpoint): ``python -c "import spark_stream_driver as d, sys; d.main(sys.argv[1:])"
+<master> <input dir> <checkpoint> <redis url> <prefix> <out dir>`` (imported by its
+name, not run as ``__main__``: the executors must find the event class as
+``spark_stream_driver.StreamOrder``). Processes every file there is
 (``availableNow``), 4 files per micro-batch, through ``stream_sink``; appends
 each batch's report and rejects, as JSON lines, to files in ``<out dir>``.
 The executors import this module (for ``StreamOrder``): the session puts this
@@ -13,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -39,10 +40,7 @@ def main(argv: list[str]) -> None:
 
     from delayq.spark import EnqueueReport, stream_sink
 
-    # the executors must find the event class as spark_stream_driver.StreamOrder, not
-    # __main__.StreamOrder (cloudpickle would ship that one by value)
-    from spark_stream_driver import StreamOrder as Order
-
+    assert __name__ == "spark_stream_driver", "run it as the module spark_stream_driver"
     master, source, checkpoint, redis_url, prefix, out = argv
     session = (
         SparkSession.builder.master(master)
@@ -80,7 +78,7 @@ def main(argv: list[str]) -> None:
                 f.write(json.dumps({"batch": batch_id, **row.asDict()}) + "\n")
 
     sink = stream_sink(
-        Order,
+        StreamOrder,
         name=SINK_NAME,
         redis_url=redis_url,
         prefix=prefix,
@@ -99,6 +97,3 @@ def main(argv: list[str]) -> None:
     query.awaitTermination()
     session.stop()
 
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

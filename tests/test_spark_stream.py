@@ -55,6 +55,18 @@ def write_inputs(source: Path) -> set[str]:
     return ids
 
 
+DRIVER = "import spark_stream_driver as d, sys; d.main(sys.argv[1:])"
+
+
+def kill_group(driver: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the driver's process group (its JVM and the executors too); reap the driver."""
+    try:
+        os.killpg(driver.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    driver.wait()
+
+
 def start_driver(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HERE)])
@@ -63,7 +75,7 @@ def start_driver(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     with open(log, "ab") as out:
         return subprocess.Popen(
-            [sys.executable, str(HERE / "spark_stream_driver.py"), *args],
+            [sys.executable, "-c", DRIVER, *args],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -139,8 +151,7 @@ async def test_exactly_once_across_driver_and_executor_kills(
             try:
                 written = await wait_mid_batch(client, ledger, 1, driver, log)
             finally:
-                os.killpg(driver.pid, signal.SIGKILL)
-                driver.wait()
+                kill_group(driver)
             # what batch 1 wrote before the kill is handled before the replay
             await wait_for(lambda: len(handled) >= BATCH_ROWS + written, timeout=120)
 
@@ -153,9 +164,7 @@ async def test_exactly_once_across_driver_and_executor_kills(
                 os.kill(victims[0], signal.SIGKILL)
                 rc = await asyncio.to_thread(driver.wait, 600)
             finally:
-                if driver.poll() is None:
-                    os.killpg(driver.pid, signal.SIGKILL)
-                    driver.wait()
+                kill_group(driver)  # executors left behind, if any
             assert rc == 0, log.read_text()[-3000:]
 
             await wait_for(lambda: len(handled) >= len(expected), timeout=120)
