@@ -96,4 +96,3 @@ def main(argv: list[str]) -> None:
     (outdir / f"started-{os.getpid()}").touch()
     query.awaitTermination()
     session.stop()
-

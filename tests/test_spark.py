@@ -872,7 +872,9 @@ async def test_stream_sink_replays_a_batch_without_running_its_events_again(
         await wait_for(lambda: sum(handled.values()) == 2 * n, timeout=30)
         assert sum(sync_client.zcard(k) for k in ledgers) == n
         assert all(
-            score == 1.0 for k in ledgers for _, score in sync_client.zrange(k, 0, -1, withscores=True)
+            score == 1.0
+            for k in ledgers
+            for _, score in sync_client.zrange(k, 0, -1, withscores=True)
         )
         # a batch older than the ledger's: a stale task, or the name reused with a new
         # checkpoint: refused, nothing written
@@ -912,10 +914,14 @@ def test_stream_sink_reports_rejects_like_enqueue_dataframe(
     assert metrics.total("sink_rejected") == 6 and metrics.total("sink_scheduled") == 4
     keys = TypeKeys(prefix, SparkOrder.event_name)
     assert sorted(sync_client.hkeys(keys.events)) == [b"good-1", b"good-2", b"good-3", b"good-4"]
-    assert sorted(sync_client.zrange(keys.sink("s"), 0, -1)) == sorted(sync_client.hkeys(keys.events))
+    assert sorted(sync_client.zrange(keys.sink("s"), 0, -1)) == sorted(
+        sync_client.hkeys(keys.events)
+    )
 
     # rejects to a path instead: one Parquet directory per batch
     out = tmp_path / "rejects"
-    to_path = stream_sink(SparkOrder, name="p", prefix=prefix + "-p", rejects_path=str(out), **common)
+    to_path = stream_sink(
+        SparkOrder, name="p", prefix=prefix + "-p", rejects_path=str(out), **common
+    )
     to_path(df, 3)
     assert len(spark.read.parquet(str(out / "batch=3")).collect()) == 6

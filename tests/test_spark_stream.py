@@ -83,6 +83,10 @@ def start_driver(args: list[str], log: Path) -> subprocess.Popen[bytes]:
         )
 
 
+def tail(log: Path) -> str:
+    return log.read_text()[-3000:]
+
+
 def executors_of(group: int) -> list[int]:
     """Pids of the executor JVMs in a process group."""
     found = []
@@ -113,9 +117,9 @@ async def wait_mid_batch(
         if written or int(await client.zcount(ledger, batch + 1, "+inf")):
             pytest.fail(f"batch {batch} was written whole before the test saw it half-written")
         if driver.poll() is not None:
-            pytest.fail(f"the driver exited ({driver.returncode}):\n{log.read_text()[-3000:]}")
+            pytest.fail(f"the driver exited ({driver.returncode}):\n{tail(log)}")
         await asyncio.sleep(0.003)
-    pytest.fail(f"batch {batch} was not written within 600 s:\n{log.read_text()[-3000:]}")
+    pytest.fail(f"batch {batch} was not written within 600 s:\n{tail(log)}")
 
 
 async def test_exactly_once_across_driver_and_executor_kills(
@@ -165,13 +169,11 @@ async def test_exactly_once_across_driver_and_executor_kills(
                 rc = await asyncio.to_thread(driver.wait, 600)
             finally:
                 kill_group(driver)  # executors left behind, if any
-            assert rc == 0, log.read_text()[-3000:]
+            assert rc == 0, tail(log)
 
             await wait_for(lambda: len(handled) >= len(expected), timeout=120)
             counts = QueueCounts(0, 0, 0, 0)
-            await wait_for(
-                lambda: _stats_are(service, StreamOrder, counts), timeout=60
-            )
+            await wait_for(lambda: _stats_are(service, StreamOrder, counts), timeout=60)
     finally:
         await client.aclose()
 
