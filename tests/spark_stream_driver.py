@@ -51,7 +51,8 @@ def main(argv: list[str]) -> None:
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.executor.memory", "512m")
         .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.executorEnv.PYTHONPATH", str(HERE))
+        # the executors import this module, and delayq from this checkout
+        .config("spark.executorEnv.PYTHONPATH", os.pathsep.join([str(HERE.parent), str(HERE)]))
         .config("spark.task.maxFailures", "8")
         .getOrCreate()
     )
