@@ -775,6 +775,25 @@ def test_redis_cluster(spark: Any, prefix: str) -> None:
             counts[(row.event_type, row.state)] = counts.get((row.event_type, row.state), 0) + 1
         assert counts == {("spark-order", "scheduled"): 500, ("spark-failing", "ready"): 500}
 
+        # the streaming sink: one ledger per partition of a partitioned type, on the
+        # partition's node (its hash tag), so each script call stays on one node
+        from delayq.spark import stream_sink
+
+        hot = orders(spark, 500, delay_s=600).drop("due_at")
+        sink = stream_sink(
+            SparkHot, name="s", redis_url=cluster.url, prefix=spread, delay_col="delay"
+        )
+        sink(hot, 0)
+        assert sink.last is not None and sink.last.scheduled == 500
+        sink(hot, 0)  # a replay
+        assert (sink.last.scheduled, sink.last.skipped) == (0, 500)
+        client = RedisCluster.from_url(cluster.url)
+        try:
+            ledgers = [TypeKeys(spread, SparkHot.event_name, k, 4).sink("s") for k in range(4)]
+            assert sum(client.zcard(k) for k in ledgers) == 500
+        finally:
+            client.close()
+
 
 class SparkHot(Event, event_name="spark-hot", partitions=4):
     """A partitioned type: rows are routed by id as the service routes them."""
