@@ -17,8 +17,8 @@
 -- first call of a later batch (Spark replays only the last batch, so they can
 -- never be asked for again): the ledger holds at most one batch's ids. A call
 -- with a batch id lower than one the ledger holds (a stale task, or the sink's
--- name reused with a new checkpoint) fails with DELAYQ_SINK_REWOUND and changes
--- nothing.
+-- name reused with a new checkpoint) gets the error reply DELAYQ_SINK_REWOUND and
+-- changes nothing (so does a ledger key of another type: WRONGTYPE).
 local K_LEDGER = KEYS[14]
 
 -- enqueue.lua's body (inserted by delayq/lua/__init__.py), run on the arguments given
@@ -28,15 +28,15 @@ end
 
 local found = redis.call('TYPE', K_LEDGER).ok
 if found ~= 'none' and found ~= 'zset' then
-  error('WRONGTYPE delayq key ' .. K_LEDGER .. ' holds a ' .. found ..
-    ', not a zset: something other than delayq wrote it; nothing was changed', 0)
+  return redis.error_reply('WRONGTYPE delayq key ' .. K_LEDGER .. ' holds a ' .. found ..
+    ', not a zset: something other than delayq wrote it; nothing was changed')
 end
 local batch = tonumber(ARGV[5])
 local top = redis.call('ZREVRANGE', K_LEDGER, 0, 0, 'WITHSCORES')
 if top[2] and tonumber(top[2]) > batch then
-  error('DELAYQ_SINK_REWOUND the sink ledger ' .. K_LEDGER .. ' holds batch ' .. top[2] ..
-    ', later than batch ' .. ARGV[5] .. ' (a stale task, or the sink name reused with a ' ..
-    'new checkpoint); nothing was changed', 0)
+  return redis.error_reply('DELAYQ_SINK_REWOUND the sink ledger ' .. K_LEDGER ..
+    ' holds batch ' .. top[2] .. ', later than batch ' .. ARGV[5] .. ' (a stale task, or ' ..
+    'the sink name reused with a new checkpoint); nothing was changed')
 end
 
 local ids = {}
