@@ -83,7 +83,7 @@ def main(argv: list[str]) -> None:
         name=SINK_NAME,
         redis_url=redis_url,
         prefix=prefix,
-        batch_size=100,
+        batch_size=25,  # many round trips: the test sees a batch half-written
         on_batch=on_batch,
         on_rejects=on_rejects,
     )
