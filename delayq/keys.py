@@ -26,6 +26,8 @@ limits     HASH   flow limits (concurrency, rate, paused, GCRA state); exists
                   only while a limit is set (see delayq.limits)
 wake       LIST   wake-up tokens for consumers waiting for a limited slot (TTL 1 s)
 dedup      ZSET   debounce windows and unique_for marks (only once those modes are used)
+sink:<n>   ZSET   id -> micro-batch id: the ledger of the Spark streaming sink
+                  named n (exists only for types such a sink writes)
 ========== ====== ===========================================================
 
 A type with ``N > 1`` partitions (``class T(Event, partitions=N)``) has all of
@@ -251,6 +253,12 @@ class TypeKeys:
     def pending(self) -> str:
         """HASH id -> number of groups still holding a fanned-out event."""
         return self._key("pending")
+
+    def sink(self, name: str) -> str:
+        """ZSET id -> micro-batch id: the ledger of the Spark streaming sink ``name``
+        (``delayq.spark.stream_sink``), one per type partition; it holds one batch's ids."""
+        validate_name(name, "sink name")
+        return self._key(f"sink:{name}")
 
     def group_key(self, group: str, suffix: str) -> str:
         """The key ``suffix`` of one named delivery group."""

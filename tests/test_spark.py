@@ -775,6 +775,25 @@ def test_redis_cluster(spark: Any, prefix: str) -> None:
             counts[(row.event_type, row.state)] = counts.get((row.event_type, row.state), 0) + 1
         assert counts == {("spark-order", "scheduled"): 500, ("spark-failing", "ready"): 500}
 
+        # the streaming sink: one ledger per partition of a partitioned type, on the
+        # partition's node (its hash tag), so each script call stays on one node
+        from delayq.spark import stream_sink
+
+        hot = orders(spark, 500, delay_s=600).drop("due_at")
+        sink = stream_sink(
+            SparkHot, name="s", redis_url=cluster.url, prefix=spread, delay_col="delay"
+        )
+        sink(hot, 0)
+        assert sink.last is not None and sink.last.scheduled == 500
+        sink(hot, 0)  # a replay
+        assert (sink.last.scheduled, sink.last.skipped) == (0, 500)
+        client = RedisCluster.from_url(cluster.url)
+        try:
+            ledgers = [TypeKeys(spread, SparkHot.event_name, k, 4).sink("s") for k in range(4)]
+            assert sum(client.zcard(k) for k in ledgers) == 500
+        finally:
+            client.close()
+
 
 class SparkHot(Event, event_name="spark-hot", partitions=4):
     """A partitioned type: rows are routed by id as the service routes them."""
@@ -821,3 +840,107 @@ async def test_partitioned_type_is_routed_and_read_as_one(
     rows = frame.collect()
     assert len(rows) == 400
     assert {r["event_type"] for r in rows} == {"spark-hot"}
+
+
+# --------------------------------------------------------------------------- stream_sink
+# (the multi-process run with driver and executor kills: tests/test_spark_stream.py)
+
+
+async def test_stream_sink_replays_a_batch_without_running_its_events_again(
+    spark: Any, redis_url: str, prefix: str, sync_client: redis.Redis, wait_for: Any
+) -> None:
+    from delayq.metrics import InMemoryMetrics
+    from delayq.spark import EnqueueReport, stream_sink
+
+    n = 400
+    df = orders(spark, n).drop("due_at")  # due now
+    handled: dict[str, int] = {}
+
+    async def handle(event: SparkHot) -> None:
+        handled[event.id] = handled.get(event.id, 0) + 1
+
+    metrics = InMemoryMetrics()
+    reports: list[EnqueueReport] = []
+    sink = stream_sink(
+        SparkHot, name="orders", redis_url=redis_url, prefix=prefix,
+        metrics=metrics, on_batch=reports.append, batch_size=50,
+    )  # fmt: skip
+    ledgers = [TypeKeys(prefix, SparkHot.event_name, k, 4).sink("orders") for k in range(4)]
+
+    async def run(batch: int) -> EnqueueReport:
+        await asyncio.to_thread(sink, df, batch)
+        return reports[-1]
+
+    async with EventService.from_url(redis_url, prefix=prefix) as service:
+        service.add_handler(SparkHot, handle, concurrency=8)
+        first = await run(0)
+        assert (first.batch_id, first.rows, first.scheduled, first.skipped) == (0, n, n, 0)
+        await wait_for(lambda: sum(handled.values()) == n, timeout=30)
+        await wait_for(lambda: _stats_equal(service, {"spark-hot": QueueCounts(0, 0, 0, 0)}))
+
+        # Spark replays batch 0 (driver restarted from the checkpoint): its events were
+        # handled and deleted, the ledger still knows them: nothing is written
+        replay = await run(0)
+        assert (replay.scheduled, replay.kept, replay.skipped) == (0, 0, n)
+        assert await service.stats_for(SparkHot) == QueueCounts(0, 0, 0, 0)
+
+        # the same ids in a later batch are new rows: scheduled (and handled) again; the
+        # ledger forgets batch 0, partition by partition
+        later = await run(1)
+        assert (later.scheduled, later.skipped) == (n, 0)
+        await wait_for(lambda: sum(handled.values()) == 2 * n, timeout=30)
+        assert sum(sync_client.zcard(k) for k in ledgers) == n
+        assert all(
+            score == 1.0
+            for k in ledgers
+            for _, score in sync_client.zrange(k, 0, -1, withscores=True)
+        )
+        # a batch older than the ledger's: a stale task, or the name reused with a new
+        # checkpoint: refused, nothing written
+        with pytest.raises(Exception, match="DELAYQ_SINK_REWOUND"):
+            await asyncio.to_thread(sink, df, 0)
+    assert set(handled) == {f"o-{i}" for i in range(n)} and set(handled.values()) == {2}
+    assert metrics.total("sink_scheduled") == 2 * n and metrics.total("sink_skipped") == n
+    assert metrics.observed("sink_batch") == 3
+
+
+def test_stream_sink_reports_rejects_like_enqueue_dataframe(
+    spark: Any, redis_url: str, prefix: str, sync_client: redis.Redis, tmp_path: Path
+) -> None:
+    from delayq.metrics import InMemoryMetrics
+    from delayq.spark import enqueue_dataframe, stream_sink
+
+    df = bad_rows(spark)
+    common: dict[str, Any] = dict(
+        redis_url=redis_url, due_col="due_at", context_cols=("region",), max_payload_bytes=2000
+    )
+    batch = enqueue_dataframe(df, SparkOrder, prefix=prefix + "-batch", **common)
+    assert batch.rejects is not None
+    expected = sorted((r.id or "-", r.reason, r.row_json) for r in batch.rejects.collect())
+    batch.rejects.unpersist()
+
+    got: list[tuple[int, list[Any]]] = []
+    metrics = InMemoryMetrics()
+    sink = stream_sink(
+        SparkOrder, name="s", prefix=prefix, metrics=metrics,
+        on_rejects=lambda rejects, b: got.append((b, rejects.collect())), **common,
+    )  # fmt: skip
+    sink(df, 7)
+    assert [b for b, _ in got] == [7]
+    assert sorted((r.id or "-", r.reason, r.row_json) for r in got[0][1]) == expected
+    assert sink.last is not None
+    assert (sink.last.scheduled, sink.last.rejected) == (4, 6)
+    assert metrics.total("sink_rejected") == 6 and metrics.total("sink_scheduled") == 4
+    keys = TypeKeys(prefix, SparkOrder.event_name)
+    assert sorted(sync_client.hkeys(keys.events)) == [b"good-1", b"good-2", b"good-3", b"good-4"]
+    assert sorted(sync_client.zrange(keys.sink("s"), 0, -1)) == sorted(
+        sync_client.hkeys(keys.events)
+    )
+
+    # rejects to a path instead: one Parquet directory per batch
+    out = tmp_path / "rejects"
+    to_path = stream_sink(
+        SparkOrder, name="p", prefix=prefix + "-p", rejects_path=str(out), **common
+    )
+    to_path(df, 3)
+    assert len(spark.read.parquet(str(out / "batch=3")).collect()) == 6

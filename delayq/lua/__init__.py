@@ -36,6 +36,7 @@ PER_TYPE = (
     "ready_list",
     "dead_find",
     "schedule_fire",
+    "sink_enqueue",
 )
 GROUPED = (
     "group_move",
@@ -67,6 +68,13 @@ def source(name: str) -> str:
         raise KeyError(f"no Lua script named {name!r}")
     here = resources.files(__name__)
     body = (here / f"{name}.lua").read_text(encoding="utf-8")
+    # a script may run another's body as a local function: "--@<file>" inserts it
+    body = re.sub(
+        r"^--@(\w+\.lua)$",
+        lambda m: (here / m.group(1)).read_text(encoding="utf-8"),
+        body,
+        flags=re.MULTILINE,
+    )
     if name in GROUPED:
         body = (here / "_groups.lua").read_text(encoding="utf-8") + "\n" + body
     if name in PER_TYPE or name in GROUPED:
@@ -98,6 +106,8 @@ def key_count(name: str) -> int:
     if name not in PER_TYPE:
         raise KeyError(f"{name!r} is not a per-type script")
     text = (resources.files(__name__) / f"{name}.lua").read_text(encoding="utf-8")
+    if re.search(r"KEYS\[14\]", text):
+        return 14  # sink_enqueue: enqueue's thirteen and the sink's ledger
     code = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
     for count, pattern in _OPTIONAL_KEYS:
         if pattern.search(code):

@@ -7,6 +7,7 @@ tag, so each script call goes to one cluster node.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 from collections.abc import Sequence
@@ -22,7 +23,13 @@ from redis.retry import Retry
 from .. import lua
 from ..errors import QueueFullError, error_code
 
-__all__ = ["is_cluster", "new_client", "resolve_cluster", "run_enqueue", "shared_client"]
+__all__ = [
+    "is_cluster",
+    "new_client",
+    "resolve_cluster",
+    "run_enqueue",
+    "shared_client",
+]
 
 # --------------------------------------------------------------------------- redis clients
 
@@ -80,26 +87,32 @@ def resolve_cluster(url: str, cluster: bool | None) -> bool:
     return cluster
 
 
-# --------------------------------------------------------------------------- the enqueue script
+# --------------------------------------------------------------------------- the enqueue scripts
 
 
-_ENQUEUE_SOURCE = lua.source("enqueue")
-_ENQUEUE_SHA = hashlib.sha1(_ENQUEUE_SOURCE.encode("utf-8")).hexdigest()
+@functools.cache
+def _script(name: str) -> tuple[str, str]:
+    source = lua.source(name)
+    return source, hashlib.sha1(source.encode("utf-8")).hexdigest()
 
 
-def run_enqueue(client: Any, keys: Sequence[str], calls: Sequence[list[Any]]) -> list[list[int]]:
-    """Run the enqueue script once per argument list, all in one pipeline.
+def run_enqueue(
+    client: Any, keys: Sequence[str], calls: Sequence[list[Any]], script: str = "enqueue"
+) -> list[list[int]]:
+    """Run the enqueue script (or ``sink_enqueue``) once per argument list, all in one pipeline.
 
     Loads the script (on every primary of a cluster) and runs the calls again
     when Redis does not know it. Running a call twice is safe: its call id and
-    chunk number tell the script it is a retry.
+    chunk number tell the script it is a retry (and the sink's ledger skips
+    what it already wrote).
     """
+    source, sha = _script(script)
     results: list[list[int] | None] = [None] * len(calls)
     pending = list(range(len(calls)))
     for _ in range(3):
         pipe = client.pipeline(transaction=False)
         for i in pending:
-            pipe.execute_command("EVALSHA", _ENQUEUE_SHA, len(keys), *keys, *calls[i])
+            pipe.execute_command("EVALSHA", sha, len(keys), *keys, *calls[i])
         replies = pipe.execute(raise_on_error=False)
         missing = []
         for i, reply in zip(pending, replies):
@@ -116,6 +129,6 @@ def run_enqueue(client: Any, keys: Sequence[str], calls: Sequence[list[Any]]) ->
                 results[i] = [int(code) for code in reply]
         if not missing:
             return [r if r is not None else [] for r in results]
-        client.script_load(_ENQUEUE_SOURCE)
+        client.script_load(source)
         pending = missing
-    raise RuntimeError("Redis keeps forgetting the enqueue script (SCRIPT FLUSH loop?)")
+    raise RuntimeError(f"Redis keeps forgetting the {script} script (SCRIPT FLUSH loop?)")

@@ -68,6 +68,12 @@ class EnqueueReport:
     """Wall-clock time of the whole call."""
     validation_seconds: float = 0.0
     """Part of :attr:`seconds` spent in the validation pass."""
+    skipped: int = 0
+    """Streaming sink only: rows not written because the sink's ledger holds their id
+    for this batch already (the batch ran before, a task was retried, or an earlier
+    row of the batch has the id). Always 0 for :func:`enqueue_dataframe`."""
+    batch_id: int | None = None
+    """Streaming sink only: the micro-batch id (None for :func:`enqueue_dataframe`)."""
 
     @property
     def rows_per_second(self) -> float:
@@ -76,13 +82,19 @@ class EnqueueReport:
 
     def __str__(self) -> str:
         """A short human-readable summary."""
+        batch = "" if self.batch_id is None else f", batch {self.batch_id}"
         lines = [
-            f"delayq enqueue report for {self.event_type!r}",
+            f"delayq enqueue report for {self.event_type!r}{batch}",
             f"  rows       {self.rows:>12,}",
             f"  scheduled  {self.scheduled:>12,}",
             f"  kept       {self.kept:>12,}  (already there)",
             f"  replaced   {self.replaced:>12,}",
             f"  rejected   {self.rejected:>12,}",
+            *(
+                [f"  skipped    {self.skipped:>12,}  (already written in this batch)"]
+                if self.batch_id is not None
+                else []
+            ),
             f"  seconds    {self.seconds:>12.2f}  ({self.rows_per_second:,.0f} rows/s; "
             f"validation {self.validation_seconds:.2f})",
         ]
@@ -229,6 +241,42 @@ def enqueue_dataframe(
     rule: the first write wins and later rows count as kept (or replaced).
     """
     started = time.perf_counter()
+    job, prepared = plan_job(
+        df,
+        event_type,
+        redis_url=redis_url,
+        prefix=prefix,
+        id_col=id_col,
+        due_col=due_col,
+        delay_col=delay_col,
+        context_cols=context_cols,
+        replace=replace,
+        batch_size=batch_size,
+        serializer=serializer,
+        max_payload_bytes=max_payload_bytes,
+        cluster=resolve_cluster(redis_url, cluster),
+    )
+    return run_job(job, prepared, strict=strict, rejects_path=rejects_path, started=started)
+
+
+def plan_job(
+    df: DataFrame,
+    event_type: type[Event],
+    *,
+    redis_url: str,
+    prefix: str,
+    id_col: str,
+    due_col: str | None,
+    delay_col: str | None,
+    context_cols: Sequence[str],
+    replace: bool,
+    batch_size: int,
+    serializer: Serializer,
+    max_payload_bytes: int,
+    cluster: bool,
+) -> tuple[EnqueueJob, DataFrame]:
+    """Check the arguments of :func:`enqueue_dataframe` against ``df``; return the job the
+    executors run and the prepared DataFrame (what they read). No Spark job runs."""
     event_type = check_event_type(event_type)
     type_name = event_type.event_name
     TypeKeys(prefix, type_name)  # validates prefix and name
@@ -248,7 +296,7 @@ def enqueue_dataframe(
     mode: Mode = "at" if due_col else "delay" if delay_col else "now"
     job = EnqueueJob(
         redis_url=redis_url,
-        cluster=resolve_cluster(redis_url, cluster),
+        cluster=cluster,
         prefix=prefix,
         event_type=event_type,
         mode=mode,
@@ -268,7 +316,6 @@ def enqueue_dataframe(
             for c in df.columns
         ),
     )
-    spark = df.sparkSession
     prepared = _prepare(
         df,
         event_type,
@@ -278,6 +325,20 @@ def enqueue_dataframe(
         context_cols=tuple(context_cols),
     )
 
+    return job, prepared
+
+
+def run_job(
+    job: EnqueueJob,
+    prepared: DataFrame,
+    *,
+    strict: bool,
+    rejects_path: str | None,
+    started: float,
+) -> EnqueueReport:
+    """Run the validation pass, then the write pass, of a planned job; report."""
+    type_name = job.type_name
+    spark = prepared.sparkSession
     # Pass 1: validate and encode every row. The result (items and rejects) is
     # kept by Spark, so the write pass reads it instead of converting rows again.
     rows_seen = spark.sparkContext.accumulator(0)
@@ -310,14 +371,15 @@ def enqueue_dataframe(
         log.info("%s: %d rows, %d rejected by validation", type_name, total, rejected)
 
         # Pass 2: write the valid items.
-        added = kept = replaced = 0
+        added = kept = replaced = skipped = 0
         written = not (strict and rejected)
         if written and total > rejected:
             write = functools.partial(write_partition, job)
-            for a, k, r in checked.mapPartitions(write).collect():
+            for a, k, r, x in checked.mapPartitions(write).collect():
                 added += a
                 kept += k
                 replaced += r
+                skipped += x
     finally:
         checked.unpersist()
     report = EnqueueReport(
@@ -332,6 +394,8 @@ def enqueue_dataframe(
         rejects_path=out_path,
         seconds=time.perf_counter() - started,
         validation_seconds=validated - started,
+        skipped=skipped,
+        batch_id=job.batch_id if job.sink is not None else None,
     )
     log.info(
         "%s: %d scheduled, %d kept, %d replaced, %d rejected in %.1fs",

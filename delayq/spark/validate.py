@@ -53,6 +53,10 @@ class EnqueueJob:
     # its name inside ``p`` when it fills a field, "" for the time column (``t``),
     # None for the others (``r``)
     row_columns: tuple[tuple[str, str | None], ...]
+    # a streaming sink's name and micro-batch: rows go through the sink's ledger
+    # (sink_enqueue.lua), once per (sink, batch, id)
+    sink: str | None = None
+    batch_id: int = 0
 
     @property
     def type_name(self) -> str:

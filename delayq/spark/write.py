@@ -16,8 +16,11 @@ from .validate import Checked, EnqueueJob
 __all__ = ["write_partition"]
 
 
-def write_partition(job: EnqueueJob, checked: Iterable[Checked]) -> Iterator[tuple[int, int, int]]:
-    """Write pass over one partition's valid batches; yields one ``(added, kept, replaced)``."""
+def write_partition(
+    job: EnqueueJob, checked: Iterable[Checked]
+) -> Iterator[tuple[int, int, int, int]]:
+    """Write pass over one partition's valid batches; yields one ``(added, kept, replaced,
+    skipped)`` (skipped: rows a streaming sink's ledger holds for this batch already)."""
     client = shared_client(job.redis_url, job.cluster)
     # rows are routed by id as the service routes them (crc32(id) % N): each goes
     # to its partition's keys
@@ -28,7 +31,9 @@ def write_partition(job: EnqueueJob, checked: Iterable[Checked]) -> Iterator[tup
     # so the script tells a retried chunk from a row that repeats an earlier one
     flags = f"{'1' if job.replace else '0'}:{uuid.uuid4().hex}"
     chunk_no = 0
-    counts = [0, 0, 0]
+    counts = [0, 0, 0, 0]
+    script = "enqueue" if job.sink is None else "sink_enqueue"
+    extra = [] if job.sink is None else [str(job.batch_id)]
     registered = False
 
     def flush(args: list[Any]) -> None:
@@ -44,19 +49,25 @@ def write_partition(job: EnqueueJob, checked: Iterable[Checked]) -> Iterator[tup
         for k, part in sorted(routed.items()):
             # the registry keys too: for a type with delivery groups, due-now rows go
             # through the schedule so the scheduler fans them out to every group
-            keys = TypeKeys(job.prefix, job.type_name, k, partitions).view()
+            type_keys = TypeKeys(job.prefix, job.type_name, k, partitions)
+            keys: tuple[str, ...] = type_keys.view()
+            if job.sink is not None:
+                keys += (type_keys.sink(job.sink),)
             shard = shard_name(job.type_name, k, partitions)
             calls = []
             for i in range(0, len(part), step):
                 chunk_no += 1
-                calls.append([mode, f"{flags}:{chunk_no}", channel, shard, *part[i : i + step]])
-            for codes in run_enqueue(client, keys, calls):
+                calls.append(
+                    [mode, f"{flags}:{chunk_no}", channel, shard, *extra, *part[i : i + step]]
+                )
+            for codes in run_enqueue(client, keys, calls, script):
                 for code in codes:
                     # 3: a replace of an event already fanned out to delivery groups,
-                    # which this path does not do (EventService.enqueue_* does): kept
-                    counts[{0: 0, 1: 1, 2: 2}.get(code, 0)] += 1
+                    # which this path does not do (EventService.enqueue_* does): kept;
+                    # 4: the sink's ledger holds the id for this batch: skipped
+                    counts[{0: 0, 1: 1, 2: 2, 4: 3}.get(code, 0)] += 1
 
     for ok, _, batch, _ in checked:
         if ok:
             flush(batch)
-    yield counts[1], counts[0], counts[2]
+    yield counts[1], counts[0], counts[2], counts[3]
