@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import pytest
 import redis.asyncio as aioredis
 
+from delayq import events
 from delayq.testing import SERVER_ENV, RedisServer, find_redis_server_binary, wait_for
 from delayq.testing.cluster import RedisClusterServer
 
@@ -140,6 +141,17 @@ def _binary_or_skip() -> None:
         if os.environ.get("REDIS_URL"):
             pytest.skip(f"needs its own redis-server process but none is available: {exc}")
         raise
+
+
+@pytest.fixture(autouse=True)
+def _event_type_names() -> Iterator[None]:
+    """Event classes a test defines (README blocks, examples loaded in this process, the
+    Spark demo) take wire names in the process-wide registry: hand them back after the
+    test, so that two tests may each define their own ``PaymentCheck``."""
+    saved = dict(events._registry)
+    yield
+    events._registry.clear()
+    events._registry.update(saved)
 
 
 @pytest.fixture(scope="session")

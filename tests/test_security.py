@@ -52,7 +52,14 @@ ACL_COMMANDS = (
     "zadd zrem zscore zcard zcount zrange zrangebyscore zrevrangebyscore zpopmin publish "
     "exists hlen zremrangebyscore "
     # partitioned types: retiring a layout after a repartition
-    "srem"
+    "srem "
+    # flow control: held-back entries back to the ready list, the wake list (scripts) and a
+    # consumer waiting on it (client); the dashboard's id search (client)
+    "rpush ltrim blpop zscan "
+    # recurring schedules: listing them (client)
+    "hscan "
+    # the Spark streaming sink's ledger (scripts)
+    "zmscore zrevrange"
 ).split()
 ACL_COMMANDS = list(dict.fromkeys(ACL_COMMANDS))  # zcard, zrange: both sides
 
