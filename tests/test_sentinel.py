@@ -134,7 +134,6 @@ async def test_failover_under_load_loses_nothing_with_min_replicas(fault: str) -
 @pytest.mark.parametrize(
     ("fault", "min_replicas"),
     [
-        ("planned2", 0),
         ("planned2", 1),
         ("planned3", 1),
         ("planned-kill", 0),
@@ -147,10 +146,11 @@ async def test_back_to_back_failovers_lose_and_duplicate_nothing(
 ) -> None:
     # issue 26: a sentinel announcing the first switch late (after the second failover had
     # begun) let clients write to the master being replaced: ~120 lost and ~120 run twice.
-    # (Three in a row, or a killed new master, at min_replicas=0 can also lose what the
-    # replica Sentinel promotes had not received yet, when replication lags behind the
-    # ~100 ms between the fence and the promotion: measured by the benchmark, see
-    # docs/RELIABILITY.md, not asserted here.)
+    # (Failovers in a row, or a killed new master, at min_replicas=0 can also lose what
+    # the replica Sentinel promotes had not received yet, when replication lags behind
+    # the ~100 ms between the fence and the promotion (3 of 701 once in a full suite run
+    # on a loaded machine): measured by the benchmark, see docs/RELIABILITY.md, not
+    # asserted here. At min_replicas=1 the old code ran 10-74 events twice: asserted.)
     result = await run_fault(fault, min_replicas, rate=100, before=1.0, after=6.0, thaw_after=1.0)
     print(result)
     assert result["failovers"] == {"planned2": 2, "planned3": 3, "planned-kill-new": 2}.get(
