@@ -39,7 +39,7 @@ import psutil
 import redis
 
 from delayq import Event, EventService, lua
-from delayq.history import COARSE_SECONDS, COARSE_SLOTS, LATENESS_BOUNDS_MS, MINUTE_SLOTS
+from delayq.runtime.history import COARSE_SECONDS, COARSE_SLOTS, LATENESS_BOUNDS_MS, MINUTE_SLOTS
 from delayq.testing import RedisServer
 
 PREFIX = "bench"

@@ -29,7 +29,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from delayq import Event, EventService, current_delivery
-from delayq.partitions import shard_for
+from delayq.partitions.shards import shard_for
 
 
 class ChurnJob(Event, event_name="bench-churn", partitions=6):

@@ -59,7 +59,7 @@ import redis
 import redis.asyncio as aioredis
 
 from delayq import Event, EventService
-from delayq.spread import owner_of
+from delayq.partitions.spread import owner_of
 from delayq.testing import RedisServer
 from delayq.testing.cluster import RedisClusterServer
 

@@ -10,10 +10,17 @@ from .codec import Serializer
 from .context import Delivery, current_delivery, event_context
 from .errors import DecodeError, DelayqError, NotReplicatedError, QueueFullError
 from .events import Event, event_name
-from .health import ServiceHealth
-from .heartbeat import WorkerInfo
-from .history import HistoryPoint
-from .inspection import (
+from .flow.limits import FlowLimits, Rate
+from .metrics import InMemoryMetrics, Metrics, NoopMetrics
+from .options import Options
+from .retry import Backoff, exponential, fixed
+from .runtime.health import ServiceHealth
+from .runtime.heartbeat import WorkerInfo
+from .runtime.history import HistoryPoint
+from .schedules.api import ScheduleInfo
+from .service import EventService
+from .storage.store import QueueCounts
+from .views.inspection import (
     DeadLetter,
     EventInfo,
     EventState,
@@ -21,14 +28,7 @@ from .inspection import (
     GroupState,
     ScheduledEvent,
 )
-from .limits import FlowLimits, Rate
-from .metrics import InMemoryMetrics, Metrics, NoopMetrics
-from .options import Options
-from .retry import Backoff, exponential, fixed
-from .schedules.api import ScheduleInfo
-from .searching import DeadLetterSearch, IdMatch, IdSearch, ReadyEvent
-from .service import EventService
-from .store import QueueCounts
+from .views.searching import DeadLetterSearch, IdMatch, IdSearch, ReadyEvent
 
 __all__ = [
     "Backoff",

@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 # RedisResponseError: redis-py's ResponseError (an error reply, e.g. from a script), for
-# the modules that must recognise one without importing redis themselves (spread.py)
+# the modules that must recognise one without importing redis themselves (partitions/spread.py)
 
 
 class DelayqError(Exception):

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from .partitions import check_partitions
+from .partitions.shards import check_partitions
 
 __all__ = [
     "Event",

@@ -20,10 +20,10 @@ dead       ZSET   id -> time it became a dead letter (ms)
 meta       HASH   ``pushed`` counter, ``claims`` counter, ``wake`` mark, ``enqueue``
                   (the last enqueue call id: tells a retried call from a new one)
 groups     HASH   delivery group -> its max deliveries; exists only once a
-                  group has been named (see delayq.groups)
+                  group has been named (see delayq.operations.groups)
 pending    HASH   id -> how many groups still hold a fanned-out event
 limits     HASH   flow limits (concurrency, rate, paused, GCRA state); exists
-                  only while a limit is set (see delayq.limits)
+                  only while a limit is set (see delayq.flow.limits)
 wake       LIST   wake-up tokens for consumers waiting for a limited slot (TTL 1 s)
 dedup      ZSET   debounce windows and unique_for marks (only once those modes are used)
 sink:<n>   ZSET   id -> micro-batch id: the ledger of the Spark streaming sink
@@ -33,7 +33,7 @@ sink:<n>   ZSET   id -> micro-batch id: the ledger of the Spark streaming sink
 A type with ``N > 1`` partitions (``class T(Event, partitions=N)``) has all of
 the keys above once per partition ``k``, under the hash tag ``{prefix:T#k/N.s}``
 (``s``: a salt that places the partitions evenly over the cluster's slot
-ranges, see delayq.partitions.partition_tag); with ``N = 1`` the keys are
+ranges, see delayq.partitions.shards.partition_tag); with ``N = 1`` the keys are
 exactly the ones above.
 
 Per delivery group ``G`` of a type with groups (``{p:T}:g:G:...``): scheduled
@@ -44,7 +44,7 @@ type's own keys, plus ``{p:T}:g:default:scheduled`` for its retries.
 Per prefix (``{p}:...``): ``types`` (SET of type names), ``scheduler-lock``,
 ``workers`` (ZSET worker id -> expiry) with one ``worker:<id>`` STRING per live
 process (TTL), and ``history:minute:<type>`` / ``history:coarse:<type>``
-(HASH rings of at most 60 and 72 fields, see :mod:`delayq.history`).
+(HASH rings of at most 60 and 72 fields, see :mod:`delayq.runtime.history`).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from .events import validate_name
-from .partitions import parse_shard, partition_tag
+from .partitions.shards import parse_shard, partition_tag
 
 __all__ = ["DEFAULT_GROUP", "KeyView", "PrefixKeys", "TypeKeys"]
 
@@ -145,7 +145,7 @@ class PrefixKeys:
     @property
     def members(self) -> str:
         """ZSET of live scheduler processes (token -> heartbeat deadline, ms); only used
-        while a partitioned type exists (see delayq.spread)."""
+        while a partitioned type exists (see delayq.partitions.spread)."""
         return f"{{{self.prefix}}}:schedulers"
 
 
@@ -296,7 +296,7 @@ class TypeKeys:
 
     def limits(self, group: str | None = None) -> str:
         """HASH of the flow limits of the type (``None``: its default group) or a named
-        group; exists only while a limit is set (see :mod:`delayq.limits`)."""
+        group; exists only while a limit is set (see :mod:`delayq.flow.limits`)."""
         return self._key("limits") if group is None else self.group_key(group, "limits")
 
     @property

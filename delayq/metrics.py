@@ -194,7 +194,7 @@ class ServiceMetrics:
     def sink_only(self) -> ServiceMetrics:
         """This view without the recorder: for figures the recorder is given another way
         (a consumer counts lateness straight into :meth:`HistoryRecorder.lateness_row
-        <delayq.history.HistoryRecorder.lateness_row>`)."""
+        <delayq.runtime.history.HistoryRecorder.lateness_row>`)."""
         if self._recorder is None:
             return self
         view = self._sink_view

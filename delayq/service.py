@@ -1,15 +1,15 @@
 """``EventService``: the public API, a thin facade over the parts that do the work.
 
-Construction has one path: :mod:`delayq.connect` builds the clients (from a
+Construction has one path: :mod:`delayq.storage.connect` builds the clients (from a
 URL or Sentinel; an application's own client is used as given), and
 :func:`delayq.wiring.wire` builds the parts from them. Every method then does
 the same two things: it turns the public arguments into the internal forms
 (an event class or wire name into the wire name, ``group`` into a checked
 name with ``None`` for the default group), and makes one call on one part:
-:mod:`~delayq.enqueueing` (enqueue, cancel), :mod:`~delayq.routing` (dead
-letters, repartitioning), :mod:`~delayq.inspection` (lookups, counts),
-:mod:`~delayq.browsing` (the dashboard's views), :mod:`~delayq.groups`, and
-:mod:`~delayq.runtime` (handlers, the loops, the lifecycle). Every public
+:mod:`~delayq.operations.enqueueing` (enqueue, cancel), :mod:`~delayq.partitions.routing` (dead
+letters, repartitioning), :mod:`~delayq.views.inspection` (lookups, counts),
+:mod:`~delayq.views.browsing` (the dashboard's views), :mod:`~delayq.operations.groups`, and
+:mod:`~delayq.runtime.runtime` (handlers, the loops, the lifecycle). Every public
 method keeps its docstring here, where users read it.
 """
 
@@ -19,25 +19,25 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from . import connect
-from .browsing import DueHistogram, InFlightEvent
-from .connect import Client
-from .consumer import Handler
-from .dedup import Dedup, dedup_mode
 from .events import Event
-from .flow_control import KEEP, FlowControl, Keep
-from .groups import check_group, check_view
-from .health import ServiceHealth
-from .heartbeat import WorkerInfo
-from .history import HistoryPoint, Window
-from .inspection import DeadLetter, EventInfo, EventTypeRef, ScheduledEvent
-from .limits import FlowLimits, Rate
+from .flow.control import KEEP, FlowControl, Keep
+from .flow.dedup import Dedup, dedup_mode
+from .flow.limits import FlowLimits, Rate
+from .operations.groups import check_group, check_view
 from .options import Options
-from .repartition import RepartitionResult
+from .partitions.repartition import RepartitionResult
 from .retry import Backoff, delay_ms, due_unix_ms
+from .runtime.consumer import Handler
+from .runtime.health import ServiceHealth
+from .runtime.heartbeat import WorkerInfo
+from .runtime.history import HistoryPoint, Window
 from .schedules.api import ScheduleInfo
-from .searching import DeadLetterSearch, IdSearch, ReadyEvent
-from .store import QueueCounts, Store
+from .storage import connect
+from .storage.connect import Client
+from .storage.store import QueueCounts, Store
+from .views.browsing import DueHistogram, InFlightEvent
+from .views.inspection import DeadLetter, EventInfo, EventTypeRef, ScheduledEvent
+from .views.searching import DeadLetterSearch, IdSearch, ReadyEvent
 from .wiring import wire
 
 __all__ = ["Client", "DeadLetter", "EventService", "HistoryPoint", "WorkerInfo"]
@@ -245,7 +245,7 @@ class EventService:
         ``rate``: handler starts per period across every process, e.g.
         ``"100/s"``, ``"6000/min"``, ``"5/10s"``, ``"100/s burst 20"`` (the
         bucket: starts allowed at once after an idle spell; default 100 ms
-        worth, at least 1) or a :class:`~delayq.limits.Rate`. ``None`` removes
+        worth, at least 1) or a :class:`~delayq.flow.limits.Rate`. ``None`` removes
         a limit; a limit not given is left as it is. Every process obeys the
         change within about a second; ``add_handler``'s ``concurrency`` still
         bounds each process. Returns the limits now stored. Raises

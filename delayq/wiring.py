@@ -1,7 +1,7 @@
 """Wiring a service: its parts, built from its clients and keyword options.
 
 :func:`wire` checks the options (:class:`~delayq.options.Options`) and the
-command client (:func:`delayq.connect.check_client`), then builds each part
+command client (:func:`delayq.storage.connect.check_client`), then builds each part
 once and hands it the others it works with: the store, the router over
 partitions, the codec, the metrics (the user's sink teed with the history
 recorder), the tracing observer, the registry of event types, and the parts
@@ -15,22 +15,22 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from . import connect
-from .browsing import Browser
 from .codec import Codec
-from .enqueueing import Enqueuer
 from .events import EventTypes
-from .groups import Groups, PendingGroups
-from .history import HistoryRecorder
-from .inspection import Inspector
 from .metrics import ServiceMetrics
 from .observer import Observer
+from .operations.enqueueing import Enqueuer
+from .operations.groups import Groups, PendingGroups
 from .options import Options
-from .routing import Router
-from .runtime import Runtime
+from .partitions.routing import Router
+from .runtime.history import HistoryRecorder
+from .runtime.runtime import Runtime
 from .schedules.api import Schedules
-from .searching import Finder
-from .store import Store
+from .storage import connect
+from .storage.store import Store
+from .views.browsing import Browser
+from .views.inspection import Inspector
+from .views.searching import Finder
 
 __all__ = ["Parts", "wire"]
 
@@ -83,7 +83,7 @@ def wire(clients: connect.Clients, options: dict[str, Any], service: object) -> 
     metrics = ServiceMetrics(opts.metrics, history)
     observer = Observer(opts.tracing)
     types = EventTypes(store.declare)
-    pending = PendingGroups(store)  # a running service's new groups (see delayq.groups)
+    pending = PendingGroups(store)  # a running service's new groups (see delayq.operations.groups)
     schedules = Schedules(store, codec, types, metrics)
     return Parts(
         options=opts,

@@ -7,7 +7,7 @@ Debian's headless chromium (``/usr/bin/chromium`` + ``/usr/bin/chromedriver``).
 Writes dashboard-overview.png, dashboard-type.png and dashboard-phone.png
 (default OUT_DIR: docs/img).
 
-The history is written straight into the rings (delayq.history's layout) because
+The history is written straight into the rings (delayq.runtime.history's layout) because
 a real one takes a day to collect; everything else goes through the public API.
 """
 
@@ -28,7 +28,7 @@ import uvicorn
 
 from delayq import Event, EventService
 from delayq.dashboard import create_app
-from delayq.history import COARSE_SECONDS, COARSE_SLOTS, LATENESS_BOUNDS_MS, MINUTE_SLOTS
+from delayq.runtime.history import COARSE_SECONDS, COARSE_SLOTS, LATENESS_BOUNDS_MS, MINUTE_SLOTS
 from delayq.testing import RedisServer
 
 PREFIX = "shop"
@@ -63,7 +63,7 @@ async def _slow(event: PaymentCheck) -> None:
 
 
 def _history(raw_redis, name: str, scale: float, fail_rate: float) -> None:
-    """A smooth day of traffic, in delayq.history's ring layout."""
+    """A smooth day of traffic, in delayq.runtime.history's ring layout."""
     rng = random.Random(name)
     now = time.time()
     pack = msgspec.msgpack.encode

@@ -406,7 +406,7 @@ def test_stats_fits_80_columns_and_watch_says_when():
     from rich.console import Console
 
     from delayq.cli.queues import _stats_table
-    from delayq.store import QueueCounts
+    from delayq.storage.store import QueueCounts
 
     soon = datetime.now(timezone.utc) + timedelta(minutes=5, seconds=30)
     counts = QueueCounts(scheduled=123456, ready=7, in_flight=3, dead=12, due=7,

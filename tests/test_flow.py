@@ -19,8 +19,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from delayq import Event, EventService, FlowLimits, Rate
+from delayq.flow.limits import parse_rate
 from delayq.keys import TypeKeys
-from delayq.limits import parse_rate
 from delayq.testing import wait_for
 
 WORKER = Path(__file__).with_name("flow_worker.py")

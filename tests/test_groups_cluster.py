@@ -17,7 +17,7 @@ from redis.crc import key_slot
 
 from delayq import Event, EventService, fixed
 from delayq.keys import PrefixKeys, TypeKeys
-from delayq.partitions import shards
+from delayq.partitions.shards import shards
 from delayq.testing import wait_for
 from delayq.testing.cluster import RedisClusterServer
 

@@ -13,8 +13,8 @@ from core_support import ServicePool
 
 from delayq import Event, EventService, fixed
 from delayq.codec import Codec
-from delayq.inspection import decode_payload
 from delayq.keys import TypeKeys
+from delayq.views.inspection import decode_payload
 
 
 class Look(Event, event_name="look-job"):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from delayq.history import HistoryRecorder
 from delayq.metrics import InMemoryMetrics, NoopMetrics, ServiceMetrics, as_metrics
+from delayq.runtime.history import HistoryRecorder
 
 
 class OldSink:
@@ -70,7 +70,7 @@ def test_handler_added_gives_the_sink_zeros_and_the_recorder_nothing() -> None:
 
 
 def test_a_lateness_row_is_taken_with_the_recorder_and_zeroed_in_place() -> None:
-    from delayq.history import LATENESS_BOUNDS_MS, LATENESS_ROW_START
+    from delayq.runtime.history import LATENESS_BOUNDS_MS, LATENESS_ROW_START
 
     recorder = HistoryRecorder()
     row = recorder.lateness_row("t:audit")

@@ -15,8 +15,8 @@ from redis.asyncio.cluster import RedisCluster
 
 from delayq import Event, EventService, current_delivery, fixed
 from delayq.keys import PrefixKeys
-from delayq.partitions import partition_of, shard_for, shards
-from delayq.spread import owner_of
+from delayq.partitions.shards import partition_of, shard_for, shards
+from delayq.partitions.spread import owner_of
 from delayq.testing import wait_for
 from delayq.testing.cluster import RedisClusterServer
 

@@ -20,9 +20,9 @@ from redis.asyncio.cluster import RedisCluster
 
 from delayq import Event, EventService, current_delivery
 from delayq.keys import PrefixKeys
-from delayq.partitions import shard_for, shards
-from delayq.spread import owner_of
-from delayq.store import WakeupListener
+from delayq.partitions.shards import shard_for, shards
+from delayq.partitions.spread import owner_of
+from delayq.storage.store import WakeupListener
 from delayq.testing import wait_for
 from delayq.testing.cluster import RedisClusterServer
 

@@ -11,7 +11,7 @@ from core_support import ServicePool
 from delayq import Event
 from delayq.codec import Codec
 from delayq.keys import TypeKeys
-from delayq.partitions import partition_of
+from delayq.partitions.shards import partition_of
 
 
 class Spread(Event, event_name="part-tools", partitions=5):

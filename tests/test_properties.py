@@ -4,7 +4,7 @@
   decode to an event or raise :class:`delayq.DecodeError`, never anything else.
 * The queue: a state machine drives enqueue / replace / cancel / claim / ack / fail / renew /
   crash (lease expiry, a consumer dying between BRPOP and claim) / move_due against the real
-  scripts on a real Redis (through :class:`delayq.store.Store`, so it is deterministic: time
+  scripts on a real Redis (through :class:`delayq.storage.store.Store`, so it is deterministic: time
   passes only when a rule says so), and after every step compares Redis's whole state and
   ``counts()`` with a model.
 """
@@ -35,7 +35,7 @@ from hypothesis.stateful import (
 from delayq import DecodeError, Event
 from delayq.codec import Codec
 from delayq.keys import TypeKeys
-from delayq.store import Claimed, QueueCounts, Store
+from delayq.storage.store import Claimed, QueueCounts, Store
 
 # --------------------------------------------------------------------------- codec
 

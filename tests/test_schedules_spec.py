@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from delayq.partitions import partition_of
+from delayq.partitions.shards import partition_of
 from delayq.schedules.spec import (
     ScheduleSpec,
     check_cron,

@@ -111,9 +111,9 @@ async def test_find_dead_letters_by_error_text(pool: ServicePool, wait_for, monk
             break
     assert seen == ["x1"] and rounds == 3
     # several short script calls make one search (each looks at _FIND_CHUNK at most)
-    import delayq.searching
+    import delayq.views.searching
 
-    monkeypatch.setattr(delayq.searching, "_FIND_CHUNK", 2)
+    monkeypatch.setattr(delayq.views.searching, "_FIND_CHUNK", 2)
     chunked = await worker.find_dead_letters(Fails, "timeout", scan=5)
     first5 = [d.id for d in await worker.dead_letters(Fails, limit=5)]
     assert [d.id for d in chunked.items] == [i for i in first5 if i.startswith("t")]

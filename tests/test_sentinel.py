@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from delayq import Event, EventService, NotReplicatedError
-from delayq.connect import parse_sentinel_url
-from delayq.sentinel import CheckedSentinelPool, Failover
+from delayq.storage.connect import parse_sentinel_url
+from delayq.storage.sentinel import CheckedSentinelPool, Failover
 from delayq.testing import RedisServer
 from delayq.testing.sentinel import RedisSentinelSet
 

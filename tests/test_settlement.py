@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from delayq.metrics import NoopMetrics
 from delayq.retry import fixed
-from delayq.settlement import Settlement
+from delayq.runtime.settlement import Settlement
 
 
 async def test_a_new_run_drops_the_leases_of_handlers_that_ended_unfinished() -> None:

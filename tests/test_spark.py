@@ -807,7 +807,7 @@ class SparkHot(Event, event_name="spark-hot", partitions=4):
 async def test_partitioned_type_is_routed_and_read_as_one(
     spark: Any, redis_url: str, prefix: str
 ) -> None:
-    from delayq.partitions import partition_of
+    from delayq.partitions.shards import partition_of
     from delayq.spark import enqueue_dataframe, read_queue
 
     df = orders(spark, 400, delay_s=3600).drop("due_at")

@@ -8,8 +8,8 @@ import os
 from core_support import ServicePool
 
 from delayq import Event, EventService
-from delayq.heartbeat import Heartbeat
-from delayq.history import COARSE_SLOTS, MINUTE_SLOTS, HistoryRecorder, percentile
+from delayq.runtime.heartbeat import Heartbeat
+from delayq.runtime.history import COARSE_SLOTS, MINUTE_SLOTS, HistoryRecorder, percentile
 
 
 class Beat(Event, event_name="wh-beat"):
@@ -115,7 +115,7 @@ async def test_history_from_two_processes_adds_up(redis_url: str, prefix: str):
             recorder = HistoryRecorder()
             recorder.increment("succeeded", n, event_type="wh-beat")
             recorder.gauge("lateness_ms", 7.0, event_type="wh-beat")
-            from delayq.history import HistoryWriter
+            from delayq.runtime.history import HistoryWriter
 
             writer = HistoryWriter(service.store, recorder, 10)
             await writer.flush()

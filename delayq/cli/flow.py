@@ -9,9 +9,9 @@ import typer
 from rich.table import Table
 
 from ..events import validate_name
-from ..flow_control import KEEP
+from ..flow.control import KEEP
+from ..flow.limits import FlowLimits
 from ..keys import DEFAULT_GROUP
-from ..limits import FlowLimits
 from ..service import EventService
 from .ops import DEFAULT_URL, Cluster, GroupName, Json, Prefix, RedisUrl, TypeName, connect, run
 from .output import console, fail, print_json, text

@@ -12,7 +12,7 @@ __all__ = ["LEVELS", "JsonFormatter", "setup_logging"]
 
 LEVELS = ("debug", "info", "warning", "error")
 
-# fields the library puts on records about one delivery (see delayq.consumer)
+# fields the library puts on records about one delivery (see delayq.runtime.consumer)
 _EVENT_FIELDS = ("event_type", "event_id", "attempt")
 
 

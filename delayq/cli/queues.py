@@ -16,7 +16,7 @@ from rich.text import Text
 
 from ..keys import DEFAULT_GROUP
 from ..service import EventService
-from ..store import QueueCounts
+from ..storage.store import QueueCounts
 from .ops import (
     DEFAULT_URL,
     MAX_OFFSET,

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from ..heartbeat import WorkerInfo
+from ..runtime.heartbeat import WorkerInfo
 from .ops import DEFAULT_URL, Cluster, Json, Prefix, RedisUrl, connect, run
 from .output import console, print_json, text, when
 

@@ -15,10 +15,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..history import HistoryPoint, Window
+from ..flow.limits import FlowLimits
 from ..keys import DEFAULT_GROUP
-from ..limits import FlowLimits
-from ..store import QueueCounts
+from ..runtime.history import HistoryPoint, Window
+from ..storage.store import QueueCounts
 from .charts import Series, bar_chart, line_chart
 from .view import DashboardView
 

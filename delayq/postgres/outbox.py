@@ -13,8 +13,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..codec import Codec, Serializer
-from ..enqueueing import item_due
 from ..events import Event, check_event
+from ..operations.enqueueing import item_due
 from ..retry import delay_ms, due_unix_ms
 from . import _db
 from .schema import validate_schema

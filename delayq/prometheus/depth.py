@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..heartbeat import WorkerInfo
 from ..keys import DEFAULT_GROUP
-from ..store import QueueCounts
+from ..runtime.heartbeat import WorkerInfo
+from ..storage.store import QueueCounts
 
 if TYPE_CHECKING:
     from ..service import EventService

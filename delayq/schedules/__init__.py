@@ -7,7 +7,7 @@ exactly once by any number of processes (see docs/SCHEDULES.md).
   and ``ScheduleInfo``;
 * :mod:`.firing`: ``ScheduleFirer``, the loop every scheduler process runs.
 
-The Redis side is ``delayq/_store/schedules.py`` and ``lua/schedule_*.lua``.
+The Redis side is ``delayq/storage/schedules.py`` and ``lua/schedule_*.lua``.
 """
 
 from __future__ import annotations

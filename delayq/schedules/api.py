@@ -14,8 +14,8 @@ import msgspec
 from ..codec import Codec, check_context
 from ..events import Event, EventTypes, check_event_type, validate_name
 from ..metrics import Metrics
-from ..partitions import shard_for, type_of
-from ..store import Store
+from ..partitions.shards import shard_for, type_of
+from ..storage.store import Store
 from .spec import (
     OVERLAPS,
     ScheduleSpec,

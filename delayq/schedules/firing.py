@@ -26,8 +26,8 @@ from collections.abc import Callable
 import anyio
 
 from ..metrics import Metrics
-from ..partitions import type_of
-from ..store import Store
+from ..partitions.shards import type_of
+from ..storage.store import Store
 from .spec import (
     ScheduleSpec,
     decode_spec,

@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import msgspec
 from cronsim import CronSim, CronSimError
 
-from ..partitions import partition_of
+from ..partitions.shards import partition_of
 
 UTC = _timezone.utc
 

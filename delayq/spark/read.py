@@ -16,7 +16,7 @@ from ..codec import Codec, open_envelope
 from ..errors import DecodeError
 from ..events import Event, check_event_type, validate_name
 from ..keys import DEFAULT_GROUP, PrefixKeys, TypeKeys
-from ..partitions import parse_member
+from ..partitions.shards import parse_member
 from .clients import new_client, resolve_cluster, shared_client
 from .schemas import QUEUE_SCHEMA, STATES
 

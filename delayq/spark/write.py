@@ -8,8 +8,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..keys import PrefixKeys, TypeKeys
-from ..partitions import layout_member, partition_of, shard_name
-from ..store import ENQUEUE_CHUNK
+from ..partitions.shards import layout_member, partition_of, shard_name
+from ..storage.store import ENQUEUE_CHUNK
 from .clients import run_enqueue, shared_client
 from .validate import Checked, EnqueueJob
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import logging
 
-from .events import validate_name
-from .keys import DEFAULT_GROUP
-from .store import QueueCounts, Store, sum_counts
+from ..events import validate_name
+from ..keys import DEFAULT_GROUP
+from ..storage.store import QueueCounts, Store, sum_counts
 
 __all__ = ["DEFAULT_GROUP", "Groups", "PendingGroups", "check_group", "check_view"]
 

@@ -1,7 +1,7 @@
 """A consumer's side of flow limits: waiting, without polling, after a claim was held back.
 
 ``lua/claim.lua`` decides every limit atomically and answers how long to wait
-(a :class:`~delayq.store.Throttle`). This module only waits and reports:
+(a :class:`~delayq.storage.store.Throttle`). This module only waits and reports:
 
 - **paused** or **at the concurrency limit**: BLPOP on the group's wake list
   for at most ``wait_ms`` (≤ 1 s). Acks of a type with a concurrency limit, and
@@ -27,8 +27,8 @@ import time
 
 import anyio
 
-from .metrics import Metrics
-from .store import Store, Throttle
+from ..metrics import Metrics
+from ..storage.store import Store, Throttle
 
 __all__ = ["FlowWaits"]
 

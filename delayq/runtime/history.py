@@ -31,8 +31,8 @@ from typing import Literal
 import anyio
 import msgspec
 
+from ..storage.store import Store
 from .periodic import Periodic
-from .store import Store
 
 __all__ = [
     "LATENESS_BOUNDS_MS",

@@ -1,7 +1,7 @@
 """Producers' calls: checking and encoding events, batching them per type, cancelling,
 counting the outcomes.
 
-Every enqueue goes through :meth:`~delayq.routing.Router.enqueue` and ends in
+Every enqueue goes through :meth:`~delayq.partitions.routing.Router.enqueue` and ends in
 ``enqueue.lua`` on the shard the event's id routes to: one call per event for
 a single enqueue (concurrent ones coalesced by the store), one pipelined batch
 per shard for :meth:`Enqueuer.many` and :meth:`Enqueuer.envelopes`. Each
@@ -17,14 +17,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .codec import Codec, check_context
-from .dedup import Dedup
-from .events import Event, EventTypes, check_event, find_event_type, validate_name
-from .metrics import Metrics
-from .observer import Observer
-from .retry import delay_ms
-from .routing import Router
-from .store import Store
+from ..codec import Codec, check_context
+from ..events import Event, EventTypes, check_event, find_event_type, validate_name
+from ..flow.dedup import Dedup
+from ..metrics import Metrics
+from ..observer import Observer
+from ..partitions.routing import Router
+from ..retry import delay_ms
+from ..storage.store import Store
 
 if TYPE_CHECKING:
     from .groups import PendingGroups

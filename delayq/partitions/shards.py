@@ -16,7 +16,7 @@ A *layout* is a partition count a type has events in. ``{prefix}:types``
 holds ``"T"`` for layout 1 and ``"T#N"`` for layout N, so one ``SMEMBERS``
 (which the scheduler already sends) tells every process every layout in use.
 A type has two layouts only while its partition count is being changed (see
-:mod:`delayq.repartition`).
+:mod:`delayq.partitions.repartition`).
 """
 
 from __future__ import annotations

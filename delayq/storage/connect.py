@@ -22,7 +22,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from .retry import delay_seconds
+from ..retry import delay_seconds
 from .sentinel import CheckedSentinelPool, SentinelWatch
 
 __all__ = [

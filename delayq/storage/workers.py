@@ -1,4 +1,4 @@
-"""Worker heartbeats and the handled/failed history rings (see delayq/heartbeat.py, history.py)."""
+"""Worker heartbeats and the handled/failed history rings (see delayq/runtime/heartbeat.py, history.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Fleet-wide flow limits and pausing: the service's operations on a type's limits HASH.
 
 The limits are stored in Redis and enforced where events are claimed
-(``lua/claim.lua``; the consumer's side is :mod:`delayq.flow`), so a change
+(``lua/claim.lua``; the consumer's side is :mod:`delayq.flow.waits`), so a change
 reaches every process at its next claim, within about a second. See
 docs/FLOW.md.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 import enum
 from typing import Literal
 
+from ..storage.store import Store
 from .limits import FlowLimits, Rate, check_concurrency, parse_rate
-from .store import Store
 
 __all__ = ["KEEP", "FlowControl", "Keep"]
 

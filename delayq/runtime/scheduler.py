@@ -20,7 +20,7 @@ gracefully releases the lock and publishes so on the wake-up channel, and a
 standby takes it at once.
 
 Partitioned types are not moved by the leader: their partitions are spread
-over every scheduler process (see :mod:`delayq.spread`, run by this class).
+over every scheduler process (see :mod:`delayq.partitions.spread`, run by this class).
 """
 
 from __future__ import annotations
@@ -36,16 +36,16 @@ from typing import TYPE_CHECKING
 import anyio
 from redis.exceptions import ResponseError
 
-from .errors import is_transient
-from .events import validate_name
-from .keys import DEFAULT_GROUP
-from .metrics import ServiceMetrics
-from .partitions import parse_shard, type_of
-from .spread import Spread
-from .store import Store, WakeupListener
+from ..errors import is_transient
+from ..events import validate_name
+from ..keys import DEFAULT_GROUP
+from ..metrics import ServiceMetrics
+from ..partitions.shards import parse_shard, type_of
+from ..partitions.spread import Spread
+from ..storage.store import Store, WakeupListener
 
 if TYPE_CHECKING:
-    from .groups import PendingGroups
+    from ..operations.groups import PendingGroups
 
 __all__ = ["Scheduler", "SchedulerSettings"]
 

@@ -1,7 +1,7 @@
 """A partitioned type seen as one type: the service's operations spread over its shards.
 
 An operation on one event (enqueue, replace, cancel, a dead letter by id) goes
-to the one shard its id routes to (:func:`delayq.partitions.shard_for`), so it
+to the one shard its id routes to (:func:`delayq.partitions.shards.shard_for`), so it
 stays one script on one slot. Operations on the whole type (dead-letter pages,
 requeue or purge of all, group registration, counts) visit every shard of
 every layout the type has events in. With one partition every shard list is
@@ -14,10 +14,10 @@ import heapq
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TypeVar
 
-from .dedup import Dedup
-from .partitions import shard_for
+from ..flow.dedup import Dedup
+from ..storage.store import DeadRecord, ScheduledRecord, Store
 from .repartition import RepartitionResult, repartition
-from .store import DeadRecord, ScheduledRecord, Store
+from .shards import shard_for
 
 __all__ = ["Router"]
 
@@ -70,7 +70,7 @@ class Router:
 
     async def repartition(self, type_name: str, partitions: int, wait: float) -> RepartitionResult:
         """Move the type's events from every other layout into ``partitions`` (see
-        :func:`delayq.repartition.repartition`)."""
+        :func:`delayq.partitions.repartition.repartition`)."""
         return await repartition(self._store, type_name, partitions, wait=wait)
 
     async def cancel(self, type_name: str, event_id: str) -> bool:

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import anyio
 
-from .partitions import partition_of, shards
-from .store import Store
+from ..storage.store import Store
+from .shards import partition_of, shards
 
 __all__ = ["RepartitionResult", "repartition"]
 

@@ -2,8 +2,8 @@
 
 ``store`` knows key names and scripts but nothing of handlers or loops; the
 scheduler, the consumers and the service call it. Its operations live in
-``delayq/_store/``, one module per concern, over the primitives of
-``_store/base.py`` (the keys of a shard, running scripts); this module
+``delayq/storage/``, one module per concern, over the primitives of
+``base.py`` (the keys of a shard, running scripts); this module
 composes them into :class:`Store`, sets up its clients and scripts, and holds
 the wake-up subscription.
 """
@@ -16,15 +16,16 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
 
-from . import lua
-from ._store.base import log
-from ._store.browsing import Browsing
-from ._store.dead import DeadLetters
-from ._store.delivery import Deliveries
-from ._store.enqueueing import ENQUEUE_CHUNK as ENQUEUE_CHUNK
-from ._store.enqueueing import Enqueueing
-from ._store.flow import FlowLimitsStore
-from ._store.records import (
+from .. import lua
+from ..keys import PrefixKeys
+from .base import log
+from .browsing import Browsing
+from .dead import DeadLetters
+from .delivery import Deliveries
+from .enqueueing import ENQUEUE_CHUNK as ENQUEUE_CHUNK
+from .enqueueing import Enqueueing
+from .flow import FlowLimitsStore
+from .records import (
     Claimed,
     DeadRecord,
     EventRecord,
@@ -34,10 +35,9 @@ from ._store.records import (
     Throttle,
     sum_counts,
 )
-from ._store.schedules import ScheduleStore
-from ._store.scheduling import Scheduling
-from ._store.workers import Workers
-from .keys import PrefixKeys
+from .schedules import ScheduleStore
+from .scheduling import Scheduling
+from .workers import Workers
 
 __all__ = [
     "Claimed",
@@ -61,7 +61,7 @@ class Store(
 
     Per-type operations take a *shard* where they say ``type_name``: the type
     name itself for an unpartitioned type, or ``"T#k/N"`` for partition ``k``
-    of ``N`` (see :mod:`delayq.partitions`); each shard is one key space on one
+    of ``N`` (see :mod:`delayq.partitions.shards`); each shard is one key space on one
     cluster slot. ``redis`` serves ordinary commands and scripts; ``blocking`` (default: the
     same client) serves BRPOP and pub/sub, which hold a connection while they
     wait. Both must return bytes (``decode_responses=False``).
@@ -89,7 +89,7 @@ class Store(
             name: redis.register_script(lua.source(name))
             for name in (*lua.PER_TYPE, *lua.GROUPED, *lua.STANDALONE)
         }
-        # what each attribute holds: see its declaration in delayq/_store/
+        # what each attribute holds: see its declaration in delayq/storage/
         self._groups = {}
         self._known_types = set()
         self._layouts = {}

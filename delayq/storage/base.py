@@ -1,6 +1,6 @@
 """The store's primitives: the state its parts share, a shard's keys, and running scripts.
 
-Every part of :class:`delayq.store.Store` (the mixins in this package) sends
+Every part of :class:`delayq.storage.store.Store` (the mixins in this package) sends
 its scripts through the methods here: one call (:meth:`StoreBase._run`), one
 read-only call (:meth:`StoreBase._read`), and one loop for many calls
 (:meth:`StoreBase._calls`: pipelined, a few at a time on a cluster, sent again
@@ -24,7 +24,7 @@ from .. import lua
 from ..errors import NotReplicatedError, error_code
 from ..keys import KeyView, PrefixKeys
 
-# the logger of delayq.store, whichever part of the store logs
+# the logger of delayq.storage.store, whichever part of the store logs
 log = logging.getLogger("delayq.store")
 
 # How many keys of a group's view each per-type script takes (derived from the
@@ -37,7 +37,7 @@ _CLUSTER_BATCH = 16
 
 
 class StoreBase:
-    """What the parts of :class:`delayq.store.Store` share (set up by its ``__init__``)."""
+    """What the parts of :class:`delayq.storage.store.Store` share (set up by its ``__init__``)."""
 
     redis: Redis | RedisCluster
     blocking: Redis | RedisCluster

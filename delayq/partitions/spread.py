@@ -1,7 +1,7 @@
 """The scheduler's work for partitioned types, spread over every scheduler process.
 
 Unpartitioned types are moved by the one leader of the prefix (see
-:mod:`delayq.scheduler`). The partitions of partitioned types are not: each
+:mod:`delayq.runtime.scheduler`). The partitions of partitioned types are not: each
 partition (shard) has an owner, chosen by rendezvous hashing over the live
 scheduler processes, so the moving of one hot type's due events is shared by
 all processes, and each partition's scripts run on its own cluster node.
@@ -45,8 +45,8 @@ from collections.abc import Awaitable, Callable, Iterable
 
 import anyio
 
-from .errors import RedisResponseError, is_transient
-from .store import Store
+from ..errors import RedisResponseError, is_transient
+from ..storage.store import Store
 
 __all__ = ["Spread", "owner_of"]
 

@@ -21,23 +21,23 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .codec import Codec
+from ..codec import Codec
+from ..events import Event
+from ..metrics import ServiceMetrics
+from ..observer import Observer
+from ..operations.groups import PendingGroups
+from ..options import Options
+from ..retry import Backoff
+from ..schedules.firing import ScheduleFirer
+from ..storage.store import Store
 from .consumer import Consumer, ConsumerSettings, Handler
-from .events import Event
-from .groups import PendingGroups
 from .health import ServiceHealth
 from .heartbeat import RUNNING_SHOWN, Heartbeat
 from .history import HistoryRecorder, HistoryWriter
-from .metrics import ServiceMetrics
-from .observer import Observer
-from .options import Options
-from .retry import Backoff
 from .scheduler import Scheduler, SchedulerSettings
-from .schedules.firing import ScheduleFirer
-from .store import Store
 
 if TYPE_CHECKING:
-    from .sentinel import SentinelWatch
+    from ..storage.sentinel import SentinelWatch
 
 __all__ = ["Runtime"]
 

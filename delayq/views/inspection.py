@@ -10,7 +10,7 @@ plain data. Either way :attr:`EventInfo.payload` is JSON-able. For a type
 with delivery groups, :attr:`EventInfo.groups` gives the event's state in
 each group.
 
-Redis is read through :class:`~delayq.store.Store` (read-only scripts, one
+Redis is read through :class:`~delayq.storage.store.Store` (read-only scripts, one
 consistent view per call, bounded by the page size); nothing here writes.
 """
 
@@ -24,11 +24,11 @@ from typing import Any, Literal, overload
 
 import msgspec
 
-from .codec import Codec, open_envelope
-from .errors import DecodeError
-from .events import Event, EventTypes
-from .routing import Router
-from .store import EventRecord, QueueCounts, Store
+from ..codec import Codec, open_envelope
+from ..errors import DecodeError
+from ..events import Event, EventTypes
+from ..partitions.routing import Router
+from ..storage.store import EventRecord, QueueCounts, Store
 
 __all__ = [
     "DeadLetter",

@@ -15,9 +15,9 @@ from typing import Any
 
 import anyio
 
-from .metrics import Metrics
-from .retry import Backoff, delay_seconds
-from .store import Claimed, Store
+from ..metrics import Metrics
+from ..retry import Backoff, delay_seconds
+from ..storage.store import Claimed, Store
 
 __all__ = ["Lease", "Settlement", "delivery_fields"]
 

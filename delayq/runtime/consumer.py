@@ -7,8 +7,8 @@ fetcher per partition (shard), each blocking in BRPOP on its own connection
 share of the free slots, so busy partitions are served alike. After a BRPOP wakes it, one
 ``claim`` script call leases that entry and drains up to the remaining free
 slots from the ready list. What becomes of a delivery after its handler (the
-batched acks, failures, lease renewal) is :mod:`delayq.settlement`'s job; the
-handler tasks are :mod:`delayq.handler_tasks`'.
+batched acks, failures, lease renewal) is :mod:`delayq.runtime.settlement`'s job; the
+handler tasks are :mod:`delayq.runtime.handler_tasks`'.
 """
 
 from __future__ import annotations
@@ -23,19 +23,19 @@ from typing import Any
 
 import anyio
 
-from .codec import Codec
-from .context import Delivery, _set_delivery
-from .errors import DecodeError
-from .events import Event
-from .flow import FlowWaits
+from ..codec import Codec
+from ..context import Delivery, _set_delivery
+from ..errors import DecodeError
+from ..events import Event
+from ..flow.waits import FlowWaits
+from ..keys import DEFAULT_GROUP
+from ..metrics import ServiceMetrics
+from ..observer import CANCELLED, TIMEOUT_PREFIX, HandlerRun, Observer
+from ..retry import Backoff
+from ..storage.store import Claimed, Store
 from .handler_tasks import HandlerTasks
 from .history import LATENESS_BOUNDS_MS, LATENESS_ROW_START, HistoryRecorder
-from .keys import DEFAULT_GROUP
-from .metrics import ServiceMetrics
-from .observer import CANCELLED, TIMEOUT_PREFIX, HandlerRun, Observer
-from .retry import Backoff
 from .settlement import Settlement, delivery_fields
-from .store import Claimed, Store
 
 __all__ = ["Consumer", "ConsumerSettings", "Handler"]
 
@@ -328,7 +328,7 @@ class Consumer:
                 if claimed:
                     self._metrics.increment("delivered", len(claimed), event_type=self.type_name)
                     self._metrics.gauge("in_flight", self._running, event_type=self.type_name)
-                if throttle is not None:  # flow limits held it back (delayq.flow)
+                if throttle is not None:  # flow limits held it back (delayq.flow.waits)
                     await self._flow.wait(shard, throttle)
                     drain = True  # claim again without BRPOP: the entries are still there
                 elif self._flow.paused:

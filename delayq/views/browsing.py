@@ -1,8 +1,8 @@
-"""What the dashboard shows beyond the lookups of :mod:`delayq.inspection`.
+"""What the dashboard shows beyond the lookups of :mod:`delayq.views.inspection`.
 
 In-flight events with their leases, a histogram of due times, running a
 scheduled event now, the live workers and the handled/failed history. Each
-is one script (or one read) per shard through :class:`~delayq.store.Store`,
+is one script (or one read) per shard through :class:`~delayq.storage.store.Store`,
 bounded by its page size; :class:`Browser` holds them for the service.
 
 For a type with delivery groups each view takes ``group``: the in-flight
@@ -15,11 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from .heartbeat import WorkerInfo, read_workers
-from .history import HistoryPoint, Window, read_history
+from ..partitions.routing import Router
+from ..runtime.heartbeat import WorkerInfo, read_workers
+from ..runtime.history import HistoryPoint, Window, read_history
+from ..storage.store import Store
 from .inspection import check_page, utc
-from .routing import Router
-from .store import Store
 
 __all__ = ["DUE_RANGES", "Browser", "DueHistogram", "InFlightEvent"]
 
@@ -101,7 +101,7 @@ class Browser:
 
     async def run_now(self, type_name: str, event_id: str, group: str | None) -> bool:
         """Hand a scheduled event to the consumers now, in the first layout that has it: for
-        every delivery group, or ``group`` alone (see :meth:`delayq.store.Store.run_now`);
+        every delivery group, or ``group`` alone (see :meth:`delayq.storage.store.Store.run_now`);
         False when it is not scheduled."""
         for shard in self._router.shards_of_id(type_name, event_id):
             if await self._store.run_now(shard, event_id, group):

@@ -1,6 +1,6 @@
 """Views for finding events: the ready list, ids by prefix, dead letters by error text.
 
-Each read goes through :class:`~delayq.store.Store` and is bounded whatever the
+Each read goes through :class:`~delayq.storage.store.Store` and is bounded whatever the
 queue size: the ready list is one page (a ZRANGE by rank); an id search is a
 few ZSCANs with ``MATCH`` over the sets that hold ids by state, capped in calls;
 an error search looks at a bounded number of dead letters per call and says
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .codec import Codec
-from .events import Event, EventTypes
+from ..codec import Codec
+from ..events import Event, EventTypes
+from ..storage.store import DeadRecord, Store
 from .inspection import MAX_PAGE, DeadLetter, decode_payload, utc
-from .store import DeadRecord, Store
 
 __all__ = [
     "DeadLetterSearch",

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from ..dedup import Dedup
 from ..errors import QueueFullError, RedisResponseError, error_code
+from ..flow.dedup import Dedup
 from .groups import DeliveryGroups
 from .layouts import Layouts
 
@@ -46,7 +46,7 @@ class Enqueueing(Layouts, DeliveryGroups):
 
         Codes: 1 added, 0 kept (the id exists, or unique_for refused it), 2
         replaced. ``ms`` is a delay or, with ``absolute``, a unix time in ms.
-        ``replace`` may be a :class:`~delayq.dedup.Dedup` mode. Chunks are pipelined.
+        ``replace`` may be a :class:`~delayq.flow.dedup.Dedup` mode. Chunks are pipelined.
 
         Single-event calls made concurrently (say, a hundred request handlers
         each enqueueing one event) are coalesced: events of one type and mode

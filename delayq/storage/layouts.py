@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..events import validate_name
-from ..partitions import layout_member, parse_member, parse_shard, shards
+from ..partitions.shards import layout_member, parse_member, parse_shard, shards
 from .base import StoreBase, log
 
 
