@@ -47,6 +47,8 @@ from __future__ import annotations
 
 import inspect
 from collections import defaultdict
+from collections.abc import Callable
+from functools import partial
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
@@ -211,6 +213,57 @@ class ServiceMetrics:
             view = self._by_group[group] = ServiceMetrics(self._sink, self._recorder, group)
         return view
 
+    # -- bound forms: what a consumer or a producer calls per event -------------------------
+    #
+    # A per-event figure goes through several calls (this view, the sink's method, its
+    # lookup of the labelled series); bound once per type, it is one call. A sink with
+    # ``bind_increment`` / ``bind_gauge`` / ``bind_observe`` (PrometheusMetrics) gives its
+    # series' own method; any other sink gets its generic method with the labels bound.
+
+    def bind_increment(self, name: str, event_type: str) -> Callable[[int], None] | None:
+        """``increment(name, value, event_type=event_type)`` as a one-argument callable
+        (``None`` when neither the sink nor the recorder would record it)."""
+        return self._bind(0, name, event_type, {})
+
+    def bind_gauge(self, name: str, event_type: str) -> Callable[[float], None] | None:
+        """``gauge(name, value, event_type=event_type)`` as a one-argument callable (or None)."""
+        return self._bind(1, name, event_type, {})
+
+    def bind_observe(
+        self, name: str, event_type: str, outcome: str = ""
+    ) -> Callable[[float], None] | None:
+        """``observe(name, seconds, event_type=event_type, outcome=outcome)`` as a one-argument
+        callable (or None)."""
+        return self._bind(2, name, event_type, {"outcome": outcome} if outcome else {})
+
+    def _bind(
+        self, kind: int, name: str, event_type: str, extra: dict[str, str]
+    ) -> Callable[[Any], None] | None:
+        sink: Any = self._sink
+        method_name = ("increment", "gauge", "observe")[kind]
+        group = self.group
+        label = event_type if group is None else f"{event_type}:{group}"
+        kwargs: dict[str, str] = {"event_type": event_type, **extra}
+        if group is not None:
+            if self._takes[kind]:
+                kwargs["group"] = group
+            else:
+                kwargs["event_type"] = label
+        to_sink: Callable[[Any], None] | None = None
+        if self.reports:
+            binder = getattr(sink, f"bind_{method_name}", None)
+            if callable(binder):
+                to_sink = binder(name, **kwargs)
+            else:
+                to_sink = partial(getattr(sink, method_name), name, **kwargs)
+        recorder = self._recorder
+        if recorder is None:
+            return to_sink
+        to_recorder = partial(getattr(recorder, method_name), name, event_type=label, **extra)
+        if to_sink is None:
+            return to_recorder
+        return _Tee(to_sink, to_recorder)
+
     def increment(self, name: str, value: int = 1, *, event_type: str = "") -> None:
         """Add ``value`` to the counter ``name``."""
         group = self.group
@@ -259,6 +312,20 @@ class ServiceMetrics:
                 self._sink.observe(name, seconds, event_type=label, outcome=outcome)
         if self._recorder is not None:
             self._recorder.observe(name, seconds, event_type=label, outcome=outcome)
+
+
+class _Tee:
+    """Two bound calls as one (the user's sink and the history recorder)."""
+
+    __slots__ = ("_first", "_second")
+
+    def __init__(self, first: Callable[[Any], None], second: Callable[[Any], None]):
+        self._first = first
+        self._second = second
+
+    def __call__(self, value: Any) -> None:
+        self._first(value)
+        self._second(value)
 
 
 class InMemoryMetrics:

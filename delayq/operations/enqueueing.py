@@ -13,14 +13,14 @@ travels in the stored envelope.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..codec import Codec, check_context
 from ..events import Event, EventTypes, check_event, find_event_type, validate_name
 from ..flow.dedup import Dedup
-from ..metrics import Metrics
+from ..metrics import ServiceMetrics
 from ..observer import Observer
 from ..partitions.routing import Router
 from ..retry import delay_ms
@@ -54,7 +54,7 @@ class Enqueuer:
         router: Router,
         codec: Codec,
         observer: Observer,
-        metrics: Metrics,
+        metrics: ServiceMetrics,
         types: EventTypes,
         pending: PendingGroups,
     ):
@@ -67,17 +67,32 @@ class Enqueuer:
         # groups added to the running service: registered before any enqueue goes out
         self._pending = pending
         self._layouts_read: set[str] = set()  # type names whose layouts were read from Redis
+        # type name -> the bound counters of each enqueue outcome code
+        self._by_code: dict[str, tuple[Callable[[int], None] | None, ...]] = {}
 
     def _prepare(self, event: Any, context: Mapping[str, str] | None) -> tuple[str, bytes]:
         check_event(event)
         name = self._types.register(type(event))
         return name, self._codec.encode(event, context)
 
+    def _counters(self, name: str) -> tuple[Callable[[int], None] | None, ...]:
+        """The bound counters of the codes 0 (kept), 1 (enqueued), 2 (replaced) of type
+        ``name`` (bound at its first enqueue, when they were first reported before)."""
+        counters = self._by_code.get(name)
+        if counters is None:
+            metrics = self._metrics
+            counters = self._by_code[name] = tuple(
+                metrics.bind_increment(metric, name) for metric in ("kept", "enqueued", "replaced")
+            )
+        return counters
+
     def _count_codes(self, name: str, codes: list[int]) -> None:
-        for code, metric in ((1, "enqueued"), (0, "kept"), (2, "replaced")):
+        counters = self._counters(name)
+        for code in (1, 0, 2):
             n = codes.count(code)
-            if n:
-                self._metrics.increment(metric, n, event_type=name)
+            counter = counters[code]
+            if n and counter is not None:
+                counter(n)
 
     async def one(
         self, event: Event, ms: int, *, absolute: bool, context: Any, replace: bool | Dedup
@@ -85,6 +100,29 @@ class Enqueuer:
         """Enqueue one event due in ``ms`` (or at unix ms ``ms`` when ``absolute``)."""
         if self._pending.any:
             await self._pending.flush()
+        observer = self._observer
+        if observer.tracing is None:
+            stored_context = context
+        else:
+            # inside an unsampled trace: no span, only the trace's context to store
+            quick = observer.unsampled_carrier
+            stored_context = None if quick is None else quick(context)
+            if stored_context is None:
+                return await self._one_traced(event, ms, absolute, context, replace)
+        name, envelope = self._prepare(event, stored_context)
+        (code,) = await self._router.enqueue(
+            name, type(event).event_partitions, [(event.id, envelope, ms)],
+            absolute=absolute, replace=replace,
+        )  # fmt: skip
+        inc = (self._by_code.get(name) or self._counters(name))[code]
+        if inc is not None:
+            inc(1)
+        return code != 0
+
+    async def _one_traced(
+        self, event: Event, ms: int, absolute: bool, context: Any, replace: bool | Dedup
+    ) -> bool:
+        """:meth:`one` inside the send span of the enqueue."""
         with self._observer.sending(event, context) as stored_context:
             name, envelope = self._prepare(event, stored_context)
             (code,) = await self._router.enqueue(
