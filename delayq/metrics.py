@@ -259,7 +259,14 @@ class ServiceMetrics:
         recorder = self._recorder
         if recorder is None:
             return to_sink
-        to_recorder = partial(getattr(recorder, method_name), name, event_type=label, **extra)
+        recorder_binder = getattr(recorder, f"bind_{method_name}", None)
+        to_recorder: Callable[[Any], None] | None
+        if callable(recorder_binder):  # the history recorder: None for what it ignores
+            to_recorder = recorder_binder(name, event_type=label, **extra)
+            if to_recorder is None:
+                return to_sink
+        else:
+            to_recorder = partial(getattr(recorder, method_name), name, event_type=label, **extra)
         if to_sink is None:
             return to_recorder
         return _Tee(to_sink, to_recorder)

@@ -69,12 +69,12 @@ class Observer:
 
     def __init__(self, tracing: Tracing | None = None):
         self.tracing = tracing
-        self.unsampled_carrier: Callable[[Mapping[str, str] | None], dict[str, str] | None] | None
-        """The tracing's ``unsampled_carrier`` when it has one (:class:`delayq.otel.OTelTracing`
+        self.context_without_span: Callable[[Mapping[str, str] | None], dict[str, str] | None] | None
+        """The tracing's ``context_without_span`` when it has one (:class:`delayq.otel.OTelTracing`
         does): the context an enqueue stores when it gets no span, or ``None`` when it does
         (then :meth:`sending` opens it)."""
-        quick = getattr(tracing, "unsampled_carrier", None)
-        self.unsampled_carrier = quick if callable(quick) else None
+        quick = getattr(tracing, "context_without_span", None)
+        self.context_without_span = quick if callable(quick) else None
 
     # -- enqueue -------------------------------------------------------------------
 
@@ -172,8 +172,9 @@ class RunHooks:
 
     def started(self, delivery: Delivery) -> HandlerRun:
         """As :meth:`Observer.started`."""
-        lateness_ms = delivery.lateness_ms
-        if lateness_ms is not None and self._late is not None:
+        due_ms = delivery.due_ms  # Delivery.lateness_ms, without the property's call
+        if due_ms is not None and self._late is not None:
+            lateness_ms = delivery.claimed_us / 1000 - due_ms
             gauge, late = self._late_gauge, self._late
             if late is _UNBOUND:
                 metrics, name = self._metrics, self._type

@@ -91,6 +91,7 @@ def _only_key(context: otel_context.Context) -> str:
 # (one dict lookup instead of three calls each; they run for most traced events).
 _SPAN_KEY = _only_key(trace.set_span_in_context(trace.INVALID_SPAN, _EMPTY))
 _BAGGAGE_KEY = _only_key(baggage.set_baggage("k", "v", _EMPTY))
+_INVALID_CURRENT = trace.set_span_in_context(trace.INVALID_SPAN, _EMPTY)
 
 
 def _tuple_layout() -> bool:
@@ -235,22 +236,27 @@ class OTelTracing:
         """The PRODUCER span of one enqueue call; yields the context to store with the events."""
         custom = context is not None and not self._fields.isdisjoint(context)
         if not custom:
-            stored = self.unsampled_carrier(context)
+            stored = self.context_without_span(context)
             if stored is not None:  # a copy: the caller may change what it is given
                 return nullcontext(dict(stored))
         return _Sending(self, type_names, event_id, count, context, custom)
 
-    def unsampled_carrier(self, context: Mapping[str, str] | None) -> dict[str, str] | None:
-        """The context to store with an enqueue that gets no send span: one made inside an
-        unsampled trace (with ``follow_sampling``); ``None`` when it gets a span.
+    def context_without_span(self, context: Mapping[str, str] | None) -> dict[str, str] | None:
+        """The context to store with an enqueue that needs no send span; ``None`` when
+        :meth:`sending` is to open one.
 
-        A ParentBased sampler would drop the send span; the events carry the
-        trace's context so that their handler runs are dropped too. This is the
-        enqueue path of nine traced requests in ten at 10 % sampling: the current
-        context is read once, and the returned dict is new or the one kept for the
-        current span, which the caller must not change (the codec copies it).
+        An enqueue inside an unsampled trace (with ``follow_sampling``) gets no
+        span: a ParentBased sampler would drop it, and the events carry the
+        trace's context so that their handler runs are dropped too. Over the
+        API's no-op tracer no enqueue inside a trace does: its send span would be
+        a non-recording copy of the current span's context, which is what is
+        stored. This is the enqueue path of nine traced requests in ten at 10 %
+        sampling: the current context is read once, and the returned dict is new
+        or the one kept for the current span, which the caller must not change
+        (the codec copies it).
         """
-        if not self.follow_sampling or (
+        noop = self._noop
+        if (not self.follow_sampling and not noop) or (
             context is not None and not self._fields.isdisjoint(context)
         ):
             return None
@@ -266,7 +272,9 @@ class OTelTracing:
                 valid, flags = sc[5], sc[3]
             else:  # pragma: no cover
                 valid, flags = sc.is_valid, sc.trace_flags
-            if not valid or flags & TraceFlags.SAMPLED or current.is_recording():
+            if not valid or (
+                not noop and (flags & TraceFlags.SAMPLED or current.is_recording())
+            ):
                 return None
             # a span's context never changes: the many enqueues of one unsampled
             # request (or handler run) write the same carrier
@@ -307,7 +315,14 @@ class OTelTracing:
                 # context set_span_in_context(creation span, empty) would make)
                 creation_span = _Unsampled(traceparent, ctx.get("tracestate"))
                 return None, otel_context.attach(otel_context.Context({_SPAN_KEY: creation_span}))
+            if self._noop and not self.parent and "baggage" not in ctx and self._w3c():
+                # link mode over the no-op tracer, nothing but the creation span to
+                # extract: the process span is INVALID_SPAN, current alone, whatever the
+                # creation context was (no need to parse it)
+                return trace.INVALID_SPAN, otel_context.attach(_INVALID_CURRENT)
             extracted = self._extract(ctx)
+        elif self._noop and not self.parent:
+            return trace.INVALID_SPAN, otel_context.attach(_INVALID_CURRENT)
         else:
             extracted = _EMPTY
         creation = trace.get_current_span(extracted).get_span_context()

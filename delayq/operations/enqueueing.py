@@ -105,7 +105,7 @@ class Enqueuer:
             stored_context = context
         else:
             # inside an unsampled trace: no span, only the trace's context to store
-            quick = observer.unsampled_carrier
+            quick = observer.context_without_span
             stored_context = None if quick is None else quick(context)
             if stored_context is None:
                 return await self._one_traced(event, ms, absolute, context, replace)
