@@ -23,6 +23,7 @@ Prints a table and writes ``benchmarks/results/otel-span-cost-<time>.json``::
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -32,6 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
@@ -155,9 +157,26 @@ def delayq_hooks(n: int, repeat: int) -> dict[str, float]:
     unsampled_request = NonRecordingSpan(SpanContext(0x1234, 0x5678, False, TraceFlags(0)))
     sampled_request = NonRecordingSpan(SpanContext(0x1234, 0x5678, False, TraceFlags(1)))
     with use_span(unsampled_request):
-        results["delayq: send hooks, inside an unsampled trace"] = per_op(
+        results["delayq: send hooks, inside an unsampled trace (its carrier reused)"] = per_op(
             send_with(Observer(sdk_tracing)), n, repeat
         )
+    ids = itertools.count(1)
+
+    def in_new_request(hook: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:  # each enqueue in a request of its own, as in the benchmark
+            span = NonRecordingSpan(SpanContext(next(ids), 0x5678, False, TraceFlags(0)))
+            token = otel_context.attach(trace.set_span_in_context(span))
+            try:
+                hook()
+            finally:
+                otel_context.detach(token)
+
+        return run
+
+    request_only = per_op(in_new_request(lambda: None), n, repeat)
+    results["delayq: send hooks, each inside a new unsampled request"] = (
+        per_op(in_new_request(send_with(Observer(sdk_tracing))), n, repeat) - request_only
+    )
     with use_span(sampled_request):
         results["delayq: send hooks, no-op tracer, inside a sampled trace"] = per_op(
             send_with(over_noop), n, repeat
@@ -166,9 +185,12 @@ def delayq_hooks(n: int, repeat: int) -> dict[str, float]:
     def handle(observer: Observer, metrics: Any, context: dict[str, str]) -> Callable[[], None]:
         hooks = observer.bind("payment-check", ServiceMetrics(metrics))
 
+        delivery = Delivery(
+            "payment-check", "order-42", 1, 1000, 1_001_500, context, "default", 900
+        )
+
         def run() -> None:
-            delivery = Delivery("payment-check", "order-42", 1, 1000, 1_001_500, context, "default", 900)
-            hooks.finished(hooks.started(delivery), None)
+            hooks.finished(delivery, hooks.started(delivery), None)
 
         return run
 

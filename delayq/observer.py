@@ -155,13 +155,19 @@ class RunHooks:
 
     Each figure is bound to its labelled series on first use (the series appear
     when they did before: at the first event), so a handler run makes one call
-    per figure instead of three or four (the view, the sink, its lookup).
+    per figure instead of three or four (the view, the sink, its lookup), and
+    what :meth:`started` hands to :meth:`finished` is a tuple, not an object.
     """
 
-    __slots__ = ("_durations", "_e2d", "_late", "_late_gauge", "_metrics", "_type", "tracing")
+    __slots__ = (
+        "_durations", "_e2d", "_handled", "_handling", "_late", "_late_gauge", "_metrics",
+        "_type", "tracing",
+    )  # fmt: skip
 
     def __init__(self, tracing: Tracing | None, type_name: str, metrics: ServiceMetrics):
         self.tracing = tracing
+        self._handling = None if tracing is None else tracing.handling
+        self._handled = None if tracing is None else tracing.handled
         self._type = type_name
         self._metrics = metrics
         reports = metrics.reports
@@ -170,8 +176,9 @@ class RunHooks:
         self._e2d: Any = _UNBOUND if reports else None
         self._durations: dict[str, Any] | None = {} if reports else None
 
-    def started(self, delivery: Delivery) -> HandlerRun:
-        """As :meth:`Observer.started`."""
+    def started(self, delivery: Delivery) -> tuple[float, Any]:
+        """As :meth:`Observer.started`: record the lateness, open the span; returns what
+        :meth:`finished` takes (the start time and the tracing's state)."""
         due_ms = delivery.due_ms  # Delivery.lateness_ms, without the property's call
         if due_ms is not None and self._late is not None:
             lateness_ms = delivery.claimed_us / 1000 - due_ms
@@ -184,13 +191,20 @@ class RunHooks:
                 gauge(lateness_ms)
             if late is not None:
                 late(lateness_ms / 1000 if lateness_ms > 0 else 0.0)
-        tracing = self.tracing
-        span = None if tracing is None else tracing.handling(delivery)
-        return HandlerRun(delivery, self._metrics, time.perf_counter(), span)
+        handling = self._handling
+        return time.perf_counter(), None if handling is None else handling(delivery)
 
-    def finished(self, run: HandlerRun, failure: str | None) -> None:
-        """As :meth:`Observer.finished`."""
-        elapsed = time.perf_counter() - run.started
+    def finished(
+        self,
+        delivery: Delivery,
+        run: tuple[float, Any],
+        failure: str | None,
+        error: BaseException | None = None,
+    ) -> None:
+        """As :meth:`Observer.finished`: ``run`` is what :meth:`started` returned,
+        ``error`` the exception the handler raised, if any."""
+        started, span = run
+        elapsed = time.perf_counter() - started
         if failure is None:
             outcome = "success"
         elif failure.startswith(TIMEOUT_PREFIX):
@@ -209,7 +223,7 @@ class RunHooks:
                 )
             if duration is not None:
                 duration(elapsed)
-            enqueued_ms = run.delivery.enqueued_ms
+            enqueued_ms = delivery.enqueued_ms
             if failure is None and enqueued_ms:
                 e2d = self._e2d
                 if e2d is _UNBOUND:
@@ -218,5 +232,5 @@ class RunHooks:
                     # the producer's clock against ours: hosts' clocks must agree (NTP)
                     done = time.time() - enqueued_ms / 1000
                     e2d(done if done > 0 else 0.0)
-        if run.span is not None and self.tracing is not None:
-            self.tracing.handled(run.span, outcome, failure, run.error)
+        if span is not None and self._handled is not None:
+            self._handled(span, outcome, failure, error)

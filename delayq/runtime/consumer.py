@@ -30,7 +30,7 @@ from ..events import Event
 from ..flow.waits import FlowWaits
 from ..keys import DEFAULT_GROUP
 from ..metrics import ServiceMetrics
-from ..observer import CANCELLED, TIMEOUT_PREFIX, HandlerRun, Observer
+from ..observer import CANCELLED, TIMEOUT_PREFIX, Observer
 from ..retry import Backoff
 from ..storage.store import Claimed, Store
 from .handler_tasks import HandlerTasks
@@ -399,20 +399,21 @@ class Consumer:
                 row[LATENESS_ROW_START + bisect_left(LATENESS_BOUNDS_MS, late_s * 1000 if late_s > 0 else 0.0)] += 1  # fmt: skip
             hooks = self._hooks
             run = None if hooks is None else hooks.started(delivery)
+            error: Exception | None = None
             failure: str | None = CANCELLED  # unless the handler comes back
             try:
                 if self._s.handler_timeout is None:  # no cancel scope (nor call) to pay for
                     try:
                         result = await self.handler(event)
                     except Exception as exc:
-                        failure = self._failed(exc, c, run)
+                        failure, error = self._failed(exc, c), exc
                     else:
                         failure = None if result is not False else _RETURNED_FALSE
                 else:
-                    failure = await self._call_with_timeout(event, c, run)
+                    failure, error = await self._call_with_timeout(event, c)
             finally:
                 if run is not None and hooks is not None:
-                    hooks.finished(run, failure)
+                    hooks.finished(delivery, run, failure, error)
             if failure is None:
                 # No await from the handler's return to here, so a drain's cancel cannot
                 # come between them. The ack task clears ack_wanted before it takes the
@@ -435,9 +436,10 @@ class Consumer:
                 self._free_slot()
 
     async def _call_with_timeout(
-        self, event: Event, c: Claimed, run: HandlerRun | None
-    ) -> str | None:
-        """Run the handler under ``handler_timeout``; None on success, else the failure."""
+        self, event: Event, c: Claimed
+    ) -> tuple[str | None, Exception | None]:
+        """Run the handler under ``handler_timeout``: ``(None, None)`` on success, else the
+        failure and the exception the handler raised (None for a timeout or False)."""
         timeout = self._s.handler_timeout
         assert timeout is not None
         try:
@@ -445,15 +447,13 @@ class Consumer:
                 scope.deadline = anyio.current_time() + timeout
                 result = await self.handler(event)
             if scope.cancelled_caught:
-                return f"{TIMEOUT_PREFIX} handler ran longer than {timeout}s"
+                return f"{TIMEOUT_PREFIX} handler ran longer than {timeout}s", None
         except Exception as exc:
-            return self._failed(exc, c, run)
-        return None if result is not False else _RETURNED_FALSE
+            return self._failed(exc, c), exc
+        return (None if result is not False else _RETURNED_FALSE), None
 
-    def _failed(self, exc: Exception, c: Claimed, run: HandlerRun | None) -> str:
+    def _failed(self, exc: Exception, c: Claimed) -> str:
         """Log the handler's exception; return the failure as "Type: message"."""
-        if run is not None:
-            run.error = exc
         log.warning(
             "%s %r: handler failed on attempt %d: %s: %s",
             self.label,
