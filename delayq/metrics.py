@@ -38,6 +38,14 @@ also carry ``group="audit"`` when the sink's methods accept a ``group``
 keyword; a sink without it gets ``event_type="<type>:<group>"`` instead. The
 default group's calls never carry it.
 
+What runs per event (a producer's outcome counters, a consumer's durations and
+gauges) is bound once per type: a sink may offer ``bind_increment(name, *,
+event_type[, group])``, ``bind_gauge(...)`` and ``bind_observe(name, *,
+event_type, outcome[, group])``, each returning a one-argument callable that
+records a value for those labels (or ``None`` for a name it ignores);
+:class:`delayq.prometheus.PrometheusMetrics` does. Any other sink gets its
+``increment``/``gauge``/``observe`` called with the same arguments as before.
+
 This module is the one place that adapts sinks: :func:`as_metrics` checks the
 user's, and :class:`ServiceMetrics` is what the service's parts report to (the
 user's sink teed with the history recorder, one view per delivery group).
