@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Enqueuer", "Item", "item_due"]
 
+_OUTCOMES = ("kept", "enqueued", "replaced")  # the counter of each enqueue.lua code
+_UNBOUND: Any = object()
+
 Item = Event | tuple[Event, float | timedelta]
 """An item of ``enqueue_many``: an event, or ``(event, delay)``."""
 
@@ -67,32 +70,32 @@ class Enqueuer:
         # groups added to the running service: registered before any enqueue goes out
         self._pending = pending
         self._layouts_read: set[str] = set()  # type names whose layouts were read from Redis
-        # type name -> the bound counters of each enqueue outcome code
-        self._by_code: dict[str, tuple[Callable[[int], None] | None, ...]] = {}
+        # type name -> the bound counter of each enqueue outcome code (or _UNBOUND)
+        self._by_code: dict[str, list[Any]] = {}
 
     def _prepare(self, event: Any, context: Mapping[str, str] | None) -> tuple[str, bytes]:
         check_event(event)
         name = self._types.register(type(event))
         return name, self._codec.encode(event, context)
 
-    def _counters(self, name: str) -> tuple[Callable[[int], None] | None, ...]:
-        """The bound counters of the codes 0 (kept), 1 (enqueued), 2 (replaced) of type
-        ``name`` (bound at its first enqueue, when they were first reported before)."""
+    def _counter(self, name: str, code: int) -> Callable[[int], None] | None:
+        """The bound counter of outcome ``code`` (0 kept, 1 enqueued, 2 replaced) of type
+        ``name``: bound at its first use, when its series first appeared before."""
         counters = self._by_code.get(name)
         if counters is None:
-            metrics = self._metrics
-            counters = self._by_code[name] = tuple(
-                metrics.bind_increment(metric, name) for metric in ("kept", "enqueued", "replaced")
-            )
-        return counters
+            counters = self._by_code[name] = [_UNBOUND, _UNBOUND, _UNBOUND]
+        counter = counters[code]
+        if counter is _UNBOUND:
+            counter = counters[code] = self._metrics.bind_increment(_OUTCOMES[code], name)
+        return counter  # type: ignore[no-any-return]
 
     def _count_codes(self, name: str, codes: list[int]) -> None:
-        counters = self._counters(name)
         for code in (1, 0, 2):
             n = codes.count(code)
-            counter = counters[code]
-            if n and counter is not None:
-                counter(n)
+            if n:
+                counter = self._counter(name, code)
+                if counter is not None:
+                    counter(n)
 
     async def one(
         self, event: Event, ms: int, *, absolute: bool, context: Any, replace: bool | Dedup
@@ -114,7 +117,10 @@ class Enqueuer:
             name, type(event).event_partitions, [(event.id, envelope, ms)],
             absolute=absolute, replace=replace,
         )  # fmt: skip
-        inc = (self._by_code.get(name) or self._counters(name))[code]
+        counters = self._by_code.get(name)
+        inc = counters[code] if counters is not None else _UNBOUND
+        if inc is _UNBOUND:
+            inc = self._counter(name, code)
         if inc is not None:
             inc(1)
         return code != 0
