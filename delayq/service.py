@@ -249,8 +249,10 @@ class EventService:
         a limit; a limit not given is left as it is. Every process obeys the
         change within about a second; ``add_handler``'s ``concurrency`` still
         bounds each process. Returns the limits now stored. Raises
-        ``ValueError`` for a bad value and for a partitioned type (see
-        docs/FLOW.md). ``per_key_concurrency`` and ``per_key_rate`` need flow
+        ``ValueError`` for a bad value. On a partitioned type each partition
+        enforces a share of the limit, the shares adding up to it (so
+        ``concurrency`` must be at least the partition count; see
+        docs/FLOW.md, "Partitioned types"). ``per_key_concurrency`` and ``per_key_rate`` need flow
         keys, which are not implemented yet: anything but ``None`` raises
         ``NotImplementedError``.
         """

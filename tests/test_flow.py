@@ -20,7 +20,8 @@ import redis.asyncio as aioredis
 
 from delayq import Event, EventService, FlowLimits, Rate
 from delayq.flow.limits import parse_rate
-from delayq.keys import TypeKeys
+from delayq.keys import PrefixKeys, TypeKeys
+from delayq.partitions.shards import shards
 from delayq.testing import wait_for
 
 WORKER = Path(__file__).with_name("flow_worker.py")
@@ -158,15 +159,61 @@ async def test_limits_roundtrip(service: EventService, raw: aioredis.Redis, pref
     assert await service.limits(FlowJob, group="audit") == FlowLimits(2)
 
 
-class Hot(Event, event_name="flow-hot", partitions=4):
-    """A partitioned type: limits are refused."""
+def _hot(partitions: int) -> type[Event]:
+    # the same class (module and qualname) redefined with another count: what a deploy does
+    class Hot(Event, event_name="flow-hot", partitions=partitions):
+        n: int = 0
+
+    return Hot
 
 
-async def test_partitioned_type_refused(service: EventService) -> None:
-    with pytest.raises(ValueError, match="partitioned"):
-        await service.set_limits(Hot, concurrency=3)
-    with pytest.raises(ValueError, match="partitioned"):
-        await service.pause(Hot)
+async def _shares(raw: aioredis.Redis, prefix: str, partitions: int) -> list[int]:
+    keys = PrefixKeys(prefix)
+    return [int(await raw.hget(keys.for_shard(s).limits(), "concurrency") or 0)
+            for s in shards("flow-hot", partitions)]  # fmt: skip
+
+
+async def test_partitioned_type_limits_split(
+    service: EventService, raw: aioredis.Redis, prefix: str
+) -> None:
+    """A partitioned type's limit is split between its partitions (tests/test_flow_cluster.py
+    runs it on a cluster); a limit below the partition count is refused."""
+    hot = _hot(4)
+    with pytest.raises(ValueError, match="4 partitions"):
+        await service.set_limits(hot, concurrency=3)
+    assert await service.set_limits(hot, concurrency=6) == FlowLimits(6)
+    assert await _shares(raw, prefix, 4) == [2, 2, 1, 1]
+    await service.pause(hot)
+    assert await service.limits(hot) == FlowLimits(6, paused=True)
+    assert (await service.stats_for(hot)).paused
+
+
+async def test_limits_follow_a_partition_count_change(
+    redis_url: str, raw: aioredis.Redis, prefix: str
+) -> None:
+    """A new layout (a deploy with another partition count) gets the type's limits at once,
+    split over the shards of both layouts; once the old layout is retired, the limit is
+    split over the new one alone. The shares never add up to more than the limit."""
+    old, new = _hot(4), _hot(2)
+    a = EventService.from_url(redis_url, prefix=prefix, enable_scheduling=False, **FAST)
+    b = EventService.from_url(redis_url, prefix=prefix, enable_scheduling=False, **FAST)
+    try:
+        await a.enqueue_many([(old(id=f"o{i}"), 60) for i in range(10)])
+        await a.set_limits(old, concurrency=8, rate="40/s")
+        await a.pause(old)
+        assert await _shares(raw, prefix, 4) == [2, 2, 2, 2]
+        await b.enqueue_with_delay(new(id="fresh"), 60)  # registers the 2-partition layout
+        shares = await _shares(raw, prefix, 4) + await _shares(raw, prefix, 2)
+        assert shares == [2, 2, 1, 1, 1, 1] and sum(shares) == 8
+        assert await b.limits(new) == FlowLimits(8, Rate(40, 1000, 4), paused=True)
+        await b.resume(new)
+        result = await b.repartition(new, wait=20)
+        assert result.retired == (4,)
+        assert await _shares(raw, prefix, 2) == [4, 4]
+        assert await b.limits(new) == FlowLimits(8, Rate(40, 1000, 4))
+    finally:
+        await b.aclose()
+        await a.aclose()
 
 
 # -- several processes -----------------------------------------------------------------
