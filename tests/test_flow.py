@@ -434,3 +434,32 @@ async def test_a_groups_limits_are_its_own(redis_url: str, prefix: str) -> None:
         assert peak["audit"] == 1 and peak["default"] > 1
     finally:
         await svc.aclose()
+
+
+async def test_a_failure_frees_its_slot_with_a_wake_token(
+    service: EventService, raw: aioredis.Redis, prefix: str
+) -> None:
+    """A failed delivery of a type with a concurrency limit wakes one waiting consumer at
+    once, as an ack does (without it the waiter would sleep its 1 s fallback); a type
+    without limits gets no token."""
+    store = service.store
+    wake = TypeKeys(prefix, "flow-job").wake()
+    await enqueue(service, 3)
+    # no limit: a failure pushes nothing
+    _, (first,), _ = await store.claim_limited("flow-job", [], 1, 5000)
+    assert await store.fail("flow-job", first, dead=False, delay_ms=0, error="E: x") == 1
+    assert not await raw.exists(wake)
+    await service.set_limits(FlowJob, concurrency=1)
+    await raw.delete(wake)  # set_limits wakes every waiter: start from an empty list
+    _, (held,), _ = await store.claim_limited("flow-job", [], 1, 5000)
+    _, claimed, throttle = await store.claim_limited("flow-job", [], 1, 5000)
+    assert claimed == [] and throttle is not None and throttle.reason == "concurrency"
+    # a retry frees the slot: one token, which the next waiter's BLPOP takes at once
+    assert await store.fail("flow-job", held, dead=False, delay_ms=60_000, error="E: x") == 1
+    assert await raw.llen(wake) == 1
+    assert await store.wait_for_flow("flow-job", 5.0)
+    # and so does a dead letter
+    _, (held,), throttle = await store.claim_limited("flow-job", [], 1, 5000)
+    assert throttle is None
+    assert await store.fail("flow-job", held, dead=True, delay_ms=0, error="E: x") == 2
+    assert await raw.llen(wake) == 1

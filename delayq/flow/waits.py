@@ -6,7 +6,7 @@
 - **paused** or **at the concurrency limit**: BLPOP on the group's wake list
   for at most ``wait_ms`` (≤ 1 s). Acks of a type with a concurrency limit, and
   every change of limits (resume included), push wake tokens there, one
-  consumer per token; the timeout is the fallback (a slot freed by a failure or
+  consumer per token (failures too); the timeout is the fallback (a slot freed by
   an expired lease, a token lost in a failover), so a change is seen within 1 s.
 - **out of rate tokens**: sleep until the next token (≤ 1 s), plus a little
   jitter so that the processes waiting for it do not all claim at once.
