@@ -463,3 +463,46 @@ async def test_a_failure_frees_its_slot_with_a_wake_token(
     assert throttle is None
     assert await store.fail("flow-job", held, dead=True, delay_ms=0, error="E: x") == 2
     assert await raw.llen(wake) == 1
+
+
+async def test_concurrency_gauges_reach_prometheus(redis_url: str, prefix: str) -> None:
+    """A claim held back by the fleet-wide concurrency limit shows the live leases against
+    the limit (``delayq_fleet_in_flight`` / ``delayq_concurrency_limit``) and its wait is
+    timed with outcome ``concurrency``."""
+    from prometheus_client import CollectorRegistry
+
+    from delayq.prometheus import PrometheusMetrics
+
+    registry = CollectorRegistry()
+    svc = EventService.from_url(
+        redis_url, prefix=prefix, metrics=PrometheusMetrics(registry), **FAST
+    )
+    release = asyncio.Event()
+    handled: list[str] = []
+
+    async def handle(event: FlowJob) -> None:
+        await release.wait()
+        handled.append(event.id)
+
+    labels = {"event_type": "flow-job"}
+    try:
+        await svc.set_limits(FlowJob, concurrency=1)
+        svc.add_handler(FlowJob, handle, concurrency=4)
+        await svc.start()
+        await enqueue(svc, 3)
+
+        def gauges() -> bool:
+            return (registry.get_sample_value("delayq_fleet_in_flight", labels) == 1.0
+                    and registry.get_sample_value("delayq_concurrency_limit", labels) == 1.0)  # fmt: skip
+
+        await wait_for(gauges, timeout=15)
+        release.set()
+        await wait_for(lambda: len(handled) == 3, timeout=15)
+        waited = registry.get_sample_value(
+            "delayq_throttled_time_seconds_count",
+            {**labels, "group": "default", "outcome": "concurrency"},
+        )
+        assert waited is not None and waited >= 1
+        assert registry.get_sample_value("delayq_throttled_total", {**labels, "group": "default"}) >= 1
+    finally:
+        await svc.aclose()
