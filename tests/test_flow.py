@@ -506,3 +506,37 @@ async def test_concurrency_gauges_reach_prometheus(redis_url: str, prefix: str) 
         assert registry.get_sample_value("delayq_throttled_total", {**labels, "group": "default"}) >= 1
     finally:
         await svc.aclose()
+
+
+async def test_a_partitioned_types_gauges_add_up(redis_url: str, prefix: str) -> None:
+    """On a partitioned type each held-back claim sees one partition's leases and share:
+    the gauges add them up to the type's figures."""
+    from prometheus_client import CollectorRegistry
+
+    from delayq.prometheus import PrometheusMetrics
+
+    hot = _hot(4)
+    registry = CollectorRegistry()
+    svc = EventService.from_url(
+        redis_url, prefix=prefix, metrics=PrometheusMetrics(registry), **FAST
+    )
+    release = asyncio.Event()
+
+    async def handle(event: Event) -> None:
+        await release.wait()
+
+    labels = {"event_type": "flow-hot"}
+    try:
+        await svc.set_limits(hot, concurrency=8)  # 2 per partition
+        svc.add_handler(hot, handle, concurrency=32)
+        await svc.start()
+        await svc.enqueue_many([hot(id=f"h{i}") for i in range(80)])
+
+        def gauges() -> bool:
+            return (registry.get_sample_value("delayq_fleet_in_flight", labels) == 8.0
+                    and registry.get_sample_value("delayq_concurrency_limit", labels) == 8.0)  # fmt: skip
+
+        await wait_for(gauges, timeout=15)
+        release.set()
+    finally:
+        await svc.aclose()
