@@ -200,3 +200,24 @@ async def test_debounce_on_enqueue_at_and_enqueue_many(
     assert len(runs.runs) == 2
     assert got["at"][0] == 19 and got["m"][0] == 3
     assert got["m"][1] <= last_ms + 400  # due 0.4 s after the last enqueue, not later
+
+
+async def test_debounce_of_a_ready_event_after_its_window(
+    service: EventService, raw: aioredis.Redis
+) -> None:
+    """An event already in the ready list when its window ended stays due now: a later
+    debounced enqueue replaces its payload but does not open a new window (a busy
+    consumer that has not claimed it yet must not push it back)."""
+    await service.start()  # the scheduler only: nobody claims
+    first_ms = await redis_ms(raw)
+    assert await service.enqueue_with_delay(Ping(id="r", n=1), 0.1, debounce=0.2)
+
+    async def ready_and_window_over() -> bool:
+        info = await service.inspect(Ping, "r")
+        return info.state == "ready" and await redis_ms(raw) > first_ms + 300
+
+    await wait_for(ready_and_window_over, timeout=15)
+    assert await service.enqueue_with_delay(Ping(id="r", n=2), 0.2, debounce=0.2)
+    info = await service.inspect(Ping, "r")
+    assert info.state == "ready" and info.payload is not None
+    assert info.event is not None and info.event.n == 2  # type: ignore[attr-defined]
