@@ -15,13 +15,14 @@ method keeps its docstring here, where users read it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from .events import Event
 from .flow.control import KEEP, FlowControl, Keep
-from .flow.dedup import Dedup, dedup_mode
+from .flow.dedup import check_debounce, dedup_mode
 from .flow.limits import FlowLimits, Rate
 from .operations.groups import check_group, check_view
 from .options import Options
@@ -249,8 +250,10 @@ class EventService:
         a limit; a limit not given is left as it is. Every process obeys the
         change within about a second; ``add_handler``'s ``concurrency`` still
         bounds each process. Returns the limits now stored. Raises
-        ``ValueError`` for a bad value and for a partitioned type (see
-        docs/FLOW.md). ``per_key_concurrency`` and ``per_key_rate`` need flow
+        ``ValueError`` for a bad value. On a partitioned type each partition
+        enforces a share of the limit, the shares adding up to it (so
+        ``concurrency`` must be at least the partition count; see
+        docs/FLOW.md, "Partitioned types"). ``per_key_concurrency`` and ``per_key_rate`` need flow
         keys, which are not implemented yet: anything but ``None`` raises
         ``NotImplementedError``.
         """
@@ -316,7 +319,7 @@ class EventService:
         """
         ms = delay_ms(delay)
         mode = dedup_mode(replace, debounce, unique_for)
-        _check_debounce(mode, ms)
+        check_debounce(mode, ms)
         return await self._enqueuer.one(event, ms, absolute=False, context=context, replace=mode)
 
     async def enqueue_at(
@@ -326,14 +329,19 @@ class EventService:
         *,
         context: Mapping[str, str] | None = None,
         replace: bool = False,
+        debounce: float | timedelta | None = None,
         unique_for: float | timedelta | None = None,
     ) -> bool:
         """Handle ``event`` at ``when`` (a timezone-aware datetime); past times mean now.
 
-        ``replace`` and ``unique_for`` as in :meth:`enqueue_with_delay`.
+        ``replace``, ``debounce`` and ``unique_for`` as in :meth:`enqueue_with_delay`.
+        With ``debounce=max_wait`` the due time is capped (on Redis's clock) at the
+        id's first enqueue + ``max_wait``; ``when`` further than ``max_wait`` from now
+        (this process's clock: a check for mistakes) raises ``ValueError``.
         """
         ms = due_unix_ms(when)
-        mode = dedup_mode(replace, None, unique_for)
+        mode = dedup_mode(replace, debounce, unique_for)
+        check_debounce(mode, ms - round(time.time() * 1000))
         return await self._enqueuer.one(event, ms, absolute=True, context=context, replace=mode)
 
     async def enqueue_many(
@@ -343,15 +351,18 @@ class EventService:
         *,
         context: Mapping[str, str] | None = None,
         replace: bool = False,
+        debounce: float | timedelta | None = None,
         unique_for: float | timedelta | None = None,
     ) -> list[bool]:
         """Enqueue many events in pipelined batches; one result per event, in order.
 
         Items are events (due after ``delay``) or ``(event, delay)`` pairs. All
-        items are validated before anything is written. ``replace`` and
-        ``unique_for`` as in :meth:`enqueue_with_delay`.
+        items are validated before anything is written. ``replace``, ``debounce``
+        (every item's delay at most ``max_wait``) and ``unique_for`` as in
+        :meth:`enqueue_with_delay` (with ``debounce``, an id given twice in one call:
+        the later replaces the earlier).
         """
-        mode = dedup_mode(replace, None, unique_for)
+        mode = dedup_mode(replace, debounce, unique_for)
         return await self._enqueuer.many(events, delay, context, mode)
 
     async def enqueue_envelopes(
@@ -656,9 +667,3 @@ class EventService:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-
-def _check_debounce(mode: bool | Dedup, ms: int) -> None:
-    if isinstance(mode, Dedup) and mode.mode == "debounce" and ms > mode.ms:
-        raise ValueError(
-            f"a debounced event's delay ({ms} ms) must not exceed debounce ({mode.ms} ms)"
-        )

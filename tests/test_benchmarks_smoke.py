@@ -153,3 +153,22 @@ def test_hotpath_profile_runs_small() -> None:
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "300 events:" in proc.stdout and "µs CPU per event" in proc.stdout
     assert "total calls:" in proc.stdout
+
+
+def test_flow_benchmark_runs_small(tmp_path: Path) -> None:
+    """benchmarks/flow.py with tiny sizes: every throughput, the failing handlers and a
+    partitioned type, each handles all its events (the claim and idle parts are slow)."""
+    try:
+        find_redis_server_binary()
+    except RuntimeError as exc:
+        pytest.skip(f"needs a redis-server binary: {exc}")
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.flow", "--events", "300", "--fail-events", "50",
+         "--only", "throughput,partitioned,failing", "--out-dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (result,) = tmp_path.glob("flow-*.json")
+    data = json.loads(result.read_text())
+    assert len(data["throughput"]) == 3 and len(data["partitioned"]) == 4
+    assert all(v > 0 for v in data["failing"].values())

@@ -256,7 +256,7 @@ class Pages:
         counts = context["counts"]
         try:
             limits: FlowLimits | None = await dash.service.limits(name, group=group_arg)
-        except ValueError:  # a partitioned type has no flow limits
+        except ValueError:  # an unreadable group name: no flow card
             limits = None
         return dash.render(
             request,

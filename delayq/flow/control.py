@@ -12,7 +12,7 @@ import enum
 from typing import Literal
 
 from ..storage.store import Store
-from .limits import FlowLimits, Rate, check_concurrency, parse_rate
+from .limits import FlowLimits, Rate, check_concurrency, parse_rate, split_concurrency, split_rate
 
 __all__ = ["KEEP", "FlowControl", "Keep"]
 
@@ -28,28 +28,27 @@ KEEP: Literal[Keep.KEEP] = Keep.KEEP
 
 
 class FlowControl:
-    """Reads and changes the flow limits of event types (the store does the Redis side)."""
+    """Reads and changes the flow limits of event types (the store does the Redis side).
+
+    A partitioned type's limits are split between its partitions (every shard of
+    every layout in use), each partition's HASH holding its share and the
+    type's figure; see :mod:`delayq.flow.limits` and docs/FLOW.md.
+    """
 
     def __init__(self, store: Store):
         self._store = store
 
-    async def _shard(self, name: str, partitions: int) -> str:
-        """The one shard whose limits govern the type; refuses partitioned types (as
-        declared by the class, or as recorded in Redis: one SMEMBERS)."""
-        if partitions == 1:
-            await self._store.known_types()  # a process that only knows the wire name
-        layouts = self._store.layouts(name)
-        if partitions > 1 or max(layouts) > 1:
-            raise ValueError(
-                f"{name}: flow limits and pause are not supported on a partitioned type "
-                "(its partitions are claimed on different cluster slots, so no one "
-                "script can count them all; see docs/FLOW.md)"
-            )
-        return name
+    async def _shards(self, name: str, partitions: int) -> list[str]:
+        """Every shard whose limits govern the type: of its declared partition count and
+        of every layout recorded in Redis (one SMEMBERS)."""
+        await self._store.known_types()
+        if partitions > 1:
+            self._store.declare(name, partitions)
+        return self._store.shards(name)
 
     async def limits(self, name: str, partitions: int, group: str | None) -> FlowLimits:
-        """The limits stored for the type (group)."""
-        shard = await self._shard(name, partitions)
+        """The limits stored for the type (group): the figures set for the whole type."""
+        shard = (await self._shards(name, partitions))[0]
         return FlowLimits.from_fields(await self._store.read_limits(shard, group))
 
     async def set_limits(
@@ -62,23 +61,26 @@ class FlowControl:
         rate: str | Rate | Keep | None,
     ) -> FlowLimits:
         """Change the given limits (``None`` removes one, :data:`KEEP` leaves it)."""
-        changes: dict[str, str] = {}
+        shard_list = await self._shards(name, partitions)
+        n = len(shard_list)
+        changes: list[dict[str, str]] = [{} for _ in shard_list]
         if concurrency is not KEEP:
-            c = check_concurrency(concurrency)
-            changes["concurrency"] = "" if c is None else str(c)
+            for change, part in zip(changes, split_concurrency(check_concurrency(concurrency), n),
+                                    strict=True):  # fmt: skip
+                change.update(part)
         if rate is not KEEP:
-            if rate is None:
-                changes.update(rate_n="", rate_ms="", burst="", tat="")
-            else:
-                r = parse_rate(rate)
-                changes.update(rate_n=str(r.count), rate_ms=str(r.period_ms), burst=str(r.burst))
-        shard = await self._shard(name, partitions)
-        return FlowLimits.from_fields(await self._store.change_limits(shard, changes, group))
+            r = None if rate is None else parse_rate(rate)
+            for change, part in zip(changes, split_rate(r, n), strict=True):
+                change.update(part)
+        fields = await self._store.change_shard_limits(shard_list, changes, group)
+        return FlowLimits.from_fields(fields)
 
     async def set_paused(
         self, name: str, partitions: int, group: str | None, paused: bool
     ) -> FlowLimits:
-        """Pause or resume the type (group); resuming wakes the waiting consumers at once."""
-        shard = await self._shard(name, partitions)
-        changes = {"paused": "1" if paused else ""}
-        return FlowLimits.from_fields(await self._store.change_limits(shard, changes, group))
+        """Pause or resume the type (group), every partition of it; resuming wakes the
+        waiting consumers at once."""
+        shard_list = await self._shards(name, partitions)
+        change = {"paused": "1" if paused else ""}
+        fields = await self._store.change_shard_limits(shard_list, [change] * len(shard_list), group)
+        return FlowLimits.from_fields(fields)

@@ -103,10 +103,12 @@ for i = first, #items, 3 do
     local key = 'd:' .. id
     local cap = tonumber(redis.call('ZSCORE', K_DEDUP, key))
     if cap == nil and existing then
-      -- no open window: an event due but not moved yet keeps its time (its
-      -- window is over); otherwise this enqueue opens one
+      -- no open window: an event due but not moved yet keeps its time, and one
+      -- waiting in the ready list stays due now (its window is over); otherwise
+      -- this enqueue opens one
       local s = tonumber(redis.call('ZSCORE', K_SCHEDULED, id))
-      if s and s <= now then cap = s end
+      if s and s <= now then cap = s
+      elseif s == nil and redis.call('ZSCORE', K_QUEUED, id) then cap = now end
     end
     if cap == nil then
       cap = now + dms

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..codec import Codec, check_context
 from ..events import Event, EventTypes, check_event, find_event_type, validate_name
-from ..flow.dedup import Dedup
+from ..flow.dedup import Dedup, check_debounce
 from ..metrics import Metrics
 from ..observer import Observer
 from ..partitions.routing import Router
@@ -133,6 +133,7 @@ class Enqueuer:
         count = 0
         for index, item in enumerate(items):
             event, ms = item_due(item, default_ms)
+            check_debounce(replace, ms)
             name, envelope = self._prepare(event, context)
             partitions[name] = type(event).event_partitions
             by_type.setdefault(name, []).append((index, (event.id, envelope, ms)))
