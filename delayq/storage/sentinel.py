@@ -75,7 +75,33 @@ class Failover:
 
 
 class _FencedConnection(SentinelManagedConnection):
-    """Connects (first time, or again after an error) only while its pool is not fenced."""
+    """Connects (first time, or again after an error) only while its pool is not fenced,
+    and only to the master the pool names then."""
+
+    _addressed = False  # inside connect_to(): the address was just looked up
+
+    async def connect_to(self, address: Address) -> None:
+        """Connect to ``address`` (looked up by :meth:`_connect_retry`)."""
+        self._addressed = True
+        try:
+            await super().connect_to(address)  # type: ignore[no-untyped-call]
+        finally:
+            self._addressed = False
+
+    async def connect_check_health(
+        self, check_health: bool = True, retry_socket_connect: bool = True
+    ) -> None:
+        """Every connect goes through :meth:`connect` (the fence, then the master's address).
+
+        redis-py's command retry sends the command again on the same connection, which
+        reconnects here to the address it last had: the old master during a failover,
+        past the fence (writes the old master takes then are lost when it is demoted, and
+        a BRPOP there waits for nothing).
+        """
+        if self._addressed or self.is_connected:
+            await super().connect_check_health(check_health, retry_socket_connect)
+        else:
+            await self.connect()  # type: ignore[no-untyped-call]
 
     async def _connect_retry(self) -> None:
         pool = self.connection_pool
