@@ -20,6 +20,8 @@ from delayq.storage.store import WakeupListener
 from delayq.testing import RedisServer
 from delayq.testing.sentinel import RedisSentinelSet
 
+pytestmark = pytest.mark.servers  # reconnects and a failover: runs on Valkey 8 and 9 too
+
 
 async def _close(clients: Clients) -> None:
     for client in clients.owned:
