@@ -48,8 +48,7 @@ local function check_group_keys()
       local key = gkey(g, j)
       local found = redis.call('TYPE', key).ok
       if found ~= 'none' and found ~= GKEY_TYPES[j] then
-        error('WRONGTYPE delayq key ' .. key .. ' holds a ' .. found .. ', not a ' ..
-          GKEY_TYPES[j] .. ': something other than delayq wrote it; nothing was changed', 0)
+        refuse_wrong_type(key, found, GKEY_TYPES[j])
       end
     end
   end

@@ -63,14 +63,29 @@ end
 -- key could leave an event in no state at all (stranded). Scripts check the
 -- keys they write after their first write; keys read before any write need no
 -- check (the read fails first).
+-- The error's code (its first word) is WRONGTYPE on every server, as for a
+-- command that met such a key (see refuse_wrong_type).
 local KEY_TYPES = {'hash', 'zset', 'list', 'zset', 'zset', 'hash', 'hash', 'hash', 'zset', 'hash',
   'hash', 'hash', 'zset'}
+
+-- Ends the script with a WRONGTYPE error naming `key`. A plain error('WRONGTYPE ...')
+-- reaches clients as "ERR WRONGTYPE ..." on Redis 7+ and Valkey; an error table keeps
+-- its code there but breaks Redis 6.2's error handler, which wraps a string error
+-- as "ERR Error running script (...): @user_script:N: WRONGTYPE ..." instead (code
+-- unwrapped by delayq.errors.error_code). REDIS_VERSION_NUM exists from Redis 7.0
+-- (and in Valkey).
+local function refuse_wrong_type(key, found, expected)
+  local message = 'WRONGTYPE delayq key ' .. key .. ' holds a ' .. found .. ', not a ' ..
+    expected .. ': something other than delayq wrote it; nothing was changed'
+  if redis.REDIS_VERSION_NUM then error(redis.error_reply(message)) end
+  error(message, 0)
+end
+
 local function check_keys(...)
   for _, i in ipairs({...}) do
     local found = KEYS[i] and redis.call('TYPE', KEYS[i]).ok or 'none'
     if found ~= 'none' and found ~= KEY_TYPES[i] then
-      error('WRONGTYPE delayq key ' .. KEYS[i] .. ' holds a ' .. found .. ', not a ' ..
-        KEY_TYPES[i] .. ': something other than delayq wrote it; nothing was changed', 0)
+      refuse_wrong_type(KEYS[i], found, KEY_TYPES[i])
     end
   end
 end
