@@ -299,6 +299,7 @@ class EventService:
         replace: bool = False,
         debounce: float | timedelta | None = None,
         unique_for: float | timedelta | None = None,
+        key: str | None = None,
     ) -> bool:
         """Handle ``event`` once ``delay`` (a timedelta or seconds, >= 0) has passed.
 
@@ -313,11 +314,18 @@ class EventService:
         (``delay`` must not exceed ``max_wait``); ``unique_for=ttl`` keeps the
         first like the default, and once the event has been handled refuses
         the id (returns False) until ``ttl`` has passed.
+
+        ``key``: the event's flow key (say, its tenant; docs/FLOW.md "Flow
+        keys"): ready events are served in fair turns between keys, and
+        per-key limits apply to each key. None: the field named by the class's
+        ``flow_key=...``, if any; events without a key share one.
         """
         ms = delay_ms(delay)
         mode = dedup_mode(replace, debounce, unique_for)
         _check_debounce(mode, ms)
-        return await self._enqueuer.one(event, ms, absolute=False, context=context, replace=mode)
+        return await self._enqueuer.one(
+            event, ms, absolute=False, context=context, replace=mode, key=key
+        )
 
     async def enqueue_at(
         self,
@@ -327,14 +335,17 @@ class EventService:
         context: Mapping[str, str] | None = None,
         replace: bool = False,
         unique_for: float | timedelta | None = None,
+        key: str | None = None,
     ) -> bool:
         """Handle ``event`` at ``when`` (a timezone-aware datetime); past times mean now.
 
-        ``replace`` and ``unique_for`` as in :meth:`enqueue_with_delay`.
+        ``replace``, ``unique_for`` and ``key`` as in :meth:`enqueue_with_delay`.
         """
         ms = due_unix_ms(when)
         mode = dedup_mode(replace, None, unique_for)
-        return await self._enqueuer.one(event, ms, absolute=True, context=context, replace=mode)
+        return await self._enqueuer.one(
+            event, ms, absolute=True, context=context, replace=mode, key=key
+        )
 
     async def enqueue_many(
         self,
@@ -344,15 +355,17 @@ class EventService:
         context: Mapping[str, str] | None = None,
         replace: bool = False,
         unique_for: float | timedelta | None = None,
+        key: str | None = None,
     ) -> list[bool]:
         """Enqueue many events in pipelined batches; one result per event, in order.
 
         Items are events (due after ``delay``) or ``(event, delay)`` pairs. All
         items are validated before anything is written. ``replace`` and
-        ``unique_for`` as in :meth:`enqueue_with_delay`.
+        ``unique_for`` as in :meth:`enqueue_with_delay`; ``key`` is every
+        event's flow key (None: each class's ``flow_key`` field, if any).
         """
         mode = dedup_mode(replace, None, unique_for)
-        return await self._enqueuer.many(events, delay, context, mode)
+        return await self._enqueuer.many(events, delay, context, mode, key)
 
     async def enqueue_envelopes(
         self,
@@ -361,6 +374,7 @@ class EventService:
         *,
         absolute: bool = False,
         replace: bool = False,
+        keys: Sequence[str | None] | None = None,
     ) -> list[int]:
         """Enqueue events already encoded into envelopes; one code per item, in order.
 
@@ -371,9 +385,12 @@ class EventService:
         ``absolute=True``, a unix time in ms. The same script, dedup and
         ``replace`` rule as every enqueue apply. Codes: 1 added, 0 kept (the id
         existed), 2 replaced. Envelopes are not decoded here: one that does not
-        decode becomes a dead letter when it is delivered.
+        decode becomes a dead letter when it is delivered. ``keys``: a flow key
+        per item (None: none; see :meth:`enqueue_with_delay`).
         """
-        return await self._enqueuer.envelopes(event_type, items, absolute=absolute, replace=replace)
+        return await self._enqueuer.envelopes(
+            event_type, items, absolute=absolute, replace=replace, keys=keys
+        )
 
     async def cancel(self, event_type: EventTypeRef, id: str) -> bool:
         """Remove a pending (scheduled, ready or in-flight) event; True when one was removed.

@@ -95,7 +95,7 @@ end
 -- consumer can measure lateness. Because the list is only pushed on the left
 -- and popped on the right, `pushed - LLEN` tells which sequence numbers have
 -- been popped: that is how move_due finds entries a dead consumer popped.
-local function push_ready_to(k_ready, k_queued, k_meta, ids, dues)
+local function push_plain_to(k_ready, k_queued, k_meta, ids, dues)
   local n = #ids
   if n == 0 then return end
   local seq = redis.call('HINCRBY', k_meta, 'pushed', n) - n
@@ -114,8 +114,121 @@ local function push_ready_to(k_ready, k_queued, k_meta, ids, dues)
   redis.call('ZADD', k_queued, unpack(scored))
 end
 
-local function push_ready(ids, dues)
-  push_ready_to(K_READY, K_QUEUED, K_META, ids, dues)
+-- Flow keys (docs/FLOW.md, "Flow keys"). Once an event of the type has been
+-- enqueued with a key, the type's meta holds keyed=1 and a group's ready list
+-- holds one *marker* entry 'k:<key>' per key in rotation instead of events;
+-- the events wait in their key's list. Every key below shares the type's hash
+-- tag (they are named after the declared keys, as a key name is data):
+--   {p:T}:fkeys           HASH id -> its key (keyed events only; none: the key '')
+--   <ready>:k:<key>       LIST the key's "<due ms>:<id>" entries, pushed left, popped right
+--   <ready>:keys          ZSET keys in rotation -> push sequence of their marker
+--                         (or -ms when noticed popped but unclaimed, as `queued`)
+--   <ready>:kwait         ZSET keys held back by a per-key limit -> when to put them back
+--   <ready>:krun:<key>    HASH id -> claim token of the key's live deliveries (only
+--                         while a per-key concurrency limit is set)
+--   <ready>:ktat          HASH key -> GCRA state of the per-key rate
+-- An event in a key's list is in `queued` with score 0 (stale entries are
+-- skipped, counts include it, and the orphan check of the ready list ignores it).
+local KEYED = nil
+local function tag_key(suffix)
+  return string.sub(K_EVENTS, 1, -7) .. suffix  -- K_EVENTS is '<tag>:events'
+end
+-- True once the type uses flow keys (one HGET per script call, cached)
+local function keyed_type()
+  if KEYED == nil then KEYED = redis.call('HGET', tag_key('meta'), 'keyed') == '1' end
+  return KEYED
+end
+local function is_marker(entry) return string.byte(entry, 1) == 107 end  -- 'k'
+-- the key of a claim token "<n>|<key>" (nil for an unkeyed delivery)
+local function token_key(token)
+  local sep = string.find(token, '|', 1, true)
+  return sep and string.sub(token, sep + 1)
+end
+
+-- Puts a key's marker at the back of the line of a ready list (the key must
+-- not be in rotation or parked: the callers check).
+local function push_marker(k_ready, k_meta, key)
+  local seq = redis.call('HINCRBY', k_meta, 'pushed', 1)
+  redis.call('LPUSH', k_ready, 'k:' .. key)
+  redis.call('ZADD', k_ready .. ':keys', seq, key)
+end
+
+-- Brings a key with events into rotation unless it is in rotation or parked.
+local function activate_key(k_ready, k_meta, key)
+  if redis.call('ZSCORE', k_ready .. ':keys', key) then return end
+  if redis.call('ZSCORE', k_ready .. ':kwait', key) then return end
+  if redis.call('LLEN', k_ready .. ':k:' .. key) == 0 then return end
+  push_marker(k_ready, k_meta, key)
+end
+
+-- Ids to their keys' lists (the key from fkeys; none: ''), in order, and their
+-- keys into rotation. `front`: at the head of the key's line (a retry now, an
+-- expired lease: so per-key ordering holds).
+local function push_keyed_to(k_ready, k_queued, k_meta, ids, dues, front)
+  local fk = tag_key('fkeys')
+  local keys = {}
+  for i = 1, #ids, 1000 do
+    local got = redis.call('HMGET', fk, unpack(ids, i, math.min(#ids, i + 999)))
+    for j = 1, #got do keys[i + j - 1] = got[j] or '' end
+  end
+  local lists, order = {}, {}
+  local scored = {}
+  for i = 1, #ids do
+    local due = dues[i]
+    if type(due) ~= 'string' or not string.find(due, '^%d+$') then
+      due = string.format('%.0f', due)
+    end
+    local l = lists[keys[i]]
+    if not l then
+      l = {}
+      lists[keys[i]] = l
+      order[#order + 1] = keys[i]
+    end
+    l[#l + 1] = due .. ':' .. ids[i]
+    scored[#scored + 1] = 0
+    scored[#scored + 1] = ids[i]
+  end
+  for i = 1, #scored, 2000 do
+    redis.call('ZADD', k_queued, unpack(scored, i, math.min(#scored, i + 1999)))
+  end
+  for _, key in ipairs(order) do
+    local l = lists[key]
+    if front then  -- the first id ends up at the right end: popped first
+      local rev = {}
+      for i = #l, 1, -1 do rev[#rev + 1] = l[i] end
+      l = rev
+    end
+    for i = 1, #l, 1000 do
+      redis.call(front and 'RPUSH' or 'LPUSH', k_ready .. ':k:' .. key,
+        unpack(l, i, math.min(#l, i + 999)))
+    end
+    activate_key(k_ready, k_meta, key)
+  end
+end
+
+local function push_ready_to(k_ready, k_queued, k_meta, ids, dues, front)
+  if #ids > 0 and keyed_type() then
+    push_keyed_to(k_ready, k_queued, k_meta, ids, dues, front)
+  else
+    push_plain_to(k_ready, k_queued, k_meta, ids, dues)
+  end
+end
+
+local function push_ready(ids, dues, front)
+  push_ready_to(K_READY, K_QUEUED, K_META, ids, dues, front)
+end
+
+-- A keyed delivery ended (ack, fail): its per-key slot is free, and a key
+-- parked by its per-key concurrency limit goes back into rotation (when
+-- `unpark`). The envelope gone, its key goes too.
+local function key_done(id, token, unpark)
+  local key = token_key(token)
+  if not key then return end
+  redis.call('HDEL', K_READY .. ':krun:' .. key, id)
+  if redis.call('HEXISTS', K_EVENTS, id) == 0 then redis.call('HDEL', tag_key('fkeys'), id) end
+  if unpark and redis.call('ZREM', K_READY .. ':kwait', key) == 1 then
+    activate_key(K_READY, K_META, key)
+  end
 end
 
 -- The scheduler's steps on one delivery list, shared by move_due.lua (a type's
@@ -141,6 +254,39 @@ local function recover_orphans(k_ready, k_queued, k_meta, now, vt, batch, take)
     take(id, now)
   end
   return #suspects == batch or #orphans == batch
+end
+
+-- The same for the markers of a keyed ready list (their pushes are counted in
+-- the same `pushed`), and keys parked by a per-key limit whose time has come
+-- (a rate token is due, or the lease that held the key's slot ran out: an ack
+-- or failure puts them back sooner). Returns whether it filled a batch.
+local function recover_keys(k_ready, k_meta, now, vt, batch)
+  local rot, kwait = k_ready .. ':keys', k_ready .. ':kwait'
+  local llen = redis.call('LLEN', k_ready)
+  local popped_max = (tonumber(redis.call('HGET', k_meta, 'pushed')) or 0) - llen
+  if llen == 0 then popped_max = '+inf' end
+  local suspects = redis.call('ZRANGEBYSCORE', rot, 1, popped_max, 'LIMIT', 0, batch)
+  for _, key in ipairs(suspects) do redis.call('ZADD', rot, 'XX', -now, key) end
+  local orphans = redis.call('ZRANGEBYSCORE', rot, -(now - vt), '(0', 'LIMIT', 0, batch)
+  for _, key in ipairs(orphans) do
+    redis.call('ZREM', rot, key)
+    activate_key(k_ready, k_meta, key)
+  end
+  local due = redis.call('ZRANGEBYSCORE', kwait, '-inf', now, 'LIMIT', 0, batch)
+  for _, key in ipairs(due) do
+    redis.call('ZREM', kwait, key)
+    activate_key(k_ready, k_meta, key)
+  end
+  return #suspects == batch or #orphans == batch or #due == batch
+end
+
+-- When a keyed ready list next needs a look: a parked key's time, a marker's
+-- orphan check.
+local function keyed_looks(k_ready, vt, earliest)
+  local first = redis.call('ZRANGE', k_ready .. ':kwait', 0, 0, 'WITHSCORES')
+  if first[2] then earliest(tonumber(first[2])) end
+  first = redis.call('ZREVRANGEBYSCORE', k_ready .. ':keys', '(0', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if first[2] then earliest(vt - tonumber(first[2])) end
 end
 
 -- Due ids of a schedule: the lowest scores, counted, then popped in one call

@@ -23,6 +23,14 @@
 -- GCRA's `burst + elapsed * rate`; BRPOP'd entries not allowed go back to the
 -- right end of the ready list, in order, their attempts untouched. Without a
 -- limits key the only extra work is one EXISTS.
+-- Flow keys (docs/FLOW.md): an entry 'k:<key>' is a key's turn. It becomes the
+-- head of that key's list, and the key goes back to the end of the line while
+-- it has events (one event per key per round: fair turns). A key at its
+-- per-key limit (limits fields key_concurrency, key_rate_n/key_rate_ms/
+-- key_burst) is parked in <ready>:kwait instead, until its slot or token is
+-- due (move_due puts it back then; an ack or failure of its event at once).
+-- The token of a keyed delivery is "<n>|<key>". A type without keys pays one
+-- byte test per entry.
 check_keys(5, 6, 7)  -- inflight, leases, attempts: written after ZREM queued
 keep_working_when_full()
 local t = redis.call('TIME')
@@ -34,7 +42,8 @@ local extra = tonumber(ARGV[2])
 local flow = K_LIMITS ~= nil and redis.call('EXISTS', K_LIMITS) == 1
 local f, live, climit, interval, tat, burst, reason
 if flow then
-  f = redis.call('HMGET', K_LIMITS, 'paused', 'concurrency', 'rate_n', 'rate_ms', 'burst', 'tat')
+  f = redis.call('HMGET', K_LIMITS, 'paused', 'concurrency', 'rate_n', 'rate_ms', 'burst', 'tat',
+    'key_concurrency', 'key_rate_n', 'key_rate_ms', 'key_burst', 'channel', 'shard')
   local want = #entries + extra
   local allowed = want
   if f[1] == '1' then allowed, reason = 0, 'paused' end
@@ -64,17 +73,129 @@ if flow then
   -- and the consumer blocks in BRPOP again rather than claiming every second
   if allowed >= want or redis.call('LLEN', K_READY) == 0 then flow = false end
 end
-if extra > 0 then
-  local popped = redis.call('RPOP', K_READY, extra)
-  if popped then
-    for _, e in ipairs(popped) do entries[#entries + 1] = e end
+
+-- Flow keys: markers become their key's next event (or nothing: the key is
+-- parked at its per-key limit, or the marker is stale).
+local kc, kinterval, kburst
+if f then
+  kc = tonumber(f[7])
+  if f[8] and f[9] and f[10] then
+    kinterval = tonumber(f[9]) / tonumber(f[8])
+    kburst = tonumber(f[10])
   end
+end
+local ekeys = {}   -- index in entries -> key, for keyed entries
+local taken = {}   -- key -> deliveries started in this call (not yet in krun)
+local function id_of(entry)
+  local sep = string.find(entry, ':', 1, true)
+  return sep and string.sub(entry, sep + 1) or entry
+end
+-- ms on Redis's clock until the key may start one more event, or nil: now
+local function key_held(key)
+  local hold
+  if kc then
+    local run = K_READY .. ':krun:' .. key
+    local held = redis.call('HGETALL', run)
+    local n, first = taken[key] or 0, nil
+    for i = 1, #held, 2 do
+      local id = held[i]
+      local dl = redis.call('HGET', K_LEASES, id) == held[i + 1] and
+        tonumber(redis.call('ZSCORE', K_INFLIGHT, id))
+      if dl and dl > now then
+        n = n + 1
+        if first == nil or dl < first then first = dl end
+      else
+        redis.call('HDEL', run, id)  -- settled or expired: its slot is free
+      end
+    end
+    -- a slot comes back at the latest when the first live lease runs out
+    if n >= kc then hold = first or (now + 1000) end
+  end
+  if kinterval then
+    local ktat = math.max(tonumber(redis.call('HGET', K_READY .. ':ktat', key)) or now, now)
+    if ktat - now > (kburst - 1) * kinterval then
+      hold = math.max(hold or 0, math.ceil(ktat - (kburst - 1) * kinterval) + 1)
+    end
+  end
+  return hold
+end
+local function turn(key)
+  local rot = K_READY .. ':keys'
+  if redis.call('ZREM', rot, key) == 0 then return nil end  -- stale marker
+  local list = K_READY .. ':k:' .. key
+  if kc or kinterval then
+    local hold = key_held(key)
+    if hold then
+      redis.call('ZADD', K_READY .. ':kwait', hold, key)
+      if kinterval and f[11] and f[12] then
+        -- wake the scheduler for it (as schedule() in _prelude.lua does)
+        local wake = tonumber(redis.call('HGET', K_META, 'wake'))
+        if wake == nil or hold < wake then
+          redis.call('HSET', K_META, 'wake', string.format('%.0f', hold))
+          redis.call('PUBLISH', f[11], f[12])
+        end
+      end
+      return nil
+    end
+  end
+  local got
+  for _ = 1, 100 do  -- skips stale entries (cancelled, replaced, claimed)
+    local e = redis.call('RPOP', list)
+    if not e then break end
+    if redis.call('ZSCORE', K_QUEUED, id_of(e)) then
+      got = e
+      break
+    end
+  end
+  if redis.call('LLEN', list) > 0 then push_marker(K_READY, K_META, key) end
+  if got then
+    taken[key] = (taken[key] or 0) + 1
+    if kinterval then
+      local ktat = math.max(tonumber(redis.call('HGET', K_READY .. ':ktat', key)) or now, now)
+      redis.call('HSET', K_READY .. ':ktat', key, string.format('%.3f', ktat + kinterval))
+    end
+  end
+  return got
+end
+local function add(entry)
+  if is_marker(entry) then
+    local key = string.sub(entry, 3)
+    local got = turn(key)
+    if not got then return false end
+    entries[#entries + 1] = got
+    ekeys[#entries] = key
+  else
+    entries[#entries + 1] = entry
+  end
+  return true
+end
+local given = entries
+local any_marker = false
+for _, e in ipairs(given) do
+  if is_marker(e) then any_marker = true end
+end
+if any_marker then
+  entries = {}
+  for _, e in ipairs(given) do add(e) end
+end
+-- Extra pops: one RPOP, as many as asked; again while markers were among
+-- them (a marker may give nothing, and may come back within this call)
+for _ = 1, 8 do
+  if extra <= 0 then break end
+  local popped = redis.call('RPOP', K_READY, extra)
+  if not popped then break end
+  local markers = false
+  for _, e in ipairs(popped) do
+    if is_marker(e) then markers = true end
+    if add(e) then extra = extra - 1 end
+  end
+  if not markers then break end
 end
 
 local result = {tonumber(t[1]) * 1000000 + tonumber(t[2])}
 if #entries == 0 and not flow then return result end
 local token = redis.call('HINCRBY', K_META, 'claims', #entries) - #entries
-for _, entry in ipairs(entries) do
+for i, entry in ipairs(entries) do
   token = token + 1
   local sep = string.find(entry, ':', 1, true)
   local id, due = entry, ''
@@ -86,13 +207,19 @@ for _, entry in ipairs(entries) do
     local envelope = redis.call('HGET', K_EVENTS, id)
     if envelope then
       local attempt = redis.call('HINCRBY', K_ATTEMPTS, id, 1)
+      local tok = tostring(token)
+      local key = ekeys[i]
+      if key then
+        tok = tok .. '|' .. key
+        if kc then redis.call('HSET', K_READY .. ':krun:' .. key, id, tok) end
+      end
       redis.call('ZADD', K_INFLIGHT, deadline, id)
-      redis.call('HSET', K_LEASES, id, token)
+      redis.call('HSET', K_LEASES, id, tok)
       result[#result + 1] = id
       result[#result + 1] = envelope
       result[#result + 1] = attempt
       result[#result + 1] = due
-      result[#result + 1] = tostring(token)
+      result[#result + 1] = tok
     else
       -- queued but no envelope: something other than delayq deleted it; the
       -- entry is dropped and reported (attempt 0) so the caller can log it

@@ -17,13 +17,14 @@ local now = clock_ms()
 redis.call('ZREM', K_INFLIGHT, id)
 redis.call('HDEL', K_LEASES, id)
 redis.call('HSET', K_ERRORS, id, ARGV[5])
+key_done(id, token, true)  -- flow keys: the key's slot is free (a no-op without keys)
 if ARGV[3] == 'dead' then
   redis.call('ZADD', K_DEAD, now, id)
   return 2
 end
 local delay = tonumber(ARGV[4])
 if delay <= 0 then
-  push_ready({id}, {now})
+  push_ready({id}, {now}, true)  -- with flow keys: the head of its key's line
 else
   schedule(id, now + delay, ARGV[6], ARGV[7], grouped() and K_GSCHED or K_SCHEDULED)
 end

@@ -48,6 +48,17 @@ for g = 1, N_GROUPS do
       missing[#missing + 1] = id
     end
   end
+  -- expired leases of a keyed type: the head of their key's line (see move_due)
+  local fids, fdues = ids, dues
+  if keyed_type() then fids, fdues = {}, {} end
+  local function take_front(id, due)
+    if redis.call('HEXISTS', K_EVENTS, id) == 1 then
+      fids[#fids + 1] = id
+      fdues[#fdues + 1] = due
+    else
+      missing[#missing + 1] = id
+    end
+  end
 
   local full, t, expired_dead
   -- 1. Orphans of this group's ready list.
@@ -60,7 +71,7 @@ for g = 1, N_GROUPS do
 
   -- 3. This group's expired leases.
   full, t, expired_dead = expire_leases(k_inflight, gkey(g, G_LEASES), gkey(g, G_ERRORS),
-    gkey(g, G_ATTEMPTS), gkey(g, G_DEAD), now, batch, max_deliveries, take)
+    gkey(g, G_ATTEMPTS), gkey(g, G_DEAD), now, batch, max_deliveries, take_front)
   if full then more = 1 end
   if t > late then late = t end
   dead = dead + expired_dead
@@ -71,6 +82,12 @@ for g = 1, N_GROUPS do
 
   push_ready_to(k_ready, k_queued, k_meta, ids, dues)
   moved = moved + #ids
+  if keyed_type() then
+    push_ready_to(k_ready, k_queued, k_meta, fids, fdues, true)
+    moved = moved + #fids
+    if recover_keys(k_ready, k_meta, now, vt, batch) then more = 1 end
+    keyed_looks(k_ready, vt, earliest)
+  end
 
   next_looks(k_sched, k_inflight, k_queued, vt, earliest)
 end

@@ -1,0 +1,40 @@
+"""Flow keys: which key an event is served under (fair turns between keys, per-key limits).
+
+An event gets its key from ``enqueue_*(..., key="tenant-42")``, or else from the
+field its class names (``class Job(Event, flow_key="tenant")``). Events without a
+key share one (the empty key) once the type uses keys. See docs/FLOW.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["MAX_KEY_LENGTH", "check_key", "event_key"]
+
+MAX_KEY_LENGTH = 200
+"""The longest flow key, in characters (it is part of Redis key names)."""
+
+
+def check_key(key: object) -> str | None:
+    """Return ``key`` as a flow key (None: none); raise for anything but a non-empty str
+    of at most :data:`MAX_KEY_LENGTH` characters (an int is turned into its digits)."""
+    if key is None:
+        return None
+    if isinstance(key, int) and not isinstance(key, bool):
+        key = str(key)
+    if not isinstance(key, str):
+        raise TypeError(f"a flow key is a str (or an int), not {type(key).__name__}: {key!r}")
+    if not key or len(key) > MAX_KEY_LENGTH:
+        raise ValueError(f"a flow key has 1 to {MAX_KEY_LENGTH} characters, not {key!r}")
+    return key
+
+
+def event_key(event: Any, explicit: object = None) -> str | None:
+    """The flow key of ``event``: ``explicit`` if given, else the value of the field its class
+    names with ``flow_key=...`` (None when it has none or the field holds None)."""
+    if explicit is not None:
+        return check_key(explicit)
+    field = getattr(type(event), "event_flow_key", None)
+    if field is None:
+        return None
+    return check_key(getattr(event, field))
