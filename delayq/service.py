@@ -234,8 +234,8 @@ class EventService:
         *,
         concurrency: int | Keep | None = KEEP,
         rate: str | Rate | Keep | None = KEEP,
-        per_key_concurrency: int | None = None,
-        per_key_rate: str | Rate | None = None,
+        per_key_concurrency: int | Keep | None = KEEP,
+        per_key_rate: str | Rate | Keep | None = KEEP,
         group: str | None = None,
     ) -> FlowLimits:
         """Store fleet-wide flow limits of ``event_type`` (or of one delivery ``group``).
@@ -250,16 +250,16 @@ class EventService:
         change within about a second; ``add_handler``'s ``concurrency`` still
         bounds each process. Returns the limits now stored. Raises
         ``ValueError`` for a bad value and for a partitioned type (see
-        docs/FLOW.md). ``per_key_concurrency`` and ``per_key_rate`` need flow
-        keys, which are not implemented yet: anything but ``None`` raises
-        ``NotImplementedError``.
+        docs/FLOW.md). ``per_key_concurrency`` and ``per_key_rate`` are the same
+        limits for each flow key separately (``enqueue_*(..., key=...)``; events
+        without a key share one): ``per_key_concurrency=1`` runs each key's
+        events one at a time, in the order they became ready.
         """
-        if per_key_concurrency is not None or per_key_rate is not None:
-            raise NotImplementedError("per-key limits need flow keys, which delayq lacks yet")
         name, partitions = self._flow_type(event_type)
         return await self._flow.set_limits(
-            name, partitions, check_group(group), concurrency=concurrency, rate=rate
-        )
+            name, partitions, check_group(group), concurrency=concurrency, rate=rate,
+            per_key_concurrency=per_key_concurrency, per_key_rate=per_key_rate,
+        )  # fmt: skip
 
     async def limits(self, event_type: EventTypeRef, *, group: str | None = None) -> FlowLimits:
         """The flow limits stored for ``event_type`` (or one delivery ``group``), paused

@@ -60,6 +60,8 @@ class FlowControl:
         *,
         concurrency: int | Keep | None,
         rate: str | Rate | Keep | None,
+        per_key_concurrency: int | Keep | None = KEEP,
+        per_key_rate: str | Rate | Keep | None = KEEP,
     ) -> FlowLimits:
         """Change the given limits (``None`` removes one, :data:`KEEP` leaves it)."""
         changes: dict[str, str] = {}
@@ -73,7 +75,27 @@ class FlowControl:
                 r = parse_rate(rate)
                 changes.update(rate_n=str(r.count), rate_ms=str(r.period_ms), burst=str(r.burst))
         shard = await self._shard(name, partitions)
+        changes.update(self._per_key_changes(shard, per_key_concurrency, per_key_rate))
         return FlowLimits.from_fields(await self._store.change_limits(shard, changes, group))
+
+    def _per_key_changes(
+        self, shard: str, concurrency: int | Keep | None, rate: str | Rate | Keep | None
+    ) -> dict[str, str]:
+        """The fields of the per-key limits (docs/FLOW.md, "Flow keys")."""
+        changes: dict[str, str] = {}
+        if concurrency is not KEEP:
+            c = check_concurrency(concurrency)
+            changes["key_concurrency"] = "" if c is None else str(c)
+        if rate is not KEEP:
+            if rate is None:
+                changes.update(key_rate_n="", key_rate_ms="", key_burst="", channel="", shard="")
+            else:
+                r = parse_rate(rate)
+                changes.update(key_rate_n=str(r.count), key_rate_ms=str(r.period_ms),
+                               key_burst=str(r.burst))  # fmt: skip
+                # claim.lua wakes the scheduler for a key whose next token is due
+                changes.update(channel=self._store.keys.wakeup_channel, shard=shard)
+        return changes
 
     async def set_paused(
         self, name: str, partitions: int, group: str | None, paused: bool

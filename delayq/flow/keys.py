@@ -31,10 +31,11 @@ def check_key(key: object) -> str | None:
 
 def event_key(event: Any, explicit: object = None) -> str | None:
     """The flow key of ``event``: ``explicit`` if given, else the value of the field its class
-    names with ``flow_key=...`` (None when it has none or the field holds None)."""
+    names with ``flow_key=...`` (None when it has none or the field holds None or "")."""
     if explicit is not None:
         return check_key(explicit)
     field = getattr(type(event), "event_flow_key", None)
     if field is None:
         return None
-    return check_key(getattr(event, field))
+    value = getattr(event, field)
+    return None if value == "" else check_key(value)

@@ -15,6 +15,10 @@ rate_ms     the period in ms
 burst       starts allowed at once after an idle spell (the bucket size)
 paused      ``1`` while the type (group) is paused
 tat         GCRA state: the theoretical arrival time, ms on Redis's clock
+key_concurrency  per flow key: handlers in flight (live leases) of each key
+key_rate_n, key_rate_ms, key_burst  per flow key: a rate like ``rate_n``...
+channel, shard   where claim.lua publishes a scheduler wake-up for a key whose
+            next per-key token is due (stored with a per-key rate)
 =========== ================================================================
 """
 
@@ -122,28 +126,43 @@ class FlowLimits:
     ``concurrency``: handlers in flight across every process (None: no limit).
     ``rate``: handler starts per period across every process (None: no limit).
     ``paused``: no handler starts while True (see ``EventService.pause``).
+    ``per_key_concurrency``, ``per_key_rate``: the same, for each flow key
+    separately (docs/FLOW.md, "Flow keys"); ``per_key_concurrency=1`` runs
+    each key's events one at a time, in order.
     """
 
     concurrency: int | None = None
     rate: Rate | None = None
     paused: bool = False
+    per_key_concurrency: int | None = None
+    per_key_rate: Rate | None = None
 
     @property
     def active(self) -> bool:
         """True when any limit is set (the limits key exists in Redis)."""
-        return self.concurrency is not None or self.rate is not None or self.paused
+        return (
+            self.concurrency is not None
+            or self.rate is not None
+            or self.paused
+            or self.per_key_concurrency is not None
+            or self.per_key_rate is not None
+        )
 
     def to_dict(self) -> dict[str, object]:
         """The limits as JSON-ready values (``rate`` as ``{count, period_ms, burst, text}``)."""
-        rate = self.rate
-        shown: dict[str, object] | None = None
-        if rate is not None:
-            shown = {"count": rate.count, "period_ms": rate.period_ms, "burst": rate.burst}
-            shown["text"] = str(rate)
+
+        def shown(rate: Rate | None) -> dict[str, object] | None:
+            if rate is None:
+                return None
+            return {"count": rate.count, "period_ms": rate.period_ms, "burst": rate.burst,
+                    "text": str(rate)}  # fmt: skip
+
         return {
             "concurrency": self.concurrency,
-            "rate": shown,
+            "rate": shown(self.rate),
             "paused": self.paused,
+            "per_key_concurrency": self.per_key_concurrency,
+            "per_key_rate": shown(self.per_key_rate),
         }
 
     def fields(self) -> dict[str, str]:
@@ -157,6 +176,12 @@ class FlowLimits:
             out["burst"] = str(self.rate.burst)
         if self.paused:
             out["paused"] = "1"
+        if self.per_key_concurrency is not None:
+            out["key_concurrency"] = str(_positive("per_key_concurrency", self.per_key_concurrency))
+        if self.per_key_rate is not None:
+            out["key_rate_n"] = str(self.per_key_rate.count)
+            out["key_rate_ms"] = str(self.per_key_rate.period_ms)
+            out["key_burst"] = str(self.per_key_rate.burst)
         return out
 
     @classmethod
@@ -166,14 +191,25 @@ class FlowLimits:
             (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
             for k, v in fields.items()
         }
-        concurrency = int(f["concurrency"]) if f.get("concurrency", "").isdigit() else None
-        rate = None
-        if all(f.get(k, "").isdigit() for k in ("rate_n", "rate_ms", "burst")):
-            try:
-                rate = Rate(int(f["rate_n"]), int(f["rate_ms"]), int(f["burst"]))
-            except ValueError:
-                rate = None
-        return cls(concurrency, rate, f.get("paused") == "1")
+
+        def count(name: str) -> int | None:
+            return int(f[name]) if f.get(name, "").isdigit() else None
+
+        def rate(n: str, ms: str, burst: str) -> Rate | None:
+            if all(f.get(k, "").isdigit() for k in (n, ms, burst)):
+                try:
+                    return Rate(int(f[n]), int(f[ms]), int(f[burst]))
+                except ValueError:
+                    return None
+            return None
+
+        return cls(
+            count("concurrency"),
+            rate("rate_n", "rate_ms", "burst"),
+            f.get("paused") == "1",
+            count("key_concurrency"),
+            rate("key_rate_n", "key_rate_ms", "key_burst"),
+        )
 
 
 def check_concurrency(value: Any) -> int | None:

@@ -1,7 +1,8 @@
 -- claim: a consumer takes ready events and starts their leases.
 --
 -- KEYS: the ten keys of the type (see _prelude.lua), then groups, pending,
---   retries (unused here) and KEYS[14] the limits HASH of the type or group.
+--   retries (unused here) and KEYS[14] the limits HASH of the type or group;
+--   with flow keys also wake and dedup (unused) and KEYS[17..21].
 -- ARGV[1] visibility timeout in ms (the lease)
 -- ARGV[2] how many more entries to pop from the ready list here (0..n)
 -- ARGV[3..] entries the consumer already popped with BRPOP
@@ -27,10 +28,13 @@
 -- head of that key's list, and the key goes back to the end of the line while
 -- it has events (one event per key per round: fair turns). A key at its
 -- per-key limit (limits fields key_concurrency, key_rate_n/key_rate_ms/
--- key_burst) is parked in <ready>:kwait instead, until its slot or token is
--- due (move_due puts it back then; an ack or failure of its event at once).
--- The token of a keyed delivery is "<n>|<key>". A type without keys pays one
--- byte test per entry.
+-- key_burst; the per-key GCRA states are fields 't:<key>' of limits) is
+-- parked in kwait instead, until its slot or token is due (move_due puts it
+-- back then; an ack or failure of its event at once). The token of a keyed
+-- delivery is "<n>|<key>". KEYS[17..21] (fkeys and the group's flow-key state,
+-- see _prelude.lua) are needed only when a marker may come: the caller sends
+-- them when it popped one; a marker met without them goes back to the right
+-- end of the list. A type without keys pays one byte test per entry.
 check_keys(5, 6, 7)  -- inflight, leases, attempts: written after ZREM queued
 keep_working_when_full()
 local t = redis.call('TIME')
@@ -90,43 +94,41 @@ local function id_of(entry)
   local sep = string.find(entry, ':', 1, true)
   return sep and string.sub(entry, sep + 1) or entry
 end
--- ms on Redis's clock until the key may start one more event, or nil: now
-local function key_held(key)
+-- when (ms on Redis's clock) the key may start one more event, or nil: now
+local function key_held(fk)
   local hold
   if kc then
-    local run = K_READY .. ':krun:' .. key
-    local held = redis.call('HGETALL', run)
-    local n, first = taken[key] or 0, nil
-    for i = 1, #held, 2 do
-      local id = held[i]
-      local dl = redis.call('HGET', K_LEASES, id) == held[i + 1] and
-        tonumber(redis.call('ZSCORE', K_INFLIGHT, id))
+    local lo, hi = key_range(fk)
+    local held = redis.call('ZRANGEBYLEX', K_KRUN, lo, hi)
+    local n, first = taken[fk] or 0, nil
+    for _, member in ipairs(held) do
+      local id = string.sub(member, #fk + 2)
+      local tok = redis.call('HGET', K_LEASES, id)
+      local dl = tok and token_key(tok) == fk and tonumber(redis.call('ZSCORE', K_INFLIGHT, id))
       if dl and dl > now then
         n = n + 1
         if first == nil or dl < first then first = dl end
       else
-        redis.call('HDEL', run, id)  -- settled or expired: its slot is free
+        redis.call('ZREM', K_KRUN, member)  -- settled or expired: its slot is free
       end
     end
     -- a slot comes back at the latest when the first live lease runs out
     if n >= kc then hold = first or (now + 1000) end
   end
   if kinterval then
-    local ktat = math.max(tonumber(redis.call('HGET', K_READY .. ':ktat', key)) or now, now)
+    local ktat = math.max(tonumber(redis.call('HGET', K_LIMITS, 't:' .. fk)) or now, now)
     if ktat - now > (kburst - 1) * kinterval then
       hold = math.max(hold or 0, math.ceil(ktat - (kburst - 1) * kinterval) + 1)
     end
   end
   return hold
 end
-local function turn(key)
-  local rot = K_READY .. ':keys'
-  if redis.call('ZREM', rot, key) == 0 then return nil end  -- stale marker
-  local list = K_READY .. ':k:' .. key
+local function turn(fk)
+  if redis.call('ZREM', K_KROT, fk) == 0 then return nil end  -- stale marker
   if kc or kinterval then
-    local hold = key_held(key)
+    local hold = key_held(fk)
     if hold then
-      redis.call('ZADD', K_READY .. ':kwait', hold, key)
+      redis.call('ZADD', K_KWAIT, hold, fk)
       if kinterval and f[11] and f[12] then
         -- wake the scheduler for it (as schedule() in _prelude.lua does)
         local wake = tonumber(redis.call('HGET', K_META, 'wake'))
@@ -138,45 +140,58 @@ local function turn(key)
       return nil
     end
   end
+  local lo, hi = key_range(fk)
   local got
-  for _ = 1, 100 do  -- skips stale entries (cancelled, replaced, claimed)
-    local e = redis.call('RPOP', list)
-    if not e then break end
-    if redis.call('ZSCORE', K_QUEUED, id_of(e)) then
-      got = e
-      break
+  for _ = 1, 10 do  -- skips stale entries (cancelled, replaced, claimed)
+    local head = redis.call('ZRANGEBYLEX', K_KLINES, lo, hi, 'LIMIT', 0, 10)
+    if #head == 0 then break end
+    for _, member in ipairs(head) do
+      redis.call('ZREM', K_KLINES, member)
+      -- '<key>\0<pos>\0<due>:<id>': the entry after the second NUL
+      local entry = string.sub(member, string.find(member, '\0', #fk + 2, true) + 1)
+      if redis.call('ZSCORE', K_QUEUED, id_of(entry)) then
+        got = entry
+        break
+      end
     end
+    if got then break end
   end
-  if redis.call('LLEN', list) > 0 then push_marker(K_READY, K_META, key) end
+  if redis.call('ZLEXCOUNT', K_KLINES, lo, hi) > 0 then push_marker(K_READY, K_META, K_KROT, fk) end
   if got then
-    taken[key] = (taken[key] or 0) + 1
+    taken[fk] = (taken[fk] or 0) + 1
     if kinterval then
-      local ktat = math.max(tonumber(redis.call('HGET', K_READY .. ':ktat', key)) or now, now)
-      redis.call('HSET', K_READY .. ':ktat', key, string.format('%.3f', ktat + kinterval))
+      local ktat = math.max(tonumber(redis.call('HGET', K_LIMITS, 't:' .. fk)) or now, now)
+      redis.call('HSET', K_LIMITS, 't:' .. fk, string.format('%.3f', ktat + kinterval))
     end
   end
   return got
 end
+-- a marker given without the keyed keys (a caller that did not expect one) goes back
+-- to the right end of the ready list: the next consumer claims it with them
+local back = {}
 local function add(entry)
   if is_marker(entry) then
-    local key = string.sub(entry, 3)
-    local got = turn(key)
+    if not K_KLINES then
+      back[#back + 1] = entry
+      return false
+    end
+    local fk = string.sub(entry, 3)
+    local got = turn(fk)
     if not got then return false end
     entries[#entries + 1] = got
-    ekeys[#entries] = key
+    ekeys[#entries] = fk
   else
     entries[#entries + 1] = entry
   end
   return true
 end
 local given = entries
-local any_marker = false
 for _, e in ipairs(given) do
-  if is_marker(e) then any_marker = true end
-end
-if any_marker then
-  entries = {}
-  for _, e in ipairs(given) do add(e) end
+  if is_marker(e) then
+    entries = {}
+    for _, e2 in ipairs(given) do add(e2) end
+    break
+  end
 end
 -- Extra pops: one RPOP, as many as asked; again while markers were among
 -- them (a marker may give nothing, and may come back within this call)
@@ -189,8 +204,9 @@ for _ = 1, 8 do
     if is_marker(e) then markers = true end
     if add(e) then extra = extra - 1 end
   end
-  if not markers then break end
+  if not markers or #back > 0 then break end
 end
+if #back > 0 then redis.call('RPUSH', K_READY, unpack(back)) end
 
 local result = {tonumber(t[1]) * 1000000 + tonumber(t[2])}
 if #entries == 0 and not flow then return result end
@@ -208,10 +224,10 @@ for i, entry in ipairs(entries) do
     if envelope then
       local attempt = redis.call('HINCRBY', K_ATTEMPTS, id, 1)
       local tok = tostring(token)
-      local key = ekeys[i]
-      if key then
-        tok = tok .. '|' .. key
-        if kc then redis.call('HSET', K_READY .. ':krun:' .. key, id, tok) end
+      local fk = ekeys[i]
+      if fk then
+        tok = tok .. '|' .. fk
+        if kc then redis.call('ZADD', K_KRUN, 0, fk .. '\0' .. id) end
       end
       redis.call('ZADD', K_INFLIGHT, deadline, id)
       redis.call('HSET', K_LEASES, id, tok)

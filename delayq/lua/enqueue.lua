@@ -93,17 +93,21 @@ local wake = tonumber(mark[1])
 local woken = false
 -- Flow keys (docs/FLOW.md): the first keyed enqueue makes the type keyed (its
 -- ready events then wait in their keys' lists); fkeys maps a keyed id to its key.
-KEYED = mark[2] == '1'
-if ikeys and not KEYED then
+-- A call without the keyed keys (a plain enqueue sends 13) schedules the
+-- events of a keyed type at their due time instead, for move_due to route.
+local keyed = mark[2] == '1'
+if ikeys and not keyed then
   redis.call('HSET', K_META, 'keyed', '1')
-  KEYED = true
+  redis.call('HSET', K_FKEYS, '', '1')  -- keyed_type() in _prelude.lua
+  keyed = true
 end
+local to_schedule = fan or (keyed and not K_KLINES)
 local fkeys, unkeyed = {}, {}
 local function flush()
   if #envs > 0 then redis.call('HSET', K_EVENTS, unpack(envs)) end
   if #sched > 0 then redis.call('ZADD', K_SCHEDULED, unpack(sched)) end
-  if #fkeys > 0 then redis.call('HSET', tag_key('fkeys'), unpack(fkeys)) end
-  if #unkeyed > 0 then redis.call('HDEL', tag_key('fkeys'), unpack(unkeyed)) end
+  if #fkeys > 0 then redis.call('HSET', K_FKEYS, unpack(fkeys)) end
+  if #unkeyed > 0 and K_FKEYS then redis.call('HDEL', K_FKEYS, unpack(unkeyed)) end
   envs, sched, fkeys, unkeyed = {}, {}, {}, {}
 end
 
@@ -177,14 +181,14 @@ for i = first, #items, 3 do
   if code > 0 and code ~= 3 then
     envs[#envs + 1] = id
     envs[#envs + 1] = envelope
-    local key = ikeys and ikeys[(i - first) / 3 + 1] or ''
-    if key ~= '' then
+    local fk = ikeys and ikeys[(i - first) / 3 + 1] or ''
+    if fk ~= '' then
       fkeys[#fkeys + 1] = id
-      fkeys[#fkeys + 1] = key
-    elseif KEYED and existing then
+      fkeys[#fkeys + 1] = fk
+    elseif keyed and existing then
       unkeyed[#unkeyed + 1] = id  -- replaced by an event without a key
     end
-    if due <= now and not fan then
+    if due <= now and not to_schedule then
       ready_ids[#ready_ids + 1] = id
       ready_dues[#ready_dues + 1] = due
     else

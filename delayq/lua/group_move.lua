@@ -49,6 +49,7 @@ for g = 1, N_GROUPS do
     end
   end
   -- expired leases of a keyed type: the head of their key's line (see move_due)
+  local k_lines, k_rot, k_wait = gkkey(g, G_KLINES), gkkey(g, G_KROT), gkkey(g, G_KWAIT)
   local fids, fdues = ids, dues
   if keyed_type() then fids, fdues = {}, {} end
   local function take_front(id, due)
@@ -80,13 +81,13 @@ for g = 1, N_GROUPS do
     dead_by_group[#dead_by_group + 1] = expired_dead
   end
 
-  push_ready_to(k_ready, k_queued, k_meta, ids, dues)
+  push_ready_to(k_ready, k_queued, k_meta, ids, dues, false, k_lines, k_rot, k_wait)
   moved = moved + #ids
   if keyed_type() then
-    push_ready_to(k_ready, k_queued, k_meta, fids, fdues, true)
+    push_ready_to(k_ready, k_queued, k_meta, fids, fdues, true, k_lines, k_rot, k_wait)
     moved = moved + #fids
-    if recover_keys(k_ready, k_meta, now, vt, batch) then more = 1 end
-    keyed_looks(k_ready, vt, earliest)
+    if recover_keys(k_ready, k_meta, k_lines, k_rot, k_wait, now, vt, batch) then more = 1 end
+    keyed_looks(k_rot, k_wait, vt, earliest)
   end
 
   next_looks(k_sched, k_inflight, k_queued, vt, earliest)
@@ -111,7 +112,8 @@ if n_due > 0 and N_GROUPS > 0 then
   end
   redis.call('HSET', K_PENDING, unpack(counts))
   for g = 1, N_GROUPS do
-    push_ready_to(gkey(g, G_READY), gkey(g, G_QUEUED), gkey(g, G_META), ids, dues)
+    push_ready_to(gkey(g, G_READY), gkey(g, G_QUEUED), gkey(g, G_META), ids, dues, false,
+      gkkey(g, G_KLINES), gkkey(g, G_KROT), gkkey(g, G_KWAIT))
   end
   moved = moved + #ids * N_GROUPS
 end

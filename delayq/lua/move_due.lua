@@ -47,7 +47,7 @@ end
 
 -- Expired leases of a keyed type go to the head of their key's line (per-key
 -- order: they were due before what waits there); otherwise with the rest.
-local keyed = keyed_type()
+local keyed = K_KLINES and keyed_type()
 local fids, fdues = ids, dues
 if keyed then fids, fdues = {}, {} end
 local function take_front(id, due)
@@ -84,7 +84,7 @@ push_ready(ids, dues)
 if keyed then
   push_ready(fids, fdues, true)
   -- 4. Keys: markers popped but not claimed, parked keys whose time has come.
-  if recover_keys(K_READY, K_META, now, vt, batch) then more = 1 end
+  if recover_keys(K_READY, K_META, K_KLINES, K_KROT, K_KWAIT, now, vt, batch) then more = 1 end
 end
 
 -- When to look again: the earliest due time, lease deadline or orphan check.
@@ -93,7 +93,7 @@ local function earliest(t2)
   if t2 and (next_ms == nil or t2 < next_ms) then next_ms = t2 end
 end
 next_looks(K_SCHEDULED, K_INFLIGHT, K_QUEUED, vt, earliest)
-if keyed then keyed_looks(K_READY, vt, earliest) end
+if keyed then keyed_looks(K_KROT, K_KWAIT, vt, earliest) end
 if next_ms == nil then
   redis.call('HDEL', K_META, 'wake')
   next_ms = -1

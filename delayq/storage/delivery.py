@@ -50,7 +50,12 @@ class Deliveries(StoreBase):
 
         Entries the limits did not allow went back to the ready list, in order.
         """
-        r = await self._run("claim", type_name, [visibility_ms, more, *popped], group=group)
+        # a flow key's marker ("k:<key>", claim.lua) needs the flow keys' five keys too;
+        # a type without keys sends what it always sent
+        keyed = any(p[:2] == b"k:" for p in popped)
+        r = await self._run(
+            "claim", type_name, [visibility_ms, more, *popped], group=group, n=21 if keyed else None
+        )
         throttle = None
         head = r[0]
         if isinstance(head, list):
@@ -94,7 +99,11 @@ class Deliveries(StoreBase):
         The event leaves Redis with the last group that held it.
         """
         args = [x for pair in done for x in pair]
-        return int(await self._run_durable("ack", type_name, args, group=group)) if args else 0
+        if not args:
+            return 0
+        # a keyed delivery's token is "<n>|<key>": its ack frees the key's slot (KEYS[17..21])
+        n = 21 if any(b"|" in token for token in args[1::2]) else 16
+        return int(await self._run_durable("ack", type_name, args, group=group, n=n))
 
     async def renew(
         self,

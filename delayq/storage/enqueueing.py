@@ -159,14 +159,18 @@ class Enqueueing(Layouts, DeliveryGroups):
         # a dedup mode ("d<ms>", "u<ms>") needs the dedup key too; the plain modes
         # send the keys they always sent
         dedup = isinstance(replace, Dedup)
-        n = None if dedup else 13
+        keyed = keys is not None and any(keys)
+        # flow keys need KEYS[17..21] (fkeys, and the lines their events wait in); so
+        # does a replace (the replaced event may have had a key); a plain keep-first
+        # enqueue sends the 13 it always sent
+        n = None if dedup or keyed or replace else 13
         mode_flag = replace.flag if isinstance(replace, Dedup) else "1" if replace else "0"
         flags = f"{mode_flag}:{uuid.uuid4().hex}"
         chunks = [items[i : i + ENQUEUE_CHUNK] for i in range(0, len(items), ENQUEUE_CHUNK)]
         # ":mp": each chunk's events go as two arguments, not three per event
         # (redis-py's packing of many small arguments costs more than the script)
         mode = "at:mp" if absolute else "delay:mp"
-        if keys is not None and any(keys):
+        if keys is not None and keyed:
             # ":mpk": a flow key per event as a fourth element ('' for none)
             mode += "k"
             key_chunks = [keys[i : i + ENQUEUE_CHUNK] for i in range(0, len(keys), ENQUEUE_CHUNK)]
