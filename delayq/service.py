@@ -22,6 +22,7 @@ from typing import Any
 from .events import Event
 from .flow.control import KEEP, FlowControl, Keep
 from .flow.dedup import Dedup, dedup_mode
+from .flow.keys import KeyBacklogs
 from .flow.limits import FlowLimits, Rate
 from .operations.groups import check_group, check_view
 from .options import Options
@@ -282,6 +283,18 @@ class EventService:
         """Undo :meth:`pause`: waiting consumers are woken at once (within a second at most)."""
         name, partitions = self._flow_type(event_type)
         await self._flow.set_paused(name, partitions, check_group(group), False)
+
+    async def key_backlog(
+        self, event_type: EventTypeRef, *, group: str | None = None, limit: int = 10
+    ) -> KeyBacklogs:
+        """The flow keys of ``event_type`` (or one delivery ``group``) with the most ready
+        events, at most ``limit`` (docs/FLOW.md, "Flow keys"): per key its ready events,
+        running deliveries and whether a per-key limit holds it back. Looks at up to
+        1,000 keys with work (``KeyBacklogs.scanned``); read-only."""
+        name = self._types.name(event_type)
+        cls = self._types.cls_of(name)
+        partitions = 1 if cls is None else cls.event_partitions
+        return await self._flow.key_backlog(name, partitions, check_group(group), limit)
 
     def _flow_type(self, event_type: EventTypeRef) -> tuple[str, int]:
         name = self._types.name(event_type)

@@ -266,3 +266,40 @@ async def test_unkeyed_type_keeps_its_layout(
     assert all(e[:1].isdigit() for e in await raw.lrange(tk.ready, 0, -1))
     assert await raw.keys(f"{tk.tag}:ready:*") == []
     assert await service.limits(FlowJob) == FlowLimits()
+
+
+async def test_key_backlog_api_and_dashboard(
+    service: EventService, raw: aioredis.Redis, prefix: str
+) -> None:
+    """The biggest per-key backlogs, through the API and on the dashboard's type page
+    (keys come from producers: escaped), read-only."""
+    import httpx
+
+    from delayq.dashboard import create_app
+
+    evil = "<script>alert(1)</script>"
+    await service.enqueue_many([KeyJob(id=f"a{i}") for i in range(30)], key="big")
+    await service.enqueue_many([KeyJob(id=f"e{i}") for i in range(3)], key=evil)
+    await service.enqueue_with_delay(KeyJob(id="plain"), 0, key="small")
+    await service.set_limits(KeyJob, per_key_concurrency=2)
+    got = await service.key_backlog(KeyJob, limit=2)
+    assert (got.in_rotation, got.parked, got.scanned) == (3, 0, 3)
+    assert [(k.key, k.ready, k.running, k.parked_until) for k in got.keys] == [
+        ("big", 30, 0, None), (evil, 3, 0, None)]  # fmt: skip
+    with pytest.raises(ValueError):
+        await service.key_backlog(KeyJob, limit=0)
+    async def state() -> list[tuple[bytes, object]]:
+        keys = sorted(k for k in await raw.keys(f"*{prefix}*") if not k.endswith(b":wake"))
+        return [(k, await raw.dump(k)) for k in keys]
+
+    before = await state()
+    app = create_app(service, read_only=True)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://dash.test") as http:  # fmt: skip
+        page = await http.get("/type", params={"name": "key-job"})
+    assert page.status_code == 200
+    assert 'id="flow-keys"' in page.text and 'id="limit-key-concurrency">2<' in page.text
+    assert evil not in page.text and "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
+    assert await state() == before
+    # an unkeyed type has no such section
+    assert (await service.key_backlog(FlowJob)).keys == []

@@ -9,9 +9,11 @@ docs/FLOW.md.
 from __future__ import annotations
 
 import enum
+from datetime import datetime, timezone
 from typing import Literal
 
 from ..storage.store import Store
+from .keys import KeyBacklog, KeyBacklogs
 from .limits import FlowLimits, Rate, check_concurrency, parse_rate
 
 __all__ = ["KEEP", "FlowControl", "Keep"]
@@ -104,3 +106,27 @@ class FlowControl:
         shard = await self._shard(name, partitions)
         changes = {"paused": "1" if paused else ""}
         return FlowLimits.from_fields(await self._store.change_limits(shard, changes, group))
+
+    async def key_backlog(
+        self, name: str, partitions: int, group: str | None, limit: int, scan: int = 1000
+    ) -> KeyBacklogs:
+        """The flow keys with the most ready events (of up to ``scan`` keys with work, in
+        every partition)."""
+        if not 1 <= limit <= scan:
+            raise ValueError(f"limit must be from 1 to {scan}, not {limit!r}")
+        merged: dict[str, tuple[int, int, int]] = {}  # a key may be in several partitions
+        rotating = parked = 0
+        shards = [name] if partitions == 1 else self._store.shards(name)
+        for shard in shards:
+            r, p, found = await self._store.key_backlog(shard, group, scan)
+            rotating, parked = rotating + r, parked + p
+            for key, ready, running, until in found:
+                a, b, c = merged.get(key, (0, 0, -1))
+                merged[key] = (a + ready, b + running, max(c, until))
+        rows = [
+            KeyBacklog(key, ready, running,
+                       None if until < 0 else datetime.fromtimestamp(until / 1000, timezone.utc))
+            for key, (ready, running, until) in merged.items()
+        ]  # fmt: skip
+        rows.sort(key=lambda b: (-b.ready, b.key))
+        return KeyBacklogs(rows[:limit], rotating, parked, len(rows))

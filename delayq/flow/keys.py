@@ -7,9 +7,11 @@ key share one (the empty key) once the type uses keys. See docs/FLOW.md.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-__all__ = ["MAX_KEY_LENGTH", "check_key", "event_key"]
+__all__ = ["MAX_KEY_LENGTH", "KeyBacklog", "KeyBacklogs", "check_key", "event_key"]
 
 MAX_KEY_LENGTH = 200
 """The longest flow key, in characters (it is part of Redis key names)."""
@@ -39,3 +41,31 @@ def event_key(event: Any, explicit: object = None) -> str | None:
         return None
     value = getattr(event, field)
     return None if value == "" else check_key(value)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyBacklog:
+    """One flow key of a type (or delivery group) that has work."""
+
+    key: str
+    """The flow key (``""``: events enqueued without one)."""
+    ready: int
+    """Events waiting in the key's line (due, not claimed yet)."""
+    running: int
+    """Live deliveries counted against a per-key concurrency limit (0 without one)."""
+    parked_until: datetime | None
+    """While a per-key limit holds the key back: when it gets its next turn at the latest."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeyBacklogs:
+    """The flow keys with work, the biggest backlogs first (see ``EventService.key_backlog``)."""
+
+    keys: list[KeyBacklog]
+    """At most the limit asked for, by ready events, most first."""
+    in_rotation: int
+    """Keys taking turns now."""
+    parked: int
+    """Keys held back by a per-key limit."""
+    scanned: int
+    """How many keys were looked at (the top is exact when it covers every key)."""

@@ -37,6 +37,7 @@ PER_TYPE = (
     "dead_find",
     "schedule_fire",
     "sink_enqueue",
+    "key_backlog",
 )
 GROUPED = (
     "group_move",
