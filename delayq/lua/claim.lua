@@ -123,6 +123,22 @@ local function key_held(fk)
   end
   return hold
 end
+local repush = {}  -- keys whose turn came in this round and that have more events
+-- puts this round's keys back at the end of the line, in their order, in three calls
+local function flush_turns()
+  local n = #repush
+  if n == 0 then return end
+  local seq = redis.call('HINCRBY', K_META, 'pushed', n) - n
+  local markers, scored = {}, {}
+  for i, fk in ipairs(repush) do
+    markers[i] = 'k:' .. fk
+    scored[2 * i - 1] = seq + i
+    scored[2 * i] = fk
+  end
+  redis.call('LPUSH', K_READY, unpack(markers))
+  redis.call('ZADD', K_KROT, unpack(scored))
+  repush = {}
+end
 local function turn(fk)
   if redis.call('ZREM', K_KROT, fk) == 0 then return nil end  -- stale marker
   if kc or kinterval then
@@ -141,22 +157,22 @@ local function turn(fk)
     end
   end
   local lo, hi = key_range(fk)
-  local got
+  local got, more
   for _ = 1, 10 do  -- skips stale entries (cancelled, replaced, claimed)
-    local head = redis.call('ZRANGEBYLEX', K_KLINES, lo, hi, 'LIMIT', 0, 10)
-    if #head == 0 then break end
-    for _, member in ipairs(head) do
-      redis.call('ZREM', K_KLINES, member)
-      -- '<key>\0<pos>\0<due>:<id>': the entry after the second NUL
-      local entry = string.sub(member, string.find(member, '\0', #fk + 2, true) + 1)
-      if redis.call('ZSCORE', K_QUEUED, id_of(entry)) then
-        got = entry
-        break
-      end
+    local head = redis.call('ZRANGEBYLEX', K_KLINES, lo, hi, 'LIMIT', 0, 2)
+    more = head[2] ~= nil
+    if not head[1] then break end
+    redis.call('ZREM', K_KLINES, head[1])
+    -- '<key>\0<pos>\0<due>:<id>': the entry after the second NUL
+    local entry = string.sub(head[1], string.find(head[1], '\0', #fk + 2, true) + 1)
+    if redis.call('ZSCORE', K_QUEUED, id_of(entry)) then
+      got = entry
+      break
     end
-    if got then break end
+    if not more then break end
   end
-  if redis.call('ZLEXCOUNT', K_KLINES, lo, hi) > 0 then push_marker(K_READY, K_META, K_KROT, fk) end
+  -- back to the end of the line while the key has events (pushed after this round)
+  if more then repush[#repush + 1] = fk end
   if got then
     taken[fk] = (taken[fk] or 0) + 1
     if kinterval then
@@ -190,12 +206,14 @@ for _, e in ipairs(given) do
   if is_marker(e) then
     entries = {}
     for _, e2 in ipairs(given) do add(e2) end
+    flush_turns()
     break
   end
 end
 -- Extra pops: one RPOP, as many as asked; again while markers were among
--- them (a marker may give nothing, and may come back within this call)
-for _ = 1, 8 do
+-- them (a marker may give nothing, and may come back within this call). Each
+-- round takes at least one event or drops a marker, so rounds are bounded.
+for _ = 1, extra + 8 do
   if extra <= 0 then break end
   local popped = redis.call('RPOP', K_READY, extra)
   if not popped then break end
@@ -204,6 +222,7 @@ for _ = 1, 8 do
     if is_marker(e) then markers = true end
     if add(e) then extra = extra - 1 end
   end
+  flush_turns()
   if not markers or #back > 0 then break end
 end
 if #back > 0 then redis.call('RPUSH', K_READY, unpack(back)) end

@@ -12,6 +12,9 @@ from .records import Claimed, Throttle
 class Deliveries(StoreBase):
     """One delivery's life on the consumer side, for one group of a type."""
 
+    # (shard, group) whose claims have met a flow key: they send the flow keys' five too
+    _keyed_claims: set[tuple[str, str | None]]
+
     async def pop_ready(
         self, type_name: str, timeout: float, *, group: str | None = None
     ) -> bytes | None:
@@ -50,9 +53,13 @@ class Deliveries(StoreBase):
 
         Entries the limits did not allow went back to the ready list, in order.
         """
-        # a flow key's marker ("k:<key>", claim.lua) needs the flow keys' five keys too;
-        # a type without keys sends what it always sent
-        keyed = any(p[:2] == b"k:" for p in popped)
+        # a flow key's marker ("k:<key>", claim.lua) needs the flow keys' five keys too
+        # (a claim without them puts a marker it pops back); a type that never showed
+        # one sends what it always sent
+        keyed = (type_name, group) in self._keyed_claims
+        if not keyed and any(p[:2] == b"k:" for p in popped):
+            keyed = True
+            self._keyed_claims.add((type_name, group))
         r = await self._run(
             "claim", type_name, [visibility_ms, more, *popped], group=group, n=21 if keyed else None
         )
