@@ -123,6 +123,7 @@ async def main() -> None:
     parser.add_argument("--keys", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=500)
+    parser.add_argument("--out-dir", type=Path, default=HERE / "results")
     args = parser.parse_args()
     out: dict[str, Any] = {"events": args.events, "keys": args.keys, "rounds": args.rounds}
     cases: list[tuple[str, int, dict[str, Any]]] = [
@@ -155,9 +156,9 @@ async def main() -> None:
     for label, v in out["claim_us"].items():
         print(f"| {label} | {v:.1f} |")
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    path = HERE / "results" / f"flow-keys-{stamp}.json"
+    path = args.out_dir / f"flow-keys-{stamp}.json"
     path.write_text(json.dumps(out, indent=2) + "\n")
-    print(f"\nwrote {path.relative_to(HERE.parent)}")
+    print(f"\nwrote {path}")
 
 
 if __name__ == "__main__":

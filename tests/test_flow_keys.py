@@ -252,8 +252,11 @@ async def test_flow_key_field_cancel_replace_and_counts(
     assert await service.cancel(TenantJob, "z")
     assert await raw.hgetall(tk.fkeys) == {b"": b"1", b"y": b"acme"}
     assert (await service.stats_for(TenantJob)).ready == 1
-    with pytest.raises(ValueError):
-        await service.enqueue_with_delay(TenantJob(id="w"), 0, key="x" * 201)
+    for bad in ("x" * 201, "a\0b", ""):
+        with pytest.raises(ValueError):
+            await service.enqueue_with_delay(TenantJob(id="w"), 0, key=bad)
+    with pytest.raises(TypeError):
+        await service.enqueue_with_delay(TenantJob(id="w"), 0, key=1.5)  # type: ignore[arg-type]
 
 
 async def test_unkeyed_type_keeps_its_layout(

@@ -19,15 +19,19 @@ MAX_KEY_LENGTH = 200
 
 def check_key(key: object) -> str | None:
     """Return ``key`` as a flow key (None: none); raise for anything but a non-empty str
-    of at most :data:`MAX_KEY_LENGTH` characters (an int is turned into its digits)."""
+    of at most :data:`MAX_KEY_LENGTH` characters without a NUL (an int is turned into its
+    digits)."""
     if key is None:
         return None
     if isinstance(key, int) and not isinstance(key, bool):
         key = str(key)
     if not isinstance(key, str):
         raise TypeError(f"a flow key is a str (or an int), not {type(key).__name__}: {key!r}")
-    if not key or len(key) > MAX_KEY_LENGTH:
-        raise ValueError(f"a flow key has 1 to {MAX_KEY_LENGTH} characters, not {key!r}")
+    if not key or len(key) > MAX_KEY_LENGTH or "\0" in key:
+        # NUL separates a key from the rest of its members in Redis (see lua/_prelude.lua)
+        raise ValueError(
+            f"a flow key has 1 to {MAX_KEY_LENGTH} characters and no NUL, not {key!r}"
+        )
     return key
 
 
