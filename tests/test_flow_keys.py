@@ -306,3 +306,26 @@ async def test_key_backlog_api_and_dashboard(
     assert await state() == before
     # an unkeyed type has no such section
     assert (await service.key_backlog(FlowJob)).keys == []
+
+
+async def test_marker_of_a_dead_consumer_comes_back(
+    redis_url: str, prefix: str, raw: aioredis.Redis
+) -> None:
+    """A consumer that popped a key's marker and died before claiming: the scheduler puts the
+    key back after the visibility timeout (as it does for entries), nothing is lost."""
+    tk = TypeKeys(prefix, "key-job")
+    done: set[str] = set()
+
+    async def handle(event: KeyJob) -> None:
+        done.add(event.id)
+
+    opts = {**FAST, "visibility_timeout": 1.0}
+    async with EventService.from_url(redis_url, prefix=prefix, **opts) as producer:
+        await producer.enqueue_many([KeyJob(id=f"x{i}") for i in range(5)], key="X")
+        await producer.enqueue_many([KeyJob(id=f"y{i}") for i in range(5)], key="Y")
+        assert await raw.rpop(tk.ready) == b"k:X"  # popped, never claimed: a dead consumer
+        assert (await producer.inspect(KeyJob, "x0")).state == "ready"
+    async with EventService.from_url(redis_url, prefix=prefix, **opts) as svc:
+        svc.add_handler(KeyJob, handle)
+        await svc.start()
+        await wait_for(lambda: len(done) == 10, timeout=30, message="X came back")
