@@ -8,9 +8,10 @@ Against a fresh private redis-server, one process:
   events/s from the first handler to the last; the median of ``--rounds`` alternated runs.
 * **claim script**: Redis's own time per ``claim`` call (``INFO commandstats``,
   ``usec_per_call`` of EVALSHA after ``CONFIG RESETSTAT``), as a consumer with 8 free
-  slots makes it (one entry popped with RPOP, up to 7 more in the script), over a backlog
-  of 5,000 events: without keys, with 1,000 keys, with 1,000 keys and
-  ``per_key_concurrency=1``.
+  slots makes it (one entry popped with RPOP, up to 7 more in the script), ``--calls``
+  calls (nothing acked: at most 8 x calls events must be waiting) over a backlog of
+  5,000 events: without keys, with 1,000 keys (8 events per call), with 1,000 keys and
+  ``per_key_concurrency=1`` (each key's first event, then its turn parks it).
 
     python -m benchmarks.flow_keys                        # 20,000 events, 1,000 keys
     python -m benchmarks.flow_keys --events 2000 --keys 100 --rounds 1   # quick
@@ -94,24 +95,14 @@ async def claim_time(url: str, keys: int, limits: dict[str, Any], calls: int) ->
 
         async def one() -> None:
             entry = await raw.rpop(ready)
-            _, claimed, _ = await store.claim_limited("keys-bench", [entry] if entry else [], 7,
-                                                      60_000)  # fmt: skip
-            # settle at once, so a per-key limit lets the key go on
-            await store.ack("keys-bench", [(c.raw_id, c.token) for c in claimed])
+            await store.claim_limited("keys-bench", [entry] if entry else [], 7, 60_000)
 
-        await one()  # loads the scripts
+        await one()  # loads the script
         await raw.config_resetstat()
         for _ in range(calls):
             await one()
         stats = await raw.info("commandstats")
-        # EVALSHA counts claims and acks alike: half of the calls are claims, the
-        # claim's time is what is left once the ack's (measured alone) is taken out
-        total = float(stats["cmdstat_evalsha"]["usec"])
-        await raw.config_resetstat()
-        for _ in range(calls):
-            await store.ack("keys-bench", [(b"none", b"0|x" if keys else b"0")])
-        acks = float((await raw.info("commandstats"))["cmdstat_evalsha"]["usec"])
-        return (total - acks) / calls
+        return float(stats["cmdstat_evalsha"]["usec_per_call"])
     finally:
         await raw.aclose()
         await service.aclose()
@@ -122,7 +113,7 @@ async def main() -> None:
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--keys", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--calls", type=int, default=500)
+    parser.add_argument("--calls", type=int, default=100)
     parser.add_argument("--out-dir", type=Path, default=HERE / "results")
     args = parser.parse_args()
     out: dict[str, Any] = {"events": args.events, "keys": args.keys, "rounds": args.rounds}

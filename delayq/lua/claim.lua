@@ -165,7 +165,8 @@ local function turn(fk)
     redis.call('ZREM', K_KLINES, head[1])
     -- '<key>\0<pos>\0<due>:<id>': the entry after the second NUL
     local entry = string.sub(head[1], string.find(head[1], '\0', #fk + 2, true) + 1)
-    if redis.call('ZSCORE', K_QUEUED, id_of(entry)) then
+    -- still queued: it leaves `queued` here (the claim below counts on it)
+    if redis.call('ZREM', K_QUEUED, id_of(entry)) == 1 then
       got = entry
       break
     end
@@ -238,7 +239,8 @@ for i, entry in ipairs(entries) do
     due = string.sub(entry, 1, sep - 1)
     id = string.sub(entry, sep + 1)
   end
-  if redis.call('ZREM', K_QUEUED, id) == 1 then
+  -- a keyed entry left `queued` when its key's turn took it (see turn)
+  if ekeys[i] or redis.call('ZREM', K_QUEUED, id) == 1 then
     local envelope = redis.call('HGET', K_EVENTS, id)
     if envelope then
       local attempt = redis.call('HINCRBY', K_ATTEMPTS, id, 1)
