@@ -329,3 +329,31 @@ async def test_marker_of_a_dead_consumer_comes_back(
         svc.add_handler(KeyJob, handle)
         await svc.start()
         await wait_for(lambda: len(done) == 10, timeout=30, message="X came back")
+
+
+async def test_every_enqueue_route_takes_a_key(
+    service: EventService, raw: aioredis.Redis, prefix: str
+) -> None:
+    """enqueue_at, enqueue_with_delay, enqueue_many and enqueue_envelopes all carry keys."""
+    from datetime import datetime, timedelta, timezone
+
+    from delayq.codec import Codec
+
+    tk = TypeKeys(prefix, "key-job")
+    when = datetime.now(timezone.utc) + timedelta(hours=1)
+    assert await service.enqueue_at(KeyJob(id="at"), when, key="k-at")
+    assert await service.enqueue_with_delay(KeyJob(id="wd"), 10, key=42)  # type: ignore[arg-type]
+    assert await service.enqueue_many([KeyJob(id="m1"), (KeyJob(id="m2"), 5)], key="k-many")
+    env = Codec().encode(KeyJob(id="env"), None)
+    codes = await service.enqueue_envelopes(
+        "key-job", [("env", env, 0), ("env2", env, 0)], keys=["k-env", None]
+    )
+    assert codes == [1, 1]
+    with pytest.raises(ValueError):
+        await service.enqueue_envelopes("key-job", [("x", env, 0)], keys=["a", "b"])
+    assert await raw.hgetall(tk.fkeys) == {
+        b"": b"1", b"at": b"k-at", b"wd": b"42", b"m1": b"k-many", b"m2": b"k-many",
+        b"env": b"k-env"}  # fmt: skip
+    # due now: m1, env and env2 (no key: the key "")
+    got = await service.key_backlog(KeyJob)
+    assert {(k.key, k.ready) for k in got.keys} == {("k-many", 1), ("k-env", 1), ("", 1)}
