@@ -6,6 +6,7 @@ Fairness is counted in claims: each claim of a group takes the next number of it
 
 from __future__ import annotations
 
+import asyncio
 import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -357,3 +358,39 @@ async def test_every_enqueue_route_takes_a_key(
     # due now: m1, env and env2 (no key: the key "")
     got = await service.key_backlog(KeyJob)
     assert {(k.key, k.ready) for k in got.keys} == {("k-many", 1), ("k-env", 1), ("", 1)}
+
+
+async def test_per_key_concurrency_of_one_group(redis_url: str, prefix: str) -> None:
+    """A group's per-key limit is its own: group "audit" runs each key's events one at a
+    time and in order, while the default group (no limit) runs a key's events side by side."""
+    running: dict[tuple[str, str | None], int] = {}
+    peak: dict[tuple[str, str | None], int] = {}
+    order: dict[tuple[str, str | None], list[str]] = {}
+
+    async def handle(event: KeyJob) -> None:
+        d = current_delivery()
+        assert d is not None
+        k = (d.group, d.flow_key)
+        running[k] = running.get(k, 0) + 1
+        peak[k] = max(peak.get(k, 0), running[k])
+        order.setdefault(k, []).append(event.id)
+        await asyncio.sleep(0.01)
+        running[k] -= 1
+
+    async with EventService.from_url(redis_url, prefix=prefix, **FAST) as svc:
+        svc.add_handler(KeyJob, handle, concurrency=8)
+        svc.add_handler(KeyJob, handle, concurrency=8, group="audit")
+        await svc.set_limits(KeyJob, per_key_concurrency=1, group="audit")
+        assert (await svc.limits(KeyJob)).per_key_concurrency is None
+        for k in ("p", "q"):
+            await svc.enqueue_many([KeyJob(id=f"{k}{i:02d}") for i in range(20)], key=k)
+        await svc.start()
+
+        def all_done() -> bool:
+            return sum(len(v) for v in order.values()) == 2 * 2 * 20
+
+        await wait_for(all_done, timeout=60)
+    for k in ("p", "q"):
+        assert peak[("audit", k)] == 1
+        assert order[("audit", k)] == [f"{k}{i:02d}" for i in range(20)]
+        assert peak[("default", k)] > 1
