@@ -23,6 +23,7 @@ from typing import Any
 from .events import Event
 from .flow.control import KEEP, FlowControl, Keep
 from .flow.dedup import check_debounce, dedup_mode
+from .flow.keys import KeyBacklogs
 from .flow.limits import FlowLimits, Rate
 from .operations.groups import check_group, check_view
 from .options import Options
@@ -235,8 +236,8 @@ class EventService:
         *,
         concurrency: int | Keep | None = KEEP,
         rate: str | Rate | Keep | None = KEEP,
-        per_key_concurrency: int | None = None,
-        per_key_rate: str | Rate | None = None,
+        per_key_concurrency: int | Keep | None = KEEP,
+        per_key_rate: str | Rate | Keep | None = KEEP,
         group: str | None = None,
     ) -> FlowLimits:
         """Store fleet-wide flow limits of ``event_type`` (or of one delivery ``group``).
@@ -253,16 +254,18 @@ class EventService:
         ``ValueError`` for a bad value. On a partitioned type each partition
         enforces a share of the limit, the shares adding up to it (so
         ``concurrency`` must be at least the partition count; see
-        docs/FLOW.md, "Partitioned types"). ``per_key_concurrency`` and ``per_key_rate`` need flow
-        keys, which are not implemented yet: anything but ``None`` raises
-        ``NotImplementedError``.
+        docs/FLOW.md, "Partitioned types"). ``per_key_concurrency`` and
+        ``per_key_rate`` are the same limits for each flow key separately
+        (``enqueue_*(..., key=...)``; events without a key share one):
+        ``per_key_concurrency=1`` runs each key's events one at a time, in the
+        order they became ready. Per-key limits on a partitioned type raise
+        ``ValueError`` (a key's events are spread over the partitions).
         """
-        if per_key_concurrency is not None or per_key_rate is not None:
-            raise NotImplementedError("per-key limits need flow keys, which delayq lacks yet")
         name, partitions = self._flow_type(event_type)
         return await self._flow.set_limits(
-            name, partitions, check_group(group), concurrency=concurrency, rate=rate
-        )
+            name, partitions, check_group(group), concurrency=concurrency, rate=rate,
+            per_key_concurrency=per_key_concurrency, per_key_rate=per_key_rate,
+        )  # fmt: skip
 
     async def limits(self, event_type: EventTypeRef, *, group: str | None = None) -> FlowLimits:
         """The flow limits stored for ``event_type`` (or one delivery ``group``), paused
@@ -286,6 +289,18 @@ class EventService:
         name, partitions = self._flow_type(event_type)
         await self._flow.set_paused(name, partitions, check_group(group), False)
 
+    async def key_backlog(
+        self, event_type: EventTypeRef, *, group: str | None = None, limit: int = 10
+    ) -> KeyBacklogs:
+        """The flow keys of ``event_type`` (or one delivery ``group``) with the most ready
+        events, at most ``limit`` (docs/FLOW.md, "Flow keys"): per key its ready events,
+        running deliveries and whether a per-key limit holds it back. Looks at up to
+        1,000 keys with work (``KeyBacklogs.scanned``); read-only."""
+        name = self._types.name(event_type)
+        cls = self._types.cls_of(name)
+        partitions = 1 if cls is None else cls.event_partitions
+        return await self._flow.key_backlog(name, partitions, check_group(group), limit)
+
     def _flow_type(self, event_type: EventTypeRef) -> tuple[str, int]:
         name = self._types.name(event_type)
         cls = self._types.cls_of(name)
@@ -302,6 +317,7 @@ class EventService:
         replace: bool = False,
         debounce: float | timedelta | None = None,
         unique_for: float | timedelta | None = None,
+        key: str | None = None,
     ) -> bool:
         """Handle ``event`` once ``delay`` (a timedelta or seconds, >= 0) has passed.
 
@@ -316,11 +332,18 @@ class EventService:
         (``delay`` must not exceed ``max_wait``); ``unique_for=ttl`` keeps the
         first like the default, and once the event has been handled refuses
         the id (returns False) until ``ttl`` has passed.
+
+        ``key``: the event's flow key (say, its tenant; docs/FLOW.md "Flow
+        keys"): ready events are served in fair turns between keys, and
+        per-key limits apply to each key. None: the field named by the class's
+        ``flow_key=...``, if any; events without a key share one.
         """
         ms = delay_ms(delay)
         mode = dedup_mode(replace, debounce, unique_for)
         check_debounce(mode, ms)
-        return await self._enqueuer.one(event, ms, absolute=False, context=context, replace=mode)
+        return await self._enqueuer.one(
+            event, ms, absolute=False, context=context, replace=mode, key=key
+        )
 
     async def enqueue_at(
         self,
@@ -331,18 +354,22 @@ class EventService:
         replace: bool = False,
         debounce: float | timedelta | None = None,
         unique_for: float | timedelta | None = None,
+        key: str | None = None,
     ) -> bool:
         """Handle ``event`` at ``when`` (a timezone-aware datetime); past times mean now.
 
-        ``replace``, ``debounce`` and ``unique_for`` as in :meth:`enqueue_with_delay`.
-        With ``debounce=max_wait`` the due time is capped (on Redis's clock) at the
-        id's first enqueue + ``max_wait``; ``when`` further than ``max_wait`` from now
-        (this process's clock: a check for mistakes) raises ``ValueError``.
+        ``replace``, ``debounce``, ``unique_for`` and ``key`` as in
+        :meth:`enqueue_with_delay`. With ``debounce=max_wait`` the due time is capped
+        (on Redis's clock) at the id's first enqueue + ``max_wait``; ``when`` further
+        than ``max_wait`` from now (this process's clock: a check for mistakes) raises
+        ``ValueError``.
         """
         ms = due_unix_ms(when)
         mode = dedup_mode(replace, debounce, unique_for)
         check_debounce(mode, ms - round(time.time() * 1000))
-        return await self._enqueuer.one(event, ms, absolute=True, context=context, replace=mode)
+        return await self._enqueuer.one(
+            event, ms, absolute=True, context=context, replace=mode, key=key
+        )
 
     async def enqueue_many(
         self,
@@ -353,6 +380,7 @@ class EventService:
         replace: bool = False,
         debounce: float | timedelta | None = None,
         unique_for: float | timedelta | None = None,
+        key: str | None = None,
     ) -> list[bool]:
         """Enqueue many events in pipelined batches; one result per event, in order.
 
@@ -360,10 +388,11 @@ class EventService:
         items are validated before anything is written. ``replace``, ``debounce``
         (every item's delay at most ``max_wait``) and ``unique_for`` as in
         :meth:`enqueue_with_delay` (with ``debounce``, an id given twice in one call:
-        the later replaces the earlier).
+        the later replaces the earlier); ``key`` is every event's flow key (None: each
+        class's ``flow_key`` field, if any).
         """
         mode = dedup_mode(replace, debounce, unique_for)
-        return await self._enqueuer.many(events, delay, context, mode)
+        return await self._enqueuer.many(events, delay, context, mode, key)
 
     async def enqueue_envelopes(
         self,
@@ -372,6 +401,7 @@ class EventService:
         *,
         absolute: bool = False,
         replace: bool = False,
+        keys: Sequence[str | None] | None = None,
     ) -> list[int]:
         """Enqueue events already encoded into envelopes; one code per item, in order.
 
@@ -382,9 +412,12 @@ class EventService:
         ``absolute=True``, a unix time in ms. The same script, dedup and
         ``replace`` rule as every enqueue apply. Codes: 1 added, 0 kept (the id
         existed), 2 replaced. Envelopes are not decoded here: one that does not
-        decode becomes a dead letter when it is delivered.
+        decode becomes a dead letter when it is delivered. ``keys``: a flow key
+        per item (None: none; see :meth:`enqueue_with_delay`).
         """
-        return await self._enqueuer.envelopes(event_type, items, absolute=absolute, replace=replace)
+        return await self._enqueuer.envelopes(
+            event_type, items, absolute=absolute, replace=replace, keys=keys
+        )
 
     async def cancel(self, event_type: EventTypeRef, id: str) -> bool:
         """Remove a pending (scheduled, ready or in-flight) event; True when one was removed.

@@ -172,3 +172,23 @@ def test_flow_benchmark_runs_small(tmp_path: Path) -> None:
     data = json.loads(result.read_text())
     assert len(data["throughput"]) == 3 and len(data["partitioned"]) == 4
     assert all(v > 0 for v in data["failing"].values())
+
+
+def test_flow_keys_benchmark_runs_small(tmp_path: Path) -> None:
+    """benchmarks/flow_keys.py with tiny sizes: every case handled and timed."""
+    try:
+        find_redis_server_binary()
+    except RuntimeError as exc:
+        pytest.skip(f"needs a redis-server binary: {exc}")
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.flow_keys", "--events", "300", "--keys", "20",
+         "--rounds", "1", "--calls", "20", "--out-dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (result,) = tmp_path.glob("flow-keys-*.json")
+    data = json.loads(result.read_text())
+    assert set(data["throughput"]) == {"no keys", "one key", "20 keys",
+                                       "20 keys, per_key_concurrency=1"}  # fmt: skip
+    assert all(v > 0 for v in data["throughput"].values())
+    assert all(v > 0 for v in data["claim_us"].values())

@@ -151,8 +151,13 @@ async def test_limits_roundtrip(service: EventService, raw: aioredis.Redis, pref
     for bad in ({"concurrency": 0}, {"concurrency": True}, {"concurrency": 1.5}, {"rate": "fast"}):
         with pytest.raises((ValueError, TypeError)):
             await service.set_limits(FlowJob, **bad)  # type: ignore[arg-type]
-    with pytest.raises(NotImplementedError):
-        await service.set_limits(FlowJob, per_key_concurrency=1)
+    # per-key limits (tests/test_flow_keys.py runs them): stored, read back, removed
+    got = await service.set_limits(FlowJob, per_key_concurrency=1, per_key_rate="5/s")
+    assert got == FlowLimits(per_key_concurrency=1, per_key_rate=Rate(5, 1000, 1))
+    assert await service.set_limits(FlowJob, per_key_concurrency=None, per_key_rate=None) == (
+        FlowLimits()
+    )
+    assert not await raw.exists(TypeKeys(prefix, "flow-job").limits())
     # a group's limits are its own
     await service.set_limits(FlowJob, concurrency=2, group="audit")
     assert await service.limits(FlowJob) == FlowLimits()

@@ -36,6 +36,10 @@ class CFlow(Event, event_name="cflow-job"):
     n: int = 0
 
 
+class CHot(Event, event_name="cflow-hot", partitions=6):
+    n: int = 0
+
+
 class PartJob(Event, event_name="cflow-part", partitions=6):
     """Same wire name and partitions as the workers' class."""
 
@@ -315,3 +319,45 @@ async def test_partitioned_pause_under_load_and_resume(
         return await _done(raw, prefix) == 330
 
     await wait_for(all_done, timeout=60, interval=0.05)
+
+
+async def test_flow_keys_on_a_cluster_with_a_partitioned_type(
+    cluster: RedisClusterServer, prefix: str
+) -> None:
+    """Keyed events of a partitioned type on the 3-master cluster: each partition rotates
+    over its own keys (all its flow-key state on its slot), every event is handled once,
+    and a small key is not held up by a big one in any partition."""
+    starts: list[tuple[str | None, str]] = []
+
+    async def handle(event: CHot) -> None:
+        from delayq import current_delivery
+
+        d = current_delivery()
+        assert d is not None
+        starts.append((d.flow_key, event.id))
+
+    opts = {"visibility_timeout": 5.0, "scheduling_interval": 0.2, "polling_timeout": 1.0}
+    svc = EventService.from_url(cluster.url, cluster=True, prefix=prefix, **opts)
+    try:
+        await svc.enqueue_many([CHot(id=f"a{i}") for i in range(3000)], key="big")
+        await svc.enqueue_many([CHot(id=f"b{i}") for i in range(12)], key="small")
+        # no key: key "" (a plain enqueue to a keyed type goes through the scheduler)
+        await svc.enqueue_many([CHot(id=f"n{i}") for i in range(12)])
+        assert (await svc.stats_for(CHot)).due == 3024
+        svc.add_handler(CHot, handle, concurrency=4)
+        await svc.start()
+        await wait_for(lambda: sum(k == "small" for k, _ in starts) == 12, timeout=60)
+        # 6 partitions, each with big, small and '' in rotation: small's 12 come within
+        # 12 x 3 turns per partition plus the partitions' share of slots (loose bound)
+        assert len(starts) <= 6 * 3 * 12 // 2 + 6 * 4, len(starts)
+        await wait_for(lambda: len(starts) == 3024, timeout=120)
+        assert len({e for _, e in starts}) == 3024
+        client = aioredis.RedisCluster.from_url(cluster.url)
+        try:
+            tk = TypeKeys(prefix, "cflow-hot", 0, 6)
+            keys = (*tk.view(), tk.limits(), tk.fkeys, *tk.key_lines())
+            assert len({client.keyslot(k) for k in keys}) == 1
+        finally:
+            await client.aclose()
+    finally:
+        await svc.aclose()

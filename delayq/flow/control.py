@@ -9,9 +9,11 @@ docs/FLOW.md.
 from __future__ import annotations
 
 import enum
+from datetime import datetime, timezone
 from typing import Literal
 
 from ..storage.store import Store
+from .keys import KeyBacklog, KeyBacklogs
 from .limits import FlowLimits, Rate, check_concurrency, parse_rate, split_concurrency, split_rate
 
 __all__ = ["KEEP", "FlowControl", "Keep"]
@@ -59,6 +61,8 @@ class FlowControl:
         *,
         concurrency: int | Keep | None,
         rate: str | Rate | Keep | None,
+        per_key_concurrency: int | Keep | None = KEEP,
+        per_key_rate: str | Rate | Keep | None = KEEP,
     ) -> FlowLimits:
         """Change the given limits (``None`` removes one, :data:`KEEP` leaves it)."""
         shard_list = await self._shards(name, partitions)
@@ -72,8 +76,37 @@ class FlowControl:
             r = None if rate is None else parse_rate(rate)
             for change, part in zip(changes, split_rate(r, n), strict=True):
                 change.update(part)
+        setting_per_key = any(v not in (KEEP, None) for v in (per_key_concurrency, per_key_rate))
+        if n > 1 and setting_per_key:
+            # a key's events spread over the partitions by id: no share of a per-key
+            # limit would hold for the key as a whole
+            raise ValueError(
+                f"{name}: per-key limits are not supported on a partitioned type (a key's "
+                "events are spread over its partitions; see docs/FLOW.md)"
+            )
+        for shard, change in zip(shard_list, changes, strict=True):
+            change.update(self._per_key_changes(shard, per_key_concurrency, per_key_rate))
         fields = await self._store.change_shard_limits(shard_list, changes, group)
         return FlowLimits.from_fields(fields)
+
+    def _per_key_changes(
+        self, shard: str, concurrency: int | Keep | None, rate: str | Rate | Keep | None
+    ) -> dict[str, str]:
+        """The fields of the per-key limits (docs/FLOW.md, "Flow keys")."""
+        changes: dict[str, str] = {}
+        if concurrency is not KEEP:
+            c = check_concurrency(concurrency)
+            changes["key_concurrency"] = "" if c is None else str(c)
+        if rate is not KEEP:
+            if rate is None:
+                changes.update(key_rate_n="", key_rate_ms="", key_burst="", channel="", shard="")
+            else:
+                r = parse_rate(rate)
+                changes.update(key_rate_n=str(r.count), key_rate_ms=str(r.period_ms),
+                               key_burst=str(r.burst))  # fmt: skip
+                # claim.lua wakes the scheduler for a key whose next token is due
+                changes.update(channel=self._store.keys.wakeup_channel, shard=shard)
+        return changes
 
     async def set_paused(
         self, name: str, partitions: int, group: str | None, paused: bool
@@ -84,3 +117,27 @@ class FlowControl:
         change = {"paused": "1" if paused else ""}
         fields = await self._store.change_shard_limits(shard_list, [change] * len(shard_list), group)
         return FlowLimits.from_fields(fields)
+
+    async def key_backlog(
+        self, name: str, partitions: int, group: str | None, limit: int, scan: int = 1000
+    ) -> KeyBacklogs:
+        """The flow keys with the most ready events (of up to ``scan`` keys with work, in
+        every partition)."""
+        if not 1 <= limit <= scan:
+            raise ValueError(f"limit must be from 1 to {scan}, not {limit!r}")
+        merged: dict[str, tuple[int, int, int]] = {}  # a key may be in several partitions
+        rotating = parked = 0
+        shards = [name] if partitions == 1 else self._store.shards(name)
+        for shard in shards:
+            r, p, found = await self._store.key_backlog(shard, group, scan)
+            rotating, parked = rotating + r, parked + p
+            for key, ready, running, until in found:
+                a, b, c = merged.get(key, (0, 0, -1))
+                merged[key] = (a + ready, b + running, max(c, until))
+        rows = [
+            KeyBacklog(key, ready, running,
+                       None if until < 0 else datetime.fromtimestamp(until / 1000, timezone.utc))
+            for key, (ready, running, until) in merged.items()
+        ]  # fmt: skip
+        rows.sort(key=lambda b: (-b.ready, b.key))
+        return KeyBacklogs(rows[:limit], rotating, parked, len(rows))

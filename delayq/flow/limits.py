@@ -18,6 +18,10 @@ tat         GCRA state: the theoretical arrival time, ms on Redis's clock
 t_*         on a partitioned type only: the limit the user set for the whole
             type (``t_concurrency``, ``t_rate_n``, ``t_rate_ms``, ``t_burst``);
             the plain fields then hold this partition's share
+key_concurrency  per flow key: handlers in flight (live leases) of each key
+key_rate_n, key_rate_ms, key_burst  per flow key: a rate like ``rate_n``...
+channel, shard   where claim.lua publishes a scheduler wake-up for a key whose
+            next per-key token is due (stored with a per-key rate)
 =========== ================================================================
 
 **Partitioned types** (``partitions=N``): each partition is claimed on its own
@@ -130,28 +134,43 @@ class FlowLimits:
     ``concurrency``: handlers in flight across every process (None: no limit).
     ``rate``: handler starts per period across every process (None: no limit).
     ``paused``: no handler starts while True (see ``EventService.pause``).
+    ``per_key_concurrency``, ``per_key_rate``: the same, for each flow key
+    separately (docs/FLOW.md, "Flow keys"); ``per_key_concurrency=1`` runs
+    each key's events one at a time, in order.
     """
 
     concurrency: int | None = None
     rate: Rate | None = None
     paused: bool = False
+    per_key_concurrency: int | None = None
+    per_key_rate: Rate | None = None
 
     @property
     def active(self) -> bool:
         """True when any limit is set (the limits key exists in Redis)."""
-        return self.concurrency is not None or self.rate is not None or self.paused
+        return (
+            self.concurrency is not None
+            or self.rate is not None
+            or self.paused
+            or self.per_key_concurrency is not None
+            or self.per_key_rate is not None
+        )
 
     def to_dict(self) -> dict[str, object]:
         """The limits as JSON-ready values (``rate`` as ``{count, period_ms, burst, text}``)."""
-        rate = self.rate
-        shown: dict[str, object] | None = None
-        if rate is not None:
-            shown = {"count": rate.count, "period_ms": rate.period_ms, "burst": rate.burst}
-            shown["text"] = str(rate)
+
+        def shown(rate: Rate | None) -> dict[str, object] | None:
+            if rate is None:
+                return None
+            return {"count": rate.count, "period_ms": rate.period_ms, "burst": rate.burst,
+                    "text": str(rate)}  # fmt: skip
+
         return {
             "concurrency": self.concurrency,
-            "rate": shown,
+            "rate": shown(self.rate),
             "paused": self.paused,
+            "per_key_concurrency": self.per_key_concurrency,
+            "per_key_rate": shown(self.per_key_rate),
         }
 
     def fields(self) -> dict[str, str]:
@@ -165,6 +184,12 @@ class FlowLimits:
             out["burst"] = str(self.rate.burst)
         if self.paused:
             out["paused"] = "1"
+        if self.per_key_concurrency is not None:
+            out["key_concurrency"] = str(_positive("per_key_concurrency", self.per_key_concurrency))
+        if self.per_key_rate is not None:
+            out["key_rate_n"] = str(self.per_key_rate.count)
+            out["key_rate_ms"] = str(self.per_key_rate.period_ms)
+            out["key_burst"] = str(self.per_key_rate.burst)
         return out
 
     @classmethod
@@ -174,19 +199,27 @@ class FlowLimits:
             (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
             for k, v in fields.items()
         }
+
+        def count(name: str) -> int | None:
+            return int(f[name]) if f.get(name, "").isdigit() else None
+
+        def rate(n: str, ms: str, burst: str) -> Rate | None:
+            if all(f.get(k, "").isdigit() for k in (n, ms, burst)):
+                try:
+                    return Rate(int(f[n]), int(f[ms]), int(f[burst]))
+                except ValueError:
+                    return None
+            return None
+
         # a partition's HASH holds its share and the type's figure (t_*): show the latter
-        c = "t_concurrency" if "t_concurrency" in f else "concurrency"
-        concurrency = int(f[c]) if f.get(c, "").isdigit() else None
-        rate = None
-        names = ("rate_n", "rate_ms", "burst")
-        if "t_rate_n" in f:
-            names = ("t_rate_n", "t_rate_ms", "t_burst")
-        if all(f.get(k, "").isdigit() for k in names):
-            try:
-                rate = Rate(*(int(f[k]) for k in names))
-            except ValueError:
-                rate = None
-        return cls(concurrency, rate, f.get("paused") == "1")
+        t = "t_" if "t_rate_n" in f else ""
+        return cls(
+            count("t_concurrency" if "t_concurrency" in f else "concurrency"),
+            rate(t + "rate_n", t + "rate_ms", t + "burst"),
+            f.get("paused") == "1",
+            count("key_concurrency"),
+            rate("key_rate_n", "key_rate_ms", "key_burst"),
+        )
 
 
 def check_concurrency(value: Any) -> int | None:

@@ -368,9 +368,13 @@ class Consumer:
                 await self._settlement.fail(c, shard, f"DecodeError: {exc}", dead=True)
                 return
             due_ms = c.due_ms
+            token = c.token
             delivery = Delivery(
                 self.type_name, c.id, c.attempt, due_ms, now_us, context,
                 self._group_name, enqueued_ms, c.envelope,
+                # a keyed delivery's token is "<n>|<key>" (claim.lua)
+                (token[token.find(b"|") + 1 :].decode("utf-8", "replace") or None)
+                if b"|" in token else None,
             )  # fmt: skip
             _set_delivery(delivery)
             row = self._late_row

@@ -108,3 +108,15 @@ class FlowLimitsStore(Layouts, DeliveryGroups):
         await super().forget_layout(type_name, partitions)
         if fields:
             await self.spread_limits(type_name, fields)
+
+    async def key_backlog(
+        self, type_name: str, group: str | None, scan: int
+    ) -> tuple[int, int, list[tuple[str, int, int, int]]]:
+        """Keys in rotation, parked keys, and ``(key, ready, running, parked_until_ms)``
+        for up to ``scan`` keys with work (``key_backlog.lua``; docs/FLOW.md)."""
+        r = await self._run("key_backlog", type_name, [scan], group=group)
+        rows = [
+            (r[i].decode("utf-8", "replace"), int(r[i + 1]), int(r[i + 2]), int(r[i + 3]))
+            for i in range(2, len(r), 4)
+        ]
+        return int(r[0]), int(r[1]), rows

@@ -87,6 +87,7 @@ class Store(
         self.keys = PrefixKeys(prefix)
         self._type_keys = {}
         self._flow_views = {}
+        self._keyed_claims = set()
         self._scripts = {
             name: redis.register_script(lua.source(name))
             for name in (*lua.PER_TYPE, *lua.GROUPED, *lua.STANDALONE)
