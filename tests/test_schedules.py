@@ -4,6 +4,7 @@ upserts, bad input, delivery groups and partitions (processes: test_schedules_pr
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections import Counter
 from datetime import datetime, timedelta, timezone
@@ -158,17 +159,83 @@ async def test_overlap_with_a_slow_handler(
         assert rec.max_running >= expect_parallel and info.skipped == 0
 
 
-async def test_buffer_one_keeps_at_most_one_waiting(redis_url: str, prefix: str, wait_for) -> None:
-    rec = Recorder(sleep=3.5)
-    service = make(redis_url, prefix, visibility_timeout=10)
-    service.add_handler(Tick, rec, concurrency=1)  # one at a time: the next one waits
+async def test_buffer_one_runs_one_buffered_fire_after_the_running_one(
+    redis_url: str, prefix: str, wait_for
+) -> None:
+    # handler slots to spare: only the schedule's policy keeps its fires apart
+    runs: list[tuple[datetime, float, float, float]] = []  # (slot, started, ended, due)
+    running = [0, 0]  # now, most at once
+
+    async def slow(event: Tick) -> None:
+        delivery = current_delivery()
+        assert delivery is not None and delivery.slot is not None
+        running[0] += 1
+        running[1] = max(running)
+        started = time.monotonic()
+        try:
+            await asyncio.sleep(2.2)
+        finally:
+            running[0] -= 1
+        assert delivery.due_ms is not None
+        runs.append((delivery.slot, started, time.monotonic(), delivery.due_ms / 1000))
+
+    metrics = InMemoryMetrics()
+    service = make(redis_url, prefix, metrics=metrics, visibility_timeout=10)
+    service.add_handler(Tick, slow, concurrency=10)
     async with service:
         await service.schedule("buf", Tick, every=timedelta(seconds=1), overlap="buffer_one")
-        await wait_for(lambda: len(rec.ids) >= 2, timeout=15)
+        await wait_for(lambda: len(runs) >= 3, timeout=30)
         info = await service.schedule_info("buf")
-    assert info is not None and info.skipped >= 1
-    stats_waiting = info.fires - len(rec.ids)
-    assert stats_waiting <= 2  # one running (its ack on its way) and at most one waiting
+        await service.unschedule("buf")
+    assert info is not None
+    assert running[1] == 1, "two fires of one buffer_one schedule ran at once"
+    between = 0
+    for (slot_a, _, ended_a, _), (slot_b, started_b, _, due_b) in itertools.pairwise(runs):
+        assert started_b >= ended_a and slot_b > slot_a
+        # each later run is the fire buffered while the one before ran: written when that
+        # one had left, after its own slot (a fire on time is due at its slot)
+        assert due_b > slot_b.timestamp()
+        between += round((slot_b - slot_a).total_seconds()) - 1
+    assert info.skipped >= max(2, between) and metrics.total("schedule_skipped") == info.skipped
+    assert metrics.total("schedule_fires") == info.fires
+    # every slot up to the mark was fired, skipped or is the one held back
+    first = runs[0][0]
+    assert info.last_slot is not None and info.next_fire is not None
+    slots = round((info.next_fire - first).total_seconds())
+    assert info.fires + info.skipped + (info.buffered is not None) == slots
+
+
+async def test_buffer_one_releases_after_a_dead_letter(
+    redis_url: str, prefix: str, wait_for
+) -> None:
+    slots: list[datetime] = []
+    gate = asyncio.Event()
+
+    async def failing(event: Tick) -> None:
+        delivery = current_delivery()
+        assert delivery is not None and delivery.slot is not None
+        slots.append(delivery.slot)
+        if len(slots) == 1:
+            await gate.wait()  # held until a buffered fire exists
+            raise RuntimeError("goes to the dead letters")
+
+    service = make(redis_url, prefix, retry_attempts=0, visibility_timeout=10)
+    service.add_handler(Tick, failing, concurrency=10)
+    async with service:
+        await service.schedule("dl", Tick, every=timedelta(seconds=1), overlap="buffer_one")
+        await wait_for(lambda: slots, timeout=10)
+
+        async def buffered() -> bool:
+            info = await service.schedule_info("dl")
+            return info is not None and info.buffered is not None
+
+        await wait_for(buffered, timeout=10)
+        assert len(slots) == 1
+        gate.set()
+        await wait_for(lambda: len(slots) >= 2, timeout=10)
+        await service.unschedule("dl")
+        assert len(await service.dead_letters(Tick)) >= 1
+    assert slots[1] - slots[0] == timedelta(seconds=1)
 
 
 async def test_catch_up_after_every_process_was_down(redis_url: str, prefix: str, wait_for) -> None:

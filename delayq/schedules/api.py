@@ -24,6 +24,7 @@ from .spec import (
     check_timezone,
     decode_spec,
     encode_spec,
+    next_look,
     next_slot,
     restamp,
     trigger_id,
@@ -77,6 +78,9 @@ class ScheduleInfo:
     payload: dict[str, Any] = field(default_factory=dict)
     """The payload every fire carries (decoded without the event class)."""
     context: dict[str, str] = field(default_factory=dict)
+    buffered: datetime | None = None
+    """The slot of the fire ``overlap="buffer_one"`` holds back until the one before it
+    has left (None: none is held)."""
 
     @property
     def expression(self) -> str:
@@ -137,7 +141,15 @@ def info_of(spec: ScheduleSpec, state: ScheduleState) -> ScheduleInfo:
         triggers=state.triggers,
         payload=_payload_of(spec.template),
         context=_context_of(spec.template),
+        buffered=_dt(state.buffered_slot_ms),
     )
+
+
+def _next(spec: ScheduleSpec, state: ScheduleState, now_ms: int) -> int | None:
+    """What the index says of a schedule after a write: when the firer next looks."""
+    if state.paused:
+        return None
+    return next_look(spec, state.mark_ms, state.buffered_slot_ms, now_ms)
 
 
 def _duration_ms(value: object, what: str, *, allow_zero: bool = True) -> int:
@@ -250,7 +262,7 @@ class Schedules:
         )
         assert w.state is not None
         state = ScheduleState.decode(w.state)
-        nxt = None if state.paused else next_slot(spec, state.mark_ms)
+        nxt = _next(spec, state, w.now_ms)
         await self._store.schedule_index([(spec.name, w.gen, shard, nxt)], publish=True)
         return info_of(spec, state)
 
@@ -304,7 +316,7 @@ class Schedules:
         if not w.found or w.state is None or w.definition is None:
             return False
         state = ScheduleState.decode(w.state)
-        nxt = None if state.paused else next_slot(decode_spec(w.definition), state.mark_ms)
+        nxt = _next(decode_spec(w.definition), state, w.now_ms)
         await self._store.schedule_index([(name, w.gen, shard, nxt)], publish=True)
         return True
 

@@ -34,12 +34,16 @@ from .spec import (
     due_slots,
     fire_id,
     jitter_ms,
+    next_look,
     next_slot,
     restamp,
 )
 from .state import ScheduleState
 
 __all__ = ["ScheduleFirer"]
+
+# (name, definition version, slot ms or 'T'/'P', event id, due ms, envelope, overlap)
+Fire = tuple[str, str, str, str, int, bytes, str]
 
 log = logging.getLogger("delayq.schedules")
 
@@ -172,8 +176,8 @@ class ScheduleFirer:
         label = type_of(shard)
         loaded = await self._store.schedule_load(shard, [name for name, _ in entries])
         index: list[tuple[str, int, str, int | None]] = []
-        fires: list[tuple[str, str, str, str, int, bytes, str]] = []
-        plans: dict[str, tuple[ScheduleSpec, list[int]]] = {}
+        fires: list[Fire] = []
+        specs: dict[str, ScheduleSpec] = {}
         for (name, seen_gen), (data, raw_state) in zip(entries, loaded, strict=True):
             if data is None or raw_state is None:
                 # being written or removed: look again later, unless it changed meanwhile
@@ -191,10 +195,14 @@ class ScheduleFirer:
             if missed:
                 self._metrics.increment("schedule_missed", missed, event_type=label)
                 log.info("schedule %s: %d slots missed (catch-up policy)", name, missed)
-            if not slots:
+            if not slots and not state.buffered_slot_ms:
                 index.append((name, state.gen, shard, next_slot(spec, state.mark_ms)))
                 continue
-            plans[name] = (spec, slots)
+            specs[name] = spec
+            if state.buffered_slot_ms:
+                # a fire is held back (buffer_one): the script releases it first if the
+                # fire before it has left
+                fires.append((name, spec.version, "P", "", 0, b"", spec.overlap))
             for slot in slots:
                 fires.append((
                     name, spec.version, str(slot), fire_id(name, slot, spec.partitions),
@@ -203,25 +211,35 @@ class ScheduleFirer:
                 ))  # fmt: skip
         if fires:
             results = await self._store.schedule_fire(shard, fires)
-            last: dict[str, tuple[int, int, int]] = {}
-            for item, (code, gen, mark) in zip(fires, results, strict=True):
-                name, slot = item[0], int(item[2])
-                last[name] = (code, gen, mark)
+            last: dict[str, tuple[int, int, int, int]] = {}
+            for item, (code, gen, mark, released, buffered) in zip(fires, results, strict=True):
+                name = item[0]
+                last[name] = (code, gen, mark, buffered)
+                if released:
+                    self._fired(label, now, released, held=True)
+                    log.info("schedule %s: buffered slot %d fired", name, released)
                 if code in (1, 3):
-                    self._metrics.increment("schedule_fires", event_type=label)
-                    # ahead of time counts as on time (the scheduler moves it at its slot)
-                    lag = max(0, now - slot) / 1000
-                    self._metrics.observe("schedule_lag", lag, event_type=label)
-                    if now - slot > CATCH_UP_MS:
-                        self._metrics.increment("schedule_catch_up", event_type=label)
+                    self._fired(label, now, int(item[2]))
                 elif code == 2:
                     self._metrics.increment("schedule_skipped", event_type=label)
-                    log.info("schedule %s: slot %d skipped (previous fire still pending)",
-                             name, slot)  # fmt: skip
-            for name, (code, gen, mark) in last.items():
+                    log.info("schedule %s: slot %s skipped (previous fire still pending)",
+                             name, item[2])  # fmt: skip
+                elif code == 4:
+                    log.info("schedule %s: slot %s buffered (previous fire still pending)",
+                             name, item[2])  # fmt: skip
+            for name, (code, gen, mark, buffered) in last.items():
                 if code >= 0:
-                    spec = plans[name][0]
-                    index.append((name, gen, shard, next_slot(spec, mark)))
+                    nxt = next_look(specs[name], mark, buffered, now, AHEAD_MS)
+                    index.append((name, gen, shard, nxt))
                 # stale, gone, paused: the write that caused it updated the index
         await self._store.schedule_index(index)
         return index
+
+    def _fired(self, label: str, now: int, slot: int, *, held: bool = False) -> None:
+        self._metrics.increment("schedule_fires", event_type=label)
+        # ahead of time counts as on time (the scheduler moves it at its slot); a buffered
+        # fire's lag includes the time it was held
+        lag = max(0, now - slot)
+        self._metrics.observe("schedule_lag", lag / 1000, event_type=label)
+        if lag > CATCH_UP_MS and not held:
+            self._metrics.increment("schedule_catch_up", event_type=label)

@@ -38,6 +38,7 @@ __all__ = [
     "due_slots",
     "fire_id",
     "jitter_ms",
+    "next_look",
     "next_slot",
     "previous_slot",
     "restamp",
@@ -227,6 +228,27 @@ def previous_slot(spec: ScheduleSpec, at_ms: int) -> int | None:
     if spec.start_ms is not None and slot < spec.start_ms:
         return None
     return slot
+
+
+# While overlap="buffer_one" holds a fire back, the firer looks whether the fire before
+# it has left this often: an eighth of how long it has been held, 50 ms to 1 s (a fire
+# released at most ~12% or 1 s after the running one ended; a long run costs ~1 look/s).
+HOLD_LOOK_MIN_MS = 50
+HOLD_LOOK_MAX_MS = 1000
+
+
+def next_look(
+    spec: ScheduleSpec, mark_ms: int, buffered_slot_ms: int, now_ms: int, ahead_ms: int = 0
+) -> int | None:
+    """When the firer next needs to look at a schedule (unix ms, for its index): its next
+    slot, or sooner while a buffered fire waits for the running one to end (see
+    ``HOLD_LOOK_*``; ``ahead_ms``: how early the firer acts on what the index says)."""
+    nxt = next_slot(spec, mark_ms)
+    if not buffered_slot_ms:
+        return nxt
+    held_for = max(0, now_ms - buffered_slot_ms)
+    look = now_ms + ahead_ms + min(HOLD_LOOK_MAX_MS, max(HOLD_LOOK_MIN_MS, held_for // 8))
+    return look if nxt is None else min(nxt, look)
 
 
 def due_slots(spec: ScheduleSpec, mark_ms: int, now_ms: int) -> tuple[list[int], int]:
