@@ -14,8 +14,10 @@ import msgspec
 from ..codec import Codec, check_context
 from ..events import Event, EventTypes, check_event_type, validate_name
 from ..metrics import Metrics
+from ..observer import Observer
 from ..partitions.shards import shard_for, type_of
 from ..storage.store import Store
+from .firing import write_fires
 from .spec import (
     OVERLAPS,
     ScheduleSpec,
@@ -26,7 +28,6 @@ from .spec import (
     encode_spec,
     next_look,
     next_slot,
-    restamp,
     trigger_id,
 )
 from .state import ScheduleState
@@ -173,8 +174,16 @@ def _time_ms(value: object, what: str) -> int | None:
 class Schedules:
     """Creating, reading and changing schedules (``EventService`` delegates here)."""
 
-    def __init__(self, store: Store, codec: Codec, types: EventTypes, metrics: Metrics):
+    def __init__(
+        self,
+        store: Store,
+        codec: Codec,
+        types: EventTypes,
+        metrics: Metrics,
+        observer: Observer | None = None,
+    ):
         self._store = store
+        self._observer = observer
         self._codec = codec
         self._types = types
         self._metrics = metrics
@@ -328,9 +337,9 @@ class Schedules:
         shard, spec, _ = found
         now = await self._store.server_time_ms()
         event_id = trigger_id(name, now, spec.partitions)
-        envelope = restamp(spec.template, now, name, now)
-        (result,) = await self._store.schedule_fire(
-            shard, [(name, spec.version, "T", event_id, now, envelope, "allow")]
+        fire = (name, spec.version, "T", event_id, now, "allow", spec.template, now)
+        (result,) = await write_fires(
+            self._store, self._observer, shard, now, [fire], trigger=True
         )
         if result[0] not in (1, 3):
             return None

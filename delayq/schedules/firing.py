@@ -21,11 +21,12 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import anyio
 
 from ..metrics import Metrics
+from ..observer import Observer
 from ..partitions.shards import type_of
 from ..storage.store import Store
 from .spec import (
@@ -40,10 +41,55 @@ from .spec import (
 )
 from .state import ScheduleState
 
-__all__ = ["ScheduleFirer"]
+__all__ = ["ScheduleFirer", "write_fires"]
 
-# (name, definition version, slot ms or 'T'/'P', event id, due ms, envelope, overlap)
-Fire = tuple[str, str, str, str, int, bytes, str]
+# A fire to write: (name, definition version, slot ms or 'T' (trigger) or 'P' (only look
+# at a buffered fire), event id, due ms, overlap, the definition's envelope template,
+# the slot ms its event carries)
+Planned = tuple[str, str, str, str, int, str, bytes, int]
+
+# schedule_fire.lua's codes, as a fire's send span names them
+OUTCOMES = {1: "fired", 3: "kept", 2: "skipped", 4: "buffered", 0: "done", -1: "stale",
+            -2: "gone", -3: "paused", 5: "looked"}  # fmt: skip
+
+
+async def write_fires(
+    store: Store,
+    observer: Observer | None,
+    shard: str,
+    now: int,
+    planned: Sequence[Planned],
+    *,
+    trigger: bool = False,
+) -> list[tuple[int, int, int, int, int]]:
+    """Write fires in one ``schedule_fire.lua`` call, each in a send span when tracing is
+    on (its context stored in the fire's event); the script's answer per fire."""
+    spans = None
+    if observer is not None and observer.tracing is not None:
+        spans = observer.firing(
+            type_of(shard), [(p[3], p[0], p[7]) for p in planned if p[2] != "P"], trigger=trigger
+        )
+    carriers = iter(spans.carriers) if spans is not None else None
+    fires: list[tuple[str, str, str, str, int, bytes, str]] = []
+    for name, version, slot_arg, event_id, due, overlap, template, slot in planned:
+        if slot_arg == "P":
+            fires.append((name, version, slot_arg, "", 0, b"", overlap))
+            continue
+        extra = None if carriers is None else next(carriers)
+        envelope = restamp(template, now, name, slot, extra)
+        fires.append((name, version, slot_arg, event_id, due, envelope, overlap))
+    if spans is None:
+        return await store.schedule_fire(shard, fires)
+    try:
+        results = await store.schedule_fire(shard, fires)
+    except BaseException as exc:
+        spans.end(None, exc)
+        raise
+    outcomes = [
+        OUTCOMES.get(r[0], str(r[0])) for p, r in zip(planned, results, strict=True) if p[2] != "P"
+    ]
+    spans.end(outcomes, None)
+    return results
 
 log = logging.getLogger("delayq.schedules")
 
@@ -70,9 +116,11 @@ class ScheduleFirer:
         takeover_delay: float,
         sweep: float,
         batch: int = 500,
+        observer: Observer | None = None,
     ):
         self._store = store
         self._metrics = metrics
+        self._observer = observer
         self._is_leader = is_leader
         self._delay = takeover_delay
         self._sweep = sweep
@@ -176,7 +224,7 @@ class ScheduleFirer:
         label = type_of(shard)
         loaded = await self._store.schedule_load(shard, [name for name, _ in entries])
         index: list[tuple[str, int, str, int | None]] = []
-        fires: list[Fire] = []
+        fires: list[Planned] = []
         specs: dict[str, ScheduleSpec] = {}
         for (name, seen_gen), (data, raw_state) in zip(entries, loaded, strict=True):
             if data is None or raw_state is None:
@@ -202,15 +250,14 @@ class ScheduleFirer:
             if state.buffered_slot_ms:
                 # a fire is held back (buffer_one): the script releases it first if the
                 # fire before it has left
-                fires.append((name, spec.version, "P", "", 0, b"", spec.overlap))
+                fires.append((name, spec.version, "P", "", 0, spec.overlap, b"", 0))
             for slot in slots:
                 fires.append((
                     name, spec.version, str(slot), fire_id(name, slot, spec.partitions),
-                    slot + jitter_ms(spec, slot), restamp(spec.template, now, name, slot),
-                    spec.overlap,
+                    slot + jitter_ms(spec, slot), spec.overlap, spec.template, slot,
                 ))  # fmt: skip
         if fires:
-            results = await self._store.schedule_fire(shard, fires)
+            results = await write_fires(self._store, self._observer, shard, now, fires)
             last: dict[str, tuple[int, int, int, int]] = {}
             for item, (code, gen, mark, released, buffered) in zip(fires, results, strict=True):
                 name = item[0]

@@ -15,7 +15,7 @@ zone or on when the last run finished.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta
 from datetime import timezone as _timezone
 from functools import lru_cache
@@ -382,11 +382,20 @@ def _opened(template: bytes) -> _Envelope:
     return (_json_env if template[:1] == b"[" else _msgpack_env).decode(template)
 
 
-def restamp(template: bytes, now_ms: int, name: str, slot_ms: int | None) -> bytes:
-    """The envelope of one fire: the template's body, enqueued now, with the schedule's context."""
+def restamp(
+    template: bytes,
+    now_ms: int,
+    name: str,
+    slot_ms: int | None,
+    extra: Mapping[str, str] | None = None,
+) -> bytes:
+    """The envelope of one fire: the template's body, enqueued now, with the schedule's context
+    (and ``extra``: the trace context of the fire's send span)."""
     is_json = template[:1] == b"["
     env = _opened(template)
     context = dict(env.context or {})
+    if extra:
+        context.update(extra)
     context[SCHEDULE_KEY] = name
     if slot_ms is not None:
         context[SLOT_KEY] = str(slot_ms)
