@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import redis.asyncio as aioredis
 
-from delayq import Event, EventService, InMemoryMetrics, current_delivery
+from delayq import Event, EventService, InMemoryMetrics, current_delivery, fixed
 
 UTC = timezone.utc
 FAST = {"scheduling_interval": 0.2, "lock_timeout": 1.0, "polling_timeout": 1.0}
@@ -238,6 +238,32 @@ async def test_buffer_one_releases_after_a_dead_letter(
     assert slots[1] - slots[0] == timedelta(seconds=1)
 
 
+async def test_a_failed_fire_is_retried_with_its_id_and_slot(
+    redis_url: str, prefix: str, wait_for
+) -> None:
+    runs: list[tuple[str, int, datetime | None]] = []
+
+    async def flaky(event: Tick) -> None:
+        delivery = current_delivery()
+        assert delivery is not None
+        runs.append((event.id, delivery.attempt, delivery.slot))
+        if delivery.attempt == 1 and len(runs) == 1:
+            raise RuntimeError("first attempt of the first fire fails")
+
+    metrics = InMemoryMetrics()
+    service = make(
+        redis_url, prefix, metrics=metrics, retry_attempts=2, retry_backoff=fixed(0.05)
+    )
+    service.add_handler(Tick, flaky)
+    async with service:
+        await service.schedule("retry", Tick, every=timedelta(seconds=1), overlap="allow")
+        await wait_for(lambda: any(attempt == 2 for _, attempt, _ in runs), timeout=10)
+        await service.unschedule("retry")
+    first_id, _, first_slot = runs[0]
+    assert (first_id, 2, first_slot) in runs  # the same fire again, not a new slot
+    assert metrics.total("retried") >= 1
+
+
 async def test_catch_up_after_every_process_was_down(redis_url: str, prefix: str, wait_for) -> None:
     producer = make(redis_url, prefix, enable_scheduling=False)
     await producer.schedule("latest", Tick, every=timedelta(seconds=1))
@@ -444,13 +470,19 @@ async def test_prometheus_names(redis_url: str, prefix: str, wait_for) -> None:
     from delayq.prometheus import PrometheusMetrics
 
     registry = prometheus_client.CollectorRegistry()
-    service = make(redis_url, prefix, metrics=PrometheusMetrics(registry))
+    sink = PrometheusMetrics(registry)
+    service = make(redis_url, prefix, metrics=sink)
     rec = Recorder()
     service.add_handler(Tick, rec)
     async with service:
         await service.schedule("prom", Tick, every=timedelta(seconds=1))
-        await wait_for(lambda: rec.ids, timeout=10)
+        assert await service.trigger_schedule("prom")
+        await wait_for(lambda: len(rec.regular()) >= 1 and len(rec.ids) >= 2, timeout=10)
         await asyncio.sleep(0.2)
+    # the counters a quiet run does not reach (their values are tested with InMemoryMetrics)
+    for name in ("schedule_skipped", "schedule_catch_up", "schedule_missed"):
+        sink.increment(name, event_type="sched-tick")
     text = prometheus_client.generate_latest(registry).decode()
-    assert 'delayq_schedule_fires_total{event_type="sched-tick"}' in text
-    assert "delayq_schedule_lag_seconds_bucket" in text
+    for family in ("fires", "triggers", "skipped", "catch_up", "missed"):
+        assert f'delayq_schedule_{family}_total{{event_type="sched-tick"}}' in text
+    assert 'delayq_schedule_lag_seconds_bucket{event_type="sched-tick"' in text
