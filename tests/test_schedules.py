@@ -9,10 +9,13 @@ import time
 from collections import Counter
 from datetime import datetime, timedelta, timezone
 
+import httpx
 import pytest
 import redis.asyncio as aioredis
 
 from delayq import Event, EventService, InMemoryMetrics, current_delivery, fixed
+from delayq.cli.schedules import schedule_json
+from delayq.dashboard import create_app
 
 UTC = timezone.utc
 FAST = {"scheduling_interval": 0.2, "lock_timeout": 1.0, "polling_timeout": 1.0}
@@ -231,6 +234,13 @@ async def test_buffer_one_releases_after_a_dead_letter(
 
         await wait_for(buffered, timeout=10)
         assert len(slots) == 1
+        # shown where users look: the CLI's JSON (schedule_json) and the dashboard
+        info = await service.schedule_info("dl")
+        assert info is not None and schedule_json(info)["buffered"]
+        app = create_app(service)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://d.test") as http:
+            assert "1 buffered" in (await http.get("/schedules")).text
         gate.set()
         await wait_for(lambda: len(slots) >= 2, timeout=10)
         await service.unschedule("dl")
