@@ -26,7 +26,12 @@ CANCELLED = "Cancelled: the handler was cancelled (the service is stopping)"
 
 @runtime_checkable
 class Tracing(Protocol):
-    """Span hooks around enqueues and handler runs (see :mod:`delayq.otel`)."""
+    """Span hooks around enqueues and handler runs (see :mod:`delayq.otel`).
+
+    An implementation may also have ``firing(type_name, fires, trigger)`` returning a
+    :class:`FireSpans` for schedule fires (``OTelTracing`` has); without it each fire
+    gets a ``sending`` span (see :meth:`Observer.firing`).
+    """
 
     def sending(
         self,
