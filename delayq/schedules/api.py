@@ -341,6 +341,8 @@ class Schedules:
         (result,) = await write_fires(
             self._store, self._observer, shard, now, [fire], trigger=True
         )
+        if result[3]:  # the script also let a buffered fire go (its predecessor had left)
+            self._metrics.increment("schedule_fires", event_type=spec.event_type)
         if result[0] not in (1, 3):
             return None
         self._metrics.increment("schedule_triggers", event_type=spec.event_type)
