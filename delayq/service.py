@@ -455,8 +455,8 @@ class EventService:
         scheduler, as an event with id ``"<name>@<slot in UTC>"`` built from ``payload``
         (checked against ``event_type`` now) and ``context``; handlers read the slot from
         ``current_delivery().slot``. ``overlap``: ``"skip"`` (default: no fire while the
-        previous one is still pending), ``"buffer_one"`` (at most one waiting) or
-        ``"allow"``. ``catch_up``: after an outage, missed slots younger than this are
+        previous one is still pending), ``"buffer_one"`` (one fire held back until the
+        previous one has left, the others skipped) or ``"allow"``. ``catch_up``: after an outage, missed slots younger than this are
         fired (default None: only the latest missed slot). ``jitter``: a delay up to this
         long added per fire, the same for a slot in every process. Updating keeps the
         slots already fired; see docs/SCHEDULES.md. Bad arguments raise

@@ -326,9 +326,11 @@ class Scheduler:
         are moved on time while the burst drains (the next pass comes at once).
         """
         label = type_of(type_name)
+        sent = time.monotonic()
         r = await self._store.move_due(
             type_name, self._s.batch_size, self._s.visibility_ms, self._s.max_deliveries
         )
+        answered = time.monotonic()
         if r.moved:
             self._metrics.increment("moved", r.moved, event_type=label)
         if r.dead:
@@ -361,7 +363,12 @@ class Scheduler:
         elif r.next_ms is None:
             nexts.pop(type_name, None)
         else:
-            nexts[type_name] = time.monotonic() + max(0, r.next_ms - r.now_ms) / 1000
+            # Timed from when Redis read its clock: about half-way through the round trip
+            # (not when the answer arrived), and half a ms after now_ms on average (read in
+            # whole ms). Timing it from the answer made every due event later by the
+            # answer's trip and the truncated fraction: ~1 ms at the median on a loaded host.
+            read_at = (sent + answered) / 2
+            nexts[type_name] = read_at + max(0.0, r.next_ms - r.now_ms - 0.5) / 1000
         return r.late_ms
 
     async def _listen(self) -> None:
