@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import multiprocessing
 import os
@@ -27,6 +28,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,8 @@ import redis  # noqa: E402
 
 from delayq import Event, EventService  # noqa: E402
 from delayq.context import current_delivery  # noqa: E402
+from delayq.keys import PrefixKeys  # noqa: E402
+from delayq.lua import GROUPED, PER_TYPE, STANDALONE, source  # noqa: E402
 from delayq.testing import RedisServer  # noqa: E402
 
 PREFIX = "scale"
@@ -152,17 +156,74 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))] if s else float("nan")
 
 
+def script_names() -> dict[str, str]:
+    """SHA1 of each delayq script as sent to Redis -> its name (EVALSHA in SLOWLOG)."""
+    return {hashlib.sha1(source(n).encode()).hexdigest(): n
+            for n in (*PER_TYPE, *GROUPED, *STANDALONE)}  # fmt: skip
+
+
+def calls_by_name(entries: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """SLOWLOG entries -> durations (ms) by script name (or command name)."""
+    names = script_names()
+    out: dict[str, list[float]] = {}
+    for e in entries:
+        cmd = e["command"]
+        cmd = cmd.decode("utf-8", "replace") if isinstance(cmd, bytes) else str(cmd)
+        words = cmd.split()
+        name = words[0].upper() if words else "?"
+        if name in ("EVALSHA", "EVALSHA_RO") and len(words) > 1:
+            name = names.get(words[1].lower(), words[1][:12])
+        out.setdefault(name, []).append(e["duration"] / 1000)
+    return out
+
+
+class Pinger:
+    """Another client: PING every ``every`` s; its round trips show how long Redis made
+    other clients wait (this process's own scheduling on a loaded machine included)."""
+
+    def __init__(self, url: str, every: float = 0.002):
+        self._r = redis.Redis.from_url(url)
+        self._every = every
+        self._stop = threading.Event()
+        self.rtt_ms: list[float] = []
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            t0 = time.perf_counter()
+            self._r.ping()
+            self.rtt_ms.append((time.perf_counter() - t0) * 1000)
+            time.sleep(self._every)
+
+    def __enter__(self) -> Pinger:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._r.close()
+
+
+def loadavg() -> str:
+    """The 1-minute load average of this machine."""
+    return f"{os.getloadavg()[0]:.1f}"
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """The whole scale run on one private redis-server; returns the figures."""
-    config = {"slowlog-log-slower-than": "1000", "slowlog-max-len": "100000"}
+    config = {"slowlog-log-slower-than": str(args.slowlog_us), "slowlog-max-len": "1000000"}
+    burst_keys = PrefixKeys(PREFIX).for_type(ScaleBurst.event_name)
+    load_start = loadavg()
     with RedisServer(config=config) as server:
         r = redis.Redis.from_url(server.url)
         base = int(r.info("memory")["used_memory"])
         fill_s = fill_timers(server.url, args.timers, args.producers) if args.timers else 0.0
         used = int(r.info("memory")["used_memory"])
         per_event = (used - base) / args.timers if args.timers else 0.0
-        slow_fill = r.slowlog_get(100_000)
+        slow_fill = r.slowlog_get(1_000_000)
         r.slowlog_reset()
+        load_fill = loadavg()
 
         out = str(Path(args.tmp) / f"probes-{os.getpid()}.json")
         env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -175,19 +236,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     raise RuntimeError("the worker did not start")
                 time.sleep(0.05)
             at = asyncio.run(schedule_burst(server.url, args.burst, args.probes, args.lead))
-            # how fast the burst leaves the schedule (moved to ready, then handled)
-            first_move = last_move = None
-            while True:
-                left = int(r.zcard(f"{{{PREFIX}:scale-burst}}:scheduled"))
-                now = time.time()
-                if left < args.burst and first_move is None:
-                    first_move = now
-                if left == 0:
-                    last_move = now
-                    break
-                if now > at + 600:
-                    raise RuntimeError(f"{left} burst events still scheduled after 600 s")
-                time.sleep(0.005)
+            r.slowlog_reset()  # the burst's own calls from here (not its enqueues)
+            # how fast the burst leaves the schedule (moved to ready), then Redis (acked)
+            first_move = last_move = last_ack = None
+            with Pinger(server.url) as pinger:
+                while True:
+                    left = int(r.zcard(burst_keys.scheduled))
+                    now = time.time()
+                    if left < args.burst and first_move is None:
+                        first_move = now
+                    if left == 0 and last_move is None:
+                        last_move = now
+                    if last_move is not None and int(r.hlen(burst_keys.events)) == 0:
+                        last_ack = now
+                        break
+                    if now > at + 600:
+                        raise RuntimeError(f"{left} burst events still scheduled after 600 s")
+                    time.sleep(0.005)
+            load_burst = loadavg()
             deadline = time.monotonic() + 600
             while not Path(out).exists():
                 if time.monotonic() > deadline or proc.poll() is not None:
@@ -202,20 +268,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 proc.kill()
             for f in (out, out + ".ready"):
                 Path(f).unlink(missing_ok=True)
-        slow_burst = r.slowlog_get(100_000)
+        slow_burst = r.slowlog_get(1_000_000)
         r.close()
 
     def longest(entries: list[dict[str, Any]]) -> tuple[float, str]:
-        if not entries:
-            return 0.0, "none over 1 ms"
-        e = max(entries, key=lambda x: x["duration"])
-        cmd = e["command"]
-        cmd = cmd.decode("utf-8", "replace") if isinstance(cmd, bytes) else str(cmd)
-        return e["duration"] / 1000, " ".join(cmd.split()[:2])
+        by = calls_by_name(entries)
+        if not by:
+            return 0.0, f"none over {args.slowlog_us} µs"
+        name = max(by, key=lambda k: max(by[k]))
+        return max(by[name]), name
+
+    def per_script(entries: list[dict[str, Any]]) -> str:
+        by = calls_by_name(entries)
+        return ", ".join(f"{k} {len(v)} (max {max(v):.1f}, >10 ms {sum(x > 10 for x in v)})"
+                         for k, v in sorted(by.items(), key=lambda kv: -max(kv[1])))  # fmt: skip
 
     move_s = (last_move - first_move) if first_move and last_move else 0.0
+    handle_s = (last_ack - first_move) if first_move and last_ack else 0.0
     lf, lf_cmd = longest(slow_fill)
     lb, lb_cmd = longest(slow_burst)
+    burst_ms = [e["duration"] / 1000 for e in slow_burst]
+    rtt = pinger.rtt_ms
     return {
         "timers": args.timers, "burst": args.burst, "probes": args.probes,
         "fill_seconds": round(fill_s, 1),
@@ -224,12 +297,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "used_memory_mb": round(used / 2**20, 1),
         "burst_move_seconds": round(move_s, 2),
         "burst_move_rate": round(args.burst / move_s) if move_s else 0,
+        "burst_handle_seconds": round(handle_s, 2),
+        "burst_handle_rate": round(args.burst / handle_s) if handle_s else 0,
         "longest_call_fill_ms": round(lf, 2), "longest_call_fill": lf_cmd,
         "longest_call_burst_ms": round(lb, 2), "longest_call_burst": lb_cmd,
-        "calls_over_1ms_burst": len(slow_burst),
+        f"calls_over_{args.slowlog_us}us_burst": len(slow_burst),
+        "calls_over_10ms_burst": sum(d > 10 for d in burst_ms),
+        "calls_burst_by_script": per_script(slow_burst),
+        "ping_rtt_p99_ms": round(pct(rtt, 0.99), 2) if rtt else None,
+        "ping_rtt_max_ms": round(max(rtt), 2) if rtt else None,
         "probe_late_p50_ms": round(statistics.median(lateness), 1) if lateness else None,
         "probe_late_p99_ms": round(pct(lateness, 0.99), 1) if lateness else None,
         "probe_late_max_ms": round(max(lateness), 1) if lateness else None,
+        "load_average_1m": f"{load_start} at start, {load_fill} after the fill, "
+                           f"{load_burst} after the burst",
     }  # fmt: skip
 
 
@@ -245,6 +326,8 @@ def main() -> None:
     parser.add_argument("--lead", type=float, default=0.0,
                         help="seconds from scheduling the burst to its due time "
                              "(default: 5 s + 2 µs per burst event)")  # fmt: skip
+    parser.add_argument("--slowlog-us", type=int, default=1000,
+                        help="SLOWLOG logs every call longer than this (µs; 0: every call)")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--tmp", default="/tmp")
     args = parser.parse_args()
