@@ -45,6 +45,8 @@ Handler = Callable[[Any], Awaitable[Any]]
 
 _MAX_BACKOFF = 5.0
 _RETURNED_FALSE = "ReturnedFalse: the handler returned False"
+import os
+_CLAIM_MAX = int(os.environ.get("DQ_CLAIM_MAX", "100000"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,7 +306,7 @@ class Consumer:
                         continue
                 # each partition's claim takes its share of the free slots (all of
                 # them with one partition), so no partition is starved by another
-                share = max(len(popped), -(-free // self._n_shards))
+                share = max(len(popped), min(_CLAIM_MAX, -(-free // self._n_shards)))
                 self._reserved += share
                 # A claim that ran must be read to the end, or its events wait
                 # a whole lease for nothing: never cancel it half-way.
