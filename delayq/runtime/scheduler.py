@@ -75,6 +75,13 @@ class SchedulerSettings:
     listen_timeout: float = 5.0  # below the blocking client's socket timeout
 
 
+def backlog_last(todo: set[str], backlog: set[str]) -> list[str]:
+    """The order of one pass's looks: types whose due events just came, then types still
+    draining a backlog (their last batch was full), each group by name. A burst's next
+    batch then never delays another type's event that came due during the last one."""
+    return sorted(todo, key=lambda t: (t in backlog, t))
+
+
 class Scheduler:
     """The loop that moves due events; run it with :meth:`run`, end it with :meth:`stop`."""
 
@@ -94,6 +101,7 @@ class Scheduler:
         self._types: set[str] = set()
         self._next: dict[str, float] = {}  # type -> monotonic time it needs a look
         self._active: set[str] = set()  # types with entries in their ready lists
+        self._backlog: set[str] = set()  # types whose last batch was full: more is due
         self._last_sweep = -math.inf
         self._last_full = -math.inf
         self._lock_taken_at = -math.inf
@@ -306,7 +314,7 @@ class Scheduler:
         todo |= self._woken
         self._types |= self._woken
         self._woken.clear()
-        for type_name in sorted(todo):
+        for type_name in backlog_last(todo, self._backlog):
             await self._move_or_log(type_name)
         now = time.monotonic()
         nearest = min(self._next.values(), default=math.inf)
@@ -358,7 +366,10 @@ class Scheduler:
             active.discard(type_name)
         if r.more:
             nexts[type_name] = time.monotonic()
-        elif r.next_ms is None:
+            self._backlog.add(type_name)
+            return r.late_ms
+        self._backlog.discard(type_name)
+        if r.next_ms is None:
             nexts.pop(type_name, None)
         else:
             nexts[type_name] = time.monotonic() + max(0, r.next_ms - r.now_ms) / 1000
