@@ -284,6 +284,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for f in (out, out + ".ready"):
                 Path(f).unlink(missing_ok=True)
         slow_burst = r.slowlog_get(1_000_000)
+        peak = int(r.info("memory")["used_memory_peak"])
         r.close()
 
     def longest(entries: list[dict[str, Any]]) -> tuple[float, str]:
@@ -310,6 +311,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "fill_rate": round(args.timers / fill_s) if fill_s else 0,
         "bytes_per_timer": round(per_event, 1),
         "used_memory_mb": round(used / 2**20, 1),
+        "used_memory_peak_mb": round(peak / 2**20, 1),
         "burst_move_seconds": round(move_s, 2),
         "burst_move_rate": round(args.burst / move_s) if move_s else 0,
         "burst_handle_seconds": round(handle_s, 2),
@@ -363,7 +365,7 @@ def main() -> None:
         args.lead = 5 + args.burst * 50e-6
     res = run(args)
     command = (f"python benchmarks/scale.py --timers {args.timers} --burst {args.burst} "
-               f"--probes {args.probes} --producers {args.producers}"
+               f"--probes {args.probes} --producers {args.producers} --lead {args.lead:g}"
                + (f" --nice {args.nice}" if args.nice else ""))  # fmt: skip
     lines = [f"Command: `{command}`", "", "| figure | value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in res.items()]

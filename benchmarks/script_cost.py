@@ -1,4 +1,5 @@
-"""Redis's own time for one ``move_due``, ``claim`` and ``ack`` call, by batch size.
+"""Redis's own time for one ``move_due``, ``claim`` and ``ack`` call, by batch size (and for
+one ``enqueue`` call of ``ENQUEUE_CHUNK`` events, the same in every row).
 
 A script blocks every other client of the Redis while it runs, so the batch
 sizes of the scheduler and the consumers bound how long another client may
@@ -31,6 +32,7 @@ import redis  # noqa: E402
 
 from benchmarks.scale import calls_by_name  # noqa: E402
 from delayq import Event, EventService  # noqa: E402
+from delayq.storage.store import ENQUEUE_CHUNK  # noqa: E402
 from delayq.testing import RedisServer  # noqa: E402
 
 PREFIX = "cost"
@@ -60,12 +62,20 @@ async def measure(url: str, sizes: list[int], calls: int, events: int) -> list[d
         for size in sizes:
             need = max(events, size * calls)
             r.flushall()
+            r.slowlog_reset()
+            cpu0 = server_cpu(r)
             for i in range(0, need, 5000):
                 batch = [CostEvent(id=f"e{j}", payload="x" * 100)
                          for j in range(i, min(need, i + 5000))]  # fmt: skip
                 await service.enqueue_many(batch, 0.05)  # scheduled, due in 50 ms
-            await asyncio.sleep(0.1)
+            # enqueue_many sends ENQUEUE_CHUNK events per script call, whatever the size
+            cpu = server_cpu(r) - cpu0
+            slow = calls_by_name(r.slowlog_get(1_000_000)).get("enqueue", [])
             row: dict[str, Any] = {"size": size}
+            row["enqueue_cpu_ms"] = round(cpu * 1000 * ENQUEUE_CHUNK / need, 3)
+            row["enqueue_cpu_us_per_entry"] = round(cpu * 1e6 / need, 2)
+            row["enqueue_max_ms"] = round(max(slow), 2) if slow else "<1"
+            await asyncio.sleep(0.1)
             claimed_all: list[Any] = []
 
             async def move(size: int = size) -> None:
@@ -110,7 +120,7 @@ def main() -> None:
         rows = asyncio.run(measure(server.url, sizes, args.calls, args.events))
     command = (f"python benchmarks/script_cost.py --sizes {args.sizes} --calls {args.calls} "
                f"--events {args.events}")  # fmt: skip
-    cols = ["size"] + [f"{s}_{k}" for s in ("move_due", "claim", "ack")
+    cols = ["size"] + [f"{s}_{k}" for s in ("move_due", "claim", "ack", "enqueue")
                        for k in ("cpu_ms", "cpu_us_per_entry", "max_ms")]  # fmt: skip
     lines = [f"Command: `{command}` (load average {os.getloadavg()[0]:.1f})", "",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]  # fmt: skip
