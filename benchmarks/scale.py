@@ -2,7 +2,8 @@
 
 1. ``--timers`` events (100-byte payload) are scheduled over the next day (1 h to 25 h ahead),
    by ``--producers`` processes: Redis memory per scheduled event and the fill rate.
-2. ``--burst`` events of a second type are scheduled to come due in one and the same second,
+2. ``--burst`` events of a second type are scheduled (by as many processes) to come due in one
+   and the same second,
    and ``--probes`` events of a third type are due every 10 ms from 1 s before that second
    to 9 s after it.
 3. One worker process (a default ``EventService``) runs the scheduler and handles both types.
@@ -95,26 +96,51 @@ def fill_timers(url: str, count: int, producers: int) -> float:
     return time.perf_counter() - t0
 
 
-async def schedule_burst(url: str, burst: int, probes: int, lead: float) -> float:
-    """Schedule the burst due at one instant ``lead`` s from now, and the probes around it;
-    return that instant (unix seconds, this machine's clock, which is Redis's here)."""
-    service = EventService.from_url(url, prefix=PREFIX, enable_scheduling=False)
-    try:
-        at = time.time() + lead
-        step = 5_000
-        for i in range(0, burst, step):
-            delay = max(0.0, at - time.time())
-            await service.enqueue_many(
-                [ScaleBurst(id=f"b{j}") for j in range(i, min(burst, i + step))], delay
-            )
-        items = [(ScaleProbe(id=f"p{k}"), max(0.0, at - 1 + k * 0.01 - time.time()))
-                 for k in range(probes)]  # fmt: skip
-        await service.enqueue_many(items)
-        if time.time() > at - 1:
-            raise RuntimeError("the burst took longer to schedule than --lead: raise it")
-        return at
-    finally:
-        await service.aclose()
+def _fill_burst(url: str, start: int, stop: int, at: float) -> None:
+    async def go() -> None:
+        service = EventService.from_url(url, prefix=PREFIX, enable_scheduling=False)
+        try:
+            step = 5_000
+            for i in range(start, stop, step):
+                delay = max(0.0, at - time.time())
+                await service.enqueue_many(
+                    [ScaleBurst(id=f"b{j}") for j in range(i, min(stop, i + step))], delay
+                )
+        finally:
+            await service.aclose()
+
+    asyncio.run(go())
+
+
+def schedule_burst(url: str, burst: int, probes: int, lead: float, producers: int) -> float:
+    """Schedule the burst due at one instant ``lead`` s from now (from ``producers``
+    processes), and the probes around it; return that instant (unix seconds, this machine's
+    clock, which is Redis's here)."""
+    at = time.time() + lead
+    per = -(-burst // producers)
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_fill_burst, args=(url, k * per, min(burst, (k + 1) * per), at))
+             for k in range(producers)]  # fmt: skip
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+        if p.exitcode != 0:
+            raise RuntimeError(f"a burst producer failed (exit {p.exitcode})")
+
+    async def add_probes() -> None:
+        service = EventService.from_url(url, prefix=PREFIX, enable_scheduling=False)
+        try:
+            items = [(ScaleProbe(id=f"p{k}"), max(0.0, at - 1 + k * 0.01 - time.time()))
+                     for k in range(probes)]  # fmt: skip
+            await service.enqueue_many(items)
+        finally:
+            await service.aclose()
+
+    asyncio.run(add_probes())
+    if time.time() > at - 1:
+        raise RuntimeError("the burst took longer to schedule than --lead: raise it")
+    return at
 
 
 def _write(path: str, text: str) -> None:
@@ -249,7 +275,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise RuntimeError("the worker did not start")
                 time.sleep(0.05)
-            at = asyncio.run(schedule_burst(server.url, args.burst, args.probes, args.lead))
+            at = schedule_burst(server.url, args.burst, args.probes, args.lead, args.producers)
             r.slowlog_reset()  # the burst's own calls from here (not its enqueues)
             # how fast the burst leaves the schedule (moved to ready), then Redis (acked)
             first_move = last_move = last_ack = None
@@ -344,7 +370,7 @@ def main() -> None:
     parser.add_argument("--producers", type=int, default=2)
     parser.add_argument("--lead", type=float, default=0.0,
                         help="seconds from scheduling the burst to its due time "
-                             "(default: 5 s + 50 µs per burst event)")  # fmt: skip
+                             "(default: 5 s + 100 µs per burst event / producers)")  # fmt: skip
     parser.add_argument(
         "--slowlog-us",
         type=int,
@@ -362,7 +388,7 @@ def main() -> None:
     parser.add_argument("--tmp", default="/tmp")
     args = parser.parse_args()
     if not args.lead:
-        args.lead = 5 + args.burst * 50e-6
+        args.lead = 5 + args.burst * 100e-6 / args.producers
     res = run(args)
     command = (f"python benchmarks/scale.py --timers {args.timers} --burst {args.burst} "
                f"--probes {args.probes} --producers {args.producers} --lead {args.lead:g}"
