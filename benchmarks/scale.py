@@ -173,6 +173,18 @@ def worker(url: str, out: str, probes: int) -> None:
             return None
 
         service = EventService.from_url(url, prefix=PREFIX)
+        # how late the scheduler moved the probes (the rest of their lateness is the
+        # consumer's): observed around the store's call, nothing changed
+        moved_late: list[float] = []
+        move_due = service.store.move_due
+
+        async def observed_move_due(type_name: str, *args: Any, **kwargs: Any) -> Any:
+            result = await move_due(type_name, *args, **kwargs)
+            if type_name == ScaleProbe.event_name and result.moved:
+                moved_late.append(result.late_ms)
+            return result
+
+        service.store.move_due = observed_move_due  # type: ignore[method-assign]
         service.add_handler(ScaleProbe, on_probe, concurrency=16)
         service.add_handler(ScaleBurst, on_burst, concurrency=256)
         async with service:
@@ -180,7 +192,7 @@ def worker(url: str, out: str, probes: int) -> None:
             watcher = asyncio.create_task(watch_loop())
             await done.wait()
             await watcher
-            _write(out, json.dumps({"lateness": lateness, "lag": lag}))
+            _write(out, json.dumps({"lateness": lateness, "lag": lag, "moved": moved_late}))
             await asyncio.sleep(3600)  # until SIGTERM
 
     asyncio.run(go())
@@ -300,7 +312,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     raise RuntimeError("the worker did not handle every probe")
                 time.sleep(0.05)
             got = json.loads(Path(out).read_text())
-            lateness, lag = got["lateness"], got["lag"]
+            lateness, lag, moved = got["lateness"], got["lag"], got["moved"]
         finally:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -352,6 +364,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "probe_late_p50_ms": round(statistics.median(lateness), 1) if lateness else None,
         "probe_late_p99_ms": round(pct(lateness, 0.99), 1) if lateness else None,
         "probe_late_max_ms": round(max(lateness), 1) if lateness else None,
+        "probe_moved_late_p50_ms": round(statistics.median(moved), 1) if moved else None,
+        "probe_moved_late_p99_ms": round(pct(moved, 0.99), 1) if moved else None,
         "worker_loop_lag_p99_ms": round(pct(lag, 0.99), 1) if lag else None,
         "worker_loop_lag_max_ms": round(max(lag), 1) if lag else None,
         "load_average_1m": f"{load_start} at start, {load_fill} after the fill, "
