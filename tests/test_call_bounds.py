@@ -1,5 +1,5 @@
-"""Bounded work per Redis call on the consumer side, and the scheduler's order of looks
-(issue 20, item 5: a script blocks every other client while it runs)."""
+"""Bounded work per Redis call on the consumer side (issue 20, item 5: a script blocks
+every other client while it runs)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from core_support import ServicePool
 
 from delayq import Event
 from delayq.runtime.consumer import CLAIM_MAX
-from delayq.runtime.scheduler import backlog_last
 from delayq.runtime.settlement import ACK_MAX
 
 
@@ -70,11 +69,3 @@ async def test_claims_and_acks_are_bounded_however_many_slots_are_free(
     assert max(claims) <= CLAIM_MAX and len(claims) >= n // CLAIM_MAX
     assert max(acks) <= ACK_MAX and sum(acks) == n
     assert len(acks) >= n // ACK_MAX  # the pile was split, not sent whole
-
-
-def test_a_pass_looks_at_newly_due_types_before_backlogs() -> None:
-    """A type still draining a burst goes after the types whose events just came due."""
-    todo = {"a-burst", "b-other", "c-third"}
-    assert backlog_last(todo, {"a-burst"}) == ["b-other", "c-third", "a-burst"]
-    assert backlog_last(todo, set()) == ["a-burst", "b-other", "c-third"]
-    assert backlog_last({"b-other"}, {"a-burst"}) == ["b-other"]
