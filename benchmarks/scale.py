@@ -384,7 +384,7 @@ def main() -> None:
     parser.add_argument("--producers", type=int, default=2)
     parser.add_argument("--lead", type=float, default=0.0,
                         help="seconds from scheduling the burst to its due time "
-                             "(default: 5 s + 100 µs per burst event / producers)")  # fmt: skip
+                             "(default: 10 s + 200 µs per burst event / producers)")  # fmt: skip
     parser.add_argument(
         "--slowlog-us",
         type=int,
@@ -402,7 +402,7 @@ def main() -> None:
     parser.add_argument("--tmp", default="/tmp")
     args = parser.parse_args()
     if not args.lead:
-        args.lead = 5 + args.burst * 100e-6 / args.producers
+        args.lead = 10 + args.burst * 200e-6 / args.producers
     res = run(args)
     command = (f"python benchmarks/scale.py --timers {args.timers} --burst {args.burst} "
                f"--probes {args.probes} --producers {args.producers} --lead {args.lead:g}"
@@ -412,7 +412,7 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y-%m-%d-%H%M")
+    stamp = time.strftime("%Y-%m-%d-%H%M%S")
     (args.out_dir / f"scale-{stamp}.md").write_text(text + "\n")
     (args.out_dir / f"scale-{stamp}.json").write_text(json.dumps({"command": command, **res},
                                                                  indent=2))  # fmt: skip
