@@ -3,14 +3,15 @@
 1. ``--timers`` events (100-byte payload) are scheduled over the next day (1 h to 25 h ahead),
    by ``--producers`` processes: Redis memory per scheduled event and the fill rate.
 2. ``--burst`` events of a second type are scheduled (by as many processes) to come due in one
-   and the same second,
-   and ``--probes`` events of a third type are due every 10 ms from 1 s before that second
-   to 9 s after it.
+   and the same second, and ``--probes`` events of a third type are due every 10 ms from 1 s
+   before that second to 9 s after it.
 3. One worker process (a default ``EventService``) runs the scheduler and handles both types.
-   Measured: how fast the burst leaves the schedule (moves/s), the longest single Redis
-   command or script while it does (``SLOWLOG``, every call over 1 ms is logged), and the
-   lateness of the probe events (claim time minus due time, on Redis's clock): one type's
-   burst must not hold up the others.
+   Measured: how fast the burst leaves the schedule (moves/s) and is handled (acks/s), the
+   longest single Redis command or script meanwhile (``SLOWLOG``, every call over
+   ``--slowlog-us`` is logged; by script name), another client's ``PING`` round trips, the
+   lateness of the probe events (claim time minus due time, on Redis's clock) and how late
+   the scheduler moved them, and the worker's event-loop lag: one type's burst must not
+   hold up the others, nor Redis's other clients.
 
     python benchmarks/scale.py --timers 10000000 --burst 1000000
 
