@@ -5,6 +5,12 @@ Against a fresh private redis-server, one process:
 * **throughput**: ``--events`` events due now, a no-op handler (concurrency 64), with no
   limit, with a fleet-wide ``concurrency=16`` and with ``rate="2000/s"``: events/s from
   the first claim to the last handler.
+* **partitioned**: half as many events, a 10 ms handler, 16 at a time: by
+  ``add_handler(concurrency=16)`` or by a fleet-wide ``concurrency=16``, for one
+  partition and for 4 (the limit split 4 per partition); the best of 2 alternated runs.
+* **failing handlers**: ``--fail-events`` events whose first delivery fails (retried at
+  once), ``concurrency=16``: a failure frees its slot with a wake token (before, a
+  waiting consumer slept its 1 s fallback when no ack came).
 * **claim script**: Redis's own time per ``claim`` call (``INFO commandstats``,
   ``usec_per_call`` of EVALSHA after ``CONFIG RESETSTAT``), claiming one entry per call
   from a ready list of 5,000, with no limits, with limits that never bind (concurrency
@@ -15,6 +21,7 @@ Against a fresh private redis-server, one process:
 
     python -m benchmarks.flow                 # defaults: 5,000 events, 5 s windows
     python -m benchmarks.flow --events 2000 --seconds 3   # quick
+    python -m benchmarks.flow --only failing             # one part (a comma list)
 
 Prints a table and writes ``benchmarks/results/flow-<stamp>.json``.
 """
@@ -24,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import re
 import statistics
 import time
@@ -35,7 +43,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from delayq import Event, EventService
+from delayq import Event, EventService, current_delivery, fixed
 from delayq.testing import RedisServer
 
 HERE = Path(__file__).resolve().parent
@@ -46,30 +54,44 @@ class FlowBench(Event, event_name="flow-bench"):
     """The benchmark's event."""
 
 
-async def _fill(service: EventService, n: int) -> None:
+class FlowBenchParts(Event, event_name="flow-bench-p", partitions=4):
+    """The benchmark's partitioned event."""
+
+
+async def _fill(service: EventService, n: int, cls: type[Event] = FlowBench) -> None:
     for i in range(0, n, 1000):
-        await service.enqueue_many([(FlowBench(id=str(j)), 0) for j in range(i, min(n, i + 1000))])
+        await service.enqueue_many([(cls(id=str(j)), 0) for j in range(i, min(n, i + 1000))])
 
 
-async def throughput(url: str, events: int, limits: dict[str, Any]) -> float:
+async def throughput(
+    url: str, events: int, limits: dict[str, Any], cls: type[Event] = FlowBench,
+    fail_first: bool = False, handler_ms: float = 0, local: int = 64,
+) -> float:  # fmt: skip
     prefix = f"fb-{uuid.uuid4().hex[:6]}"
-    service = EventService.from_url(url, prefix=prefix, enable_scheduling=False)
+    service = EventService.from_url(url, prefix=prefix, enable_scheduling=False,
+                                    retry_backoff=fixed(0))  # fmt: skip
     if limits:
-        await service.set_limits(FlowBench, **limits)
-    await _fill(service, events)
+        await service.set_limits(cls, **limits)
+    await _fill(service, events, cls)
     done = asyncio.Event()
     count = 0
     first = 0.0
 
-    async def handle(event: FlowBench) -> None:
+    async def handle(event: Event) -> None:
         nonlocal count, first
-        if not count:
+        if not first:
             first = time.perf_counter()
+        if handler_ms:
+            await asyncio.sleep(handler_ms / 1000)
+        if fail_first:
+            d = current_delivery()
+            if d is not None and d.attempt == 1:
+                raise RuntimeError("first delivery fails")
         count += 1
         if count >= events:
             done.set()
 
-    service.add_handler(FlowBench, handle, concurrency=64)
+    service.add_handler(cls, handle, concurrency=local)
     async with service:
         await asyncio.wait_for(done.wait(), 600)
         elapsed = time.perf_counter() - first
@@ -151,52 +173,95 @@ async def throttled_idle(server: RedisServer, mode: str, seconds: float) -> dict
     }
 
 
+_PARTS = ("throughput", "partitioned", "failing", "claim", "idle")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=5000)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--calls", type=int, default=3000)
+    parser.add_argument("--fail-events", type=int, default=500)
+    parser.add_argument("--only", default=",".join(_PARTS), help=f"a comma list of {_PARTS}")
+    parser.add_argument("--out-dir", type=Path, default=HERE / "results")
     args = parser.parse_args()
+    parts = set(args.only.split(","))
     out: dict[str, Any] = {"events": args.events, "seconds": args.seconds}
     with RedisServer() as server:
-        tp = {}
-        for label, limits in (
-            ("no limits", {}),
-            ("concurrency=16", {"concurrency": 16}),
-            ('rate="2000/s"', {"rate": "2000/s"}),
-        ):
-            tp[label] = await throughput(server.url, args.events, limits)
-        out["throughput"] = tp
-        ct: dict[str, list[float]] = {}
-        for _ in range(3):  # alternated, the median of 3
-            for label, limits, paused in (
-                ("no limits", {}, False),
-                ("limits that never bind", {"concurrency": 10**6, "rate": "1000000/s"}, False),
-                ("paused (held back)", {}, True),
+        if "throughput" in parts:
+            tp = {}
+            for label, limits in (
+                ("no limits", {}),
+                ("concurrency=16", {"concurrency": 16}),
+                ('rate="2000/s"', {"rate": "2000/s"}),
             ):
-                t = await claim_time(server.url, limits, paused, args.calls)
-                ct.setdefault(label, []).append(t)
-        out["claim_us"] = {k: statistics.median(v) for k, v in ct.items()}
-        out["idle"] = {
-            mode: await throttled_idle(server, mode, args.seconds) for mode in ("paused", "rate")
-        }
+                tp[label] = await throughput(server.url, args.events, limits)
+            out["throughput"] = tp
+        if "partitioned" in parts:
+            # a 10 ms handler, 16 at a time: at most 1,600/s; a fleet-wide limit of 16
+            # against the same process limited to 16 by add_handler(concurrency=16)
+            pt: dict[str, list[float]] = {}
+            for _ in range(2):  # alternated, the best of 2
+                for label, cls, limits, local in (
+                    ("1 partition, add_handler(concurrency=16)", FlowBench, {}, 16),
+                    ("1 partition, set_limits(concurrency=16)", FlowBench, {"concurrency": 16},
+                     64),
+                    ("4 partitions, add_handler(concurrency=16)", FlowBenchParts, {}, 16),
+                    ("4 partitions, set_limits(concurrency=16): 4 each", FlowBenchParts,
+                     {"concurrency": 16}, 64),
+                ):  # fmt: skip
+                    got = await throughput(server.url, args.events // 2, limits, cls,
+                                           handler_ms=10, local=local)  # fmt: skip
+                    pt.setdefault(label, []).append(got)
+            out["partitioned"] = {k: max(v) for k, v in pt.items()}
+        if "failing" in parts:
+            logging.getLogger("delayq").setLevel(logging.ERROR)  # a warning per failure
+            out["failing"] = {
+                label: await throughput(server.url, args.fail_events, limits, fail_first=True)
+                for label, limits in (("no limits", {}), ("concurrency=16", {"concurrency": 16}))
+            }
+        if "claim" in parts:
+            ct: dict[str, list[float]] = {}
+            for _ in range(3):  # alternated, the median of 3
+                for label, limits, paused in (
+                    ("no limits", {}, False),
+                    ("limits that never bind", {"concurrency": 10**6, "rate": "1000000/s"},
+                     False),
+                    ("paused (held back)", {}, True),
+                ):  # fmt: skip
+                    t = await claim_time(server.url, limits, paused, args.calls)
+                    ct.setdefault(label, []).append(t)
+            out["claim_us"] = {k: statistics.median(v) for k, v in ct.items()}
+        if "idle" in parts:
+            out["idle"] = {
+                mode: await throttled_idle(server, mode, args.seconds) for mode in ("paused", "rate")
+            }
     print(f"flow control, one process, {args.events} events")
-    print("| throughput (concurrency 64, no-op handler) | events/s |\n|---|---:|")
-    for label, v in out["throughput"].items():
-        print(f"| {label} | {v:,.0f} |")
-    print("\n| claim script, one entry per call | µs per call (Redis) |\n|---|---:|")
-    for label, v in out["claim_us"].items():
-        print(f"| {label} | {v:.2f} |")
-    print("\n| throttled worker (8 slots) | commands/s | EVALSHA/s | BLPOP/s | starts/s |")
-    print("|---|---:|---:|---:|---:|")
-    for mode, d in out["idle"].items():
-        what = "paused, 200 waiting" if mode == "paused" else 'rate="20/s", 2000 waiting'
-        print(f"| {what} | {d['commands_per_s']:.1f} | {d['evalsha_per_s']:.1f} | "
-              f"{d['blpop_per_s']:.1f} | {d['starts_per_s']:.1f} |")  # fmt: skip
+    for key, title in (("throughput", "throughput (concurrency 64, no-op handler)"),
+                       ("partitioned", "10 ms handler, 16 at a time (at most 1,600/s)"),
+                       ("failing", f"{args.fail_events} events, each failing once "
+                                   "(retried at once)")):  # fmt: skip
+        if key in out:
+            print(f"| {title} | events/s |\n|---|---:|")
+            for label, v in out[key].items():
+                print(f"| {label} | {v:,.0f} |")
+            print()
+    if "claim_us" in out:
+        print("| claim script, one entry per call | µs per call (Redis) |\n|---|---:|")
+        for label, v in out["claim_us"].items():
+            print(f"| {label} | {v:.2f} |")
+        print()
+    if "idle" in out:
+        print("| throttled worker (8 slots) | commands/s | EVALSHA/s | BLPOP/s | starts/s |")
+        print("|---|---:|---:|---:|---:|")
+        for mode, d in out["idle"].items():
+            what = "paused, 200 waiting" if mode == "paused" else 'rate="20/s", 2000 waiting'
+            print(f"| {what} | {d['commands_per_s']:.1f} | {d['evalsha_per_s']:.1f} | "
+                  f"{d['blpop_per_s']:.1f} | {d['starts_per_s']:.1f} |")  # fmt: skip
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    path = HERE / "results" / f"flow-{stamp}.json"
+    path = args.out_dir / f"flow-{stamp}.json"
     path.write_text(json.dumps(out, indent=2) + "\n")
-    print(f"\nwrote {path.relative_to(HERE.parent)}")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from .codec import Serializer
 from .context import Delivery, current_delivery, event_context
 from .errors import DecodeError, DelayqError, NotReplicatedError, QueueFullError
 from .events import Event, event_name
+from .flow.keys import KeyBacklog, KeyBacklogs
 from .flow.limits import FlowLimits, Rate
 from .metrics import InMemoryMetrics, Metrics, NoopMetrics
 from .options import Options
@@ -48,6 +49,8 @@ __all__ = [
     "IdMatch",
     "IdSearch",
     "InMemoryMetrics",
+    "KeyBacklog",
+    "KeyBacklogs",
     "Metrics",
     "NoopMetrics",
     "NotReplicatedError",

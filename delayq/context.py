@@ -49,6 +49,8 @@ class Delivery:
     """When it was enqueued (or last replaced), in ms since the epoch by the producer's clock."""
     envelope: bytes = field(default=b"", repr=False, compare=False)
     """The stored envelope (never changes after enqueue; ``version`` is derived from it)."""
+    flow_key: str | None = None
+    """The event's flow key (``enqueue_*(..., key=...)``; docs/FLOW.md), or None: none."""
 
     @property
     def version(self) -> str:

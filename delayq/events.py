@@ -73,6 +73,7 @@ class EventMeta(msgspec.StructMeta):
         explicit = kwargs.pop("event_name", None)
         # a keyword only (no class variable): an event may have a field named "partitions"
         partitions = kwargs.pop("partitions", 1)
+        flow_key = kwargs.pop("flow_key", None)  # the field that supplies the flow key
         if explicit is None:
             # Only this class's own namespace counts: a subclass must not inherit
             # its parent's explicit name, or the two would share one queue.
@@ -83,6 +84,9 @@ class EventMeta(msgspec.StructMeta):
         type.__setattr__(cls, "event_name", name)
         # like the name, the count is not inherited: a subclass is another queue
         type.__setattr__(cls, "event_partitions", check_partitions(partitions))
+        if flow_key is not None and flow_key not in getattr(cls, "__struct_fields__", ()):
+            raise TypeError(f"flow_key={flow_key!r}: {clsname} has no such field")
+        type.__setattr__(cls, "event_flow_key", flow_key)
         if not is_base:
             _register(name, cls)  # type: ignore[arg-type]
         return cls
@@ -122,6 +126,11 @@ class Event(msgspec.Struct, kw_only=True, metaclass=EventMeta):
 
         class PaymentCheck(Event, event_name="payment-check", partitions=16):
             order_id: int
+
+    Events served in fair turns per tenant take their flow key from a field::
+
+        class Report(Event, event_name="report", flow_key="tenant"):
+            tenant: str
     """
 
     id: str
@@ -129,6 +138,10 @@ class Event(msgspec.Struct, kw_only=True, metaclass=EventMeta):
     event_partitions: ClassVar[int]
     """How many partitions the type's events are spread over (``partitions=N``
     class keyword; default 1). See the README, "Partitions for hot types"."""
+    event_flow_key: ClassVar[str | None]
+    """The field whose value is an event's flow key (``flow_key="tenant"`` class
+    keyword; default None: only ``enqueue_*(..., key=...)`` gives one). See
+    docs/FLOW.md, "Flow keys"."""
 
 
 def check_event_type(event_type: object) -> type[Event]:

@@ -26,6 +26,9 @@ limits     HASH   flow limits (concurrency, rate, paused, GCRA state); exists
                   only while a limit is set (see delayq.flow.limits)
 wake       LIST   wake-up tokens for consumers waiting for a limited slot (TTL 1 s)
 dedup      ZSET   debounce windows and unique_for marks (only once those modes are used)
+fkeys      HASH   id -> flow key of keyed events (only once the type uses flow keys)
+klines     ZSET   flow keys' lines of ready events; krot, kwait, krun: keys in
+                  rotation, parked, running (per group; docs/FLOW.md "Flow keys")
 sink:<n>   ZSET   id -> micro-batch id: the ledger of the Spark streaming sink
                   named n (exists only for types such a sink writes)
 ========== ====== ===========================================================
@@ -308,6 +311,22 @@ class TypeKeys:
     def wake(self, group: str | None = None) -> str:
         """LIST of wake-up tokens for consumers waiting for a flow-limited slot."""
         return self._key("wake") if group is None else self.group_key(group, "wake")
+
+    @property
+    def fkeys(self) -> str:
+        """HASH id -> flow key of the type's keyed events, and ``""`` -> 1 once the type
+        uses flow keys (docs/FLOW.md, "Flow keys"; see ``lua/_prelude.lua``)."""
+        return self._key("fkeys")
+
+    def key_lines(self, group: str | None = None) -> tuple[str, str, str, str]:
+        """The flow keys' state of the type (``None``: its default group) or a named group:
+        ``klines`` (ZSET: each key's line of ready events), ``krot`` (ZSET: keys in
+        rotation), ``kwait`` (ZSET: keys parked by a per-key limit), ``krun`` (ZSET: the
+        keys' live deliveries). They exist only once the type uses flow keys."""
+        names = ("klines", "krot", "kwait", "krun")
+        if group is None:
+            return tuple(self._key(n) for n in names)  # type: ignore[return-value]
+        return tuple(self.group_key(group, n) for n in names)  # type: ignore[return-value]
 
     def group_keys(self, group: str) -> tuple[str, ...]:
         """The nine keys of one group, in the order ``lua/_groups.lua`` expects."""

@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 from .context import Delivery
 from .metrics import Metrics, ServiceMetrics
 
-__all__ = ["HandlerRun", "Observer", "RunHooks", "Tracing"]
+__all__ = ["FireSpans", "HandlerRun", "Observer", "RunHooks", "Tracing"]
 
 TIMEOUT_PREFIX = "HandlerTimeout:"
 CANCELLED = "Cancelled: the handler was cancelled (the service is stopping)"
@@ -26,7 +26,12 @@ CANCELLED = "Cancelled: the handler was cancelled (the service is stopping)"
 
 @runtime_checkable
 class Tracing(Protocol):
-    """Span hooks around enqueues and handler runs (see :mod:`delayq.otel`)."""
+    """Span hooks around enqueues and handler runs (see :mod:`delayq.otel`).
+
+    An implementation may also have ``firing(type_name, fires, trigger)`` returning a
+    :class:`FireSpans` for schedule fires (``OTelTracing`` has); without it each fire
+    gets a ``sending`` span (see :meth:`Observer.firing`).
+    """
 
     def sending(
         self,
@@ -48,6 +53,32 @@ class Tracing(Protocol):
         self, state: Any, outcome: str, failure: str | None, error: BaseException | None
     ) -> None:
         """Close the span opened by :meth:`handling`, with the run's outcome."""
+
+
+class FireSpans(Protocol):
+    """The send spans of a batch of schedule fires (see :meth:`Observer.firing`)."""
+
+    carriers: Sequence[Mapping[str, str] | None]
+    """Per fire, the propagation keys to store in its event context (or None)."""
+
+    def end(self, outcomes: Sequence[str] | None, error: BaseException | None) -> None:
+        """End the spans: each fire's outcome (``fired``, ``skipped``...), or the error
+        that failed the whole batch."""
+
+
+class _SendingEach:
+    """Fire spans through a :class:`Tracing` that has no ``firing`` hook: one ``sending``
+    span per fire (as one enqueue each), ended before the fires are written."""
+
+    def __init__(self, tracing: Tracing, type_name: str, fires: Sequence[tuple[str, str, int]]):
+        carriers: list[Mapping[str, str] | None] = []
+        for event_id, _, _ in fires:
+            with tracing.sending((type_name,), event_id, 1, None) as carrier:
+                carriers.append(carrier)
+        self.carriers: Sequence[Mapping[str, str] | None] = carriers
+
+    def end(self, outcomes: Sequence[str] | None, error: BaseException | None) -> None:
+        """Nothing left to end."""
 
 
 class HandlerRun:
@@ -100,6 +131,24 @@ class Observer:
             return
         with self.tracing.sending(sorted(set(type_names)), None, count, context) as stored:
             yield stored
+
+    def firing(
+        self, type_name: str, fires: Sequence[tuple[str, str, int]], *, trigger: bool = False
+    ) -> FireSpans | None:
+        """The producer spans of schedule fires ``(event id, schedule name, slot ms)`` about
+        to be written in one call (None without tracing: fires then cost nothing more).
+
+        A tracing with a ``firing`` hook (:class:`delayq.otel.OTelTracing`) gives each
+        fire a span naming its schedule and slot; any other gets one ``sending`` span per
+        fire. ``trigger``: a manual fire (its slot is the trigger time).
+        """
+        if self.tracing is None:
+            return None
+        hook = getattr(self.tracing, "firing", None)
+        if hook is not None:
+            spans: FireSpans = hook(type_name, fires, trigger)
+            return spans
+        return _SendingEach(self.tracing, type_name, fires)
 
     # -- handler runs ----------------------------------------------------------------
 

@@ -12,6 +12,17 @@ follow the OpenTelemetry messaging semantic conventions:
   and gives every event of the call its context. A context that already holds
   propagation keys (the caller's own creation context) is stored unchanged, and
   the send span links to it.
+* a **schedule fire** (:mod:`delayq.schedules`) gets the same ``send {event type}``
+  PRODUCER span, with ``messaging.delayq.schedule.name``,
+  ``messaging.delayq.schedule.slot`` (the nominal slot, ISO 8601 UTC; the
+  trigger time for ``trigger_schedule``, which also sets
+  ``messaging.delayq.schedule.trigger``) and, once written,
+  ``messaging.delayq.schedule.outcome`` (``fired``, ``kept``, ``skipped``,
+  ``buffered``, ``done``...: a racing process or the overlap policy may write
+  nothing). One span per fire, started before the fire script and ended after
+  it; the fire's event carries its context like an enqueued one. Fires made by
+  the firing loop start traces of their own; a trigger's span is a child of
+  the caller's current span.
 * ``process {event type}``, kind CONSUMER, around each handler run, one per
   attempt (``messaging.operation.type`` = ``process``,
   ``messaging.delayq.message.delivery_attempt``, and for a handler of a named
@@ -49,6 +60,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from datetime import datetime, timezone
 from types import TracebackType
 from typing import Any
 
@@ -291,6 +303,13 @@ class OTelTracing:
             propagate.inject(stored, context=now)
         return {**context, **stored} if context else stored
 
+    def firing(
+        self, type_name: str, fires: Sequence[tuple[str, str, int]], trigger: bool = False
+    ) -> _Firing:
+        """The PRODUCER spans of schedule fires ``(event id, schedule, slot ms)`` written in
+        one call; their carriers go into the fires' event contexts."""
+        return _Firing(self, type_name, fires, trigger)
+
     # -- consumer ----------------------------------------------------------------------
 
     def handling(self, delivery: Delivery) -> Any:
@@ -463,6 +482,74 @@ class _Sending:
         finally:
             otel_context.detach(self._token)
             span.end()
+
+
+class _Firing:
+    """The send spans of a batch of schedule fires (not made current: none nests in another)."""
+
+    __slots__ = ("_spans", "carriers")
+
+    def __init__(
+        self,
+        tracing: OTelTracing,
+        type_name: str,
+        fires: Sequence[tuple[str, str, int]],
+        trigger: bool,
+    ):
+        self._spans: list[trace.Span] = []
+        current = trace.get_current_span()
+        sc = current.get_span_context()
+        if (
+            tracing.follow_sampling
+            and sc.is_valid
+            and not sc.trace_flags.sampled
+            and not current.is_recording()
+        ):
+            # a trigger inside an unsampled trace: no spans; the fires carry that context
+            carrier: dict[str, str] = {}
+            tracing._inject(current, carrier)
+            self.carriers: Sequence[Mapping[str, str] | None] = [carrier] * len(fires)
+            return
+        tracer = tracing._tracer
+        name = f"send {type_name}"
+        carriers: list[Mapping[str, str] | None] = []
+        for event_id, schedule, slot_ms in fires:
+            attributes: dict[str, Any] = {
+                "messaging.system": _SYSTEM,
+                "messaging.operation.type": "send",
+                "messaging.operation.name": "send",
+                "messaging.destination.name": type_name,
+                "messaging.message.id": event_id,
+                "messaging.delayq.schedule.name": schedule,
+                "messaging.delayq.schedule.slot": _iso_ms(slot_ms),
+            }
+            if trigger:
+                attributes["messaging.delayq.schedule.trigger"] = True
+            span = tracer.start_span(name, kind=SpanKind.PRODUCER, attributes=attributes)
+            self._spans.append(span)
+            if span.get_span_context().is_valid:
+                carrier = {}
+                tracing._inject(span, carrier)
+                carriers.append(carrier)
+            else:
+                carriers.append(None)
+        self.carriers = carriers
+
+    def end(self, outcomes: Sequence[str] | None, error: BaseException | None) -> None:
+        """End every span, with its fire's outcome or the batch's error."""
+        for i, span in enumerate(self._spans):
+            try:
+                if error is not None:
+                    _failed(span, type(error).__qualname__, str(error), error)
+                elif outcomes is not None:
+                    span.set_attribute("messaging.delayq.schedule.outcome", outcomes[i])
+            finally:
+                span.end()
+
+
+def _iso_ms(ms: int) -> str:
+    moment = datetime.fromtimestamp(ms / 1000, timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _failed(span: trace.Span, kind: str, description: str, error: BaseException | None) -> None:

@@ -84,7 +84,7 @@ def wire(clients: connect.Clients, options: dict[str, Any], service: object) -> 
     observer = Observer(opts.tracing)
     types = EventTypes(store.declare)
     pending = PendingGroups(store)  # a running service's new groups (see delayq.operations.groups)
-    schedules = Schedules(store, codec, types, metrics)
+    schedules = Schedules(store, codec, types, metrics, observer)
     return Parts(
         options=opts,
         store=store,

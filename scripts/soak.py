@@ -47,9 +47,9 @@ sys.path.insert(0, str(ROOT))
 
 import redis.asyncio as aioredis  # noqa: E402
 from faultkit import Job, WorkerPool, read_records, rec_key, reconcile  # noqa: E402
+from redis.asyncio.retry import Retry  # noqa: E402  (redis.retry.Retry retries nothing on asyncio clients)
 from redis.backoff import ExponentialBackoff  # noqa: E402
 from redis.exceptions import ConnectionError as RedisConnectionError  # noqa: E402
-from redis.retry import Retry  # noqa: E402
 
 from delayq import EventService  # noqa: E402
 from delayq.keys import PrefixKeys, TypeKeys  # noqa: E402

@@ -10,7 +10,9 @@ under ``<PREFIX>-test:*`` (outside the queue's keys):
 * ``running`` / ``max``: handlers running now across the fleet, and the highest seen
   (one small script, so the maximum is exact);
 * ``work`` mode sleeps ``--ms`` then counts the id in the hash ``done``; ``hang`` mode
-  only pushes the id to the list ``hung`` and sleeps for an hour (the test kills it).
+  only pushes the id to the list ``hung`` and sleeps for an hour (the test kills it);
+* for an event with a flow key K (tests/test_flow_keys.py): ``krunning`` / ``kmax``
+  (HASHes key -> running now, highest seen) and the list ``order:K`` of its starts.
 
 When the service has started it adds NAME to the set ``<PREFIX>-test:ready``.
 """
@@ -30,6 +32,13 @@ _ENTER = """
 local n = redis.call('INCR', KEYS[1])
 if n > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], n) end
 redis.call('RPUSH', KEYS[3], ARGV[1])
+if ARGV[2] ~= '' then
+  local k = redis.call('HINCRBY', KEYS[4], ARGV[2], 1)
+  if k > tonumber(redis.call('HGET', KEYS[5], ARGV[2]) or '0') then
+    redis.call('HSET', KEYS[5], ARGV[2], k)
+  end
+  redis.call('RPUSH', KEYS[6] .. ARGV[2], ARGV[1])
+end
 return n
 """
 
@@ -61,11 +70,14 @@ async def main() -> None:
         if args.mode == "hang":  # killed while running: kept out of the running count
             await raw.rpush(f"{t}:hung", event.id)
             await asyncio.sleep(3600)
-        await enter(keys=[f"{t}:running", f"{t}:max", f"{t}:starts"],
-                    args=[f"{d.claimed_us}:{event.id}:{args.name}"])  # fmt: skip
+        await enter(keys=[f"{t}:running", f"{t}:max", f"{t}:starts", f"{t}:krunning",
+                          f"{t}:kmax", f"{t}:order:"],
+                    args=[f"{d.claimed_us}:{event.id}:{args.name}", d.flow_key or ""])  # fmt: skip
         try:
             await asyncio.sleep(args.ms / 1000)
         finally:
+            if d.flow_key:
+                await raw.hincrby(f"{t}:krunning", d.flow_key, -1)
             await raw.decr(f"{t}:running")
         await raw.hincrby(f"{t}:done", event.id, 1)
 

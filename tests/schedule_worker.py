@@ -5,7 +5,8 @@
 Runs an EventService (scheduler on) handling ``sched-job`` events until SIGTERM. Every
 first delivery does ``HINCRBY <PREFIX>-test:count <id> 1`` (so a fire enqueued twice
 counts 2, a redelivery does not) and every run ``HSET <PREFIX>-test:slot <id>
-<slot ms>``. When started it adds NAME to ``<PREFIX>-test:ready``. It writes no schedule:
+<slot ms>``. With ``--sleep``, ``<PREFIX>-test:overlaps`` counts runs that started while
+another was running (in any process). When started it adds NAME to ``<PREFIX>-test:ready``. It writes no schedule:
 the test does.
 """
 
@@ -42,7 +43,13 @@ async def main() -> None:
         delivery = current_delivery()
         assert delivery is not None and delivery.slot is not None
         if args.sleep:
-            await asyncio.sleep(args.sleep)
+            # fires of this type running at once, over every process (buffer_one's test)
+            if await raw.incr(f"{test_key}:running") > 1:
+                await raw.incr(f"{test_key}:overlaps")
+            try:
+                await asyncio.sleep(args.sleep)
+            finally:
+                await raw.decr(f"{test_key}:running")
         if delivery.attempt == 1:  # a redelivery after a SIGKILL is not a second fire
             await raw.hincrby(f"{test_key}:count", event.id, 1)
         await raw.hset(f"{test_key}:slot", event.id, int(delivery.slot.timestamp() * 1000))

@@ -142,6 +142,25 @@ def test_scale_script_runs_small(tmp_path: Path) -> None:
     assert data["bytes_per_timer"] > 0
     assert data["burst_move_rate"] > 0
     assert data["probe_late_p99_ms"] is not None
+    assert data["burst_handle_rate"] > 0 and data["ping_rtt_max_ms"] is not None
+
+
+def test_script_cost_runs_small(tmp_path: Path) -> None:
+    """benchmarks/script_cost.py with tiny sizes: Redis CPU per call of each script."""
+    try:
+        find_redis_server_binary()
+    except RuntimeError as exc:
+        pytest.skip(f"needs a redis-server binary: {exc}")
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/script_cost.py", "--sizes", "8,16", "--calls", "5",
+         "--events", "200", "--out-dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (result,) = tmp_path.glob("script-cost-*.json")
+    rows = json.loads(result.read_text())["rows"]
+    assert [r["size"] for r in rows] == [8, 16]
+    assert all(r["claim_cpu_ms"] >= 0 and r["move_due_cpu_ms"] >= 0 for r in rows)
 
 
 def test_hotpath_profile_runs_small() -> None:
@@ -153,3 +172,42 @@ def test_hotpath_profile_runs_small() -> None:
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "300 events:" in proc.stdout and "µs CPU per event" in proc.stdout
     assert "total calls:" in proc.stdout
+
+
+def test_flow_benchmark_runs_small(tmp_path: Path) -> None:
+    """benchmarks/flow.py with tiny sizes: every throughput, the failing handlers and a
+    partitioned type, each handles all its events (the claim and idle parts are slow)."""
+    try:
+        find_redis_server_binary()
+    except RuntimeError as exc:
+        pytest.skip(f"needs a redis-server binary: {exc}")
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.flow", "--events", "300", "--fail-events", "50",
+         "--only", "throughput,partitioned,failing", "--out-dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (result,) = tmp_path.glob("flow-*.json")
+    data = json.loads(result.read_text())
+    assert len(data["throughput"]) == 3 and len(data["partitioned"]) == 4
+    assert all(v > 0 for v in data["failing"].values())
+
+
+def test_flow_keys_benchmark_runs_small(tmp_path: Path) -> None:
+    """benchmarks/flow_keys.py with tiny sizes: every case handled and timed."""
+    try:
+        find_redis_server_binary()
+    except RuntimeError as exc:
+        pytest.skip(f"needs a redis-server binary: {exc}")
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.flow_keys", "--events", "300", "--keys", "20",
+         "--rounds", "1", "--calls", "20", "--out-dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (result,) = tmp_path.glob("flow-keys-*.json")
+    data = json.loads(result.read_text())
+    assert set(data["throughput"]) == {"no keys", "one key", "20 keys",
+                                       "20 keys, per_key_concurrency=1"}  # fmt: skip
+    assert all(v > 0 for v in data["throughput"].values())
+    assert all(v > 0 for v in data["claim_us"].values())

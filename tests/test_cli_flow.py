@@ -30,7 +30,7 @@ def cli(redis_url, prefix, capsys, monkeypatch):
 def test_limits_and_pause(cli) -> None:
     assert cli("limits", "show", "cli-flow", "--json") == {
         "type": "cli-flow", "group": "default", "concurrency": None, "rate": None,
-        "paused": False,
+        "paused": False, "per_key_concurrency": None, "per_key_rate": None,
     }  # fmt: skip
     got = cli("limits", "set", "cli-flow", "--concurrency", "4", "--rate", "50/s", "--json")
     assert got["concurrency"] == 4
@@ -57,3 +57,32 @@ def test_bad_input(cli) -> None:
     assert "give --concurrency" in err
     cli("limits", "set", "cli-flow", "--concurrency", "0", code=2)
     cli("pause", "bad name!", code=2)
+
+
+def test_per_key_limits_and_keys(cli, redis_url, prefix) -> None:
+    """Per-key limits are set, shown and cleared; ``limits keys`` lists the backlogs."""
+    import asyncio
+
+    from delayq import Event, EventService
+
+    class CliKeyed(Event, event_name="cli-keyed"):
+        pass
+
+    async def enqueue() -> None:
+        async with EventService.from_url(redis_url, prefix=prefix) as svc:
+            await svc.enqueue_many([CliKeyed(id=f"a{i}") for i in range(4)], key="acme")
+            await svc.enqueue_many([CliKeyed(id="z")], key="[bold]zeta")
+
+    asyncio.run(enqueue())
+    got = cli("limits", "set", "cli-keyed", "--per-key-concurrency", "1", "--per-key-rate",
+              "5/s", "--json")  # fmt: skip
+    assert got["per_key_concurrency"] == 1 and got["per_key_rate"]["text"] == "5/s burst 1"
+    out, _ = cli("limits", "show", "cli-keyed")
+    assert "per-key concurrency" in out and "5/s burst 1" in out
+    got = cli("limits", "keys", "cli-keyed", "--json")
+    assert [(k["key"], k["ready"]) for k in got["keys"]] == [("acme", 4), ("[bold]zeta", 1)]
+    assert got["in_rotation"] == 2
+    out, _ = cli("limits", "keys", "cli-keyed")
+    assert "[bold]zeta" in out  # shown as is, not as markup
+    got = cli("limits", "clear", "cli-keyed", "--per-key", "--json")
+    assert got["per_key_concurrency"] is None and got["per_key_rate"] is None

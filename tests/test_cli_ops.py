@@ -141,6 +141,14 @@ def test_operations(cli, redis_url, prefix):
     assert again["enqueued"] is False
     cli("enqueue", "cli_app:CliJob", "--id", "e1", "--payload", '{"n": 7}', "--replace", "--json")
     assert cli("inspect", "cli-job", "e1", "--json")["payload"]["n"] == 7
+    # the dedup modes: debounce replaces (within its window), unique_for keeps the first
+    cli("enqueue", "cli_app:CliJob", "--id", "e1", "--delay", "1m", "--payload", '{"n": 8}',
+        "--debounce", "5m", "--json")  # fmt: skip
+    assert cli("inspect", "cli-job", "e1", "--json")["payload"]["n"] == 8
+    kept = cli("enqueue", "cli_app:CliJob", "--id", "e1", "--payload", '{"n": 9}',
+               "--unique-for", "1h", "--json")  # fmt: skip
+    assert kept["enqueued"] is False
+    cli("enqueue", "cli_app:CliJob", "--id", "e2", "--delay", "1h", "--debounce", "1m", code=2)
 
     assert cli("cancel", "cli-job", "e1", "--json")["cancelled"] is True
     assert cli("inspect", "cli-job", "e1", "--json")["state"] == "absent"

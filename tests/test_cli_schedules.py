@@ -62,6 +62,22 @@ def test_schedules_commands(cli, redis_url, prefix) -> None:
     assert "no schedule" in out
 
 
-def test_bad_input_exits_2(cli) -> None:
-    _, err = cli("schedules", "show", "", code=2)
-    assert "schedule name" in err
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("show", ""), "schedule name"),
+        (("show", "", "--json"), "schedule name"),
+        (("pause", "a b"), "schedule name"),
+        (("resume", "x" * 201), "schedule name"),
+        (("trigger", "{tag}", "--json"), "schedule name"),
+        (("remove", "bad\nname"), "schedule name"),
+        (("show",), "Missing argument"),
+        (("list", "extra"), "unexpected extra argument"),
+        (("list", "--bogus"), "No such option"),
+        (("explode",), "No such command"),
+    ],
+)
+def test_bad_input_exits_2(cli, args: tuple[str, ...], says: str) -> None:
+    # refused before any connection: exit 2 and a message on stderr, with --json too
+    out, err = cli("schedules", *args, code=2)
+    assert says in err and not out

@@ -168,3 +168,56 @@ async def test_unique_for_with_groups(service: EventService, raw: aioredis.Redis
 async def _equals(value: object, expected: object) -> bool:
     assert asyncio.iscoroutine(value)
     return await value == expected
+
+
+async def test_debounce_on_enqueue_at_and_enqueue_many(
+    service: EventService, raw: aioredis.Redis
+) -> None:
+    """``enqueue_at`` and ``enqueue_many`` take ``debounce`` too: a burst runs once, with
+    the last payload, at the last due time; a due time beyond max_wait is refused."""
+    from datetime import datetime, timedelta, timezone
+
+    runs = Runs()
+    service.add_handler(Ping, runs, concurrency=4)
+    with pytest.raises(ValueError, match="must not exceed"):
+        await service.enqueue_at(Ping(id="a"), datetime.now(timezone.utc) + timedelta(hours=1),
+                                 debounce=60)  # fmt: skip
+    with pytest.raises(ValueError, match="must not exceed"):
+        await service.enqueue_many([(Ping(id="ok"), 1), (Ping(id="b"), 120)], debounce=60)
+    assert await service.stats_for(Ping) == await service.stats_for(Ping)  # nothing written
+    assert (await service.stats_for(Ping)).scheduled == 0
+    await service.start()
+    for i in range(20):
+        when = datetime.now(timezone.utc) + timedelta(seconds=0.5)
+        assert await service.enqueue_at(Ping(id="at", n=i), when, debounce=30)
+    # one call, the same id three times, then once more: the last payload wins
+    assert await service.enqueue_many([(Ping(id="m", n=i), 0.4) for i in range(3)], debounce=30)
+    assert await service.enqueue_many([(Ping(id="m", n=3), 0.4)], debounce=30) == [True]
+    last_ms = await redis_ms(raw)
+    await wait_for(lambda: len(runs.runs) == 2, timeout=30)
+    await asyncio.sleep(0.7)  # a second run of either would come within this
+    got = {event_id: (n, due_ms) for event_id, n, due_ms in runs.runs}
+    assert len(runs.runs) == 2
+    assert got["at"][0] == 19 and got["m"][0] == 3
+    assert got["m"][1] <= last_ms + 400  # due 0.4 s after the last enqueue, not later
+
+
+async def test_debounce_of_a_ready_event_after_its_window(
+    service: EventService, raw: aioredis.Redis
+) -> None:
+    """An event already in the ready list when its window ended stays due now: a later
+    debounced enqueue replaces its payload but does not open a new window (a busy
+    consumer that has not claimed it yet must not push it back)."""
+    await service.start()  # the scheduler only: nobody claims
+    first_ms = await redis_ms(raw)
+    assert await service.enqueue_with_delay(Ping(id="r", n=1), 0.1, debounce=0.2)
+
+    async def ready_and_window_over() -> bool:
+        info = await service.inspect(Ping, "r")
+        return info.state == "ready" and await redis_ms(raw) > first_ms + 300
+
+    await wait_for(ready_and_window_over, timeout=15)
+    assert await service.enqueue_with_delay(Ping(id="r", n=2), 0.2, debounce=0.2)
+    info = await service.inspect(Ping, "r")
+    assert info.state == "ready" and info.payload is not None
+    assert info.event is not None and info.event.n == 2  # type: ignore[attr-defined]

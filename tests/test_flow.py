@@ -20,7 +20,8 @@ import redis.asyncio as aioredis
 
 from delayq import Event, EventService, FlowLimits, Rate
 from delayq.flow.limits import parse_rate
-from delayq.keys import TypeKeys
+from delayq.keys import PrefixKeys, TypeKeys
+from delayq.partitions.shards import shards
 from delayq.testing import wait_for
 
 WORKER = Path(__file__).with_name("flow_worker.py")
@@ -150,23 +151,74 @@ async def test_limits_roundtrip(service: EventService, raw: aioredis.Redis, pref
     for bad in ({"concurrency": 0}, {"concurrency": True}, {"concurrency": 1.5}, {"rate": "fast"}):
         with pytest.raises((ValueError, TypeError)):
             await service.set_limits(FlowJob, **bad)  # type: ignore[arg-type]
-    with pytest.raises(NotImplementedError):
-        await service.set_limits(FlowJob, per_key_concurrency=1)
+    # per-key limits (tests/test_flow_keys.py runs them): stored, read back, removed
+    got = await service.set_limits(FlowJob, per_key_concurrency=1, per_key_rate="5/s")
+    assert got == FlowLimits(per_key_concurrency=1, per_key_rate=Rate(5, 1000, 1))
+    assert await service.set_limits(FlowJob, per_key_concurrency=None, per_key_rate=None) == (
+        FlowLimits()
+    )
+    assert not await raw.exists(TypeKeys(prefix, "flow-job").limits())
     # a group's limits are its own
     await service.set_limits(FlowJob, concurrency=2, group="audit")
     assert await service.limits(FlowJob) == FlowLimits()
     assert await service.limits(FlowJob, group="audit") == FlowLimits(2)
 
 
-class Hot(Event, event_name="flow-hot", partitions=4):
-    """A partitioned type: limits are refused."""
+def _hot(partitions: int) -> type[Event]:
+    # the same class (module and qualname) redefined with another count: what a deploy does
+    class Hot(Event, event_name="flow-hot", partitions=partitions):
+        n: int = 0
+
+    return Hot
 
 
-async def test_partitioned_type_refused(service: EventService) -> None:
-    with pytest.raises(ValueError, match="partitioned"):
-        await service.set_limits(Hot, concurrency=3)
-    with pytest.raises(ValueError, match="partitioned"):
-        await service.pause(Hot)
+async def _shares(raw: aioredis.Redis, prefix: str, partitions: int) -> list[int]:
+    keys = PrefixKeys(prefix)
+    return [int(await raw.hget(keys.for_shard(s).limits(), "concurrency") or 0)
+            for s in shards("flow-hot", partitions)]  # fmt: skip
+
+
+async def test_partitioned_type_limits_split(
+    service: EventService, raw: aioredis.Redis, prefix: str
+) -> None:
+    """A partitioned type's limit is split between its partitions (tests/test_flow_cluster.py
+    runs it on a cluster); a limit below the partition count is refused."""
+    hot = _hot(4)
+    with pytest.raises(ValueError, match="4 partitions"):
+        await service.set_limits(hot, concurrency=3)
+    assert await service.set_limits(hot, concurrency=6) == FlowLimits(6)
+    assert await _shares(raw, prefix, 4) == [2, 2, 1, 1]
+    await service.pause(hot)
+    assert await service.limits(hot) == FlowLimits(6, paused=True)
+    assert (await service.stats_for(hot)).paused
+
+
+async def test_limits_follow_a_partition_count_change(
+    redis_url: str, raw: aioredis.Redis, prefix: str
+) -> None:
+    """A new layout (a deploy with another partition count) gets the type's limits at once,
+    split over the shards of both layouts; once the old layout is retired, the limit is
+    split over the new one alone. The shares never add up to more than the limit."""
+    old, new = _hot(4), _hot(2)
+    a = EventService.from_url(redis_url, prefix=prefix, enable_scheduling=False, **FAST)
+    b = EventService.from_url(redis_url, prefix=prefix, enable_scheduling=False, **FAST)
+    try:
+        await a.enqueue_many([(old(id=f"o{i}"), 60) for i in range(10)])
+        await a.set_limits(old, concurrency=8, rate="40/s")
+        await a.pause(old)
+        assert await _shares(raw, prefix, 4) == [2, 2, 2, 2]
+        await b.enqueue_with_delay(new(id="fresh"), 60)  # registers the 2-partition layout
+        shares = await _shares(raw, prefix, 4) + await _shares(raw, prefix, 2)
+        assert shares == [2, 2, 1, 1, 1, 1] and sum(shares) == 8
+        assert await b.limits(new) == FlowLimits(8, Rate(40, 1000, 4), paused=True)
+        await b.resume(new)
+        result = await b.repartition(new, wait=20)
+        assert result.retired == (4,)
+        assert await _shares(raw, prefix, 2) == [4, 4]
+        assert await b.limits(new) == FlowLimits(8, Rate(40, 1000, 4))
+    finally:
+        await b.aclose()
+        await a.aclose()
 
 
 # -- several processes -----------------------------------------------------------------
@@ -385,5 +437,111 @@ async def test_a_groups_limits_are_its_own(redis_url: str, prefix: str) -> None:
         await enqueue(svc, 40)
         await wait_for(lambda: done == {"default": 40, "audit": 40}, timeout=60)
         assert peak["audit"] == 1 and peak["default"] > 1
+    finally:
+        await svc.aclose()
+
+
+async def test_a_failure_frees_its_slot_with_a_wake_token(
+    service: EventService, raw: aioredis.Redis, prefix: str
+) -> None:
+    """A failed delivery of a type with a concurrency limit wakes one waiting consumer at
+    once, as an ack does (without it the waiter would sleep its 1 s fallback); a type
+    without limits gets no token."""
+    store = service.store
+    wake = TypeKeys(prefix, "flow-job").wake()
+    await enqueue(service, 3)
+    # no limit: a failure pushes nothing
+    _, (first,), _ = await store.claim_limited("flow-job", [], 1, 5000)
+    assert await store.fail("flow-job", first, dead=False, delay_ms=0, error="E: x") == 1
+    assert not await raw.exists(wake)
+    await service.set_limits(FlowJob, concurrency=1)
+    await raw.delete(wake)  # set_limits wakes every waiter: start from an empty list
+    _, (held,), _ = await store.claim_limited("flow-job", [], 1, 5000)
+    _, claimed, throttle = await store.claim_limited("flow-job", [], 1, 5000)
+    assert claimed == [] and throttle is not None and throttle.reason == "concurrency"
+    # a retry frees the slot: one token, which the next waiter's BLPOP takes at once
+    assert await store.fail("flow-job", held, dead=False, delay_ms=60_000, error="E: x") == 1
+    assert await raw.llen(wake) == 1
+    assert await store.wait_for_flow("flow-job", 5.0)
+    # and so does a dead letter
+    _, (held,), throttle = await store.claim_limited("flow-job", [], 1, 5000)
+    assert throttle is None
+    assert await store.fail("flow-job", held, dead=True, delay_ms=0, error="E: x") == 2
+    assert await raw.llen(wake) == 1
+
+
+async def test_concurrency_gauges_reach_prometheus(redis_url: str, prefix: str) -> None:
+    """A claim held back by the fleet-wide concurrency limit shows the live leases against
+    the limit (``delayq_fleet_in_flight`` / ``delayq_concurrency_limit``) and its wait is
+    timed with outcome ``concurrency``."""
+    from prometheus_client import CollectorRegistry
+
+    from delayq.prometheus import PrometheusMetrics
+
+    registry = CollectorRegistry()
+    svc = EventService.from_url(
+        redis_url, prefix=prefix, metrics=PrometheusMetrics(registry), **FAST
+    )
+    release = asyncio.Event()
+    handled: list[str] = []
+
+    async def handle(event: FlowJob) -> None:
+        await release.wait()
+        handled.append(event.id)
+
+    labels = {"event_type": "flow-job"}
+    try:
+        await svc.set_limits(FlowJob, concurrency=1)
+        svc.add_handler(FlowJob, handle, concurrency=4)
+        await svc.start()
+        await enqueue(svc, 3)
+
+        def gauges() -> bool:
+            return (registry.get_sample_value("delayq_fleet_in_flight", labels) == 1.0
+                    and registry.get_sample_value("delayq_concurrency_limit", labels) == 1.0)  # fmt: skip
+
+        await wait_for(gauges, timeout=15)
+        release.set()
+        await wait_for(lambda: len(handled) == 3, timeout=15)
+        waited = registry.get_sample_value(
+            "delayq_throttled_time_seconds_count",
+            {**labels, "group": "default", "outcome": "concurrency"},
+        )
+        assert waited is not None and waited >= 1
+        assert registry.get_sample_value("delayq_throttled_total", {**labels, "group": "default"}) >= 1
+    finally:
+        await svc.aclose()
+
+
+async def test_a_partitioned_types_gauges_add_up(redis_url: str, prefix: str) -> None:
+    """On a partitioned type each held-back claim sees one partition's leases and share:
+    the gauges add them up to the type's figures."""
+    from prometheus_client import CollectorRegistry
+
+    from delayq.prometheus import PrometheusMetrics
+
+    hot = _hot(4)
+    registry = CollectorRegistry()
+    svc = EventService.from_url(
+        redis_url, prefix=prefix, metrics=PrometheusMetrics(registry), **FAST
+    )
+    release = asyncio.Event()
+
+    async def handle(event: Event) -> None:
+        await release.wait()
+
+    labels = {"event_type": "flow-hot"}
+    try:
+        await svc.set_limits(hot, concurrency=8)  # 2 per partition
+        svc.add_handler(hot, handle, concurrency=32)
+        await svc.start()
+        await svc.enqueue_many([hot(id=f"h{i}") for i in range(80)])
+
+        def gauges() -> bool:
+            return (registry.get_sample_value("delayq_fleet_in_flight", labels) == 8.0
+                    and registry.get_sample_value("delayq_concurrency_limit", labels) == 8.0)  # fmt: skip
+
+        await wait_for(gauges, timeout=15)
+        release.set()
     finally:
         await svc.aclose()

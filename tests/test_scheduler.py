@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import anyio
 import pytest
 from core_support import Recorder, ServicePool, drained
 
@@ -132,12 +133,14 @@ async def test_a_burst_takes_turns_with_other_types(services, redis_client, wait
 
     await wait_for(all_due, timeout=10)
     service = services.make(scheduling_batch_size=100)
-    moves: list[tuple[str, int]] = []
+    moves: list[list] = []  # [type, moved], in the order the calls started
     move_due = service.store.move_due
 
     async def recording_move_due(type_name, *args, **kwargs):
-        result = await move_due(type_name, *args, **kwargs)
-        moves.append((type_name, result.moved))
+        call = [type_name, 0]
+        moves.append(call)  # the leader's drainer runs beside the passes: their replies
+        result = await move_due(type_name, *args, **kwargs)  # may come back in any order
+        call[1] = result.moved
         return result
 
     service.store.move_due = recording_move_due  # observe, don't change
@@ -153,6 +156,52 @@ async def test_a_burst_takes_turns_with_other_types(services, redis_client, wait
     assert sum(moves[i][1] for i in burst_moves) == burst
     # before: the whole burst (30 batches) first; now: at most one batch of it first
     assert len([i for i in burst_moves if i < probe_move]) <= 1
+
+
+async def test_a_type_due_during_a_burst_batch_does_not_wait_for_it(
+    services, redis_client, wait_for
+) -> None:
+    """The leader drains a burst beside its passes: while one of the burst's batches is
+    under way (held here until the other type's event is moved), another type's event that
+    comes due is moved; before, the pass waited for the burst's batch first."""
+    producer = services.producer()
+    start_s, _ = await redis_client.time()
+    assert await producer.enqueue_many([SchedJob(id=f"y{i}") for i in range(300)], delay=0.5)
+
+    async def all_due() -> bool:
+        return (await redis_client.time())[0] >= start_s + 2  # whole seconds: due for sure
+
+    await wait_for(all_due, timeout=10)
+    service = services.make(scheduling_batch_size=100)
+    move_due = service.store.move_due
+    other_moved = asyncio.Event()
+    burst_calls = 0
+    held: list[bool] = []
+
+    async def gated_move_due(type_name, *args, **kwargs):
+        nonlocal burst_calls
+        if type_name == SchedJob.event_name:
+            burst_calls += 1
+            if burst_calls == 2:  # the burst's second batch waits for the other type
+                with anyio.move_on_after(10):
+                    await other_moved.wait()
+                held.append(other_moved.is_set())
+        result = await move_due(type_name, *args, **kwargs)
+        if type_name == OtherJob.event_name and result.moved:
+            other_moved.set()
+        return result
+
+    service.store.move_due = gated_move_due  # holds one call back; changes no result
+    await service.start()
+    await wait_for(lambda: burst_calls >= 2, timeout=10)
+    assert await producer.enqueue_with_delay(OtherJob(id="during"), 0.2)
+
+    async def moved_all() -> bool:
+        counts = await producer.stats_for(SchedJob)
+        return counts.scheduled == 0 and (await producer.stats_for(OtherJob)).scheduled == 0
+
+    await wait_for(moved_all, timeout=30)
+    assert held == [True]
 
 
 async def test_lock_steal_is_a_compare_and_set(services, redis_client, prefix) -> None:

@@ -4,14 +4,18 @@ upserts, bad input, delivery groups and partitions (processes: test_schedules_pr
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections import Counter
 from datetime import datetime, timedelta, timezone
 
+import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from delayq import Event, EventService, InMemoryMetrics, current_delivery
+from delayq import Event, EventService, InMemoryMetrics, current_delivery, fixed
+from delayq.cli.schedules import schedule_json
+from delayq.dashboard import create_app
 
 UTC = timezone.utc
 FAST = {"scheduling_interval": 0.2, "lock_timeout": 1.0, "polling_timeout": 1.0}
@@ -158,17 +162,116 @@ async def test_overlap_with_a_slow_handler(
         assert rec.max_running >= expect_parallel and info.skipped == 0
 
 
-async def test_buffer_one_keeps_at_most_one_waiting(redis_url: str, prefix: str, wait_for) -> None:
-    rec = Recorder(sleep=3.5)
-    service = make(redis_url, prefix, visibility_timeout=10)
-    service.add_handler(Tick, rec, concurrency=1)  # one at a time: the next one waits
+async def test_buffer_one_runs_one_buffered_fire_after_the_running_one(
+    redis_url: str, prefix: str, wait_for
+) -> None:
+    # handler slots to spare: only the schedule's policy keeps its fires apart
+    runs: list[tuple[datetime, float, float, float]] = []  # (slot, started, ended, due)
+    running = [0, 0]  # now, most at once
+
+    async def slow(event: Tick) -> None:
+        delivery = current_delivery()
+        assert delivery is not None and delivery.slot is not None
+        running[0] += 1
+        running[1] = max(running)
+        started = time.monotonic()
+        try:
+            await asyncio.sleep(2.2)
+        finally:
+            running[0] -= 1
+        assert delivery.due_ms is not None
+        runs.append((delivery.slot, started, time.monotonic(), delivery.due_ms / 1000))
+
+    metrics = InMemoryMetrics()
+    service = make(redis_url, prefix, metrics=metrics, visibility_timeout=10)
+    service.add_handler(Tick, slow, concurrency=10)
     async with service:
         await service.schedule("buf", Tick, every=timedelta(seconds=1), overlap="buffer_one")
-        await wait_for(lambda: len(rec.ids) >= 2, timeout=15)
+        await wait_for(lambda: len(runs) >= 3, timeout=30)
         info = await service.schedule_info("buf")
-    assert info is not None and info.skipped >= 1
-    stats_waiting = info.fires - len(rec.ids)
-    assert stats_waiting <= 2  # one running (its ack on its way) and at most one waiting
+        await service.unschedule("buf")
+    assert info is not None
+    assert running[1] == 1, "two fires of one buffer_one schedule ran at once"
+    between = 0
+    for (slot_a, _, ended_a, _), (slot_b, started_b, _, due_b) in itertools.pairwise(runs):
+        assert started_b >= ended_a and slot_b > slot_a
+        # each later run is the fire buffered while the one before ran: written when that
+        # one had left, after its own slot (a fire on time is due at its slot)
+        assert due_b > slot_b.timestamp()
+        between += round((slot_b - slot_a).total_seconds()) - 1
+    assert info.skipped >= max(2, between) and metrics.total("schedule_skipped") == info.skipped
+    assert metrics.total("schedule_fires") == info.fires
+    # every slot up to the mark was fired, skipped or is the one held back
+    first = runs[0][0]
+    assert info.last_slot is not None and info.next_fire is not None
+    slots = round((info.next_fire - first).total_seconds())
+    assert info.fires + info.skipped + (info.buffered is not None) == slots
+
+
+async def test_buffer_one_releases_after_a_dead_letter(
+    redis_url: str, prefix: str, wait_for
+) -> None:
+    slots: list[datetime] = []
+    gate = asyncio.Event()
+
+    async def failing(event: Tick) -> None:
+        delivery = current_delivery()
+        assert delivery is not None and delivery.slot is not None
+        slots.append(delivery.slot)
+        if len(slots) == 1:
+            await gate.wait()  # held until a buffered fire exists
+            raise RuntimeError("goes to the dead letters")
+
+    service = make(redis_url, prefix, retry_attempts=0, visibility_timeout=10)
+    service.add_handler(Tick, failing, concurrency=10)
+    async with service:
+        await service.schedule("dl", Tick, every=timedelta(seconds=1), overlap="buffer_one")
+        await wait_for(lambda: slots, timeout=10)
+
+        async def buffered() -> bool:
+            info = await service.schedule_info("dl")
+            return info is not None and info.buffered is not None
+
+        await wait_for(buffered, timeout=10)
+        assert len(slots) == 1
+        # shown where users look: the CLI's JSON (schedule_json) and the dashboard
+        info = await service.schedule_info("dl")
+        assert info is not None and schedule_json(info)["buffered"]
+        app = create_app(service)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://d.test") as http:
+            assert "1 buffered" in (await http.get("/schedules")).text
+        gate.set()
+        await wait_for(lambda: len(slots) >= 2, timeout=10)
+        await service.unschedule("dl")
+        assert len(await service.dead_letters(Tick)) >= 1
+    assert slots[1] - slots[0] == timedelta(seconds=1)
+
+
+async def test_a_failed_fire_is_retried_with_its_id_and_slot(
+    redis_url: str, prefix: str, wait_for
+) -> None:
+    runs: list[tuple[str, int, datetime | None]] = []
+
+    async def flaky(event: Tick) -> None:
+        delivery = current_delivery()
+        assert delivery is not None
+        runs.append((event.id, delivery.attempt, delivery.slot))
+        if delivery.attempt == 1 and len(runs) == 1:
+            raise RuntimeError("first attempt of the first fire fails")
+
+    metrics = InMemoryMetrics()
+    service = make(
+        redis_url, prefix, metrics=metrics, retry_attempts=2, retry_backoff=fixed(0.05)
+    )
+    service.add_handler(Tick, flaky)
+    async with service:
+        await service.schedule("retry", Tick, every=timedelta(seconds=1), overlap="allow")
+        await wait_for(lambda: any(attempt == 2 for _, attempt, _ in runs), timeout=10)
+        await service.unschedule("retry")
+    first_id, _, first_slot = runs[0]
+    assert (first_id, 2, first_slot) in runs  # the same fire again, not a new slot
+    assert metrics.total("retried") >= 1
 
 
 async def test_catch_up_after_every_process_was_down(redis_url: str, prefix: str, wait_for) -> None:
@@ -377,13 +480,19 @@ async def test_prometheus_names(redis_url: str, prefix: str, wait_for) -> None:
     from delayq.prometheus import PrometheusMetrics
 
     registry = prometheus_client.CollectorRegistry()
-    service = make(redis_url, prefix, metrics=PrometheusMetrics(registry))
+    sink = PrometheusMetrics(registry)
+    service = make(redis_url, prefix, metrics=sink)
     rec = Recorder()
     service.add_handler(Tick, rec)
     async with service:
         await service.schedule("prom", Tick, every=timedelta(seconds=1))
-        await wait_for(lambda: rec.ids, timeout=10)
+        assert await service.trigger_schedule("prom")
+        await wait_for(lambda: len(rec.regular()) >= 1 and len(rec.ids) >= 2, timeout=10)
         await asyncio.sleep(0.2)
+    # the counters a quiet run does not reach (their values are tested with InMemoryMetrics)
+    for name in ("schedule_skipped", "schedule_catch_up", "schedule_missed"):
+        sink.increment(name, event_type="sched-tick")
     text = prometheus_client.generate_latest(registry).decode()
-    assert 'delayq_schedule_fires_total{event_type="sched-tick"}' in text
-    assert "delayq_schedule_lag_seconds_bucket" in text
+    for family in ("fires", "triggers", "skipped", "catch_up", "missed"):
+        assert f'delayq_schedule_{family}_total{{event_type="sched-tick"}}' in text
+    assert 'delayq_schedule_lag_seconds_bucket{event_type="sched-tick"' in text

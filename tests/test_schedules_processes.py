@@ -122,6 +122,32 @@ async def test_every_second_and_cron_fire_once_per_slot(
         assert slots == list(range(slots[0], slots[-1] + 1, 1000)), f"{name}: a slot was lost"
 
 
+async def test_buffer_one_never_runs_two_fires_at_once_across_processes(
+    redis_url: str, prefix: str, procs: Procs, raw, wait_for
+) -> None:
+    for i in range(3):
+        procs.start(f"w{i}", "--sleep", "2.2")  # 8 handler slots each: plenty to overlap
+    await _ready(raw, prefix, 3, wait_for)
+    producer = EventService.from_url(redis_url, prefix=prefix, enable_scheduling=False)
+    await producer.schedule("buf", SchedJob, every=timedelta(seconds=1), overlap="buffer_one")
+
+    async def runs() -> int:
+        return len(await _slots(raw, prefix, "buf"))
+
+    await wait_for(lambda: _at_least(runs, 4), timeout=30)
+    info = await producer.schedule_info("buf")
+    await producer.unschedule("buf")
+    await procs.stop_all()
+    await producer.aclose()
+    assert info is not None and info.skipped >= 2
+    assert int(await raw.get(f"{prefix}-test:overlaps") or 0) == 0
+    _check_once_per_slot(await raw.hgetall(f"{prefix}-test:count"), "buf", 1000)
+
+
+async def _at_least(count, n: int) -> bool:  # type: ignore[no-untyped-def]
+    return await count() >= n
+
+
 @pytest.mark.slow
 async def test_sigkill_a_random_process_every_2s_loses_and_doubles_nothing(
     redis_url: str, prefix: str, procs: Procs, raw, wait_for

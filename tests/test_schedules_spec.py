@@ -15,6 +15,7 @@ from delayq.schedules.spec import (
     due_slots,
     fire_id,
     jitter_ms,
+    next_look,
     next_slot,
     previous_slot,
     upcoming,
@@ -161,3 +162,15 @@ def test_fire_ids() -> None:
     for name in ("a", "b", "report", "nightly"):
         for slot in range(0, 50_000, 1000):
             assert partition_of(fire_id(name, slot, 8), 8) == partition_of(name, 8)
+
+
+def test_next_look_while_a_fire_is_buffered() -> None:
+    s = spec(every=60_000)
+    assert next_look(s, 60_000, 0, 61_000) == 120_000  # nothing held: the next slot
+    # held for 1 s: look again in 125 ms (an eighth), never sooner than 50 ms
+    assert next_look(s, 60_000, 60_000, 61_000) == 61_125
+    assert next_look(s, 60_000, 60_000, 60_010) == 60_060
+    # held long: once a second at most, and the next slot still comes first
+    assert next_look(s, 60_000, 60_000, 100_000) == 101_000
+    assert next_look(s, 60_000, 60_000, 119_500) == 120_000
+    assert next_look(s, 60_000, 60_000, 61_000, ahead_ms=200) == 61_325

@@ -59,7 +59,9 @@ ACL_COMMANDS = (
     # recurring schedules: listing them (client)
     "hscan "
     # the Spark streaming sink's ledger (scripts)
-    "zmscore zrevrange"
+    "zmscore zrevrange "
+    # flow keys: each key's line of ready events, read in lexical order (scripts)
+    "zrangebylex zlexcount"
 ).split()
 ACL_COMMANDS = list(dict.fromkeys(ACL_COMMANDS))  # zcard, zrange: both sides
 

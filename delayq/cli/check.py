@@ -31,6 +31,8 @@ _SAMPLES: dict[str, list[str]] = {
     "zrevrangebyscore": ["K", "1", "0"], "zpopmin": ["K"], "publish": ["C", "m"],
     # partitioned types: scheduler membership and retiring a layout
     "zremrangebyscore": ["K", "0", "1"], "srem": ["K", "m"],
+    # flow keys: each key's line of ready events
+    "zrangebylex": ["K", "-", "+"], "zlexcount": ["K", "-", "+"],
 }  # fmt: skip
 
 

@@ -102,6 +102,8 @@ def register(app: typer.Typer) -> None:
         payload: Annotated[str, typer.Option("--payload", help="The event's fields as a JSON object (without id).")] = "{}",
         context: Annotated[list[str] | None, typer.Option("--context", help="key=value context entry (repeatable).", show_default=False)] = None,
         replace: Annotated[bool, typer.Option("--replace", help="Replace an existing event with this id (payload, context and due time together).")] = False,
+        debounce: Annotated[str | None, typer.Option("--debounce", help="Debounce: replace an existing event with this id, but never past its first enqueue + this long (docs/FLOW.md).", show_default=False)] = None,
+        unique_for: Annotated[str | None, typer.Option("--unique-for", help="Once handled, refuse this id for this long (docs/FLOW.md).", show_default=False)] = None,
         as_json: Json = False,
         redis_url: RedisUrl = DEFAULT_URL,
         prefix: Prefix = "delayq",
@@ -110,6 +112,8 @@ def register(app: typer.Typer) -> None:
         """Enqueue one event, validated against its class before anything is written."""
         cls = load_event_type(event_class)
         seconds = parse_delay(delay)
+        debounce_s = None if debounce is None else parse_delay(debounce)
+        unique_s = None if unique_for is None else parse_delay(unique_for)
         try:
             fields = json.loads(payload)
         except json.JSONDecodeError as exc:
@@ -142,8 +146,9 @@ def register(app: typer.Typer) -> None:
             async with connect(redis_url, prefix, cluster) as service:
                 try:
                     return await service.enqueue_with_delay(
-                        event, seconds, context=ctx or None, replace=replace
-                    )
+                        event, seconds, context=ctx or None, replace=replace,
+                        debounce=debounce_s, unique_for=unique_s,
+                    )  # fmt: skip
                 except (OverflowError, TypeError, ValueError) as exc:  # encoding: nothing written
                     fail(f"cannot enqueue this {cls.event_name}: {exc}")
 

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from ..events import validate_name
 from ..flow.control import KEEP
+from ..flow.keys import KeyBacklogs
 from ..flow.limits import FlowLimits
 from ..keys import DEFAULT_GROUP
 from ..service import EventService
@@ -40,6 +41,10 @@ def _show(type_name: str, group: str, limits: FlowLimits, as_json: bool) -> None
     table.add_row("concurrency", "none" if limits.concurrency is None else str(limits.concurrency))
     table.add_row("rate", "none" if limits.rate is None else str(limits.rate))
     table.add_row("paused", "yes" if limits.paused else "no")
+    if limits.per_key_concurrency is not None or limits.per_key_rate is not None:
+        pkc, pkr = limits.per_key_concurrency, limits.per_key_rate
+        table.add_row("per-key concurrency", "none" if pkc is None else str(pkc))
+        table.add_row("per-key rate", "none" if pkr is None else str(pkr))
     console.print(table)
 
 
@@ -88,6 +93,16 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option("--rate", help="Starts per period: 100/s, 6000/min, '100/s burst 20'."),
         ] = None,
+        per_key_concurrency: Annotated[
+            int | None,
+            typer.Option(
+                "--per-key-concurrency",
+                help="Handlers in flight per flow key (1: each key in order).",
+            ),
+        ] = None,
+        per_key_rate: Annotated[
+            str | None, typer.Option("--per-key-rate", help="Starts per period per flow key.")
+        ] = None,
         group: GroupName = DEFAULT_GROUP,
         as_json: Json = False,
         redis_url: RedisUrl = DEFAULT_URL,
@@ -96,15 +111,23 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Set limits; those not given are left as they are. Every worker obeys within ~1 s."""
         g = _checked(type_name, group)
-        if concurrency is None and rate is None:
-            fail("limits set: give --concurrency and/or --rate (limits clear removes them)")
+        if concurrency is None and rate is None and per_key_concurrency is None and (
+            per_key_rate is None
+        ):
+            fail("limits set: give --concurrency, --rate, --per-key-concurrency and/or "
+                 "--per-key-rate (limits clear removes them)")  # fmt: skip
+        per_key: dict[str, Any] = {}
+        if per_key_concurrency is not None:
+            per_key["per_key_concurrency"] = per_key_concurrency
+        if per_key_rate is not None:
+            per_key["per_key_rate"] = per_key_rate
 
         async def main() -> FlowLimits:
             async with connect(redis_url, prefix, cluster) as service:
                 return await _call(
                     service, "set_limits", event_type=type_name, group=g,
                     concurrency=KEEP if concurrency is None else concurrency,
-                    rate=KEEP if rate is None else rate,
+                    rate=KEEP if rate is None else rate, **per_key,
                 )  # fmt: skip
 
         _show(type_name, group, run(main), as_json)
@@ -116,25 +139,73 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--concurrency", help="Remove only the concurrency limit.")
         ] = False,
         rate: Annotated[bool, typer.Option("--rate", help="Remove only the rate limit.")] = False,
+        per_key: Annotated[
+            bool, typer.Option("--per-key", help="Remove only the per-key limits.")
+        ] = False,
         group: GroupName = DEFAULT_GROUP,
         as_json: Json = False,
         redis_url: RedisUrl = DEFAULT_URL,
         prefix: Prefix = "delayq",
         cluster: Cluster = False,
     ) -> None:
-        """Remove limits (both, unless --concurrency or --rate picks one); pause is kept."""
+        """Remove limits (all, unless --concurrency, --rate or --per-key picks); pause is kept."""
         g = _checked(type_name, group)
-        both = not concurrency and not rate
+        every = not concurrency and not rate and not per_key
 
         async def main() -> FlowLimits:
             async with connect(redis_url, prefix, cluster) as service:
                 return await _call(
                     service, "set_limits", event_type=type_name, group=g,
-                    concurrency=None if both or concurrency else KEEP,
-                    rate=None if both or rate else KEEP,
+                    concurrency=None if every or concurrency else KEEP,
+                    rate=None if every or rate else KEEP,
+                    per_key_concurrency=None if every or per_key else KEEP,
+                    per_key_rate=None if every or per_key else KEEP,
                 )  # fmt: skip
 
         _show(type_name, group, run(main), as_json)
+
+    @limits.command("keys")
+    def limits_keys(
+        type_name: TypeName,
+        limit: Annotated[int, typer.Option("--limit", help="How many keys (1-1000).")] = 20,
+        group: GroupName = DEFAULT_GROUP,
+        as_json: Json = False,
+        redis_url: RedisUrl = DEFAULT_URL,
+        prefix: Prefix = "delayq",
+        cluster: Cluster = False,
+    ) -> None:
+        """The flow keys with the most ready events: ready, running, held back by a
+        per-key limit (read-only)."""
+        g = _checked(type_name, group)
+
+        async def main() -> KeyBacklogs:
+            async with connect(redis_url, prefix, cluster) as service:
+                try:
+                    return await service.key_backlog(type_name, group=g, limit=limit)
+                except (TypeError, ValueError) as exc:
+                    fail(str(exc))
+
+        got = run(main)
+        if as_json:
+            print_json({
+                "type": type_name, "group": group, "in_rotation": got.in_rotation,
+                "parked": got.parked, "scanned": got.scanned,
+                "keys": [{"key": k.key, "ready": k.ready, "running": k.running,
+                          "parked_until": k.parked_until.isoformat() if k.parked_until else None}
+                         for k in got.keys],
+            })  # fmt: skip
+            return
+        where = type_name if group == DEFAULT_GROUP else f"{type_name} [{group}]"
+        table = Table(
+            title=text(f"{where}: {got.in_rotation} flow keys taking turns, {got.parked} held back"),
+            title_justify="left",
+        )
+        for column in ("key", "ready", "running", "held back until"):
+            table.add_column(column, justify="right" if column in ("ready", "running") else "left")
+        for k in got.keys:
+            table.add_row(text(k.key or "(no key)"), f"{k.ready:,}", str(k.running),
+                          k.parked_until.isoformat() if k.parked_until else "")  # fmt: skip
+        console.print(table)
 
     for paused in (True, False):
         _register_pause(app, paused)

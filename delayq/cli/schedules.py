@@ -47,6 +47,7 @@ def schedule_json(info: ScheduleInfo) -> dict[str, Any]:
         "fires": info.fires,
         "skipped": info.skipped,
         "triggers": info.triggers,
+        "buffered": _iso(info.buffered),
         "payload": info.payload,
         "context": info.context,
     }

@@ -164,7 +164,7 @@ class Actions:
                 await dash.service.pause(name, group=group_arg)
             else:
                 await dash.service.resume(name, group=group_arg)
-        except ValueError as exc:  # a partitioned type
+        except ValueError as exc:  # refused (an unknown group name...)
             return dash.message(request, 400, "Refused", str(exc), back=name, back_group=group_arg)
         heading = "Paused" if action == "pause" else "Resumed"
         message = (

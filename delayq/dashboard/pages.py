@@ -256,12 +256,15 @@ class Pages:
         counts = context["counts"]
         try:
             limits: FlowLimits | None = await dash.service.limits(name, group=group_arg)
-        except ValueError:  # a partitioned type has no flow limits
+        except ValueError:  # an unreadable group name: no flow card
             limits = None
+        # flow keys: the biggest per-key backlogs (empty for a type without keys)
+        backlog = await dash.service.key_backlog(name, group=group_arg, limit=10)
         return dash.render(
             request,
             "type.html",
             limits=limits,
+            key_backlog=backlog,
             dead=dead,
             dead_offset=dead_offset,
             dead_total=counts.dead if counts is not None else 0,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal
 
-__all__ = ["Dedup", "dedup_mode"]
+__all__ = ["Dedup", "check_debounce", "dedup_mode"]
 
 _MAX_MS = 366 * 86_400_000
 
@@ -60,3 +60,13 @@ def dedup_mode(
     if unique_for is not None:
         return Dedup("unique", _ms("unique_for", unique_for))
     return bool(replace)
+
+
+def check_debounce(mode: bool | Dedup, ms: int) -> None:
+    """``ValueError`` when a debounced event is due more than its ``max_wait`` from now
+    (``ms``: its delay): the window's cap would pull it in, which is never what a
+    caller means."""
+    if isinstance(mode, Dedup) and mode.mode == "debounce" and ms > mode.ms:
+        raise ValueError(
+            f"a debounced event's delay ({ms} ms) must not exceed debounce ({mode.ms} ms)"
+        )

@@ -15,7 +15,19 @@ rate_ms     the period in ms
 burst       starts allowed at once after an idle spell (the bucket size)
 paused      ``1`` while the type (group) is paused
 tat         GCRA state: the theoretical arrival time, ms on Redis's clock
+t_*         on a partitioned type only: the limit the user set for the whole
+            type (``t_concurrency``, ``t_rate_n``, ``t_rate_ms``, ``t_burst``);
+            the plain fields then hold this partition's share
+key_concurrency  per flow key: handlers in flight (live leases) of each key
+key_rate_n, key_rate_ms, key_burst  per flow key: a rate like ``rate_n``...
+channel, shard   where claim.lua publishes a scheduler wake-up for a key whose
+            next per-key token is due (stored with a per-key rate)
 =========== ================================================================
+
+**Partitioned types** (``partitions=N``): each partition is claimed on its own
+cluster slot, so each partition's limits HASH holds a *share* of the type's
+limit, and the shares add up to it (:func:`split_concurrency`,
+:func:`split_rate`): the type-wide limit holds because each share holds.
 """
 
 from __future__ import annotations
@@ -25,7 +37,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FlowLimits", "Rate", "parse_rate"]
+__all__ = ["FlowLimits", "Rate", "parse_rate", "shares", "split_concurrency", "split_rate"]
 
 _UNITS_MS = {
     "ms": 1,
@@ -122,28 +134,43 @@ class FlowLimits:
     ``concurrency``: handlers in flight across every process (None: no limit).
     ``rate``: handler starts per period across every process (None: no limit).
     ``paused``: no handler starts while True (see ``EventService.pause``).
+    ``per_key_concurrency``, ``per_key_rate``: the same, for each flow key
+    separately (docs/FLOW.md, "Flow keys"); ``per_key_concurrency=1`` runs
+    each key's events one at a time, in order.
     """
 
     concurrency: int | None = None
     rate: Rate | None = None
     paused: bool = False
+    per_key_concurrency: int | None = None
+    per_key_rate: Rate | None = None
 
     @property
     def active(self) -> bool:
         """True when any limit is set (the limits key exists in Redis)."""
-        return self.concurrency is not None or self.rate is not None or self.paused
+        return (
+            self.concurrency is not None
+            or self.rate is not None
+            or self.paused
+            or self.per_key_concurrency is not None
+            or self.per_key_rate is not None
+        )
 
     def to_dict(self) -> dict[str, object]:
         """The limits as JSON-ready values (``rate`` as ``{count, period_ms, burst, text}``)."""
-        rate = self.rate
-        shown: dict[str, object] | None = None
-        if rate is not None:
-            shown = {"count": rate.count, "period_ms": rate.period_ms, "burst": rate.burst}
-            shown["text"] = str(rate)
+
+        def shown(rate: Rate | None) -> dict[str, object] | None:
+            if rate is None:
+                return None
+            return {"count": rate.count, "period_ms": rate.period_ms, "burst": rate.burst,
+                    "text": str(rate)}  # fmt: skip
+
         return {
             "concurrency": self.concurrency,
-            "rate": shown,
+            "rate": shown(self.rate),
             "paused": self.paused,
+            "per_key_concurrency": self.per_key_concurrency,
+            "per_key_rate": shown(self.per_key_rate),
         }
 
     def fields(self) -> dict[str, str]:
@@ -157,6 +184,12 @@ class FlowLimits:
             out["burst"] = str(self.rate.burst)
         if self.paused:
             out["paused"] = "1"
+        if self.per_key_concurrency is not None:
+            out["key_concurrency"] = str(_positive("per_key_concurrency", self.per_key_concurrency))
+        if self.per_key_rate is not None:
+            out["key_rate_n"] = str(self.per_key_rate.count)
+            out["key_rate_ms"] = str(self.per_key_rate.period_ms)
+            out["key_burst"] = str(self.per_key_rate.burst)
         return out
 
     @classmethod
@@ -166,16 +199,87 @@ class FlowLimits:
             (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
             for k, v in fields.items()
         }
-        concurrency = int(f["concurrency"]) if f.get("concurrency", "").isdigit() else None
-        rate = None
-        if all(f.get(k, "").isdigit() for k in ("rate_n", "rate_ms", "burst")):
-            try:
-                rate = Rate(int(f["rate_n"]), int(f["rate_ms"]), int(f["burst"]))
-            except ValueError:
-                rate = None
-        return cls(concurrency, rate, f.get("paused") == "1")
+
+        def count(name: str) -> int | None:
+            return int(f[name]) if f.get(name, "").isdigit() else None
+
+        def rate(n: str, ms: str, burst: str) -> Rate | None:
+            if all(f.get(k, "").isdigit() for k in (n, ms, burst)):
+                try:
+                    return Rate(int(f[n]), int(f[ms]), int(f[burst]))
+                except ValueError:
+                    return None
+            return None
+
+        # a partition's HASH holds its share and the type's figure (t_*): show the latter
+        t = "t_" if "t_rate_n" in f else ""
+        return cls(
+            count("t_concurrency" if "t_concurrency" in f else "concurrency"),
+            rate(t + "rate_n", t + "rate_ms", t + "burst"),
+            f.get("paused") == "1",
+            count("key_concurrency"),
+            rate("key_rate_n", "key_rate_ms", "key_burst"),
+        )
 
 
 def check_concurrency(value: Any) -> int | None:
     """``value`` as a fleet-wide concurrency limit (None removes it); raises ValueError."""
     return None if value is None else _positive("concurrency", value)
+
+
+def shares(total: int, parts: int) -> list[int]:
+    """``total`` split into ``parts`` whole shares as equal as possible (the first ones take
+    the remainder), adding up to ``total``."""
+    q, r = divmod(total, parts)
+    return [q + (1 if k < r else 0) for k in range(parts)]
+
+
+_T_CONCURRENCY = {"t_concurrency": ""}
+_T_RATE = {"t_rate_n": "", "t_rate_ms": "", "t_burst": ""}
+
+
+def split_concurrency(value: int | None, parts: int) -> list[dict[str, str]]:
+    """The limits HASH changes, one dict per shard (partition), for a type-wide concurrency.
+
+    Each shard gets a share (:func:`shares`), at least 1, so the live leases of
+    all shards never add up to more than ``value``. ``ValueError`` when
+    ``value`` is below the shard count: a shard with share 0 would never run an
+    event (ids are routed to partitions by hash, not by free slots).
+    """
+    if value is None:
+        return [{"concurrency": "", **_T_CONCURRENCY} for _ in range(parts)]
+    if parts == 1:
+        return [{"concurrency": str(value), **_T_CONCURRENCY}]
+    if value < parts:
+        raise ValueError(
+            f"concurrency {value} is below the type's {parts} partitions: a partitioned "
+            "type's limit is split between its partitions (each claims on its own cluster "
+            f"slot) and each needs at least 1; set at least {parts} (see docs/FLOW.md)"
+        )
+    return [{"concurrency": str(s), "t_concurrency": str(value)} for s in shares(value, parts)]
+
+
+def split_rate(rate: Rate | None, parts: int) -> list[dict[str, str]]:
+    """The limits HASH changes, one dict per shard (partition), for a type-wide rate.
+
+    Each shard gets ``1/parts`` of the rate (the same count over a period
+    ``parts`` times as long: no rounding, and no shard without tokens) and a share of
+    the bucket; a shard's bucket must hold at least 1 start, so the bucket in
+    force is ``max(burst, parts)`` (``limits()`` shows the burst as set).
+    Summed over shards: in any window of ``w`` ms at most
+    ``max(burst, parts) + w * count / period_ms`` starts.
+    """
+    if rate is None:
+        return [{"rate_n": "", "rate_ms": "", "burst": "", "tat": "", **_T_RATE}
+                for _ in range(parts)]  # fmt: skip
+    if parts == 1:
+        return [{"rate_n": str(rate.count), "rate_ms": str(rate.period_ms),
+                 "burst": str(rate.burst), **_T_RATE}]  # fmt: skip
+    burst = max(rate.burst, parts)
+    total = {"t_rate_n": str(rate.count), "t_rate_ms": str(rate.period_ms),
+             "t_burst": str(rate.burst)}  # fmt: skip
+    return [
+        {"rate_n": str(rate.count), "rate_ms": str(rate.period_ms * parts), "burst": str(b),
+         **total}
+        for b in shares(burst, parts)
+    ]  # fmt: skip

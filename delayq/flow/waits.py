@@ -6,7 +6,7 @@
 - **paused** or **at the concurrency limit**: BLPOP on the group's wake list
   for at most ``wait_ms`` (≤ 1 s). Acks of a type with a concurrency limit, and
   every change of limits (resume included), push wake tokens there, one
-  consumer per token; the timeout is the fallback (a slot freed by a failure or
+  consumer per token (failures too); the timeout is the fallback (a slot freed by
   an expired lease, a token lost in a failover), so a change is seen within 1 s.
 - **out of rate tokens**: sleep until the next token (≤ 1 s), plus a little
   jitter so that the processes waiting for it do not all claim at once.
@@ -17,7 +17,8 @@ each token's race) while rate-limited. See docs/FLOW.md.
 
 Reported (through the service's metrics): ``throttled`` (claims held back),
 ``throttled_time`` (``observe``: seconds spent waiting, ``outcome`` = the
-reason), gauges ``paused`` (1/0), ``fleet_in_flight`` and ``concurrency_limit``.
+reason), gauges ``paused`` (1/0), ``fleet_in_flight`` and ``concurrency_limit``
+(for a partitioned type, the sums of its partitions' last figures).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class FlowWaits:
         self._group = group
         self.paused = False
         """True while the last claim found the group paused."""
+        self._shards: dict[str, tuple[int, int, float]] = {}  # shard -> live, limit, when
 
     async def wait(self, shard: str, throttle: Throttle) -> None:
         """Wait as ``throttle`` says (see the module's doc); report the time waited."""
@@ -53,8 +55,9 @@ class FlowWaits:
             self.paused = paused
             metrics.gauge("paused", 1.0 if paused else 0.0, event_type=type_name)
         if throttle.limit >= 0:
-            metrics.gauge("fleet_in_flight", throttle.live, event_type=type_name)
-            metrics.gauge("concurrency_limit", throttle.limit, event_type=type_name)
+            live, limit = self._fleet(shard, throttle)
+            metrics.gauge("fleet_in_flight", live, event_type=type_name)
+            metrics.gauge("concurrency_limit", limit, event_type=type_name)
         seconds = throttle.wait_ms / 1000
         if seconds <= 0:
             return
@@ -65,6 +68,17 @@ class FlowWaits:
             await self._store.wait_for_flow(shard, seconds, group=self._group)
         metrics.observe("throttled_time", time.monotonic() - start, event_type=type_name,
                         outcome=throttle.reason)  # fmt: skip
+
+    def _fleet(self, shard: str, throttle: Throttle) -> tuple[int, int]:
+        """Live leases and the limit of the whole type: a partitioned type's claims see one
+        partition's (its share), so the last figures of each partition are added up, the
+        live leases of those seen within the last 2 s (the rest are not at their share)."""
+        now = time.monotonic()
+        self._shards[shard] = (throttle.live, throttle.limit, now)
+        if len(self._shards) == 1:
+            return throttle.live, throttle.limit
+        live = sum(v[0] for v in self._shards.values() if now - v[2] < 2.0)
+        return live, sum(v[1] for v in self._shards.values())
 
     def claimed(self) -> None:
         """A claim went through unthrottled: a paused gauge goes back to 0."""

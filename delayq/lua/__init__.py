@@ -37,6 +37,7 @@ PER_TYPE = (
     "dead_find",
     "schedule_fire",
     "sink_enqueue",
+    "key_backlog",
 )
 GROUPED = (
     "group_move",
@@ -82,9 +83,16 @@ def source(name: str) -> str:
     return body
 
 
-# The prelude's names of KEYS[11..16] (and the helpers that read them), by the
+# The prelude's names of KEYS[11..21] (and the helpers that read them), by the
 # number of keys a script must be given to have them.
 _OPTIONAL_KEYS = (
+    (
+        21,
+        re.compile(
+            r"\bK_(?:FKEYS|KLINES|KROT|KWAIT|KRUN)\b|KEYS\[(?:17|18|19|20|21)\]"
+            r"|\bpush_ready(?:_to)?\(|\bkey_done\("
+        ),
+    ),
     (16, re.compile(r"\bK_DEDUP\b|KEYS\[16\]")),
     (15, re.compile(r"\bK_WAKE\b|KEYS\[15\]|\bwake_waiters\(")),
     (14, re.compile(r"\bK_LIMITS\b|KEYS\[14\]")),
@@ -98,7 +106,7 @@ _OPTIONAL_KEYS = (
 def key_count(name: str) -> int:
     """How many keys of a group's view (``keys.TypeKeys.view``) the per-type script ``name``
     uses: its ten, then groups, pending, the retry schedule, the flow limits, the
-    wake list and the dedup set, as far as its code reads them.
+    wake list, the dedup set and the flow keys' five, as far as its code reads them.
 
     Derived from the script's own code (comments left out), so a type without groups
     sends only what the script needs.

@@ -5,7 +5,8 @@
 -- nine keys per group, in the order of the names in ARGV[2 .. ARGV[1] + 1]:
 --   scheduled (the group's retries), ready, queued, inflight, leases,
 --   attempts, errors, dead, meta
--- (for the default group: its retry schedule and the type's own keys).
+-- (for the default group: its retry schedule and the type's own keys); then
+-- four per group for flow keys and the type's fkeys (see gkkey below).
 -- ARG(i) is the script's own i-th argument, after the names.
 local N_GROUPS = tonumber(ARGV[1])
 local GROUP_NAMES = {}
@@ -14,6 +15,13 @@ local function ARG(i) return ARGV[1 + N_GROUPS + i] end
 local G_SCHED, G_READY, G_QUEUED, G_INFLIGHT, G_LEASES = 1, 2, 3, 4, 5
 local G_ATTEMPTS, G_ERRORS, G_DEAD, G_META = 6, 7, 8, 9
 local function gkey(g, j) return KEYS[13 + 9 * (g - 1) + j] end
+-- then each group's flow-key state (klines, krot, kwait, krun: see _prelude.lua)
+-- and the type's fkeys, after all the groups' nine
+local G_KLINES, G_KROT, G_KWAIT = 1, 2, 3
+local function gkkey(g, j) return KEYS[13 + 9 * N_GROUPS + 4 * (g - 1) + j] end
+-- (the prelude's K_LIMITS .. K_KRUN name other keys here: group scripts pass
+-- gkkey's to push_ready_to and never use those)
+K_FKEYS = KEYS[13 + 13 * N_GROUPS + 1]
 
 -- The registry as {name -> max deliveries}, or nil and the registered names
 -- when the caller passed other groups (another process registered or removed
@@ -48,8 +56,7 @@ local function check_group_keys()
       local key = gkey(g, j)
       local found = redis.call('TYPE', key).ok
       if found ~= 'none' and found ~= GKEY_TYPES[j] then
-        error('WRONGTYPE delayq key ' .. key .. ' holds a ' .. found .. ', not a ' ..
-          GKEY_TYPES[j] .. ': something other than delayq wrote it; nothing was changed', 0)
+        refuse_wrong_type(key, found, GKEY_TYPES[j])
       end
     end
   end

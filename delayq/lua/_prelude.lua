@@ -63,14 +63,29 @@ end
 -- key could leave an event in no state at all (stranded). Scripts check the
 -- keys they write after their first write; keys read before any write need no
 -- check (the read fails first).
+-- The error's code (its first word) is WRONGTYPE on every server, as for a
+-- command that met such a key (see refuse_wrong_type).
 local KEY_TYPES = {'hash', 'zset', 'list', 'zset', 'zset', 'hash', 'hash', 'hash', 'zset', 'hash',
   'hash', 'hash', 'zset'}
+
+-- Ends the script with a WRONGTYPE error naming `key`. A plain error('WRONGTYPE ...')
+-- reaches clients as "ERR WRONGTYPE ..." on Redis 7+ and Valkey; an error table keeps
+-- its code there but breaks Redis 6.2's error handler, which wraps a string error
+-- as "ERR Error running script (...): @user_script:N: WRONGTYPE ..." instead (code
+-- unwrapped by delayq.errors.error_code). REDIS_VERSION_NUM exists from Redis 7.0
+-- (and in Valkey).
+local function refuse_wrong_type(key, found, expected)
+  local message = 'WRONGTYPE delayq key ' .. key .. ' holds a ' .. found .. ', not a ' ..
+    expected .. ': something other than delayq wrote it; nothing was changed'
+  if redis.REDIS_VERSION_NUM then error(redis.error_reply(message)) end
+  error(message, 0)
+end
+
 local function check_keys(...)
   for _, i in ipairs({...}) do
     local found = KEYS[i] and redis.call('TYPE', KEYS[i]).ok or 'none'
     if found ~= 'none' and found ~= KEY_TYPES[i] then
-      error('WRONGTYPE delayq key ' .. KEYS[i] .. ' holds a ' .. found .. ', not a ' ..
-        KEY_TYPES[i] .. ': something other than delayq wrote it; nothing was changed', 0)
+      refuse_wrong_type(KEYS[i], found, KEY_TYPES[i])
     end
   end
 end
@@ -95,7 +110,7 @@ end
 -- consumer can measure lateness. Because the list is only pushed on the left
 -- and popped on the right, `pushed - LLEN` tells which sequence numbers have
 -- been popped: that is how move_due finds entries a dead consumer popped.
-local function push_ready_to(k_ready, k_queued, k_meta, ids, dues)
+local function push_plain_to(k_ready, k_queued, k_meta, ids, dues)
   local n = #ids
   if n == 0 then return end
   local seq = redis.call('HINCRBY', k_meta, 'pushed', n) - n
@@ -114,8 +129,119 @@ local function push_ready_to(k_ready, k_queued, k_meta, ids, dues)
   redis.call('ZADD', k_queued, unpack(scored))
 end
 
-local function push_ready(ids, dues)
-  push_ready_to(K_READY, K_QUEUED, K_META, ids, dues)
+-- Flow keys (docs/FLOW.md, "Flow keys"). Once an event of the type has been
+-- enqueued with a key, a group's ready list holds one *marker* entry
+-- 'k:<key>' per key in rotation instead of events; the events wait in their
+-- key's line. Five more keys (the last four per group, like the ready list):
+--   KEYS[17] fkeys   HASH id -> its key (keyed events only; none: the key ''), and
+--                    '' -> 1 once the type uses keys (ids are never empty)
+--   KEYS[18] klines  ZSET score 0: '<key>\0<pos>\0<due ms>:<id>', each key's line in
+--                    lexical order (pos: 'b' + 15 digits counting up at the back,
+--                    'a' + 15 digits counting down at the front); keys have no NUL
+--   KEYS[19] krot    ZSET key -> push sequence of its marker in the ready list (or
+--                    -ms when noticed popped but unclaimed, as in `queued`)
+--   KEYS[20] kwait   ZSET key -> when a key parked by a per-key limit goes back
+--   KEYS[21] krun    ZSET score 0: '<key>\0<id>' the key's deliveries (only while a
+--                    per-key concurrency limit is set)
+-- An event in a key's line is in `queued` with score 0: stale entries are
+-- skipped, counts include it, and the orphan check of the ready list ignores it.
+-- Group scripts (_groups.lua) pass each group's own to the functions below.
+local K_FKEYS, K_KLINES, K_KROT, K_KWAIT, K_KRUN = KEYS[17], KEYS[18], KEYS[19], KEYS[20], KEYS[21]
+local KEYED = nil
+-- True once the type uses flow keys (one EXISTS per script call, cached)
+local function keyed_type()
+  if KEYED == nil then KEYED = K_FKEYS ~= nil and redis.call('EXISTS', K_FKEYS) == 1 end
+  return KEYED
+end
+local function is_marker(entry) return string.byte(entry, 1) == 107 end  -- 'k'
+-- the fk of a claim token "<n>|<fk>" (nil for an unkeyed delivery)
+local function token_key(token)
+  local sep = string.find(token, '|', 1, true)
+  return sep and string.sub(token, sep + 1)
+end
+-- lexical bounds of one fk's members in klines and krun
+local function key_range(fk)
+  return '[' .. fk .. '\0', '(' .. fk .. '\1'
+end
+
+-- Puts a fk's marker at the back of the line of a ready list (the fk must
+-- not be in rotation or parked: the callers check).
+local function push_marker(k_ready, k_meta, k_rot, fk)
+  local seq = redis.call('HINCRBY', k_meta, 'pushed', 1)
+  redis.call('LPUSH', k_ready, 'k:' .. fk)
+  redis.call('ZADD', k_rot, seq, fk)
+end
+
+-- Brings a fk with events into rotation unless it is in rotation or parked.
+local function activate_key(k_ready, k_meta, k_lines, k_rot, k_wait, fk)
+  if redis.call('ZSCORE', k_rot, fk) or redis.call('ZSCORE', k_wait, fk) then return end
+  local lo, hi = key_range(fk)
+  if redis.call('ZLEXCOUNT', k_lines, lo, hi) == 0 then return end
+  push_marker(k_ready, k_meta, k_rot, fk)
+end
+
+-- Ids to their keys' lines (the fk from fkeys; none: ''), in order, and their
+-- keys into rotation. `front`: at the head of the fk's line (an expired
+-- lease: it was due before what waits there, so per-fk order holds).
+local function push_keyed_to(k_ready, k_queued, k_meta, k_lines, k_rot, k_wait, ids, dues, front)
+  local n = #ids
+  local pos = redis.call('HINCRBY', k_meta, front and 'kfront' or 'kback', n) - n
+  local keys, members, scored, order, seen = {}, {}, {}, {}, {}
+  for i = 1, n, 1000 do
+    local got = redis.call('HMGET', K_FKEYS, unpack(ids, i, math.min(n, i + 999)))
+    for j = 1, #got do keys[i + j - 1] = got[j] or '' end
+  end
+  for i = 1, n do
+    local due = dues[i]
+    if type(due) ~= 'string' or not string.find(due, '^%d+$') then
+      due = string.format('%.0f', due)
+    end
+    -- at the front, later pushes sort first (1e15 - pos counts down)
+    local p = front and string.format('a%015.0f', 1e15 - pos - i) or string.format('b%015.0f', pos + i)
+    members[#members + 1] = 0
+    members[#members + 1] = keys[i] .. '\0' .. p .. '\0' .. due .. ':' .. ids[i]
+    scored[#scored + 1] = 0
+    scored[#scored + 1] = ids[i]
+    if not seen[keys[i]] then
+      seen[keys[i]] = true
+      order[#order + 1] = keys[i]
+    end
+  end
+  for i = 1, #members, 2000 do
+    redis.call('ZADD', k_lines, unpack(members, i, math.min(#members, i + 1999)))
+    redis.call('ZADD', k_queued, unpack(scored, i, math.min(#scored, i + 1999)))
+  end
+  for _, fk in ipairs(order) do activate_key(k_ready, k_meta, k_lines, k_rot, k_wait, fk) end
+end
+
+-- Appends ids to a group's ready list (see push_plain_to), or with flow keys
+-- to their keys' lines. k_lines, k_rot, k_wait: the group's flow-fk state (a
+-- per-type script's own when not given; a script without them: its events skip
+-- the rotation).
+local function push_ready_to(k_ready, k_queued, k_meta, ids, dues, front, k_lines, k_rot, k_wait)
+  k_lines, k_rot, k_wait = k_lines or K_KLINES, k_rot or K_KROT, k_wait or K_KWAIT
+  if #ids > 0 and k_lines and keyed_type() then
+    push_keyed_to(k_ready, k_queued, k_meta, k_lines, k_rot, k_wait, ids, dues, front)
+  else
+    push_plain_to(k_ready, k_queued, k_meta, ids, dues)
+  end
+end
+
+local function push_ready(ids, dues, front)
+  push_ready_to(K_READY, K_QUEUED, K_META, ids, dues, front)
+end
+
+-- A keyed delivery ended (ack, fail): its per-fk slot is free, and a fk
+-- parked by its per-fk concurrency limit goes back into rotation (when
+-- `unpark`). The envelope gone, its fk goes too.
+local function key_done(id, token, unpark)
+  local fk = token_key(token)
+  if not fk or not K_KLINES then return end
+  redis.call('ZREM', K_KRUN, fk .. '\0' .. id)
+  if redis.call('HEXISTS', K_EVENTS, id) == 0 then redis.call('HDEL', K_FKEYS, id) end
+  if unpark and redis.call('ZREM', K_KWAIT, fk) == 1 then
+    activate_key(K_READY, K_META, K_KLINES, K_KROT, K_KWAIT, fk)
+  end
 end
 
 -- The scheduler's steps on one delivery list, shared by move_due.lua (a type's
@@ -141,6 +267,38 @@ local function recover_orphans(k_ready, k_queued, k_meta, now, vt, batch, take)
     take(id, now)
   end
   return #suspects == batch or #orphans == batch
+end
+
+-- The same for the markers of a keyed ready list (their pushes are counted in
+-- the same `pushed`), and keys parked by a per-key limit whose time has come
+-- (a rate token is due, or the lease that held the key's slot ran out: an ack
+-- or failure puts them back sooner). Returns whether it filled a batch.
+local function recover_keys(k_ready, k_meta, k_lines, k_rot, k_wait, now, vt, batch)
+  local llen = redis.call('LLEN', k_ready)
+  local popped_max = (tonumber(redis.call('HGET', k_meta, 'pushed')) or 0) - llen
+  if llen == 0 then popped_max = '+inf' end
+  local suspects = redis.call('ZRANGEBYSCORE', k_rot, 1, popped_max, 'LIMIT', 0, batch)
+  for _, fk in ipairs(suspects) do redis.call('ZADD', k_rot, 'XX', -now, fk) end
+  local orphans = redis.call('ZRANGEBYSCORE', k_rot, -(now - vt), '(0', 'LIMIT', 0, batch)
+  for _, fk in ipairs(orphans) do
+    redis.call('ZREM', k_rot, fk)
+    activate_key(k_ready, k_meta, k_lines, k_rot, k_wait, fk)
+  end
+  local due = redis.call('ZRANGEBYSCORE', k_wait, '-inf', now, 'LIMIT', 0, batch)
+  for _, fk in ipairs(due) do
+    redis.call('ZREM', k_wait, fk)
+    activate_key(k_ready, k_meta, k_lines, k_rot, k_wait, fk)
+  end
+  return #suspects == batch or #orphans == batch or #due == batch
+end
+
+-- When a keyed ready list next needs a look: a parked fk's time, a marker's
+-- orphan check.
+local function keyed_looks(k_rot, k_wait, vt, earliest)
+  local first = redis.call('ZRANGE', k_wait, 0, 0, 'WITHSCORES')
+  if first[2] then earliest(tonumber(first[2])) end
+  first = redis.call('ZREVRANGEBYSCORE', k_rot, '(0', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if first[2] then earliest(vt - tonumber(first[2])) end
 end
 
 -- Due ids of a schedule: the lowest scores, counted, then popped in one call

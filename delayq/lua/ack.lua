@@ -11,11 +11,14 @@
 -- With a fleet-wide concurrency limit, consumers waiting for a slot are woken
 -- (one HEXISTS per call when the type has none). An event enqueued with
 -- unique_for, once its last group is done, is refused for its ttl from now
--- (one EXISTS per call when no dedup mode was ever used).
+-- (one EXISTS per call when no dedup mode was ever used). A keyed delivery
+-- (token "<n>|<key>") frees its key's per-key slot and puts the key back into
+-- rotation if its per-key concurrency limit had parked it.
 local counted = counting()
 local unique = redis.call('EXISTS', K_DEDUP) == 1
 local now = unique and clock_ms()
 local removed = 0
+local unpark = nil
 for i = 1, #ARGV, 2 do
   local id = ARGV[i]
   if redis.call('HGET', K_LEASES, id) == ARGV[i + 1] then
@@ -27,6 +30,11 @@ for i = 1, #ARGV, 2 do
     redis.call('HDEL', K_LEASES, id)
     release(id, counted)
     removed = removed + 1
+    if string.find(ARGV[i + 1], '|', 1, true) then
+      -- a keyed delivery: its key's slot is free (see key_done in _prelude.lua)
+      if unpark == nil then unpark = redis.call('HEXISTS', K_LIMITS, 'key_concurrency') == 1 end
+      key_done(id, ARGV[i + 1], unpark)
+    end
     if unique then
       local ttl = tonumber(redis.call('ZSCORE', K_DEDUP, 'u:' .. id))
       if ttl and ttl < 0 and redis.call('HEXISTS', K_EVENTS, id) == 0 then

@@ -19,6 +19,7 @@ redis.call('ZREM', K_INFLIGHT, id)
 redis.call('HDEL', K_LEASES, id)
 redis.call('HDEL', K_ATTEMPTS, id)
 redis.call('HDEL', K_ERRORS, id)
+redis.call('HDEL', K_FKEYS, id)  -- its flow key, if it had one
 local mark = tonumber(redis.call('ZSCORE', K_DEDUP, 'u:' .. id))
 if mark and mark < 0 then redis.call('ZREM', K_DEDUP, 'u:' .. id) end
 return 1

@@ -1,7 +1,8 @@
 -- claim: a consumer takes ready events and starts their leases.
 --
 -- KEYS: the ten keys of the type (see _prelude.lua), then groups, pending,
---   retries (unused here) and KEYS[14] the limits HASH of the type or group.
+--   retries (unused here) and KEYS[14] the limits HASH of the type or group;
+--   with flow keys also wake and dedup (unused) and KEYS[17..21].
 -- ARGV[1] visibility timeout in ms (the lease)
 -- ARGV[2] how many more entries to pop from the ready list here (0..n)
 -- ARGV[3..] entries the consumer already popped with BRPOP
@@ -23,6 +24,17 @@
 -- GCRA's `burst + elapsed * rate`; BRPOP'd entries not allowed go back to the
 -- right end of the ready list, in order, their attempts untouched. Without a
 -- limits key the only extra work is one EXISTS.
+-- Flow keys (docs/FLOW.md): an entry 'k:<key>' is a key's turn. It becomes the
+-- head of that key's list, and the key goes back to the end of the line while
+-- it has events (one event per key per round: fair turns). A key at its
+-- per-key limit (limits fields key_concurrency, key_rate_n/key_rate_ms/
+-- key_burst; the per-key GCRA states are fields 't:<key>' of limits) is
+-- parked in kwait instead, until its slot or token is due (move_due puts it
+-- back then; an ack or failure of its event at once). The token of a keyed
+-- delivery is "<n>|<key>". KEYS[17..21] (fkeys and the group's flow-key state,
+-- see _prelude.lua) are needed only when a marker may come: the caller sends
+-- them when it popped one; a marker met without them goes back to the right
+-- end of the list. A type without keys pays one byte test per entry.
 check_keys(5, 6, 7)  -- inflight, leases, attempts: written after ZREM queued
 keep_working_when_full()
 local t = redis.call('TIME')
@@ -34,7 +46,8 @@ local extra = tonumber(ARGV[2])
 local flow = K_LIMITS ~= nil and redis.call('EXISTS', K_LIMITS) == 1
 local f, live, climit, interval, tat, burst, reason
 if flow then
-  f = redis.call('HMGET', K_LIMITS, 'paused', 'concurrency', 'rate_n', 'rate_ms', 'burst', 'tat')
+  f = redis.call('HMGET', K_LIMITS, 'paused', 'concurrency', 'rate_n', 'rate_ms', 'burst', 'tat',
+    'key_concurrency', 'key_rate_n', 'key_rate_ms', 'key_burst', 'channel', 'shard')
   local want = #entries + extra
   local allowed = want
   if f[1] == '1' then allowed, reason = 0, 'paused' end
@@ -64,17 +77,161 @@ if flow then
   -- and the consumer blocks in BRPOP again rather than claiming every second
   if allowed >= want or redis.call('LLEN', K_READY) == 0 then flow = false end
 end
-if extra > 0 then
-  local popped = redis.call('RPOP', K_READY, extra)
-  if popped then
-    for _, e in ipairs(popped) do entries[#entries + 1] = e end
+
+-- Flow keys: markers become their key's next event (or nothing: the key is
+-- parked at its per-key limit, or the marker is stale).
+local kc, kinterval, kburst
+if f then
+  kc = tonumber(f[7])
+  if f[8] and f[9] and f[10] then
+    kinterval = tonumber(f[9]) / tonumber(f[8])
+    kburst = tonumber(f[10])
   end
 end
+local ekeys = {}   -- index in entries -> key, for keyed entries
+local taken = {}   -- key -> deliveries started in this call (not yet in krun)
+local function id_of(entry)
+  local sep = string.find(entry, ':', 1, true)
+  return sep and string.sub(entry, sep + 1) or entry
+end
+-- when (ms on Redis's clock) the key may start one more event, or nil: now
+local function key_held(fk)
+  local hold
+  if kc then
+    local lo, hi = key_range(fk)
+    local held = redis.call('ZRANGEBYLEX', K_KRUN, lo, hi)
+    local n, first = taken[fk] or 0, nil
+    for _, member in ipairs(held) do
+      local id = string.sub(member, #fk + 2)
+      local tok = redis.call('HGET', K_LEASES, id)
+      local dl = tok and token_key(tok) == fk and tonumber(redis.call('ZSCORE', K_INFLIGHT, id))
+      if dl and dl > now then
+        n = n + 1
+        if first == nil or dl < first then first = dl end
+      else
+        redis.call('ZREM', K_KRUN, member)  -- settled or expired: its slot is free
+      end
+    end
+    -- a slot comes back at the latest when the first live lease runs out
+    if n >= kc then hold = first or (now + 1000) end
+  end
+  if kinterval then
+    local ktat = math.max(tonumber(redis.call('HGET', K_LIMITS, 't:' .. fk)) or now, now)
+    if ktat - now > (kburst - 1) * kinterval then
+      hold = math.max(hold or 0, math.ceil(ktat - (kburst - 1) * kinterval) + 1)
+    end
+  end
+  return hold
+end
+local repush = {}  -- keys whose turn came in this round and that have more events
+-- puts this round's keys back at the end of the line, in their order, in three calls
+local function flush_turns()
+  local n = #repush
+  if n == 0 then return end
+  local seq = redis.call('HINCRBY', K_META, 'pushed', n) - n
+  local markers, scored = {}, {}
+  for i, fk in ipairs(repush) do
+    markers[i] = 'k:' .. fk
+    scored[2 * i - 1] = seq + i
+    scored[2 * i] = fk
+  end
+  redis.call('LPUSH', K_READY, unpack(markers))
+  redis.call('ZADD', K_KROT, unpack(scored))
+  repush = {}
+end
+local function turn(fk)
+  if redis.call('ZREM', K_KROT, fk) == 0 then return nil end  -- stale marker
+  if kc or kinterval then
+    local hold = key_held(fk)
+    if hold then
+      redis.call('ZADD', K_KWAIT, hold, fk)
+      if kinterval and f[11] and f[12] then
+        -- wake the scheduler for it (as schedule() in _prelude.lua does)
+        local wake = tonumber(redis.call('HGET', K_META, 'wake'))
+        if wake == nil or hold < wake then
+          redis.call('HSET', K_META, 'wake', string.format('%.0f', hold))
+          redis.call('PUBLISH', f[11], f[12])
+        end
+      end
+      return nil
+    end
+  end
+  local lo, hi = key_range(fk)
+  local got, more
+  for _ = 1, 10 do  -- skips stale entries (cancelled, replaced, claimed)
+    local head = redis.call('ZRANGEBYLEX', K_KLINES, lo, hi, 'LIMIT', 0, 2)
+    more = head[2] ~= nil
+    if not head[1] then break end
+    redis.call('ZREM', K_KLINES, head[1])
+    -- '<key>\0<pos>\0<due>:<id>': the entry after the second NUL
+    local entry = string.sub(head[1], string.find(head[1], '\0', #fk + 2, true) + 1)
+    -- still queued: it leaves `queued` here (the claim below counts on it)
+    if redis.call('ZREM', K_QUEUED, id_of(entry)) == 1 then
+      got = entry
+      break
+    end
+    if not more then break end
+  end
+  -- back to the end of the line while the key has events (pushed after this round)
+  if more then repush[#repush + 1] = fk end
+  if got then
+    taken[fk] = (taken[fk] or 0) + 1
+    if kinterval then
+      local ktat = math.max(tonumber(redis.call('HGET', K_LIMITS, 't:' .. fk)) or now, now)
+      redis.call('HSET', K_LIMITS, 't:' .. fk, string.format('%.3f', ktat + kinterval))
+    end
+  end
+  return got
+end
+-- a marker given without the keyed keys (a caller that did not expect one) goes back
+-- to the right end of the ready list: the next consumer claims it with them
+local back = {}
+local function add(entry)
+  if is_marker(entry) then
+    if not K_KLINES then
+      back[#back + 1] = entry
+      return false
+    end
+    local fk = string.sub(entry, 3)
+    local got = turn(fk)
+    if not got then return false end
+    entries[#entries + 1] = got
+    ekeys[#entries] = fk
+  else
+    entries[#entries + 1] = entry
+  end
+  return true
+end
+local given = entries
+for _, e in ipairs(given) do
+  if is_marker(e) then
+    entries = {}
+    for _, e2 in ipairs(given) do add(e2) end
+    flush_turns()
+    break
+  end
+end
+-- Extra pops: one RPOP, as many as asked; again while markers were among
+-- them (a marker may give nothing, and may come back within this call). Each
+-- round takes at least one event or drops a marker, so rounds are bounded.
+for _ = 1, extra + 8 do
+  if extra <= 0 then break end
+  local popped = redis.call('RPOP', K_READY, extra)
+  if not popped then break end
+  local markers = false
+  for _, e in ipairs(popped) do
+    if is_marker(e) then markers = true end
+    if add(e) then extra = extra - 1 end
+  end
+  flush_turns()
+  if not markers or #back > 0 then break end
+end
+if #back > 0 then redis.call('RPUSH', K_READY, unpack(back)) end
 
 local result = {tonumber(t[1]) * 1000000 + tonumber(t[2])}
 if #entries == 0 and not flow then return result end
 local token = redis.call('HINCRBY', K_META, 'claims', #entries) - #entries
-for _, entry in ipairs(entries) do
+for i, entry in ipairs(entries) do
   token = token + 1
   local sep = string.find(entry, ':', 1, true)
   local id, due = entry, ''
@@ -82,17 +239,24 @@ for _, entry in ipairs(entries) do
     due = string.sub(entry, 1, sep - 1)
     id = string.sub(entry, sep + 1)
   end
-  if redis.call('ZREM', K_QUEUED, id) == 1 then
+  -- a keyed entry left `queued` when its key's turn took it (see turn)
+  if ekeys[i] or redis.call('ZREM', K_QUEUED, id) == 1 then
     local envelope = redis.call('HGET', K_EVENTS, id)
     if envelope then
       local attempt = redis.call('HINCRBY', K_ATTEMPTS, id, 1)
+      local tok = tostring(token)
+      local fk = ekeys[i]
+      if fk then
+        tok = tok .. '|' .. fk
+        if kc then redis.call('ZADD', K_KRUN, 0, fk .. '\0' .. id) end
+      end
       redis.call('ZADD', K_INFLIGHT, deadline, id)
-      redis.call('HSET', K_LEASES, id, token)
+      redis.call('HSET', K_LEASES, id, tok)
       result[#result + 1] = id
       result[#result + 1] = envelope
       result[#result + 1] = attempt
       result[#result + 1] = due
-      result[#result + 1] = tostring(token)
+      result[#result + 1] = tok
     else
       -- queued but no envelope: something other than delayq deleted it; the
       -- entry is dropped and reported (attempt 0) so the caller can log it

@@ -5,7 +5,8 @@
 --       group, its read view (delayq.keys.TypeKeys.read_view: the type's
 --       schedule, the group's lists, and KEYS[13] the group's retry schedule,
 --       counted as scheduled too); then KEYS[14], the limits HASH (for a
---       type's own counts KEYS[13] is its schedule again, so not counted twice).
+--       type's own counts KEYS[13] is its schedule again, so not counted twice),
+--       and KEYS[15] the group's flow-key lines (klines, see _prelude.lua).
 -- ARGV: none
 -- Returns: {scheduled, ready, in_flight, dead, next_due_ms (-1: none scheduled),
 --           scheduled_overdue, oldest_ready_entry or false, now_ms, paused}
@@ -13,7 +14,8 @@
 --   scheduled_overdue  scheduled events whose due time has passed (the
 --                      scheduler has not moved them yet)
 --   oldest_ready_entry the "<due ms>:<id>" entry at the head of the ready
---                      list (the next to be popped; it may be stale)
+--                      list (the next to be popped; it may be stale); with flow
+--                      keys, the head of the line of the key whose turn is next
 -- Guarantees: read-only; a fixed number of O(log n) commands, whatever the
 -- queue's size; every figure is from the same instant on Redis's clock.
 local now = clock_ms()
@@ -28,6 +30,13 @@ for _, key in ipairs(schedules) do
     next_due = tonumber(first[2])
   end
 end
+local head = redis.call('LINDEX', K_READY, -1)
+if head and is_marker(head) and KEYS[15] then
+  -- flow keys: the next turn is that key's, and its line's head is the entry
+  local lo, hi = key_range(string.sub(head, 3))
+  local first = redis.call('ZRANGEBYLEX', KEYS[15], lo, hi, 'LIMIT', 0, 1)[1]
+  head = first and string.match(first, '^[^%z]*%z[^%z]*%z(.*)$') or false
+end
 return {
   scheduled,
   redis.call('ZCARD', K_QUEUED),
@@ -35,7 +44,7 @@ return {
   redis.call('ZCARD', K_DEAD),
   next_due,
   overdue,
-  redis.call('LINDEX', K_READY, -1),
+  head,
   now,
   K_LIMITS and redis.call('HEXISTS', K_LIMITS, 'paused') or 0,
 }

@@ -13,6 +13,7 @@ for i = 1, #ARGV do
     redis.call('HDEL', K_ATTEMPTS, id)
     redis.call('HDEL', K_ERRORS, id)
     release(id, counted)
+    if redis.call('HEXISTS', K_EVENTS, id) == 0 then redis.call('HDEL', K_FKEYS, id) end
     n = n + 1
   end
 end

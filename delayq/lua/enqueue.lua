@@ -5,7 +5,9 @@
 --       'd' or 'u' in ARGV[2] also limits, wake (unused) and KEYS[16] dedup.
 -- ARGV[1]  'delay' (times are ms from now on Redis's clock) or 'at' (unix ms);
 --          with ':mp' appended the triples come packed in ARGV[5] and ARGV[6]
---          (two arguments per call instead of three per event: cheaper to send)
+--          (two arguments per call instead of three per event: cheaper to send);
+--          with ':mpk' packed as quads id, time, envelope length, flow key ('':
+--          none), and the type becomes keyed (docs/FLOW.md, "Flow keys")
 -- ARGV[2]  '1' to replace an existing event with the same id, '0' to keep it,
 --          'd<ms>' to debounce (max wait ms), 'u<ms>' for unique-for (ttl ms);
 --          optionally followed by ':<call id>:<chunk no>' (a hex id per client
@@ -37,7 +39,20 @@ local dmode = string.sub(ARGV[2], 1, 1)
 if dmode == '1' or dmode == 'd' then check_keys(5, 6, 7, 8, 9) end  -- replace: the rest
 local now = clock_ms()
 local mode, items, first = ARGV[1], ARGV, 5
-if string.sub(mode, -3) == ':mp' then
+local ikeys = nil  -- flow keys, by event number ('' for none), with ':mpk'
+if string.sub(mode, -4) == ':mpk' then
+  -- as ':mp' below, with a fourth element per event: its flow key
+  local packed, blob, pos = cmsgpack.unpack(ARGV[5]), ARGV[6], 1
+  mode, items, first, ikeys = string.sub(mode, 1, -5), {}, 1, {}
+  local n = 0
+  for j = 1, #packed, 4 do
+    local next_pos = pos + packed[j + 2]
+    items[n + 1], items[n + 2], items[n + 3] = packed[j], string.sub(blob, pos, next_pos - 1), packed[j + 1]
+    n = n + 3
+    ikeys[#ikeys + 1] = packed[j + 3]
+    pos = next_pos
+  end
+elseif string.sub(mode, -3) == ':mp' then
   -- ARGV[5]: MessagePack [id, time, envelope length, ...]; ARGV[6]: the
   -- envelopes back to back (Redis's cmsgpack has no binary type for them)
   local packed, blob, pos = cmsgpack.unpack(ARGV[5]), ARGV[6], 1
@@ -73,12 +88,27 @@ end
 -- written so far, so an id that comes twice sees its first write. The wake
 -- mark is read once and published at most once.
 local envs, sched = {}, {}
-local wake = tonumber(redis.call('HGET', K_META, 'wake'))
+local mark = redis.call('HMGET', K_META, 'wake', 'keyed')
+local wake = tonumber(mark[1])
 local woken = false
+-- Flow keys (docs/FLOW.md): the first keyed enqueue makes the type keyed (its
+-- ready events then wait in their keys' lists); fkeys maps a keyed id to its key.
+-- A call without the keyed keys (a plain enqueue sends 13) schedules the
+-- events of a keyed type at their due time instead, for move_due to route.
+local keyed = mark[2] == '1'
+if ikeys and not keyed then
+  redis.call('HSET', K_META, 'keyed', '1')
+  redis.call('HSET', K_FKEYS, '', '1')  -- keyed_type() in _prelude.lua
+  keyed = true
+end
+local to_schedule = fan or (keyed and not K_KLINES)
+local fkeys, unkeyed = {}, {}
 local function flush()
   if #envs > 0 then redis.call('HSET', K_EVENTS, unpack(envs)) end
   if #sched > 0 then redis.call('ZADD', K_SCHEDULED, unpack(sched)) end
-  envs, sched = {}, {}
+  if #fkeys > 0 then redis.call('HSET', K_FKEYS, unpack(fkeys)) end
+  if #unkeyed > 0 and K_FKEYS then redis.call('HDEL', K_FKEYS, unpack(unkeyed)) end
+  envs, sched, fkeys, unkeyed = {}, {}, {}, {}
 end
 
 -- What is stored under each id, read in a few HMGETs rather than one HGET per
@@ -103,10 +133,12 @@ for i = first, #items, 3 do
     local key = 'd:' .. id
     local cap = tonumber(redis.call('ZSCORE', K_DEDUP, key))
     if cap == nil and existing then
-      -- no open window: an event due but not moved yet keeps its time (its
-      -- window is over); otherwise this enqueue opens one
+      -- no open window: an event due but not moved yet keeps its time, and one
+      -- waiting in the ready list stays due now (its window is over); otherwise
+      -- this enqueue opens one
       local s = tonumber(redis.call('ZSCORE', K_SCHEDULED, id))
-      if s and s <= now then cap = s end
+      if s and s <= now then cap = s
+      elseif s == nil and redis.call('ZSCORE', K_QUEUED, id) then cap = now end
     end
     if cap == nil then
       cap = now + dms
@@ -151,7 +183,14 @@ for i = first, #items, 3 do
   if code > 0 and code ~= 3 then
     envs[#envs + 1] = id
     envs[#envs + 1] = envelope
-    if due <= now and not fan then
+    local fk = ikeys and ikeys[(i - first) / 3 + 1] or ''
+    if fk ~= '' then
+      fkeys[#fkeys + 1] = id
+      fkeys[#fkeys + 1] = fk
+    elseif keyed and existing then
+      unkeyed[#unkeyed + 1] = id  -- replaced by an event without a key
+    end
+    if due <= now and not to_schedule then
       ready_ids[#ready_ids + 1] = id
       ready_dues[#ready_dues + 1] = due
     else

@@ -1,29 +1,36 @@
 -- fail: a delivery failed; retry the event later or make it a dead letter.
 --
 -- KEYS: the ten keys of the group, then groups, pending, the group's retry
---       schedule (see _prelude.lua).
+--       schedule, limits, wake, dedup (unused) and the five flow-key keys
+--       fkeys, klines, krot, kwait, krun (see _prelude.lua).
 -- ARGV[1] id, ARGV[2] claim token, ARGV[3] 'retry' or 'dead'
 -- ARGV[4] retry delay in ms, ARGV[5] error text ("Type: message")
 -- ARGV[6] wake-up channel, ARGV[7] type name
 -- Returns: 1 retried, 2 dead-lettered, 0 stale token (nothing changed).
 -- Guarantees: the event keeps its envelope and attempt count; the error is
 -- kept for the dead-letter view. Once the type has groups a retry waits in the
--- group's own schedule, so it is delivered to this group alone.
+-- group's own schedule, so it is delivered to this group alone. With a
+-- fleet-wide concurrency limit the freed slot wakes one waiting consumer, as an
+-- ack does (one HEXISTS per call when the type has no limits).
 local id, token = ARGV[1], ARGV[2]
 if redis.call('HGET', K_LEASES, id) ~= token then return 0 end
 check_keys(2, 3, 4, 5, 8, 9, 10, 13)
+-- read before the first write: a limits key of the wrong type stops the script here
+local limited = redis.call('HEXISTS', K_LIMITS, 'concurrency') == 1
 keep_working_when_full()
 local now = clock_ms()
 redis.call('ZREM', K_INFLIGHT, id)
 redis.call('HDEL', K_LEASES, id)
 redis.call('HSET', K_ERRORS, id, ARGV[5])
+if limited then wake_waiters(1) end
+key_done(id, token, true)  -- flow keys: the key's slot is free (a no-op without keys)
 if ARGV[3] == 'dead' then
   redis.call('ZADD', K_DEAD, now, id)
   return 2
 end
 local delay = tonumber(ARGV[4])
 if delay <= 0 then
-  push_ready({id}, {now})
+  push_ready({id}, {now}, true)  -- with flow keys: the head of its key's line
 else
   schedule(id, now + delay, ARGV[6], ARGV[7], grouped() and K_GSCHED or K_SCHEDULED)
 end

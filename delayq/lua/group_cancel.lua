@@ -29,6 +29,7 @@ if removed == 0 then return 0 end
 if dead_holders == 0 then
   redis.call('HDEL', K_PENDING, id)
   redis.call('HDEL', K_EVENTS, id)
+  redis.call('HDEL', K_FKEYS, id)  -- its flow key, if it had one
 else
   redis.call('HSET', K_PENDING, id, dead_holders)
 end

@@ -48,6 +48,18 @@ for g = 1, N_GROUPS do
       missing[#missing + 1] = id
     end
   end
+  -- expired leases of a keyed type: the head of their key's line (see move_due)
+  local k_lines, k_rot, k_wait = gkkey(g, G_KLINES), gkkey(g, G_KROT), gkkey(g, G_KWAIT)
+  local fids, fdues = ids, dues
+  if keyed_type() then fids, fdues = {}, {} end
+  local function take_front(id, due)
+    if redis.call('HEXISTS', K_EVENTS, id) == 1 then
+      fids[#fids + 1] = id
+      fdues[#fdues + 1] = due
+    else
+      missing[#missing + 1] = id
+    end
+  end
 
   local full, t, expired_dead
   -- 1. Orphans of this group's ready list.
@@ -60,7 +72,7 @@ for g = 1, N_GROUPS do
 
   -- 3. This group's expired leases.
   full, t, expired_dead = expire_leases(k_inflight, gkey(g, G_LEASES), gkey(g, G_ERRORS),
-    gkey(g, G_ATTEMPTS), gkey(g, G_DEAD), now, batch, max_deliveries, take)
+    gkey(g, G_ATTEMPTS), gkey(g, G_DEAD), now, batch, max_deliveries, take_front)
   if full then more = 1 end
   if t > late then late = t end
   dead = dead + expired_dead
@@ -69,8 +81,14 @@ for g = 1, N_GROUPS do
     dead_by_group[#dead_by_group + 1] = expired_dead
   end
 
-  push_ready_to(k_ready, k_queued, k_meta, ids, dues)
+  push_ready_to(k_ready, k_queued, k_meta, ids, dues, false, k_lines, k_rot, k_wait)
   moved = moved + #ids
+  if keyed_type() then
+    push_ready_to(k_ready, k_queued, k_meta, fids, fdues, true, k_lines, k_rot, k_wait)
+    moved = moved + #fids
+    if recover_keys(k_ready, k_meta, k_lines, k_rot, k_wait, now, vt, batch) then more = 1 end
+    keyed_looks(k_rot, k_wait, vt, earliest)
+  end
 
   next_looks(k_sched, k_inflight, k_queued, vt, earliest)
 end
@@ -94,7 +112,8 @@ if n_due > 0 and N_GROUPS > 0 then
   end
   redis.call('HSET', K_PENDING, unpack(counts))
   for g = 1, N_GROUPS do
-    push_ready_to(gkey(g, G_READY), gkey(g, G_QUEUED), gkey(g, G_META), ids, dues)
+    push_ready_to(gkey(g, G_READY), gkey(g, G_QUEUED), gkey(g, G_META), ids, dues, false,
+      gkkey(g, G_KLINES), gkkey(g, G_KROT), gkkey(g, G_KWAIT))
   end
   moved = moved + #ids * N_GROUPS
 end

@@ -39,6 +39,8 @@ for _, j in ipairs({G_SCHED, G_QUEUED, G_INFLIGHT, G_DEAD}) do
 end
 if left > 0 then return 2 end
 redis.call('DEL', gkey(1, G_READY), leases, attempts, errors)
+-- its flow keys' lines, rotation, parked keys and running deliveries (see _prelude.lua)
+redis.call('DEL', gkkey(1, 1), gkkey(1, 2), gkkey(1, 3), gkkey(1, 4))
 -- the default group's counters live in the type's own meta hash: they stay
 if gkey(1, G_META) ~= K_META then redis.call('DEL', gkey(1, G_META)) end
 return 1

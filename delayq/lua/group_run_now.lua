@@ -28,7 +28,8 @@ if due then
   redis.call('HSET', K_PENDING, id, N_GROUPS)
   for g = 1, N_GROUPS do
     if wanted(g) then
-      push_ready_to(gkey(g, G_READY), gkey(g, G_QUEUED), gkey(g, G_META), {id}, {now})
+      push_ready_to(gkey(g, G_READY), gkey(g, G_QUEUED), gkey(g, G_META), {id}, {now}, false,
+        gkkey(g, G_KLINES), gkkey(g, G_KROT), gkkey(g, G_KWAIT))
     else
       -- no wake-up needed: the scheduler already planned to look by this due time
       redis.call('ZADD', gkey(g, G_SCHED), due, id)
@@ -39,7 +40,8 @@ end
 local moved = 0
 for g = 1, N_GROUPS do
   if wanted(g) and redis.call('ZREM', gkey(g, G_SCHED), id) == 1 then
-    push_ready_to(gkey(g, G_READY), gkey(g, G_QUEUED), gkey(g, G_META), {id}, {now})
+    push_ready_to(gkey(g, G_READY), gkey(g, G_QUEUED), gkey(g, G_META), {id}, {now}, false,
+      gkkey(g, G_KLINES), gkkey(g, G_KROT), gkkey(g, G_KWAIT))
     moved = 1
   end
 end

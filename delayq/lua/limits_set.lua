@@ -16,6 +16,16 @@ for i = 1, #ARGV, 2 do
     redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
   end
 end
+-- a per-key rate removed: its per-key GCRA states ('t:<key>') go with it
+if redis.call('HEXISTS', KEYS[1], 'key_rate_n') == 0 then
+  local stale = {}
+  for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
+    if string.sub(field, 1, 2) == 't:' then stale[#stale + 1] = field end
+  end
+  for i = 1, #stale, 1000 do
+    redis.call('HDEL', KEYS[1], unpack(stale, i, math.min(#stale, i + 999)))
+  end
+end
 local n = redis.call('HLEN', KEYS[1])
 if n == 0 or (n == 1 and redis.call('HEXISTS', KEYS[1], 'tat') == 1) then
   redis.call('DEL', KEYS[1])

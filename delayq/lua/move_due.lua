@@ -19,6 +19,10 @@
 --           leader has stopped moving events" (0 when none was handled)
 --   missing expired or orphaned ids without an envelope (dropped; the caller
 --           logs them; due ids without one are dropped and reported by claim)
+-- With flow keys (docs/FLOW.md) due ids go to their keys' lists, expired
+-- leases to the head of theirs, and keys come back into rotation: their
+-- marker was popped by a consumer that died, or their per-key limit's time
+-- has come.
 -- Guarantees: an id is moved at most once per due time; nothing is lost: an
 -- expired lease or an entry popped by a consumer that died before claiming
 -- it goes back to the ready list.
@@ -41,6 +45,20 @@ local function take(id, due)
   end
 end
 
+-- Expired leases of a keyed type go to the head of their key's line (per-key
+-- order: they were due before what waits there); otherwise with the rest.
+local keyed = K_KLINES and keyed_type()
+local fids, fdues = ids, dues
+if keyed then fids, fdues = {}, {} end
+local function take_front(id, due)
+  if redis.call('HEXISTS', K_EVENTS, id) == 1 then
+    fids[#fids + 1] = id
+    fdues[#fdues + 1] = due
+  else
+    missing[#missing + 1] = id
+  end
+end
+
 local function max_late(t) if t > late then late = t end end
 local full, t
 
@@ -57,18 +75,25 @@ max_late(t)
 -- 3. Expired leases: the worker died or stalled past its visibility timeout.
 local expired_dead
 full, t, expired_dead = expire_leases(K_INFLIGHT, K_LEASES, K_ERRORS, K_ATTEMPTS, K_DEAD,
-  now, batch, max_deliveries, take)
+  now, batch, max_deliveries, take_front)
 if full then more = 1 end
 max_late(t)
 dead = dead + expired_dead
 
 push_ready(ids, dues)
+if keyed then
+  push_ready(fids, fdues, true)
+  -- 4. Keys: markers popped but not claimed, parked keys whose time has come.
+  if recover_keys(K_READY, K_META, K_KLINES, K_KROT, K_KWAIT, now, vt, batch) then more = 1 end
+end
 
 -- When to look again: the earliest due time, lease deadline or orphan check.
 local next_ms = nil
-next_looks(K_SCHEDULED, K_INFLIGHT, K_QUEUED, vt, function(t2)
+local function earliest(t2)
   if t2 and (next_ms == nil or t2 < next_ms) then next_ms = t2 end
-end)
+end
+next_looks(K_SCHEDULED, K_INFLIGHT, K_QUEUED, vt, earliest)
+if keyed then keyed_looks(K_KROT, K_KWAIT, vt, earliest) end
 if next_ms == nil then
   redis.call('HDEL', K_META, 'wake')
   next_ms = -1
@@ -76,6 +101,6 @@ else
   redis.call('HSET', K_META, 'wake', string.format('%.0f', next_ms))
 end
 
-local result = {#ids, more, next_ms, now, dead, redis.call('ZCARD', K_QUEUED), late}
+local result = {#ids + (keyed and #fids or 0), more, next_ms, now, dead, redis.call('ZCARD', K_QUEUED), late}
 for _, id in ipairs(missing) do result[#result + 1] = id end
 return result

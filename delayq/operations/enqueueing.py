@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..codec import Codec, check_context
 from ..events import Event, EventTypes, check_event, find_event_type, validate_name
-from ..flow.dedup import Dedup
+from ..flow.dedup import Dedup, check_debounce
+from ..flow.keys import check_key, event_key
 from ..metrics import ServiceMetrics
 from ..observer import Observer
 from ..partitions.routing import Router
@@ -98,9 +99,17 @@ class Enqueuer:
                     counter(n)
 
     async def one(
-        self, event: Event, ms: int, *, absolute: bool, context: Any, replace: bool | Dedup
+        self,
+        event: Event,
+        ms: int,
+        *,
+        absolute: bool,
+        context: Any,
+        replace: bool | Dedup,
+        key: str | None = None,
     ) -> bool:
-        """Enqueue one event due in ``ms`` (or at unix ms ``ms`` when ``absolute``)."""
+        """Enqueue one event due in ``ms`` (or at unix ms ``ms`` when ``absolute``), under
+        flow key ``key`` (None: its class's ``flow_key`` field, if any)."""
         if self._pending.any:
             await self._pending.flush()
         observer = self._observer
@@ -111,11 +120,13 @@ class Enqueuer:
             quick = observer.context_without_span
             stored_context = None if quick is None else quick(context)
             if stored_context is None:
-                return await self._one_traced(event, ms, absolute, context, replace)
+                return await self._one_traced(event, ms, absolute, context, replace, key)
         name, envelope = self._prepare(event, stored_context)
+        flow_key = event_key(event, key)
         (code,) = await self._router.enqueue(
             name, type(event).event_partitions, [(event.id, envelope, ms)],
             absolute=absolute, replace=replace,
+            keys=None if flow_key is None else [flow_key],
         )  # fmt: skip
         counters = self._by_code.get(name)
         inc = counters[code] if counters is not None else _UNBOUND
@@ -126,14 +137,22 @@ class Enqueuer:
         return code != 0
 
     async def _one_traced(
-        self, event: Event, ms: int, absolute: bool, context: Any, replace: bool | Dedup
+        self,
+        event: Event,
+        ms: int,
+        absolute: bool,
+        context: Any,
+        replace: bool | Dedup,
+        key: str | None,
     ) -> bool:
         """:meth:`one` inside the send span of the enqueue."""
         with self._observer.sending(event, context) as stored_context:
             name, envelope = self._prepare(event, stored_context)
+            flow_key = event_key(event, key)
             (code,) = await self._router.enqueue(
                 name, type(event).event_partitions, [(event.id, envelope, ms)],
                 absolute=absolute, replace=replace,
+                keys=None if flow_key is None else [flow_key],
             )  # fmt: skip
         self._count_codes(name, [code])
         return code != 0
@@ -151,16 +170,19 @@ class Enqueuer:
         delay: float | timedelta,
         context: Mapping[str, str] | None,
         replace: bool | Dedup,
+        key: str | None = None,
     ) -> list[bool]:
-        """Enqueue events or ``(event, delay)`` pairs, all checked before any is written."""
+        """Enqueue events or ``(event, delay)`` pairs, all checked before any is written;
+        ``key`` is every event's flow key (None: each class's ``flow_key`` field)."""
         default_ms = delay_ms(delay)
         check_context(context)
+        key = check_key(key)
         items = list(events)
         if self._pending.any:
             await self._pending.flush()
         names = [] if self._observer.tracing is None else self._type_names(items)
         with self._observer.sending_many(names, len(items), context) as stored_context:
-            return await self._enqueue_items(items, default_ms, stored_context, replace)
+            return await self._enqueue_items(items, default_ms, stored_context, replace, key)
 
     def _type_names(self, items: list[Any]) -> list[str]:
         return [getattr(type(i[0] if isinstance(i, tuple) else i), "event_name", "") for i in items]
@@ -171,21 +193,27 @@ class Enqueuer:
         default_ms: int,
         context: Mapping[str, str] | None,
         replace: bool | Dedup,
+        key: str | None,
     ) -> list[bool]:
         by_type: dict[str, list[tuple[int, tuple[str, bytes, int]]]] = {}
+        keys: dict[str, list[str | None]] = {}
         partitions: dict[str, int] = {}
         count = 0
         for index, item in enumerate(items):
             event, ms = item_due(item, default_ms)
+            check_debounce(replace, ms)
             name, envelope = self._prepare(event, context)
             partitions[name] = type(event).event_partitions
             by_type.setdefault(name, []).append((index, (event.id, envelope, ms)))
+            keys.setdefault(name, []).append(event_key(event, key))
             count = index + 1
         results = [False] * count
         for name, entries in by_type.items():
+            type_keys = keys[name]
             codes = await self._router.enqueue(
-                name, partitions[name], [e for _, e in entries], absolute=False, replace=replace
-            )
+                name, partitions[name], [e for _, e in entries], absolute=False, replace=replace,
+                keys=type_keys if any(type_keys) else None,
+            )  # fmt: skip
             self._count_codes(name, codes)
             for (index, _), code in zip(entries, codes, strict=True):
                 results[index] = code != 0
@@ -198,9 +226,15 @@ class Enqueuer:
         *,
         absolute: bool,
         replace: bool,
+        keys: Sequence[str | None] | None = None,
     ) -> list[int]:
-        """Enqueue ``(id, envelope, ms)`` items of a type known by name; a code per item."""
+        """Enqueue ``(id, envelope, ms)`` items of a type known by name; a code per item;
+        ``keys``: a flow key per item (None: none)."""
         validate_name(event_type)
+        if keys is not None:
+            if len(keys) != len(items):
+                raise ValueError(f"{len(keys)} flow keys for {len(items)} items")
+            keys = [check_key(k) for k in keys]
         checked = []
         for item in items:
             if not (
@@ -226,6 +260,7 @@ class Enqueuer:
             checked,
             absolute=absolute,
             replace=replace,
+            keys=keys if keys is not None and any(keys) else None,
         )
         self._count_codes(event_type, codes)
         return codes

@@ -55,15 +55,22 @@ class Router:
         *,
         absolute: bool,
         replace: bool | Dedup,
+        keys: Sequence[str | None] | None = None,
     ) -> list[int]:
-        """Enqueue items of one type, each to its partition; a code per item, in order."""
+        """Enqueue items of one type, each to its partition; a code per item, in order.
+
+        ``keys``: the items' flow keys (None: none); each partition rotates over its own keys.
+        """
         if partitions == 1:
-            return await self._store.enqueue(type_name, items, absolute=absolute, replace=replace)
+            return await self._store.enqueue(
+                type_name, items, absolute=absolute, replace=replace, keys=keys
+            )
         codes = [0] * len(items)
         for shard, indexes in self.split(type_name, partitions, items).items():
             got = await self._store.enqueue(
-                shard, [items[i] for i in indexes], absolute=absolute, replace=replace
-            )
+                shard, [items[i] for i in indexes], absolute=absolute, replace=replace,
+                keys=None if keys is None else [keys[i] for i in indexes],
+            )  # fmt: skip
             for i, code in zip(indexes, got, strict=True):
                 codes[i] = code
         return codes

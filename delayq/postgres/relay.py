@@ -3,7 +3,7 @@
 One batch is one PostgreSQL transaction: delete up to ``batch_size`` rows, picked with ``FOR
 UPDATE SKIP LOCKED`` so several relays share the table without waiting for each other, and
 get them back (``RETURNING``), with a plan that reads about ``batch_size`` rows whatever the
-table's statistics say (see ``_take``); enqueue them through :meth:`EventService.enqueue_envelopes`
+table's statistics say (:func:`~delayq.postgres.batches.take_statement`); enqueue them through :meth:`EventService.enqueue_envelopes`
 (the normal enqueue script: same (type, id) dedup, same ``replace`` rule); commit. A relay that dies between the enqueue and
 the commit leaves its rows in the table, unlocked once PostgreSQL ends its session (bounded
 by the relay's timeouts); the next batch sends them again, and Redis
@@ -32,6 +32,7 @@ import asyncpg
 
 from ..retry import delay_seconds
 from ..service import EventService
+from .batches import begin_statement, group_rows, has_client_check, take_statement, timeout_option
 from .inbox import prune_inbox
 from .schema import channel_name, validate_schema
 
@@ -113,45 +114,19 @@ class OutboxRelay:
         )
         self.prune_interval = delay_seconds(prune_interval, "prune_interval")
         self.shutdown_grace = shutdown_grace
-        self.statement_timeout = _limit(statement_timeout, "statement_timeout")
-        self.idle_in_transaction_timeout = _limit(
+        self.statement_timeout = timeout_option(statement_timeout, "statement_timeout")
+        self.idle_in_transaction_timeout = timeout_option(
             idle_in_transaction_timeout, "idle_in_transaction_timeout"
         )
-        self.client_check_interval = _limit(client_check_interval, "client_check_interval")
+        self.client_check_interval = timeout_option(
+            client_check_interval, "client_check_interval"
+        )
         self._dsn = dsn
         self._connect_kwargs = dict(connect_kwargs or {})
         self._channel = channel_name(self.schema)
-        table = f'"{self.schema}".outbox'
-        # One statement takes the batch: the rows are deleted (and stay locked) until the
-        # transaction commits after Redis has them; a crash before that rolls the delete back.
-        # A row waits while an earlier row of the same event is still there (locked by
-        # another relay, say), so one event's rows reach Redis in insertion order.
-        #
-        # The plan must not depend on statistics: a drained outbox, analyzed, looks like a
-        # one-row table however big it grows before the next ANALYZE. So ARRAY(...) runs the
-        # LIMIT once (an IN (subquery) could be joined and re-run per row, deleting the whole
-        # backlog); the "earliest row of its event" test is a scalar subquery, always one
-        # index probe per candidate (NOT EXISTS can become an anti-join that scans the whole
-        # event index per candidate); and the batch's transaction turns off sequential scans
-        # and sorts (_settings), which leaves the walk along the primary key in id order:
-        # about batch_size rows read, plus those skipped (locked, or waiting for an earlier
-        # row of their event).
-        self._take = (
-            f"DELETE FROM {table} WHERE id = ANY(ARRAY(SELECT id FROM {table} o WHERE o.id = ("
-            f"SELECT min(p.id) FROM {table} p WHERE p.event_type = o.event_type "
-            "AND p.event_id = o.event_id) "
-            "ORDER BY o.id LIMIT $1 FOR UPDATE SKIP LOCKED)) "
-            "RETURNING id, event_type, event_id, envelope, due_ms, absolute, replace_existing"
-        )
-        self._settings = ["enable_seqscan = off", "enable_sort = off", "jit = off"]
-        for name, value in (
-            ("statement_timeout", self.statement_timeout),
-            ("idle_in_transaction_session_timeout", self.idle_in_transaction_timeout),
-        ):
-            if value is not None:
-                self._settings.append(f"{name} = {round(value * 1000)}")
-        # opens each batch's transaction with its settings, in one round trip; per
-        # transaction (SET LOCAL), so a pooler in transaction mode carries nothing over
+        self._take = take_statement(self.schema)  # (why it reads what it reads: there)
+        # opens each batch's transaction with its settings (made when connecting: the
+        # server may lack client_connection_check_interval)
         self._begin = ""
         self._conn: asyncpg.Connection | None = None
         self._listener: asyncpg.Connection | None = None
@@ -175,14 +150,15 @@ class OutboxRelay:
         if self._conn is None or self._conn.is_closed():
             conn = await asyncpg.connect(self._dsn, **self._connect_kwargs)
             try:
-                settings = list(self._settings)
-                if self.client_check_interval is not None and await _has_client_check(conn):
-                    ms = round(self.client_check_interval * 1000)
-                    settings.append(f"client_connection_check_interval = {ms}")
+                check = self.client_check_interval
+                if check is not None and not await has_client_check(conn):
+                    check = None
             except BaseException:
                 await self._drop(conn)
                 raise
-            self._begin = "BEGIN; " + " ".join(f"SET LOCAL {item};" for item in settings)
+            self._begin = begin_statement(
+                self.statement_timeout, self.idle_in_transaction_timeout, check
+            )
             self._conn = conn
         return self._conn
 
@@ -252,13 +228,8 @@ class OutboxRelay:
 
     async def _send(self, rows: list[Any]) -> int:
         """Enqueue the rows, grouped by (type, mode, replace) in first-seen order; return kept."""
-        groups: dict[tuple[str, bool, bool], list[tuple[str, bytes, int]]] = {}
-        for _, event_type, event_id, envelope, due_ms, absolute, replace in rows:
-            groups.setdefault((event_type, absolute, replace), []).append(
-                (event_id, bytes(envelope), due_ms)
-            )
         kept = 0
-        for (event_type, absolute, replace), items in groups.items():
+        for (event_type, absolute, replace), items in group_rows(rows).items():
             codes = await self.service.enqueue_envelopes(
                 event_type, items, absolute=absolute, replace=replace
             )
@@ -358,27 +329,6 @@ class OutboxRelay:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
-
-
-def _limit(value: float | timedelta | None, name: str) -> float | None:
-    """A timeout option in seconds (at least 1 ms), or None."""
-    if value is None:
-        return None
-    seconds = delay_seconds(value, name)
-    if not 0.001 <= seconds <= 86_400:
-        raise ValueError(f"{name} must be None or between 0.001 and 86400 seconds")
-    return seconds
-
-
-async def _has_client_check(conn: asyncpg.Connection) -> bool:
-    """Whether the server can check for a vanished client mid-query (PostgreSQL 14+, on
-    platforms where it supports ``client_connection_check_interval``)."""
-    try:
-        await conn.execute("SELECT set_config('client_connection_check_interval', '1000', true)")
-    except (asyncpg.UndefinedObjectError, asyncpg.InvalidParameterValueError) as exc:
-        log.info("outbox relay: no client_connection_check_interval on this server (%s)", exc)
-        return False
-    return True
 
 
 def outbox_relay(dsn: str, **options: Any) -> Callable[[EventService], OutboxRelay]:

@@ -114,6 +114,7 @@ class Runtime:
                 is_leader=lambda: scheduler.is_leader,
                 takeover_delay=opts.takeover_delay,
                 sweep=10 * opts.scheduling_interval,
+                observer=observer,
             )
             scheduler.on_schedules = self.firer.wake
         self.heartbeat: Heartbeat | None = None

@@ -6,7 +6,10 @@ two schedulers moving at once never move an event twice.
 
 The leader sleeps until the earliest time any type needs a look (a due time,
 a lease deadline, an orphan check), at most ``scheduling_interval``, and wakes
-early when an enqueue publishes that it made an earlier due time. Every
+early when an enqueue publishes that it made an earlier due time. A type with
+more due than one batch is handed to the leader's drainer task, which moves it
+batch after batch while the passes go on, so a burst of one type never holds up
+the moves of another. Every
 ``scheduling_interval`` it looks at every type with events pending, and every
 ten intervals at all types, so a lost wake-up only delays, never strands, an
 event.
@@ -94,6 +97,10 @@ class Scheduler:
         self._types: set[str] = set()
         self._next: dict[str, float] = {}  # type -> monotonic time it needs a look
         self._active: set[str] = set()  # types with entries in their ready lists
+        # the leader's types whose last batch was full: the drainer moves them, batch
+        # after batch, beside the passes (see _drainer)
+        self._backlog: set[str] = set()
+        self._drain_wake: anyio.Event | None = None
         self._last_sweep = -math.inf
         self._last_full = -math.inf
         self._lock_taken_at = -math.inf
@@ -141,6 +148,7 @@ class Scheduler:
     async def run(self) -> None:
         """Move due events until :meth:`stop`."""
         self._wake = anyio.Event()
+        self._drain_wake = anyio.Event()
         try:
             with anyio.CancelScope() as self._scope:
                 if self._stopping:
@@ -148,6 +156,7 @@ class Scheduler:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._listen)
                     tg.start_soon(self.spread.run)
+                    tg.start_soon(self._drainer)
                     await self._loop()
                     self.spread.stop()
                     tg.cancel_scope.cancel()
@@ -282,6 +291,7 @@ class Scheduler:
             self._metrics.increment("redis_errors", event_type=type_name)
             log.error("%s: moving due events failed: %s; trying again later", type_name, exc)
             self._next[type_name] = time.monotonic() + 10 * self._s.interval
+            self._backlog.discard(type_name)  # not at once again: at that time
             return 0
 
     async def _pass(self) -> float:
@@ -306,29 +316,85 @@ class Scheduler:
         todo |= self._woken
         self._types |= self._woken
         self._woken.clear()
-        for type_name in sorted(todo):
+        for type_name in sorted(todo - self._backlog):  # the drainer has the backlogs
             await self._move_or_log(type_name)
         now = time.monotonic()
-        nearest = min(self._next.values(), default=math.inf)
+        nearest = min(
+            (at for t, at in self._next.items() if t not in self._backlog), default=math.inf
+        )
         return max(0.0, min(nearest - now, self._last_sweep + self._s.interval - now))
 
-    async def _move(self, type_name: str) -> int:
-        """Move one batch of a type's due events; return how late the oldest was (ms)."""
-        return await self._drain(type_name, self._next, self._active)
+    async def _drainer(self) -> None:
+        """Move the leader's backlogs: one batch per type in turn, until each is moved.
 
-    async def _drain(self, type_name: str, nexts: dict[str, float], active: set[str]) -> int:
+        A type with more due than one batch (a million events due in the same second)
+        is drained here, beside the passes, so the pass loop keeps its own times: another
+        type's event that comes due meanwhile is moved when due, not after the burst's
+        batch under way (each call is one bounded script, so Redis runs the two in turn).
+        """
+        backoff = 0.1
+        while not self._stopping:
+            if not self.is_leader:
+                self._backlog.clear()  # a standby looks at them takeover_delay late
+            if not self._backlog:
+                assert self._drain_wake is not None
+                await self._drain_wake.wait()
+                self._drain_wake = anyio.Event()
+                continue
+            try:
+                for type_name in sorted(self._backlog):
+                    if self.is_leader:
+                        await self._move_or_log(type_name)
+                backoff = 0.1
+            except Exception as exc:  # loops never die: log, back off, go on
+                self._metrics.increment("redis_errors")
+                log.warning(
+                    "moving a backlog failed (%s: %s); retrying in %.2fs",
+                    type(exc).__name__,
+                    exc,
+                    backoff,
+                )
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, _MAX_BACKOFF)
+
+    async def _move(self, type_name: str) -> int:
+        """Move one batch of a type's due events; return how late the oldest was (ms).
+
+        The leader hands a type whose batch was full to the drainer, and takes it back
+        (wakes the pass loop for its next time) once it is moved."""
+        if not self.is_leader:
+            return await self._drain(type_name, self._next, self._active)
+        was = type_name in self._backlog
+        late = await self._drain(type_name, self._next, self._active, self._backlog)
+        if type_name in self._backlog and not was and self._drain_wake is not None:
+            self._drain_wake.set()
+        elif was and type_name not in self._backlog:
+            self._interrupt()  # its next time may come before the pass loop wakes
+        return late
+
+    async def _drain(
+        self,
+        type_name: str,
+        nexts: dict[str, float],
+        active: set[str],
+        backlog: set[str] | None = None,
+    ) -> int:
         """Move one batch of one shard's due events; note in ``nexts`` when it next needs a
-        look (at once when the batch was full) and in ``active`` whether its ready list
-        holds entries; return how late the oldest thing moved was (ms).
+        look (at once when the batch was full), in ``active`` whether its ready list
+        holds entries and in ``backlog`` (if given) whether the batch was full; return how
+        late the oldest thing moved was (ms).
 
         One batch per look, not a whole backlog: a type with a million events due in the
         same second takes its turns between the other types' batches, so their events
-        are moved on time while the burst drains (the next pass comes at once).
+        are moved on time while the burst drains (the leader's drainer, or the next pass,
+        comes back for the rest at once).
         """
         label = type_of(type_name)
+        sent = time.monotonic()
         r = await self._store.move_due(
             type_name, self._s.batch_size, self._s.visibility_ms, self._s.max_deliveries
         )
+        answered = time.monotonic()
         if r.moved:
             self._metrics.increment("moved", r.moved, event_type=label)
         if r.dead:
@@ -356,12 +422,22 @@ class Scheduler:
             active.add(type_name)
         else:
             active.discard(type_name)
+        if backlog is not None:
+            if r.more:
+                backlog.add(type_name)
+            else:
+                backlog.discard(type_name)
         if r.more:
             nexts[type_name] = time.monotonic()
         elif r.next_ms is None:
             nexts.pop(type_name, None)
         else:
-            nexts[type_name] = time.monotonic() + max(0, r.next_ms - r.now_ms) / 1000
+            # Timed from when Redis read its clock: about half-way through the round trip
+            # (not when the answer arrived), and half a ms after now_ms on average (read in
+            # whole ms). Timing it from the answer made every due event later by the
+            # answer's trip and the truncated fraction: ~1 ms at the median on a loaded host.
+            read_at = (sent + answered) / 2
+            nexts[type_name] = read_at + max(0.0, r.next_ms - r.now_ms - 0.5) / 1000
         return r.late_ms
 
     async def _listen(self) -> None:

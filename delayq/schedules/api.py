@@ -14,8 +14,10 @@ import msgspec
 from ..codec import Codec, check_context
 from ..events import Event, EventTypes, check_event_type, validate_name
 from ..metrics import Metrics
+from ..observer import Observer
 from ..partitions.shards import shard_for, type_of
 from ..storage.store import Store
+from .firing import write_fires
 from .spec import (
     OVERLAPS,
     ScheduleSpec,
@@ -24,8 +26,8 @@ from .spec import (
     check_timezone,
     decode_spec,
     encode_spec,
+    next_look,
     next_slot,
-    restamp,
     trigger_id,
 )
 from .state import ScheduleState
@@ -77,6 +79,9 @@ class ScheduleInfo:
     payload: dict[str, Any] = field(default_factory=dict)
     """The payload every fire carries (decoded without the event class)."""
     context: dict[str, str] = field(default_factory=dict)
+    buffered: datetime | None = None
+    """The slot of the fire ``overlap="buffer_one"`` holds back until the one before it
+    has left (None: none is held)."""
 
     @property
     def expression(self) -> str:
@@ -137,7 +142,15 @@ def info_of(spec: ScheduleSpec, state: ScheduleState) -> ScheduleInfo:
         triggers=state.triggers,
         payload=_payload_of(spec.template),
         context=_context_of(spec.template),
+        buffered=_dt(state.buffered_slot_ms),
     )
+
+
+def _next(spec: ScheduleSpec, state: ScheduleState, now_ms: int) -> int | None:
+    """What the index says of a schedule after a write: when the firer next looks."""
+    if state.paused:
+        return None
+    return next_look(spec, state.mark_ms, state.buffered_slot_ms, now_ms)
 
 
 def _duration_ms(value: object, what: str, *, allow_zero: bool = True) -> int:
@@ -161,8 +174,16 @@ def _time_ms(value: object, what: str) -> int | None:
 class Schedules:
     """Creating, reading and changing schedules (``EventService`` delegates here)."""
 
-    def __init__(self, store: Store, codec: Codec, types: EventTypes, metrics: Metrics):
+    def __init__(
+        self,
+        store: Store,
+        codec: Codec,
+        types: EventTypes,
+        metrics: Metrics,
+        observer: Observer | None = None,
+    ):
         self._store = store
+        self._observer = observer
         self._codec = codec
         self._types = types
         self._metrics = metrics
@@ -250,7 +271,7 @@ class Schedules:
         )
         assert w.state is not None
         state = ScheduleState.decode(w.state)
-        nxt = None if state.paused else next_slot(spec, state.mark_ms)
+        nxt = _next(spec, state, w.now_ms)
         await self._store.schedule_index([(spec.name, w.gen, shard, nxt)], publish=True)
         return info_of(spec, state)
 
@@ -304,7 +325,7 @@ class Schedules:
         if not w.found or w.state is None or w.definition is None:
             return False
         state = ScheduleState.decode(w.state)
-        nxt = None if state.paused else next_slot(decode_spec(w.definition), state.mark_ms)
+        nxt = _next(decode_spec(w.definition), state, w.now_ms)
         await self._store.schedule_index([(name, w.gen, shard, nxt)], publish=True)
         return True
 
@@ -316,10 +337,12 @@ class Schedules:
         shard, spec, _ = found
         now = await self._store.server_time_ms()
         event_id = trigger_id(name, now, spec.partitions)
-        envelope = restamp(spec.template, now, name, now)
-        (result,) = await self._store.schedule_fire(
-            shard, [(name, spec.version, "T", event_id, now, envelope, "allow")]
+        fire = (name, spec.version, "T", event_id, now, "allow", spec.template, now)
+        (result,) = await write_fires(
+            self._store, self._observer, shard, now, [fire], trigger=True
         )
+        if result[3]:  # the script also let a buffered fire go (its predecessor had left)
+            self._metrics.increment("schedule_fires", event_type=spec.event_type)
         if result[0] not in (1, 3):
             return None
         self._metrics.increment("schedule_triggers", event_type=spec.event_type)

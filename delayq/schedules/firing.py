@@ -21,11 +21,12 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import anyio
 
 from ..metrics import Metrics
+from ..observer import Observer
 from ..partitions.shards import type_of
 from ..storage.store import Store
 from .spec import (
@@ -34,12 +35,61 @@ from .spec import (
     due_slots,
     fire_id,
     jitter_ms,
+    next_look,
     next_slot,
     restamp,
 )
 from .state import ScheduleState
 
-__all__ = ["ScheduleFirer"]
+__all__ = ["ScheduleFirer", "write_fires"]
+
+# A fire to write: (name, definition version, slot ms or 'T' (trigger) or 'P' (only look
+# at a buffered fire), event id, due ms, overlap, the definition's envelope template,
+# the slot ms its event carries)
+Planned = tuple[str, str, str, str, int, str, bytes, int]
+
+# schedule_fire.lua's codes, as a fire's send span names them
+OUTCOMES = {1: "fired", 3: "kept", 2: "skipped", 4: "buffered", 0: "done", -1: "stale",
+            -2: "gone", -3: "paused", 5: "looked"}  # fmt: skip
+
+
+async def write_fires(
+    store: Store,
+    observer: Observer | None,
+    shard: str,
+    now: int,
+    planned: Sequence[Planned],
+    *,
+    trigger: bool = False,
+) -> list[tuple[int, int, int, int, int]]:
+    """Write fires in one ``schedule_fire.lua`` call, each in a send span when tracing is
+    on (its context stored in the fire's event); the script's answer per fire."""
+    spans = None
+    if observer is not None and observer.tracing is not None:
+        spans = observer.firing(
+            type_of(shard), [(p[3], p[0], p[7]) for p in planned if p[2] != "P"], trigger=trigger
+        )
+    carriers = iter(spans.carriers) if spans is not None else None
+    fires: list[tuple[str, str, str, str, int, bytes, str]] = []
+    for name, version, slot_arg, event_id, due, overlap, template, slot in planned:
+        if slot_arg == "P":
+            fires.append((name, version, slot_arg, "", 0, b"", overlap))
+            continue
+        extra = None if carriers is None else next(carriers)
+        envelope = restamp(template, now, name, slot, extra)
+        fires.append((name, version, slot_arg, event_id, due, envelope, overlap))
+    if spans is None:
+        return await store.schedule_fire(shard, fires)
+    try:
+        results = await store.schedule_fire(shard, fires)
+    except BaseException as exc:
+        spans.end(None, exc)
+        raise
+    outcomes = [
+        OUTCOMES.get(r[0], str(r[0])) for p, r in zip(planned, results, strict=True) if p[2] != "P"
+    ]
+    spans.end(outcomes, None)
+    return results
 
 log = logging.getLogger("delayq.schedules")
 
@@ -66,9 +116,11 @@ class ScheduleFirer:
         takeover_delay: float,
         sweep: float,
         batch: int = 500,
+        observer: Observer | None = None,
     ):
         self._store = store
         self._metrics = metrics
+        self._observer = observer
         self._is_leader = is_leader
         self._delay = takeover_delay
         self._sweep = sweep
@@ -172,8 +224,8 @@ class ScheduleFirer:
         label = type_of(shard)
         loaded = await self._store.schedule_load(shard, [name for name, _ in entries])
         index: list[tuple[str, int, str, int | None]] = []
-        fires: list[tuple[str, str, str, str, int, bytes, str]] = []
-        plans: dict[str, tuple[ScheduleSpec, list[int]]] = {}
+        fires: list[Planned] = []
+        specs: dict[str, ScheduleSpec] = {}
         for (name, seen_gen), (data, raw_state) in zip(entries, loaded, strict=True):
             if data is None or raw_state is None:
                 # being written or removed: look again later, unless it changed meanwhile
@@ -191,37 +243,50 @@ class ScheduleFirer:
             if missed:
                 self._metrics.increment("schedule_missed", missed, event_type=label)
                 log.info("schedule %s: %d slots missed (catch-up policy)", name, missed)
-            if not slots:
+            if not slots and not state.buffered_slot_ms:
                 index.append((name, state.gen, shard, next_slot(spec, state.mark_ms)))
                 continue
-            plans[name] = (spec, slots)
+            specs[name] = spec
+            if state.buffered_slot_ms:
+                # a fire is held back (buffer_one): the script releases it first if the
+                # fire before it has left
+                fires.append((name, spec.version, "P", "", 0, spec.overlap, b"", 0))
             for slot in slots:
                 fires.append((
                     name, spec.version, str(slot), fire_id(name, slot, spec.partitions),
-                    slot + jitter_ms(spec, slot), restamp(spec.template, now, name, slot),
-                    spec.overlap,
+                    slot + jitter_ms(spec, slot), spec.overlap, spec.template, slot,
                 ))  # fmt: skip
         if fires:
-            results = await self._store.schedule_fire(shard, fires)
-            last: dict[str, tuple[int, int, int]] = {}
-            for item, (code, gen, mark) in zip(fires, results, strict=True):
-                name, slot = item[0], int(item[2])
-                last[name] = (code, gen, mark)
+            results = await write_fires(self._store, self._observer, shard, now, fires)
+            last: dict[str, tuple[int, int, int, int]] = {}
+            for item, (code, gen, mark, released, buffered) in zip(fires, results, strict=True):
+                name = item[0]
+                last[name] = (code, gen, mark, buffered)
+                if released:
+                    self._fired(label, now, released, held=True)
+                    log.info("schedule %s: buffered slot %d fired", name, released)
                 if code in (1, 3):
-                    self._metrics.increment("schedule_fires", event_type=label)
-                    # ahead of time counts as on time (the scheduler moves it at its slot)
-                    lag = max(0, now - slot) / 1000
-                    self._metrics.observe("schedule_lag", lag, event_type=label)
-                    if now - slot > CATCH_UP_MS:
-                        self._metrics.increment("schedule_catch_up", event_type=label)
+                    self._fired(label, now, int(item[2]))
                 elif code == 2:
                     self._metrics.increment("schedule_skipped", event_type=label)
-                    log.info("schedule %s: slot %d skipped (previous fire still pending)",
-                             name, slot)  # fmt: skip
-            for name, (code, gen, mark) in last.items():
+                    log.info("schedule %s: slot %s skipped (previous fire still pending)",
+                             name, item[2])  # fmt: skip
+                elif code == 4:
+                    log.info("schedule %s: slot %s buffered (previous fire still pending)",
+                             name, item[2])  # fmt: skip
+            for name, (code, gen, mark, buffered) in last.items():
                 if code >= 0:
-                    spec = plans[name][0]
-                    index.append((name, gen, shard, next_slot(spec, mark)))
+                    nxt = next_look(specs[name], mark, buffered, now, AHEAD_MS)
+                    index.append((name, gen, shard, nxt))
                 # stale, gone, paused: the write that caused it updated the index
         await self._store.schedule_index(index)
         return index
+
+    def _fired(self, label: str, now: int, slot: int, *, held: bool = False) -> None:
+        self._metrics.increment("schedule_fires", event_type=label)
+        # ahead of time counts as on time (the scheduler moves it at its slot); a buffered
+        # fire's lag includes the time it was held
+        lag = max(0, now - slot)
+        self._metrics.observe("schedule_lag", lag / 1000, event_type=label)
+        if lag > CATCH_UP_MS and not held:
+            self._metrics.increment("schedule_catch_up", event_type=label)

@@ -15,7 +15,7 @@ zone or on when the last run finished.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta
 from datetime import timezone as _timezone
 from functools import lru_cache
@@ -38,6 +38,7 @@ __all__ = [
     "due_slots",
     "fire_id",
     "jitter_ms",
+    "next_look",
     "next_slot",
     "previous_slot",
     "restamp",
@@ -229,6 +230,27 @@ def previous_slot(spec: ScheduleSpec, at_ms: int) -> int | None:
     return slot
 
 
+# While overlap="buffer_one" holds a fire back, the firer looks whether the fire before
+# it has left this often: an eighth of how long it has been held, 50 ms to 1 s (a fire
+# released at most ~12% or 1 s after the running one ended; a long run costs ~1 look/s).
+HOLD_LOOK_MIN_MS = 50
+HOLD_LOOK_MAX_MS = 1000
+
+
+def next_look(
+    spec: ScheduleSpec, mark_ms: int, buffered_slot_ms: int, now_ms: int, ahead_ms: int = 0
+) -> int | None:
+    """When the firer next needs to look at a schedule (unix ms, for its index): its next
+    slot, or sooner while a buffered fire waits for the running one to end (see
+    ``HOLD_LOOK_*``; ``ahead_ms``: how early the firer acts on what the index says)."""
+    nxt = next_slot(spec, mark_ms)
+    if not buffered_slot_ms:
+        return nxt
+    held_for = max(0, now_ms - buffered_slot_ms)
+    look = now_ms + ahead_ms + min(HOLD_LOOK_MAX_MS, max(HOLD_LOOK_MIN_MS, held_for // 8))
+    return look if nxt is None else min(nxt, look)
+
+
 def due_slots(spec: ScheduleSpec, mark_ms: int, now_ms: int) -> tuple[list[int], int]:
     """The slots to fire now: after ``mark_ms`` (the last slot fired), at or before ``now_ms``.
 
@@ -360,11 +382,20 @@ def _opened(template: bytes) -> _Envelope:
     return (_json_env if template[:1] == b"[" else _msgpack_env).decode(template)
 
 
-def restamp(template: bytes, now_ms: int, name: str, slot_ms: int | None) -> bytes:
-    """The envelope of one fire: the template's body, enqueued now, with the schedule's context."""
+def restamp(
+    template: bytes,
+    now_ms: int,
+    name: str,
+    slot_ms: int | None,
+    extra: Mapping[str, str] | None = None,
+) -> bytes:
+    """The envelope of one fire: the template's body, enqueued now, with the schedule's context
+    (and ``extra``: the trace context of the fire's send span)."""
     is_json = template[:1] == b"["
     env = _opened(template)
     context = dict(env.context or {})
+    if extra:
+        context.update(extra)
     context[SCHEDULE_KEY] = name
     if slot_ms is not None:
         context[SLOT_KEY] = str(slot_ms)

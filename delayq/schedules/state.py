@@ -10,10 +10,43 @@ import msgspec
 __all__ = ["ScheduleState"]
 
 
+class _Stored(msgspec.Struct, array_like=True):
+    """The stored array; the fields a state written by an older version lacks default."""
+
+    version: Any
+    mark: Any
+    last_id: Any
+    last_fire: Any
+    last_slot: Any
+    paused: Any
+    gen: Any
+    fires: Any
+    skipped: Any
+    triggers: Any = 0
+    # false, or the held fire {slot, id, due, envelope}: kept raw, the envelope is bytes
+    # that Lua's MessagePack writes as a string (not always valid UTF-8)
+    buffered: msgspec.Raw = msgspec.Raw()
+
+
+class _Held(msgspec.Struct, array_like=True):
+    slot: int
+    id: Any
+    due: Any
+    envelope: msgspec.Raw
+
+
+_decode_stored = msgspec.msgpack.Decoder(_Stored).decode
+_decode_held = msgspec.msgpack.Decoder(_Held).decode
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value or "")
+
+
 @dataclass(frozen=True, slots=True)
 class ScheduleState:
     """The MessagePack array ``[version, mark, last id, last fire, last slot, paused, gen,
-    fires, skipped, triggers]`` (times in unix ms, gen in Redis µs)."""
+    fires, skipped, triggers, buffered]`` (times in unix ms, gen in Redis µs)."""
 
     version: str
     mark_ms: int
@@ -25,22 +58,30 @@ class ScheduleState:
     fires: int
     skipped: int
     triggers: int
+    buffered_slot_ms: int = 0
+    """The slot of the fire ``overlap="buffer_one"`` holds back (0: none)."""
+    buffered_id: str = ""
 
     @classmethod
     def decode(cls, data: bytes) -> ScheduleState:
         """Read the stored array."""
-        raw: list[Any] = msgspec.msgpack.decode(data)
-        raw = [*raw, *[0] * (10 - len(raw))]
-        last_id = raw[2]
+        raw = _decode_stored(data)
+        held_slot, held_id = 0, ""
+        buffered = bytes(raw.buffered)
+        if buffered[:1] and 0x90 <= buffered[0] <= 0x9F:  # a (fixed-size) array: one is held
+            held = _decode_held(buffered)
+            held_slot, held_id = int(held.slot), _text(held.id)
         return cls(
-            version=str(raw[0]),
-            mark_ms=int(raw[1]),
-            last_id=last_id.decode() if isinstance(last_id, bytes) else str(last_id or ""),
-            last_fire_ms=int(raw[3]),
-            last_slot_ms=int(raw[4]),
-            paused=int(raw[5]) == 1,
-            gen=int(raw[6]),
-            fires=int(raw[7]),
-            skipped=int(raw[8]),
-            triggers=int(raw[9] or 0),
+            version=_text(raw.version),
+            mark_ms=int(raw.mark),
+            last_id=_text(raw.last_id),
+            last_fire_ms=int(raw.last_fire),
+            last_slot_ms=int(raw.last_slot),
+            paused=int(raw.paused) == 1,
+            gen=int(raw.gen),
+            fires=int(raw.fires),
+            skipped=int(raw.skipped),
+            triggers=int(raw.triggers or 0),
+            buffered_slot_ms=held_slot,
+            buffered_id=held_id,
         )

@@ -27,7 +27,8 @@ msgspec JSON or MessagePack, never pickle.
 (see :mod:`delayq.spark.demo`).
 
 This package needs a classic (non-Connect) SparkSession: it uses RDDs. Its
-modules: ``enqueue`` (rows to events, on the driver), ``validate`` and
+modules: ``enqueue`` (rows to events, on the driver: ``plan`` checks the arguments and
+picks the columns, ``report`` is what it returns), ``validate`` and
 ``write`` (its two passes, on the executors), ``stream`` (the streaming sink), ``read`` (queue state to rows),
 ``clients`` (executor-side Redis clients and the enqueue script), ``schemas``
 and ``demo`` (the example job).

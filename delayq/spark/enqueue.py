@@ -1,7 +1,8 @@
 """enqueue_dataframe on the driver: one event per DataFrame row, and the report.
 
-It checks the arguments, selects the columns the executors need, and runs the
-two passes (:mod:`.validate`, then :mod:`.write`, both on the executors).
+It checks the arguments and selects the columns the executors need
+(:mod:`.plan`), and runs the two passes (:mod:`.validate`, then :mod:`.write`,
+both on the executors); :mod:`.report` is what it returns.
 """
 
 from __future__ import annotations
@@ -11,190 +12,25 @@ import logging
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import msgspec
 from pyspark import StorageLevel
 from pyspark.rdd import RDD
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ..codec import Codec, Serializer
-from ..events import Event, check_event_type
-from ..keys import TypeKeys
+from ..codec import Serializer
+from ..events import Event
 from .clients import resolve_cluster
+from .plan import DEFAULT_MAX_PAYLOAD, plan_job
+from .report import EnqueueReport
 from .schemas import REJECTS_SCHEMA
-from .validate import EnqueueJob, Mode, validate_partition
+from .validate import EnqueueJob, validate_partition
 from .write import write_partition
 
+__all__ = ["EnqueueReport", "enqueue_dataframe", "plan_job", "run_job"]
+
 log = logging.getLogger("delayq.spark")
-
-_DEFAULT_MAX_PAYLOAD = 512 * 1024
-
-# --------------------------------------------------------------------------- report
-
-
-@dataclass(frozen=True)
-class EnqueueReport:
-    """What :func:`enqueue_dataframe` did.
-
-    ``scheduled + kept + replaced + rejected`` equals ``rows`` unless the input
-    changed between the validation pass and the write pass.
-    """
-
-    event_type: str
-    """Wire name of the event type."""
-    rows: int
-    """Rows in the DataFrame (counted by the validation pass)."""
-    scheduled: int
-    """Events added (due in the future, or straight to ready when already due)."""
-    kept: int
-    """Rows whose id already existed: the stored event was kept (``replace=False``)."""
-    replaced: int
-    """Rows whose id already existed and replaced the stored event (``replace=True``)."""
-    rejected: int
-    """Rows that failed validation; none of them was written."""
-    written: bool
-    """False when ``strict=True`` and some rows were rejected: nothing was written."""
-    rejects: DataFrame | None
-    """The rejected rows (columns ``id``, ``reason``, ``row_json``), unless written to a path.
-
-    Persisted (memory and disk) when non-empty; call ``rejects.unpersist()`` when done.
-    """
-    rejects_path: str | None
-    """Where the rejects were written as Parquet, if a path was given."""
-    seconds: float
-    """Wall-clock time of the whole call."""
-    validation_seconds: float = 0.0
-    """Part of :attr:`seconds` spent in the validation pass."""
-    skipped: int = 0
-    """Streaming sink only: rows not written because the sink's ledger holds their id
-    for this batch already (the batch ran before, a task was retried, or an earlier
-    row of the batch has the id). Always 0 for :func:`enqueue_dataframe`."""
-    batch_id: int | None = None
-    """Streaming sink only: the micro-batch id (None for :func:`enqueue_dataframe`)."""
-
-    @property
-    def rows_per_second(self) -> float:
-        """Rows handled per second of wall-clock time."""
-        return self.rows / self.seconds if self.seconds > 0 else 0.0
-
-    def __str__(self) -> str:
-        """A short human-readable summary."""
-        batch = "" if self.batch_id is None else f", batch {self.batch_id}"
-        lines = [
-            f"delayq enqueue report for {self.event_type!r}{batch}",
-            f"  rows       {self.rows:>12,}",
-            f"  scheduled  {self.scheduled:>12,}",
-            f"  kept       {self.kept:>12,}  (already there)",
-            f"  replaced   {self.replaced:>12,}",
-            f"  rejected   {self.rejected:>12,}",
-            *(
-                [f"  skipped    {self.skipped:>12,}  (already written in this batch)"]
-                if self.batch_id is not None
-                else []
-            ),
-            f"  seconds    {self.seconds:>12.2f}  ({self.rows_per_second:,.0f} rows/s; "
-            f"validation {self.validation_seconds:.2f})",
-        ]
-        if not self.written:
-            lines.append("  NOTHING WRITTEN: strict=True and some rows were rejected")
-        if self.rejects_path:
-            lines.append(f"  rejects written to {self.rejects_path}")
-        return "\n".join(lines)
-
-
-def _materialize(rdd: RDD[Any]) -> None:
-    """Compute and cache a persisted RDD without reading its records back into Python."""
-    jrdd = getattr(rdd, "_jrdd", None)  # the JVM side of a Python RDD
-    if jrdd is not None and hasattr(jrdd, "count"):
-        jrdd.count()  # counts pickled batches in the JVM
-    else:  # pragma: no cover - other PySpark internals
-        rdd.count()
-
-
-def _json_lines(df: DataFrame) -> RDD[str]:
-    """The rows of ``df`` as JSON strings, serialized by the JVM (no row pickling)."""
-    with warnings.catch_warnings():
-        # Spark 4 warns that toJSON will return a DataFrame one day.
-        warnings.simplefilter("ignore", UserWarning)
-        rdd = df.toJSON()
-    if isinstance(rdd, RDD):
-        return rdd
-    lines: RDD[str] = df.select(F.to_json(F.struct(*df.columns)).alias("v")).rdd.map(lambda r: r[0])
-    return lines
-
-
-def _admits_none(tp: Any) -> bool:
-    info = msgspec.inspect.type_info(tp)
-    if isinstance(info, msgspec.inspect.NoneType):
-        return True
-    if isinstance(info, msgspec.inspect.UnionType):
-        return any(isinstance(t, msgspec.inspect.NoneType) for t in info.types)
-    return False
-
-
-def _col(name: str) -> Column:
-    """A column by its exact name (dots and backticks in names are no paths)."""
-    return F.col("`" + name.replace("`", "``") + "`")
-
-
-def _field_columns(df: DataFrame, event_type: type[Event]) -> dict[str, str]:
-    """Columns that fill a field of ``event_type`` by name -> the field's name in JSON."""
-    columns = set(df.columns)
-    return {
-        f.name: f.encode_name
-        for f in msgspec.structs.fields(event_type)
-        if f.name != "id" and f.name in columns
-    }
-
-
-def _prepare(
-    df: DataFrame,
-    event_type: type[Event],
-    *,
-    id_col: str,
-    time_col: str | None,
-    mode: Mode,
-    context_cols: Sequence[str],
-) -> DataFrame:
-    """Select what the executors need: payload object, id, time, context, other columns.
-
-    The other columns (``r``) are only needed to show a rejected row whole.
-    """
-    by_column = _field_columns(df, event_type)
-    payload: list[Column] = []
-    missing = []
-    for field in msgspec.structs.fields(event_type):
-        if field.name == "id":
-            payload.append(_col(id_col).cast("string").alias(field.encode_name))
-        elif field.name in by_column:
-            payload.append(_col(field.name).alias(field.encode_name))
-        elif field.required:
-            missing.append(field.name)
-    if missing:
-        raise ValueError(
-            f"{event_type.__name__} needs field(s) {', '.join(missing)} but the DataFrame has no "
-            f"column of that name (columns: {', '.join(df.columns)})"
-        )
-    selected = [F.struct(*payload).alias("p"), _col(id_col).cast("string").alias("i")]
-    if mode == "at":
-        assert time_col is not None
-        selected.append(F.unix_micros(_col(time_col).cast("timestamp")).alias("t"))
-    elif mode == "delay":
-        assert time_col is not None
-        selected.append(_col(time_col).cast("double").alias("t"))
-    if context_cols:
-        pairs: list[Column] = []
-        for name in context_cols:
-            pairs += [F.lit(name), _col(name).cast("string")]
-        selected.append(F.create_map(*pairs).alias("c"))
-    # the time column travels as ``t`` (formatting timestamps is the costly part of the JSON)
-    rest = [_col(c).alias(c) for c in df.columns if c not in by_column and c != time_col]
-    if rest:
-        selected.append(F.struct(*rest).alias("r"))
-    return df.select(*selected)
 
 
 def enqueue_dataframe(
@@ -212,7 +48,7 @@ def enqueue_dataframe(
     strict: bool = False,
     rejects_path: str | None = None,
     serializer: Serializer = "msgpack",
-    max_payload_bytes: int = _DEFAULT_MAX_PAYLOAD,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD,
     cluster: bool | None = None,
 ) -> EnqueueReport:
     """Schedule one ``event_type`` event per row of ``df``; return an :class:`EnqueueReport`.
@@ -257,75 +93,6 @@ def enqueue_dataframe(
         cluster=resolve_cluster(redis_url, cluster),
     )
     return run_job(job, prepared, strict=strict, rejects_path=rejects_path, started=started)
-
-
-def plan_job(
-    df: DataFrame,
-    event_type: type[Event],
-    *,
-    redis_url: str,
-    prefix: str,
-    id_col: str,
-    due_col: str | None,
-    delay_col: str | None,
-    context_cols: Sequence[str],
-    replace: bool,
-    batch_size: int,
-    serializer: Serializer,
-    max_payload_bytes: int,
-    cluster: bool,
-) -> tuple[EnqueueJob, DataFrame]:
-    """Check the arguments of :func:`enqueue_dataframe` against ``df``; return the job the
-    executors run and the prepared DataFrame (what they read). No Spark job runs."""
-    event_type = check_event_type(event_type)
-    type_name = event_type.event_name
-    TypeKeys(prefix, type_name)  # validates prefix and name
-    if due_col is not None and delay_col is not None:
-        raise ValueError("give due_col or delay_col, not both")
-    if isinstance(context_cols, str):
-        raise TypeError("context_cols must be a sequence of column names, not one string")
-    for what, name in (("id_col", id_col), ("due_col", due_col), ("delay_col", delay_col)):
-        if name is not None and name not in df.columns:
-            raise ValueError(f"{what}={name!r} is not a column of the DataFrame ({df.columns})")
-    for name in context_cols:
-        if name not in df.columns:
-            raise ValueError(f"context column {name!r} is not a column of the DataFrame")
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, not {batch_size!r}")
-    Codec(serializer, max_payload_bytes)  # validates the serializer
-    mode: Mode = "at" if due_col else "delay" if delay_col else "now"
-    job = EnqueueJob(
-        redis_url=redis_url,
-        cluster=cluster,
-        prefix=prefix,
-        event_type=event_type,
-        mode=mode,
-        replace=bool(replace),
-        batch_size=batch_size,
-        serializer=serializer,
-        max_payload_bytes=max_payload_bytes,
-        id_col=id_col,
-        time_col=due_col or delay_col,
-        nullable_required=tuple(
-            f.encode_name
-            for f in msgspec.structs.fields(event_type)
-            if f.required and f.name != "id" and _admits_none(f.type)
-        ),
-        row_columns=tuple(
-            (c, _field_columns(df, event_type).get(c, "" if c == (due_col or delay_col) else None))
-            for c in df.columns
-        ),
-    )
-    prepared = _prepare(
-        df,
-        event_type,
-        id_col=id_col,
-        time_col=job.time_col,
-        mode=mode,
-        context_cols=tuple(context_cols),
-    )
-
-    return job, prepared
 
 
 def run_job(
@@ -407,3 +174,24 @@ def run_job(
         report.seconds,
     )
     return report
+
+
+def _materialize(rdd: RDD[Any]) -> None:
+    """Compute and cache a persisted RDD without reading its records back into Python."""
+    jrdd = getattr(rdd, "_jrdd", None)  # the JVM side of a Python RDD
+    if jrdd is not None and hasattr(jrdd, "count"):
+        jrdd.count()  # counts pickled batches in the JVM
+    else:  # pragma: no cover - other PySpark internals
+        rdd.count()
+
+
+def _json_lines(df: DataFrame) -> RDD[str]:
+    """The rows of ``df`` as JSON strings, serialized by the JVM (no row pickling)."""
+    with warnings.catch_warnings():
+        # Spark 4 warns that toJSON will return a DataFrame one day.
+        warnings.simplefilter("ignore", UserWarning)
+        rdd = df.toJSON()
+    if isinstance(rdd, RDD):
+        return rdd
+    lines: RDD[str] = df.select(F.to_json(F.struct(*df.columns)).alias("v")).rdd.map(lambda r: r[0])
+    return lines

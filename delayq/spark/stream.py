@@ -25,7 +25,9 @@ from ..events import Event, check_event_type, validate_name
 from ..keys import TypeKeys
 from ..metrics import Metrics, NoopMetrics, as_metrics
 from .clients import resolve_cluster
-from .enqueue import _DEFAULT_MAX_PAYLOAD, EnqueueReport, plan_job, run_job
+from .enqueue import run_job
+from .plan import DEFAULT_MAX_PAYLOAD, plan_job
+from .report import EnqueueReport
 
 __all__ = ["StreamSink", "stream_sink"]
 
@@ -56,7 +58,7 @@ class StreamSink:
         on_batch: Callable[[EnqueueReport], None] | None = None,
         metrics: Metrics | None = None,
         serializer: Serializer = "msgpack",
-        max_payload_bytes: int = _DEFAULT_MAX_PAYLOAD,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD,
         cluster: bool | None = None,
     ):
         self.event_type = check_event_type(event_type)
@@ -162,7 +164,7 @@ def stream_sink(
     on_batch: Callable[[EnqueueReport], None] | None = None,
     metrics: Metrics | None = None,
     serializer: Serializer = "msgpack",
-    max_payload_bytes: int = _DEFAULT_MAX_PAYLOAD,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD,
     cluster: bool | None = None,
 ) -> StreamSink:
     """A ``foreachBatch`` function scheduling one ``event_type`` event per row, exactly once

@@ -22,7 +22,7 @@ from redis.exceptions import ResponseError
 
 from .. import lua
 from ..errors import NotReplicatedError, error_code
-from ..keys import KeyView, PrefixKeys
+from ..keys import DEFAULT_GROUP, KeyView, PrefixKeys
 
 # the logger of delayq.storage.store, whichever part of the store logs
 log = logging.getLogger("delayq.store")
@@ -57,12 +57,13 @@ class StoreBase:
         return keys
 
     def _flow_keys(self, type_name: str, group: str | None = None) -> tuple[str, ...]:
-        """A group's view of a shard, its flow keys (limits, wake) and the type's dedup
-        marks: KEYS[1..16]."""
+        """A group's view of a shard, its flow limits (limits, wake), the type's dedup
+        marks, and the flow keys' state: KEYS[1..21] (see ``lua/_prelude.lua``)."""
         keys = self._flow_views.get((type_name, group))
         if keys is None:
             tk = self.keys.for_shard(type_name)
-            keys = (*self._k(type_name, group), tk.limits(group), tk.wake(group), tk.dedup)
+            keys = (*self._k(type_name, group), tk.limits(group), tk.wake(group), tk.dedup,
+                    tk.fkeys, *tk.key_lines(None if group == DEFAULT_GROUP else group))  # fmt: skip
             self._flow_views[type_name, group] = keys
         return keys
 

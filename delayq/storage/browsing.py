@@ -57,12 +57,13 @@ class Browsing(Layouts, DeliveryGroups):
     def _counts_keys(self, type_name: str, group: str | None) -> Sequence[str]:
         """``counts.lua``'s keys: the read keys (see :meth:`_read_keys`; the type's own
         schedule stands in for a retry schedule it must not count), then the limits
-        HASH, for the paused flag."""
+        HASH, for the paused flag, and the flow keys' lines (the next key's head)."""
         tk = self.keys.for_shard(type_name)
         if group is None:
             view = self._k(type_name)
-            return (*view[:12], view.scheduled, tk.limits())
-        return (*self._read_keys(type_name, group), tk.limits(group))
+            return (*view[:12], view.scheduled, tk.limits(), tk.key_lines()[0])
+        lines = tk.key_lines(None if group == DEFAULT_GROUP else group)[0]
+        return (*self._read_keys(type_name, group), tk.limits(group), lines)
 
     async def shard_counts(self, shard_list: Sequence[str]) -> list[QueueCounts]:
         """Counts of each shard on its own."""

@@ -1,7 +1,8 @@
 """Building the redis.asyncio clients a service owns: one Redis, a Cluster, or Sentinel.
 
-Every client speaks RESP2 and retries connection errors with backoff (a retried
-script is safe: every script is safe to run twice). The service needs a client
+Every client speaks RESP2 and retries a command that lost its connection a few times, with
+a short backoff (a retried script is safe: every script is safe to run twice; see
+:func:`command_retry` for which errors and why so few). The service needs a client
 for commands and scripts and one for blocking calls (BRPOP, pub/sub) whose
 socket timeout is above the block time. A client the application built itself
 is checked here too (:func:`check_client`, :func:`block_time`).
@@ -16,11 +17,10 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
-from redis.backoff import ExponentialBackoff
+from redis.backoff import EqualJitterBackoff, NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.retry import Retry
 
 from ..retry import delay_seconds
 from .sentinel import CheckedSentinelPool, SentinelWatch
@@ -31,7 +31,9 @@ __all__ = [
     "SentinelAddress",
     "block_time",
     "check_client",
+    "command_retry",
     "master_kwargs",
+    "no_retry",
     "parse_sentinel_url",
     "polling_of",
     "sentinel_clients",
@@ -49,11 +51,47 @@ SentinelAddress = tuple[str, int]
 # A command (not a blocking one) that takes longer than this is treated as a lost connection.
 COMMAND_TIMEOUT = 10.0
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
-# With a 1 s backoff cap: about 8 s of retries, longer than a typical failover.
-SENTINEL_RETRIES = 10
+# Retries of a command whose connection failed (see command_retry).
+RETRIES = 4
 
 
-def _common(retries: int = 3) -> dict[str, Any]:
+def command_retry() -> Retry:
+    """The retry policy of the clients built here: up to :data:`RETRIES` retries of
+    ``redis.exceptions.ConnectionError``, after 50-100, 100-200, 200-400, 250-500 ms.
+
+    It must be redis.asyncio's ``Retry``: redis.asyncio awaits what
+    ``call_with_retry`` returns, so the synchronous ``redis.retry.Retry`` hands back the
+    first attempt's coroutine and retries nothing.
+
+    - *Which errors*: a lost or refused connection (a server restart, ``CLIENT KILL``,
+      an idle timeout, a Sentinel fence closing connections, a demoted master's
+      READONLY, which redis-py's Sentinel connection turns into a ConnectionError;
+      LOADING too, a ConnectionError in redis-py). Not timeouts: a command that timed
+      out already waited its socket timeout (10 s, or the block time + 10 s), and a
+      retry would multiply that wait.
+    - *Few, short*: a command gives up after about 0.6-1.2 s of refused connections
+      (0.9-1.0 s measured; up to about 7 s computed when its connection broke mid-command,
+      since redis-py then applies the policy to the command and to the reconnect under
+      it): enough for a dropped connection or a quick restart, short of stretching a
+      failover. Past that the command raises and the service's loops back off (up to
+      5 s) as before. With Sentinel, a reconnect during a failover waits in the pool's
+      fence (which no retry counts or delays) and goes to the new master once the
+      switch is confirmed; a command cut by the fence thus carries on there (the
+      pool's connections route every reconnect through the fence: redis-py's own would
+      go back to the old master, see ``sentinel._FencedConnection``).
+    """
+    return Retry(
+        EqualJitterBackoff(cap=0.5, base=0.05), RETRIES, supported_errors=(RedisConnectionError,)
+    )
+
+
+def no_retry() -> Retry:
+    """For a connection that must fail at once: one to a sentinel (the next sentinel is
+    asked instead), a pub/sub subscription whose owner resubscribes by itself."""
+    return Retry(NoBackoff(), 0)
+
+
+def _common() -> dict[str, Any]:
     return {
         "protocol": 2,
         "decode_responses": False,
@@ -63,8 +101,7 @@ def _common(retries: int = 3) -> dict[str, Any]:
         # use at once (each failure record, claim and ack takes a connection): past it
         # commands raise MaxConnectionsError instead of waiting
         "max_connections": 1000,
-        "retry": Retry(ExponentialBackoff(cap=1.0, base=0.02), retries=retries),
-        "retry_on_error": [RedisConnectionError, RedisTimeoutError, ConnectionResetError],
+        "retry": command_retry(),
     }
 
 
@@ -171,13 +208,16 @@ def sentinel_clients(
         raise ValueError(f"service_name must be a non-empty str, not {service_name!r}")
     manager = Sentinel(  # type: ignore[no-untyped-call]
         sentinels,
+        # no retries on a sentinel (redis-py's default is 10, up to seconds on one that is
+        # down): asking for the master moves on to the next sentinel at once, and the
+        # failover watch resubscribes by itself
         sentinel_kwargs={"socket_timeout": 2.0, "socket_connect_timeout": 2.0,
-                         **(sentinel_kwargs or {})},
+                         "retry": no_retry(), **(sentinel_kwargs or {})},
     )  # fmt: skip
-    # more retries than on one Redis: a command rides through a failover (a few seconds)
-    # instead of failing during it
+    # the same retries as on one Redis: a command cut by the failover fence reconnects
+    # through the fence, which holds it until the new master is confirmed (not a retry)
     options = {
-        **_common(retries=SENTINEL_RETRIES),
+        **_common(),
         "socket_timeout": polling + COMMAND_TIMEOUT,
         **connection_kwargs,
     }

@@ -12,6 +12,9 @@ from .records import Claimed, Throttle
 class Deliveries(StoreBase):
     """One delivery's life on the consumer side, for one group of a type."""
 
+    # (shard, group) whose claims have met a flow key: they send the flow keys' five too
+    _keyed_claims: set[tuple[str, str | None]]
+
     async def pop_ready(
         self, type_name: str, timeout: float, *, group: str | None = None
     ) -> bytes | None:
@@ -50,7 +53,16 @@ class Deliveries(StoreBase):
 
         Entries the limits did not allow went back to the ready list, in order.
         """
-        r = await self._run("claim", type_name, [visibility_ms, more, *popped], group=group)
+        # a flow key's marker ("k:<key>", claim.lua) needs the flow keys' five keys too
+        # (a claim without them puts a marker it pops back); a type that never showed
+        # one sends what it always sent
+        keyed = (type_name, group) in self._keyed_claims
+        if not keyed and any(p[:2] == b"k:" for p in popped):
+            keyed = True
+            self._keyed_claims.add((type_name, group))
+        r = await self._run(
+            "claim", type_name, [visibility_ms, more, *popped], group=group, n=21 if keyed else None
+        )
         throttle = None
         head = r[0]
         if isinstance(head, list):
@@ -94,7 +106,11 @@ class Deliveries(StoreBase):
         The event leaves Redis with the last group that held it.
         """
         args = [x for pair in done for x in pair]
-        return int(await self._run_durable("ack", type_name, args, group=group)) if args else 0
+        if not args:
+            return 0
+        # a keyed delivery's token is "<n>|<key>": its ack frees the key's slot (KEYS[17..21])
+        n = 21 if any(b"|" in token for token in args[1::2]) else 16
+        return int(await self._run_durable("ack", type_name, args, group=group, n=n))
 
     async def renew(
         self,

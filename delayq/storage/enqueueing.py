@@ -25,7 +25,9 @@ _pack = msgspec.msgpack.Encoder().encode
 class _Batch:
     """Single-event enqueues of one (type, mode) waiting to be sent together."""
 
-    pending: list[tuple[tuple[str, bytes, int], asyncio.Future[int]]] = field(default_factory=list)
+    pending: list[tuple[tuple[str, bytes, int], str | None, asyncio.Future[int]]] = field(
+        default_factory=list
+    )
     task: asyncio.Task[None] | None = None
 
 
@@ -41,8 +43,11 @@ class Enqueueing(Layouts, DeliveryGroups):
         *,
         absolute: bool,
         replace: bool | Dedup,
+        keys: Sequence[str | None] | None = None,
     ) -> list[int]:
         """Add ``(id, envelope, ms)`` items of one type; return a code per item.
+
+        ``keys``: a flow key per item (None: none), or None when no item has one.
 
         Codes: 1 added, 0 kept (the id exists, or unique_for refused it), 2
         replaced. ``ms`` is a delay or, with ``absolute``, a unix time in ms.
@@ -55,13 +60,15 @@ class Enqueueing(Layouts, DeliveryGroups):
         exception, and the calls of one task keep their order.
         """
         if len(items) != 1:
-            return await self._enqueue_now(type_name, items, absolute=absolute, replace=replace)
+            return await self._enqueue_now(
+                type_name, items, absolute=absolute, replace=replace, keys=keys
+            )
         key = (type_name, absolute, replace)
         batch = self._batches.get(key)
         if batch is None:
             batch = self._batches[key] = _Batch()
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        batch.pending.append((items[0], future))
+        batch.pending.append((items[0], keys[0] if keys else None, future))
         if batch.task is None:
             batch.task = asyncio.create_task(self._flush(key, batch))
         return [await future]
@@ -75,33 +82,34 @@ class Enqueueing(Layouts, DeliveryGroups):
     async def _flush(self, key: tuple[str, bool, bool | Dedup], batch: _Batch) -> None:
         """Send coalesced single-event enqueues until none are waiting."""
         type_name, absolute, replace = key
-        sending: list[tuple[tuple[str, bytes, int], asyncio.Future[int]]] = []
+        sending: list[tuple[tuple[str, bytes, int], str | None, asyncio.Future[int]]] = []
         try:
             await asyncio.sleep(0)  # the callers of this loop iteration join the first call
             while batch.pending:
                 # a caller cancelled before its event was sent does not enqueue it
-                sending = [p for p in batch.pending[:ENQUEUE_CHUNK] if not p[1].cancelled()]
+                sending = [p for p in batch.pending[:ENQUEUE_CHUNK] if not p[2].cancelled()]
                 del batch.pending[:ENQUEUE_CHUNK]
                 if not sending:
                     continue
+                keyed = [key for _, key, _ in sending]
                 try:
                     codes = await self._enqueue_now(
-                        type_name, [item for item, _ in sending], absolute=absolute,
-                        replace=replace,
+                        type_name, [item for item, _, _ in sending], absolute=absolute,
+                        replace=replace, keys=keyed if any(keyed) else None,
                     )  # fmt: skip
                 except Exception as exc:
-                    for _, future in sending:
+                    for _, _, future in sending:
                         if not future.done():
                             future.set_exception(exc)
                 else:
-                    for (_, future), code in zip(sending, codes, strict=True):
+                    for (_, _, future), code in zip(sending, codes, strict=True):
                         if not future.done():
                             future.set_result(code)
                 sending = []
         finally:
             batch.task = None
             # Cancelled (the event loop is closing): no caller may wait forever.
-            for _, future in sending + batch.pending:
+            for _, _, future in sending + batch.pending:
                 if not future.done():
                     future.cancel()
             batch.pending.clear()
@@ -113,10 +121,13 @@ class Enqueueing(Layouts, DeliveryGroups):
         *,
         absolute: bool,
         replace: bool | Dedup,
+        keys: Sequence[str | None] | None = None,
     ) -> list[int]:
         """Enqueue now (not coalesced); Redis out of memory raises :class:`QueueFullError`."""
         try:
-            return await self._send_enqueue(type_name, items, absolute=absolute, replace=replace)
+            return await self._send_enqueue(
+                type_name, items, absolute=absolute, replace=replace, keys=keys
+            )
         except RedisResponseError as exc:
             if error_code(exc) != "OOM":  # by code: the message differs between servers
                 raise
@@ -139,6 +150,7 @@ class Enqueueing(Layouts, DeliveryGroups):
         *,
         absolute: bool,
         replace: bool | Dedup,
+        keys: Sequence[str | None] | None = None,
     ) -> list[int]:
         """One script call per chunk of ``ENQUEUE_CHUNK`` items, pipelined."""
         await self.register_type(type_name)
@@ -147,20 +159,42 @@ class Enqueueing(Layouts, DeliveryGroups):
         # a dedup mode ("d<ms>", "u<ms>") needs the dedup key too; the plain modes
         # send the keys they always sent
         dedup = isinstance(replace, Dedup)
-        n = None if dedup else 13
+        keyed = keys is not None and any(keys)
+        # flow keys need KEYS[17..21] (fkeys, and the lines their events wait in); so
+        # does a replace (the replaced event may have had a key); a plain keep-first
+        # enqueue sends the 13 it always sent
+        n = None if dedup or keyed or replace else 13
         mode_flag = replace.flag if isinstance(replace, Dedup) else "1" if replace else "0"
         flags = f"{mode_flag}:{uuid.uuid4().hex}"
         chunks = [items[i : i + ENQUEUE_CHUNK] for i in range(0, len(items), ENQUEUE_CHUNK)]
         # ":mp": each chunk's events go as two arguments, not three per event
         # (redis-py's packing of many small arguments costs more than the script)
         mode = "at:mp" if absolute else "delay:mp"
+        if keys is not None and keyed:
+            # ":mpk": a flow key per event as a fourth element ('' for none)
+            mode += "k"
+            key_chunks = [keys[i : i + ENQUEUE_CHUNK] for i in range(0, len(keys), ENQUEUE_CHUNK)]
+            packed = [
+                _pack(
+                    [
+                        x
+                        for (i, env, ms), k in zip(chunk, kc, strict=True)
+                        for x in (i, ms, len(env), k or "")
+                    ]
+                )
+                for chunk, kc in zip(chunks, key_chunks, strict=True)
+            ]
+        else:
+            packed = [
+                _pack([x for i, env, ms in chunk for x in (i, ms, len(env))]) for chunk in chunks
+            ]
         calls = [
             [
                 mode,
                 f"{flags}:{n}",
                 self.keys.wakeup_channel,
                 type_name,
-                _pack([x for i, env, ms in chunk for x in (i, ms, len(env))]),
+                packed[n - 1],
                 b"".join([env for _, env, _ in chunk]),
             ]
             for n, chunk in enumerate(chunks, 1)

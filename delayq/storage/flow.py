@@ -1,14 +1,26 @@
-"""Flow limits in Redis: reading and changing a type's (or group's) limits HASH."""
+"""Flow limits in Redis: reading and changing a type's (or group's) limits HASH.
+
+A partitioned type has one limits HASH per partition, each holding its share of
+the type's limit (see :mod:`delayq.flow.limits`). When a type gains or loses a
+partition layout (its partition count is being changed) the shares are split
+again over every shard of the layouts in use, so the new partitions are never
+without limits.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import cast
 
-from .base import StoreBase
+from ..flow.limits import FlowLimits, split_concurrency, split_rate
+from ..partitions.shards import parse_shard
+from ..partitions.shards import shards as layout_shards
+from .base import log
+from .groups import DeliveryGroups
+from .layouts import Layouts
 
 
-class FlowLimitsStore(StoreBase):
+class FlowLimitsStore(Layouts, DeliveryGroups):
     """The limits HASH of a type or group (``{p:T}:limits``); ``lua/claim.lua`` enforces it."""
 
     async def read_limits(self, type_name: str, group: str | None = None) -> dict[bytes, bytes]:
@@ -27,3 +39,84 @@ class FlowLimitsStore(StoreBase):
             keys=[tk.limits(group), tk.wake(group)], args=args
         )
         return {reply[i]: reply[i + 1] for i in range(0, len(reply), 2)}
+
+    async def change_shard_limits(
+        self,
+        shard_list: Sequence[str],
+        changes: Sequence[Mapping[str, str]],
+        group: str | None = None,
+    ) -> dict[bytes, bytes]:
+        """:meth:`change_limits` on each shard with its own changes (one script per
+        shard: partitions live on different slots); returns the first shard's fields."""
+        first: dict[bytes, bytes] = {}
+        for i, (shard, change) in enumerate(zip(shard_list, changes, strict=True)):
+            fields = await self.change_limits(shard, change, group)
+            if i == 0:
+                first = fields
+        return first
+
+    async def spread_limits(self, type_name: str, fields: Mapping[bytes, bytes] | None) -> None:
+        """Split limits again over every shard of the type's known layouts: ``fields`` (a
+        limits HASH as read) for the default group, the first shard's for its groups."""
+        shard_list = self.shards(type_name)
+        views: list[tuple[str | None, dict[bytes, bytes]]] = []
+        if fields:
+            views.append((None, dict(fields)))
+        for name in await self.groups(shard_list[0]):
+            if name != "default":
+                got = await self.read_limits(shard_list[0], name)
+                if got:
+                    views.append((name, got))
+        n = len(shard_list)
+        for group, stored in views:
+            limits = FlowLimits.from_fields(stored)
+            if limits.concurrency is not None and limits.concurrency < n:
+                log.warning(
+                    "%s: concurrency %d is below its %d shards (partitions of every layout "
+                    "in use): each shard gets 1 until the partition count change is done",
+                    type_name, limits.concurrency, n,
+                )  # fmt: skip
+            paused = "1" if limits.paused else ""
+            changes = [
+                {**c, **r, "paused": paused}
+                for c, r in zip(
+                    split_concurrency(max(limits.concurrency, n) if limits.concurrency else None, n),
+                    split_rate(limits.rate, n),
+                    strict=True,
+                )
+            ]
+            await self.change_shard_limits(shard_list, changes, group)
+
+    async def register_type(self, type_name: str) -> None:
+        """:meth:`Layouts.register_type`; a layout new to Redis gets the type's limits
+        (split again over the shards of every layout, see the module's doc)."""
+        name, added = await self._register_member(type_name)
+        if not added:
+            return
+        await self.known_types()  # the type's other layouts, if any (once per new layout)
+        others = [n for n in self.layouts(name) if n != parse_shard(type_name)[2]]
+        if not others:
+            return
+        fields = await self.read_limits(layout_shards(name, others[0])[0])
+        if fields or await self.groups(layout_shards(name, others[0])[0]):
+            log.info("%s: a new partition layout: splitting its flow limits again", name)
+            await self.spread_limits(name, fields)
+
+    async def forget_layout(self, type_name: str, partitions: int) -> None:
+        """:meth:`Layouts.forget_layout`; the type's limits move to the remaining shards."""
+        fields = await self.read_limits(layout_shards(type_name, partitions)[0])
+        await super().forget_layout(type_name, partitions)
+        if fields:
+            await self.spread_limits(type_name, fields)
+
+    async def key_backlog(
+        self, type_name: str, group: str | None, scan: int
+    ) -> tuple[int, int, list[tuple[str, int, int, int]]]:
+        """Keys in rotation, parked keys, and ``(key, ready, running, parked_until_ms)``
+        for up to ``scan`` keys with work (``key_backlog.lua``; docs/FLOW.md)."""
+        r = await self._run("key_backlog", type_name, [scan], group=group)
+        rows = [
+            (r[i].decode("utf-8", "replace"), int(r[i + 1]), int(r[i + 2]), int(r[i + 3]))
+            for i in range(2, len(r), 4)
+        ]
+        return int(r[0]), int(r[1]), rows

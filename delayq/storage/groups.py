@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..keys import DEFAULT_GROUP
 from .base import StoreBase
 from .records import _int
 
@@ -32,6 +33,10 @@ class DeliveryGroups(StoreBase):
         keys = list(self._k(type_name))
         for group in groups:
             keys.extend(tk.group_keys(group))
+        # then each group's flow-key state and the type's fkeys (see _groups.lua)
+        for group in groups:
+            keys.extend(tk.key_lines(None if group == DEFAULT_GROUP else group))
+        keys.append(tk.fkeys)
         return keys, [len(groups), *groups]
 
     async def _every_group(

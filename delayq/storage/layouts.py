@@ -18,12 +18,19 @@ class Layouts(StoreBase):
     async def register_type(self, type_name: str) -> None:
         """Record the type (layout) of shard ``type_name`` in the prefix's type set, once
         per process: ``T`` for an unpartitioned type, ``T#N`` for N partitions."""
+        await self._register_member(type_name)
+
+    async def _register_member(self, type_name: str) -> tuple[str, bool]:
+        """:meth:`register_type`; returns the type name and whether this call added the
+        layout to Redis (the first process to use it)."""
         name, _, partitions = parse_shard(type_name)
         member = layout_member(name, partitions)
+        added = False
         if member not in self._known_types:
-            await self.redis.sadd(self.keys.types, member)
+            added = bool(await self.redis.sadd(self.keys.types, member))
             self._known_types.add(member)
             self.declare(name, partitions)
+        return name, added
 
     def declare(self, type_name: str, partitions: int) -> None:
         """Note that ``type_name`` has (or may have) events in ``partitions`` partitions."""

@@ -215,4 +215,5 @@ def sum_counts(parts: Sequence[QueueCounts]) -> QueueCounts:
         next_due_at=min(dues) if dues else None,
         backlog_age=max(p.backlog_age for p in parts),
         due=sum(p.due for p in parts),
+        paused=any(p.paused for p in parts),  # pause() writes every partition
     )

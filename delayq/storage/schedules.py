@@ -77,9 +77,10 @@ class ScheduleStore(Layouts):
 
     async def schedule_fire(
         self, shard: str, fires: Sequence[tuple[str, str, str, str, int, bytes, str]]
-    ) -> list[tuple[int, int, int]]:
-        """Fire ``(name, version, slot or 'T', id, due ms, envelope, overlap)`` items in one
-        shard (``schedule_fire.lua``); ``(code, gen, mark)`` per item."""
+    ) -> list[tuple[int, int, int, int, int]]:
+        """Fire ``(name, version, slot or 'T'/'P', id, due ms, envelope, overlap)`` items in
+        one shard (``schedule_fire.lua``); ``(code, gen, mark, released slot, buffered
+        slot)`` per item (slots in ms, 0 for none)."""
         keys = [*self._k(shard), *self.schedule_keys(shard)]
         packed: list[Any] = []
         for name, version, slot, event_id, due, envelope, overlap in fires:
@@ -87,7 +88,7 @@ class ScheduleStore(Layouts):
         blob = b"".join(item[5] for item in fires)
         args: list[str | bytes] = [self.keys.wakeup_channel, shard, _pack(packed), blob]
         reply = await self._scripts["schedule_fire"](keys=keys, args=args)
-        return [(int(c), int(g), int(m)) for c, g, m in reply]
+        return [(int(c), int(g), int(m), int(r), int(b)) for c, g, m, r, b in reply]
 
     async def schedule_load(
         self, shard: str, names: Sequence[str]

@@ -11,6 +11,7 @@ the wake-up subscription.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
@@ -20,6 +21,7 @@ from .. import lua
 from ..keys import PrefixKeys
 from .base import log
 from .browsing import Browsing
+from .connect import no_retry
 from .dead import DeadLetters
 from .delivery import Deliveries
 from .enqueueing import ENQUEUE_CHUNK as ENQUEUE_CHUNK
@@ -85,6 +87,7 @@ class Store(
         self.keys = PrefixKeys(prefix)
         self._type_keys = {}
         self._flow_views = {}
+        self._keyed_claims = set()
         self._scripts = {
             name: redis.register_script(lua.source(name))
             for name in (*lua.PER_TYPE, *lua.GROUPED, *lua.STANDALONE)
@@ -119,6 +122,7 @@ class WakeupListener:
         self._pubsub = pubsub
         self._channel = channel
         self._connect = connect
+        self._retry: tuple[Any, Any] | None = None  # (connection, its own retry policy)
 
     async def subscribe(self) -> None:
         """Start listening (again, after a disconnect)."""
@@ -126,6 +130,13 @@ class WakeupListener:
         # slot map loaded, the first SUBSCRIBE failed (KeyError) and was retried later
         await self._connect()
         await self._pubsub.subscribe(self._channel)
+        # A lost subscription must raise, not be re-made by redis-py's retries: its owner
+        # resubscribes and then looks at everything, since wake-ups published while it was
+        # gone are missed. (The pooled connection gets its retries back in aclose.)
+        connection = getattr(self._pubsub, "connection", None)
+        if connection is not None and self._retry is None:
+            self._retry = (connection, connection.retry)
+            connection.retry = no_retry()
 
     async def next(self, timeout: float) -> str | None:
         """The next woken type name, or None when ``timeout`` passes first."""
@@ -137,6 +148,9 @@ class WakeupListener:
 
     async def aclose(self) -> None:
         """Unsubscribe and give the connection back."""
+        if self._retry is not None:
+            connection, retry = self._retry
+            connection.retry, self._retry = retry, None
         try:
             await self._pubsub.aclose()  # type: ignore[no-untyped-call]
         except Exception:  # closing a broken connection may fail; nothing to keep

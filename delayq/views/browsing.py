@@ -19,7 +19,7 @@ from ..partitions.routing import Router
 from ..runtime.heartbeat import WorkerInfo, read_workers
 from ..runtime.history import HistoryPoint, Window, read_history
 from ..storage.store import Store
-from .inspection import check_page, utc
+from .records import check_page, utc
 
 __all__ = ["DUE_RANGES", "Browser", "DueHistogram", "InFlightEvent"]
 

@@ -19,7 +19,7 @@ from typing import Any
 from ..codec import Codec
 from ..events import Event, EventTypes
 from ..storage.store import DeadRecord, Store
-from .inspection import MAX_PAGE, DeadLetter, decode_payload, utc
+from .records import MAX_PAGE, DeadLetter, decode_payload, utc
 
 __all__ = [
     "DeadLetterSearch",

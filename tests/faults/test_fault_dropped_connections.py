@@ -13,9 +13,9 @@ import time
 import anyio
 import redis.asyncio as aioredis
 from faultkit import Job
+from redis.asyncio.retry import Retry  # (redis.retry.Retry retries nothing on asyncio clients)
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.retry import Retry
 
 from delayq import EventService
 

@@ -1,0 +1,140 @@
+"""``EventService``'s producer side: enqueue one event, many, or encoded envelopes, and
+cancel one (:mod:`~delayq.operations.enqueueing`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+
+from ..events import Event
+from ..flow.dedup import check_debounce, dedup_mode
+from ..retry import delay_ms, due_unix_ms
+from ..views.inspection import EventTypeRef
+from .parts import ServiceParts
+
+__all__ = ["EnqueueMixin"]
+
+
+class EnqueueMixin(ServiceParts):
+    """Enqueueing events (with a delay, at a time, in batches, as envelopes) and cancelling one."""
+
+    async def enqueue_with_delay(
+        self,
+        event: Event,
+        delay: float | timedelta = 0,
+        *,
+        context: Mapping[str, str] | None = None,
+        replace: bool = False,
+        debounce: float | timedelta | None = None,
+        unique_for: float | timedelta | None = None,
+        key: str | None = None,
+    ) -> bool:
+        """Handle ``event`` once ``delay`` (a timedelta or seconds, >= 0) has passed.
+
+        The due time is counted on Redis's clock. Returns True when scheduled.
+        When an event of the same type and id exists, it is kept and False is
+        returned, unless ``replace=True`` swaps its payload, context and due
+        time in one step (and returns True).
+
+        Two more dedup modes (at most one of the three per call; docs/FLOW.md):
+        ``debounce=max_wait`` replaces an existing event like ``replace`` but
+        never pushes its due time past the id's first enqueue + ``max_wait``
+        (``delay`` must not exceed ``max_wait``); ``unique_for=ttl`` keeps the
+        first like the default, and once the event has been handled refuses
+        the id (returns False) until ``ttl`` has passed.
+
+        ``key``: the event's flow key (say, its tenant; docs/FLOW.md "Flow
+        keys"): ready events are served in fair turns between keys, and
+        per-key limits apply to each key. None: the field named by the class's
+        ``flow_key=...``, if any; events without a key share one.
+        """
+        ms = delay_ms(delay)
+        mode = dedup_mode(replace, debounce, unique_for)
+        check_debounce(mode, ms)
+        return await self._enqueuer.one(
+            event, ms, absolute=False, context=context, replace=mode, key=key
+        )
+
+    async def enqueue_at(
+        self,
+        event: Event,
+        when: datetime,
+        *,
+        context: Mapping[str, str] | None = None,
+        replace: bool = False,
+        debounce: float | timedelta | None = None,
+        unique_for: float | timedelta | None = None,
+        key: str | None = None,
+    ) -> bool:
+        """Handle ``event`` at ``when`` (a timezone-aware datetime); past times mean now.
+
+        ``replace``, ``debounce``, ``unique_for`` and ``key`` as in
+        :meth:`enqueue_with_delay`. With ``debounce=max_wait`` the due time is capped
+        (on Redis's clock) at the id's first enqueue + ``max_wait``; ``when`` further
+        than ``max_wait`` from now (this process's clock: a check for mistakes) raises
+        ``ValueError``.
+        """
+        ms = due_unix_ms(when)
+        mode = dedup_mode(replace, debounce, unique_for)
+        check_debounce(mode, ms - round(time.time() * 1000))
+        return await self._enqueuer.one(
+            event, ms, absolute=True, context=context, replace=mode, key=key
+        )
+
+    async def enqueue_many(
+        self,
+        events: Iterable[Event | tuple[Event, float | timedelta]],
+        delay: float | timedelta = 0,
+        *,
+        context: Mapping[str, str] | None = None,
+        replace: bool = False,
+        debounce: float | timedelta | None = None,
+        unique_for: float | timedelta | None = None,
+        key: str | None = None,
+    ) -> list[bool]:
+        """Enqueue many events in pipelined batches; one result per event, in order.
+
+        Items are events (due after ``delay``) or ``(event, delay)`` pairs. All
+        items are validated before anything is written. ``replace``, ``debounce``
+        (every item's delay at most ``max_wait``) and ``unique_for`` as in
+        :meth:`enqueue_with_delay` (with ``debounce``, an id given twice in one call:
+        the later replaces the earlier); ``key`` is every event's flow key (None: each
+        class's ``flow_key`` field, if any).
+        """
+        mode = dedup_mode(replace, debounce, unique_for)
+        return await self._enqueuer.many(events, delay, context, mode, key)
+
+    async def enqueue_envelopes(
+        self,
+        event_type: str,
+        items: Sequence[tuple[str, bytes, int]],
+        *,
+        absolute: bool = False,
+        replace: bool = False,
+        keys: Sequence[str | None] | None = None,
+    ) -> list[int]:
+        """Enqueue events already encoded into envelopes; one code per item, in order.
+
+        For tools that encode elsewhere and send later, such as the transactional
+        outbox of :mod:`delayq.postgres`: ``event_type`` is a wire name, and each
+        item is ``(id, envelope, ms)`` with an envelope made by
+        :class:`delayq.codec.Codec` and ``ms`` a delay in ms or, with
+        ``absolute=True``, a unix time in ms. The same script, dedup and
+        ``replace`` rule as every enqueue apply. Codes: 1 added, 0 kept (the id
+        existed), 2 replaced. Envelopes are not decoded here: one that does not
+        decode becomes a dead letter when it is delivered. ``keys``: a flow key
+        per item (None: none; see :meth:`enqueue_with_delay`).
+        """
+        return await self._enqueuer.envelopes(
+            event_type, items, absolute=absolute, replace=replace, keys=keys
+        )
+
+    async def cancel(self, event_type: EventTypeRef, id: str) -> bool:
+        """Remove a pending (scheduled, ready or in-flight) event; True when one was removed.
+
+        ``event_type`` is the class or its wire name. Dead letters are not
+        touched: use :meth:`purge_dead_letters`.
+        """
+        name = self._types.name(event_type)
+        return await self._enqueuer.cancel(name, id)

@@ -1,0 +1,164 @@
+"""Planning an enqueue job on the driver: the arguments checked against the DataFrame, the
+job the executors run (:class:`~delayq.spark.validate.EnqueueJob`) and the columns they read.
+
+No Spark job runs here; :func:`~delayq.spark.enqueue.run_job` runs the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from ..codec import Codec, Serializer
+from ..events import Event, check_event_type
+from ..keys import TypeKeys
+from .validate import EnqueueJob, Mode
+
+__all__ = ["DEFAULT_MAX_PAYLOAD", "plan_job"]
+
+DEFAULT_MAX_PAYLOAD = 512 * 1024
+"""``max_payload_bytes`` unless given (the service's default too)."""
+
+
+def plan_job(
+    df: DataFrame,
+    event_type: type[Event],
+    *,
+    redis_url: str,
+    prefix: str,
+    id_col: str,
+    due_col: str | None,
+    delay_col: str | None,
+    context_cols: Sequence[str],
+    replace: bool,
+    batch_size: int,
+    serializer: Serializer,
+    max_payload_bytes: int,
+    cluster: bool,
+) -> tuple[EnqueueJob, DataFrame]:
+    """Check the arguments of :func:`enqueue_dataframe` against ``df``; return the job the
+    executors run and the prepared DataFrame (what they read). No Spark job runs."""
+    event_type = check_event_type(event_type)
+    type_name = event_type.event_name
+    TypeKeys(prefix, type_name)  # validates prefix and name
+    if due_col is not None and delay_col is not None:
+        raise ValueError("give due_col or delay_col, not both")
+    if isinstance(context_cols, str):
+        raise TypeError("context_cols must be a sequence of column names, not one string")
+    for what, name in (("id_col", id_col), ("due_col", due_col), ("delay_col", delay_col)):
+        if name is not None and name not in df.columns:
+            raise ValueError(f"{what}={name!r} is not a column of the DataFrame ({df.columns})")
+    for name in context_cols:
+        if name not in df.columns:
+            raise ValueError(f"context column {name!r} is not a column of the DataFrame")
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, not {batch_size!r}")
+    Codec(serializer, max_payload_bytes)  # validates the serializer
+    mode: Mode = "at" if due_col else "delay" if delay_col else "now"
+    job = EnqueueJob(
+        redis_url=redis_url,
+        cluster=cluster,
+        prefix=prefix,
+        event_type=event_type,
+        mode=mode,
+        replace=bool(replace),
+        batch_size=batch_size,
+        serializer=serializer,
+        max_payload_bytes=max_payload_bytes,
+        id_col=id_col,
+        time_col=due_col or delay_col,
+        nullable_required=tuple(
+            f.encode_name
+            for f in msgspec.structs.fields(event_type)
+            if f.required and f.name != "id" and _admits_none(f.type)
+        ),
+        row_columns=tuple(
+            (c, _field_columns(df, event_type).get(c, "" if c == (due_col or delay_col) else None))
+            for c in df.columns
+        ),
+    )
+    prepared = _prepare(
+        df,
+        event_type,
+        id_col=id_col,
+        time_col=job.time_col,
+        mode=mode,
+        context_cols=tuple(context_cols),
+    )
+
+    return job, prepared
+
+
+def _admits_none(tp: Any) -> bool:
+    info = msgspec.inspect.type_info(tp)
+    if isinstance(info, msgspec.inspect.NoneType):
+        return True
+    if isinstance(info, msgspec.inspect.UnionType):
+        return any(isinstance(t, msgspec.inspect.NoneType) for t in info.types)
+    return False
+
+
+def _col(name: str) -> Column:
+    """A column by its exact name (dots and backticks in names are no paths)."""
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def _field_columns(df: DataFrame, event_type: type[Event]) -> dict[str, str]:
+    """Columns that fill a field of ``event_type`` by name -> the field's name in JSON."""
+    columns = set(df.columns)
+    return {
+        f.name: f.encode_name
+        for f in msgspec.structs.fields(event_type)
+        if f.name != "id" and f.name in columns
+    }
+
+
+def _prepare(
+    df: DataFrame,
+    event_type: type[Event],
+    *,
+    id_col: str,
+    time_col: str | None,
+    mode: Mode,
+    context_cols: Sequence[str],
+) -> DataFrame:
+    """Select what the executors need: payload object, id, time, context, other columns.
+
+    The other columns (``r``) are only needed to show a rejected row whole.
+    """
+    by_column = _field_columns(df, event_type)
+    payload: list[Column] = []
+    missing = []
+    for field in msgspec.structs.fields(event_type):
+        if field.name == "id":
+            payload.append(_col(id_col).cast("string").alias(field.encode_name))
+        elif field.name in by_column:
+            payload.append(_col(field.name).alias(field.encode_name))
+        elif field.required:
+            missing.append(field.name)
+    if missing:
+        raise ValueError(
+            f"{event_type.__name__} needs field(s) {', '.join(missing)} but the DataFrame has no "
+            f"column of that name (columns: {', '.join(df.columns)})"
+        )
+    selected = [F.struct(*payload).alias("p"), _col(id_col).cast("string").alias("i")]
+    if mode == "at":
+        assert time_col is not None
+        selected.append(F.unix_micros(_col(time_col).cast("timestamp")).alias("t"))
+    elif mode == "delay":
+        assert time_col is not None
+        selected.append(_col(time_col).cast("double").alias("t"))
+    if context_cols:
+        pairs: list[Column] = []
+        for name in context_cols:
+            pairs += [F.lit(name), _col(name).cast("string")]
+        selected.append(F.create_map(*pairs).alias("c"))
+    # the time column travels as ``t`` (formatting timestamps is the costly part of the JSON)
+    rest = [_col(c).alias(c) for c in df.columns if c not in by_column and c != time_col]
+    if rest:
+        selected.append(F.struct(*rest).alias("r"))
+    return df.select(*selected)
