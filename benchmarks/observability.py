@@ -222,6 +222,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     provider.force_flush()
                     provider.shutdown()
                     spans += exporter.exported
+                    # the application's request spans are in every mode: the difference
+                    # between modes is delayq's spans (what the SDK costs per event)
+                    result["spans_per_event"] = exporter.exported / args.events
                 result["load1"] = os.getloadavg()[0]
                 rounds[mode].append(result)
                 print(f"round {r + 1} {mode:12} enqueue {result['enqueue_per_s']:9,.0f}/s  "
@@ -283,6 +286,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
               f"{c['cpu_us']:.1f} | {a['enqueue_cpu_us']:+.1f} | {a['handle_cpu_us']:+.1f} | "
               f"{a['cpu_us']:+.1f} | {100 * kept[mode]:.1f} % |")  # fmt: skip
     print(f"\nspans exported (all rounds): {spans:,}")
+    for mode, results in rounds.items():
+        if results and "spans_per_event" in results[0]:
+            per_event = statistics.median(r["spans_per_event"] for r in results)
+            print(f"  {mode}: {per_event:.3f} spans per event (median over rounds)")
     return {
         "args": vars(args),
         "rounds": rounds,

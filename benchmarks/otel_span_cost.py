@@ -5,12 +5,15 @@ counts too), best of ``--repeat`` loops of ``--n`` operations:
 
 * ``sdk: ...``: ``tracer.start_span(name, ...).end()`` straight on the SDK, with no
   span processor, with a ``BatchSpanProcessor`` (exporter dropping batches), with
-  the messaging attributes delayq sets on a process span, and a root span the
-  sampler drops (``TraceIdRatioBased(0)``);
-* ``delayq: ...``: delayq's own hooks (``Observer.sending`` and
-  ``started``/``finished``) without tracing, over the API's no-op tracer, and on the
-  paths ``follow_sampling`` makes cheap: an enqueue inside an unsampled trace, a
-  handler run of an event whose creation context was not sampled.
+  the messaging attributes delayq sets on a process span, a send span inside a
+  sampled request, and (``dropped by the sampler``, ``TraceIdRatioBased(0)``) a root
+  span the sampler drops: the SDK's cost, not delayq's;
+* ``delayq: ...``: delayq's own hooks as the service calls them (an enqueue's
+  ``Observer.context_without_span`` or ``sending``; a handler run's bound
+  ``RunHooks.started``/``finished``): without tracing, over the API's no-op tracer,
+  with Prometheus, and on the paths ``follow_sampling`` makes cheap: an enqueue
+  inside an unsampled trace, a handler run of an event whose creation context was
+  not sampled.
 
 Prints a table and writes ``benchmarks/results/otel-span-cost-<time>.json``::
 
@@ -20,6 +23,7 @@ Prints a table and writes ``benchmarks/results/otel-span-cost-<time>.json``::
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -29,6 +33,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from opentelemetry import context as otel_context
+from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
@@ -40,11 +46,13 @@ from opentelemetry.trace import (
     TraceFlags,
     use_span,
 )
+from prometheus_client import CollectorRegistry
 
 from delayq.context import Delivery
-from delayq.metrics import NoopMetrics
+from delayq.metrics import NoopMetrics, ServiceMetrics
 from delayq.observer import Observer
 from delayq.otel import OTelTracing
+from delayq.prometheus import PrometheusMetrics
 
 HERE = Path(__file__).resolve().parent
 ATTRIBUTES = {
@@ -55,6 +63,13 @@ ATTRIBUTES = {
     "messaging.message.id": "order-42",
     "messaging.delayq.message.delivery_attempt": 1,
     "messaging.delayq.message.lateness_ms": 1.5,
+}
+SEND_ATTRIBUTES = {
+    "messaging.system": "delayq",
+    "messaging.operation.type": "send",
+    "messaging.operation.name": "send",
+    "messaging.destination.name": "payment-check",
+    "messaging.message.id": "order-42",
 }
 
 
@@ -103,52 +118,98 @@ def measure(n: int, repeat: int) -> dict[str, float]:
             n,
             repeat,
         )
+        parent = trace.set_span_in_context(
+            NonRecordingSpan(SpanContext(0x1234, 0x5678, True, TraceFlags(1)))
+        )
+        results[f"sdk: send span (child of a sampled request), {label}"] = per_op(
+            lambda t=tracer, p=parent: t.start_span(
+                "send", context=p, kind=SpanKind.PRODUCER, attributes=SEND_ATTRIBUTES
+            ).end(),
+            n,
+            repeat,
+        )
         provider.shutdown()
-    observer = Observer(NoopMetrics(), OTelTracing(NoOpTracerProvider()))
+    results.update(delayq_hooks(n, repeat))
+    return results
+
+
+def delayq_hooks(n: int, repeat: int) -> dict[str, float]:
+    """delayq's own hooks per enqueue and per handler run, as the service calls them."""
+    results: dict[str, float] = {}
     event = Bench()
+    noop_tracing = OTelTracing(NoOpTracerProvider())
+    sdk = TracerProvider(sampler=ParentBased(TraceIdRatioBased(0.1)))
+    sdk_tracing = OTelTracing(sdk)
 
-    def send() -> None:
-        with observer.sending(event, None):
-            pass
+    def send_with(observer: Observer) -> Callable[[], None]:
+        quick = observer.context_without_span
 
-    def handle(context: dict[str, str]) -> Callable[[], None]:
-        def run() -> None:
-            delivery = Delivery("payment-check", "order-42", 1, 1000, 1_001_500, context)
-            observer.finished(observer.started(delivery), None)
+        def send() -> None:  # as Enqueuer.one: the quick path, else the span
+            if observer.tracing is not None and quick is not None and quick(None) is not None:
+                return
+            with observer.sending(event, None):
+                pass
+
+        return send
+
+    untraced, over_noop = Observer(), Observer(noop_tracing)
+    results["delayq: send hooks, no tracing"] = per_op(send_with(untraced), n, repeat)
+    unsampled_request = NonRecordingSpan(SpanContext(0x1234, 0x5678, False, TraceFlags(0)))
+    sampled_request = NonRecordingSpan(SpanContext(0x1234, 0x5678, False, TraceFlags(1)))
+    with use_span(unsampled_request):
+        results["delayq: send hooks, inside an unsampled trace (its carrier reused)"] = per_op(
+            send_with(Observer(sdk_tracing)), n, repeat
+        )
+    ids = itertools.count(1)
+
+    def in_new_request(hook: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:  # each enqueue in a request of its own, as in the benchmark
+            span = NonRecordingSpan(SpanContext(next(ids), 0x5678, False, TraceFlags(0)))
+            token = otel_context.attach(trace.set_span_in_context(span))
+            try:
+                hook()
+            finally:
+                otel_context.detach(token)
 
         return run
 
-    results["delayq: send hooks, no-op tracer"] = per_op(send, n, repeat)
-    # an enqueue inside a request whose trace was not sampled (follow_sampling): no span
-    traced = Observer(NoopMetrics(), OTelTracing(TracerProvider()))
+    request_only = per_op(in_new_request(lambda: None), n, repeat)
+    results["delayq: send hooks, each inside a new unsampled request"] = (
+        per_op(in_new_request(send_with(Observer(sdk_tracing))), n, repeat) - request_only
+    )
+    with use_span(sampled_request):
+        results["delayq: send hooks, no-op tracer, inside a sampled trace"] = per_op(
+            send_with(over_noop), n, repeat
+        )
 
-    def send_unsampled() -> None:
-        with traced.sending(event, None):
-            pass
+    def handle(observer: Observer, metrics: Any, context: dict[str, str]) -> Callable[[], None]:
+        hooks = observer.bind("payment-check", ServiceMetrics(metrics))
 
-    request = NonRecordingSpan(SpanContext(0x1234, 0x5678, False, TraceFlags(0)))
-    with use_span(request):
-        results["delayq: send hooks, inside an unsampled trace"] = per_op(send_unsampled, n, repeat)
-    untraced = Observer(NoopMetrics())
+        delivery = Delivery(
+            "payment-check", "order-42", 1, 1000, 1_001_500, context, "default", 900
+        )
 
-    def send_untraced() -> None:
-        with untraced.sending(event, None):
-            pass
+        def run() -> None:
+            hooks.finished(delivery, hooks.started(delivery), None)
 
-    results["delayq: send hooks, no tracing"] = per_op(send_untraced, n, repeat)
-    results["delayq: handler hooks, no-op tracer"] = per_op(handle({}), n, repeat)
+        return run
+
     unsampled = {"traceparent": f"00-{'ab' * 16}-{'cd' * 8}-00"}
-    results["delayq: handler hooks, unsampled creation context"] = per_op(
-        handle(unsampled), n, repeat
+    sampled = {"traceparent": f"00-{'ab' * 16}-{'cd' * 8}-01"}
+    prometheus = PrometheusMetrics(CollectorRegistry())
+    results["delayq: handler hooks, Prometheus only"] = per_op(
+        handle(untraced, prometheus, {}), n, repeat
     )
-    plain = Observer(NoopMetrics())
-    results["delayq: handler hooks, no tracing"] = per_op(
-        lambda: plain.finished(
-            plain.started(Delivery("payment-check", "order-42", 1, 1000, 1_001_500, {})), None
-        ),
-        n,
-        repeat,
+    results["delayq: handler hooks, no-op tracer, unsampled creation context"] = per_op(
+        handle(over_noop, NoopMetrics(), unsampled), n, repeat
     )
+    results["delayq: handler hooks, no-op tracer, sampled creation context"] = per_op(
+        handle(over_noop, NoopMetrics(), sampled), n, repeat
+    )
+    results["delayq: handler hooks, Prometheus + no-op tracer, unsampled creation context"] = (
+        per_op(handle(over_noop, prometheus, unsampled), n, repeat)
+    )
+    sdk.shutdown()
     return results
 
 

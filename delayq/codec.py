@@ -237,7 +237,7 @@ def check_context(context: Mapping[str, str] | None) -> dict[str, str] | None:
     """Validate an event context: a mapping of str to str (or None)."""
     if context is None:
         return None
-    if not isinstance(context, Mapping):
+    if type(context) is not dict and not isinstance(context, Mapping):  # dict: no ABC check
         raise TypeError(f"context must be a mapping of str to str, not {type(context).__name__}")
     for key, value in context.items():
         if not isinstance(key, str) or not isinstance(value, str):

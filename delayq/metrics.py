@@ -38,6 +38,14 @@ also carry ``group="audit"`` when the sink's methods accept a ``group``
 keyword; a sink without it gets ``event_type="<type>:<group>"`` instead. The
 default group's calls never carry it.
 
+What runs per event (a producer's outcome counters, a consumer's durations and
+gauges) is bound once per type: a sink may offer ``bind_increment(name, *,
+event_type[, group])``, ``bind_gauge(...)`` and ``bind_observe(name, *,
+event_type, outcome[, group])``, each returning a one-argument callable that
+records a value for those labels (or ``None`` for a name it ignores);
+:class:`delayq.prometheus.PrometheusMetrics` does. Any other sink gets its
+``increment``/``gauge``/``observe`` called with the same arguments as before.
+
 This module is the one place that adapts sinks: :func:`as_metrics` checks the
 user's, and :class:`ServiceMetrics` is what the service's parts report to (the
 user's sink teed with the history recorder, one view per delivery group).
@@ -47,6 +55,8 @@ from __future__ import annotations
 
 import inspect
 from collections import defaultdict
+from collections.abc import Callable
+from functools import partial
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
@@ -211,6 +221,64 @@ class ServiceMetrics:
             view = self._by_group[group] = ServiceMetrics(self._sink, self._recorder, group)
         return view
 
+    # -- bound forms: what a consumer or a producer calls per event -------------------------
+    #
+    # A per-event figure goes through several calls (this view, the sink's method, its
+    # lookup of the labelled series); bound once per type, it is one call. A sink with
+    # ``bind_increment`` / ``bind_gauge`` / ``bind_observe`` (PrometheusMetrics) gives its
+    # series' own method; any other sink gets its generic method with the labels bound.
+
+    def bind_increment(self, name: str, event_type: str) -> Callable[[int], None] | None:
+        """``increment(name, value, event_type=event_type)`` as a one-argument callable
+        (``None`` when neither the sink nor the recorder would record it)."""
+        return self._bind(0, name, event_type, {})
+
+    def bind_gauge(self, name: str, event_type: str) -> Callable[[float], None] | None:
+        """``gauge(name, value, event_type=event_type)`` as a one-argument callable (or None)."""
+        return self._bind(1, name, event_type, {})
+
+    def bind_observe(
+        self, name: str, event_type: str, outcome: str = ""
+    ) -> Callable[[float], None] | None:
+        """``observe(name, seconds, event_type=event_type, outcome=outcome)`` as a one-argument
+        callable (or None)."""
+        return self._bind(2, name, event_type, {"outcome": outcome} if outcome else {})
+
+    def _bind(
+        self, kind: int, name: str, event_type: str, extra: dict[str, str]
+    ) -> Callable[[Any], None] | None:
+        sink: Any = self._sink
+        method_name = ("increment", "gauge", "observe")[kind]
+        group = self.group
+        label = event_type if group is None else f"{event_type}:{group}"
+        kwargs: dict[str, str] = {"event_type": event_type, **extra}
+        if group is not None:
+            if self._takes[kind]:
+                kwargs["group"] = group
+            else:
+                kwargs["event_type"] = label
+        to_sink: Callable[[Any], None] | None = None
+        if self.reports:
+            binder = getattr(sink, f"bind_{method_name}", None)
+            if callable(binder):
+                to_sink = binder(name, **kwargs)
+            else:
+                to_sink = partial(getattr(sink, method_name), name, **kwargs)
+        recorder = self._recorder
+        if recorder is None:
+            return to_sink
+        recorder_binder = getattr(recorder, f"bind_{method_name}", None)
+        to_recorder: Callable[[Any], None] | None
+        if callable(recorder_binder):  # the history recorder: None for what it ignores
+            to_recorder = recorder_binder(name, event_type=label, **extra)
+            if to_recorder is None:
+                return to_sink
+        else:
+            to_recorder = partial(getattr(recorder, method_name), name, event_type=label, **extra)
+        if to_sink is None:
+            return to_recorder
+        return _Tee(to_sink, to_recorder)
+
     def increment(self, name: str, value: int = 1, *, event_type: str = "") -> None:
         """Add ``value`` to the counter ``name``."""
         group = self.group
@@ -259,6 +327,20 @@ class ServiceMetrics:
                 self._sink.observe(name, seconds, event_type=label, outcome=outcome)
         if self._recorder is not None:
             self._recorder.observe(name, seconds, event_type=label, outcome=outcome)
+
+
+class _Tee:
+    """Two bound calls as one (the user's sink and the history recorder)."""
+
+    __slots__ = ("_first", "_second")
+
+    def __init__(self, first: Callable[[Any], None], second: Callable[[Any], None]):
+        self._first = first
+        self._second = second
+
+    def __call__(self, value: Any) -> None:
+        self._first(value)
+        self._second(value)
 
 
 class InMemoryMetrics:

@@ -11,14 +11,14 @@ has in hand.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol, runtime_checkable
 
 from .context import Delivery
-from .metrics import Metrics
+from .metrics import Metrics, ServiceMetrics
 
-__all__ = ["FireSpans", "HandlerRun", "Observer", "Tracing"]
+__all__ = ["FireSpans", "HandlerRun", "Observer", "RunHooks", "Tracing"]
 
 TIMEOUT_PREFIX = "HandlerTimeout:"
 CANCELLED = "Cancelled: the handler was cancelled (the service is stopping)"
@@ -100,6 +100,12 @@ class Observer:
 
     def __init__(self, tracing: Tracing | None = None):
         self.tracing = tracing
+        self.context_without_span: Callable[[Mapping[str, str] | None], dict[str, str] | None] | None
+        """The tracing's ``context_without_span`` when it has one (:class:`delayq.otel.OTelTracing`
+        does): the context an enqueue stores when it gets no span, or ``None`` when it does
+        (then :meth:`sending` opens it)."""
+        quick = getattr(tracing, "context_without_span", None)
+        self.context_without_span = quick if callable(quick) else None
 
     # -- enqueue -------------------------------------------------------------------
 
@@ -146,6 +152,11 @@ class Observer:
 
     # -- handler runs ----------------------------------------------------------------
 
+    def bind(self, type_name: str, metrics: ServiceMetrics) -> RunHooks:
+        """The hooks of one consumer of ``type_name`` reporting to ``metrics``: what
+        :meth:`started` and :meth:`finished` do, with the metrics bound once."""
+        return RunHooks(self.tracing, type_name, metrics)
+
     def started(self, delivery: Delivery, metrics: Metrics) -> HandlerRun:
         """A handler is about to run ``delivery``: record its lateness in ``metrics`` (the
         sink as the delivery's group reports to it), open its span."""
@@ -183,3 +194,92 @@ class Observer:
             )
         if run.span is not None and self.tracing is not None:
             self.tracing.handled(run.span, outcome, failure, run.error)
+
+
+_UNBOUND: Any = object()
+
+
+class RunHooks:
+    """:meth:`Observer.started` and :meth:`Observer.finished` bound to one consumer.
+
+    Each figure is bound to its labelled series on first use (the series appear
+    when they did before: at the first event), so a handler run makes one call
+    per figure instead of three or four (the view, the sink, its lookup), and
+    what :meth:`started` hands to :meth:`finished` is a tuple, not an object.
+    """
+
+    __slots__ = (
+        "_durations", "_e2d", "_handled", "_handling", "_late", "_late_gauge", "_metrics",
+        "_type", "tracing",
+    )  # fmt: skip
+
+    def __init__(self, tracing: Tracing | None, type_name: str, metrics: ServiceMetrics):
+        self.tracing = tracing
+        self._handling = None if tracing is None else tracing.handling
+        self._handled = None if tracing is None else tracing.handled
+        self._type = type_name
+        self._metrics = metrics
+        reports = metrics.reports
+        self._late_gauge: Any = _UNBOUND if reports else None
+        self._late: Any = _UNBOUND if reports else None
+        self._e2d: Any = _UNBOUND if reports else None
+        self._durations: dict[str, Any] | None = {} if reports else None
+
+    def started(self, delivery: Delivery) -> tuple[float, Any]:
+        """As :meth:`Observer.started`: record the lateness, open the span; returns what
+        :meth:`finished` takes (the start time and the tracing's state)."""
+        due_ms = delivery.due_ms  # Delivery.lateness_ms, without the property's call
+        if due_ms is not None and self._late is not None:
+            lateness_ms = delivery.claimed_us / 1000 - due_ms
+            gauge, late = self._late_gauge, self._late
+            if late is _UNBOUND:
+                metrics, name = self._metrics, self._type
+                gauge = self._late_gauge = metrics.bind_gauge("lateness_ms", name)
+                late = self._late = metrics.bind_observe("lateness", name)
+            if gauge is not None:
+                gauge(lateness_ms)
+            if late is not None:
+                late(lateness_ms / 1000 if lateness_ms > 0 else 0.0)
+        handling = self._handling
+        return time.perf_counter(), None if handling is None else handling(delivery)
+
+    def finished(
+        self,
+        delivery: Delivery,
+        run: tuple[float, Any],
+        failure: str | None,
+        error: BaseException | None = None,
+    ) -> None:
+        """As :meth:`Observer.finished`: ``run`` is what :meth:`started` returned,
+        ``error`` the exception the handler raised, if any."""
+        started, span = run
+        elapsed = time.perf_counter() - started
+        if failure is None:
+            outcome = "success"
+        elif failure.startswith(TIMEOUT_PREFIX):
+            outcome = "timeout"
+        elif failure is CANCELLED:
+            outcome = "cancelled"
+        else:
+            outcome = "failure"
+        durations = self._durations
+        if durations is not None:
+            try:
+                duration = durations[outcome]
+            except KeyError:
+                duration = durations[outcome] = self._metrics.bind_observe(
+                    "handler_duration", self._type, outcome
+                )
+            if duration is not None:
+                duration(elapsed)
+            enqueued_ms = delivery.enqueued_ms
+            if failure is None and enqueued_ms:
+                e2d = self._e2d
+                if e2d is _UNBOUND:
+                    e2d = self._e2d = self._metrics.bind_observe("enqueue_to_done", self._type)
+                if e2d is not None:
+                    # the producer's clock against ours: hosts' clocks must agree (NTP)
+                    done = time.time() - enqueued_ms / 1000
+                    e2d(done if done > 0 else 0.0)
+        if span is not None and self._handled is not None:
+            self._handled(span, outcome, failure, error)

@@ -81,3 +81,59 @@ def test_a_lateness_row_is_taken_with_the_recorder_and_zeroed_in_place() -> None
     assert taken["t:audit"][0] == 2 and taken["t:audit"][LATENESS_ROW_START + 3] == 2
     assert row == [0] * len(row) and len(row) == LATENESS_ROW_START + len(LATENESS_BOUNDS_MS) + 1
     assert recorder.take() == {}
+
+
+def test_bound_calls_report_what_the_generic_calls_report() -> None:
+    """ServiceMetrics.bind_* (what a consumer or producer calls per event, issue 20): the
+    same calls reach the sink and the recorder as through increment/gauge/observe."""
+    from prometheus_client import CollectorRegistry
+
+    from delayq.prometheus import PrometheusMetrics
+
+    def run(bound: bool, sink: Any, recorder: HistoryRecorder) -> None:
+        metrics = ServiceMetrics(as_metrics(sink), recorder)
+        for view in (metrics, metrics.for_group("audit")):
+            if bound:
+                for name in ("succeeded", "failed", "delivered", "enqueued"):
+                    inc = view.bind_increment(name, "t")
+                    if inc is not None:
+                        inc(2)
+                for name in ("in_flight", "lateness_ms"):
+                    set_ = view.bind_gauge(name, "t")
+                    if set_ is not None:
+                        set_(7.0)
+                for name, outcome in (("lateness", ""), ("handler_duration", "success")):
+                    obs = view.bind_observe(name, "t", outcome)
+                    if obs is not None:
+                        obs(0.25)
+            else:
+                for name in ("succeeded", "failed", "delivered", "enqueued"):
+                    view.increment(name, 2, event_type="t")
+                for name in ("in_flight", "lateness_ms"):
+                    view.gauge(name, 7.0, event_type="t")
+                view.observe("lateness", 0.25, event_type="t")
+                view.observe("handler_duration", 0.25, event_type="t", outcome="success")
+
+    for make in (OldSink, InMemoryMetrics, NoopMetrics):
+        sinks, rows = [], []
+        for bound in (False, True):
+            sink, recorder = make(), HistoryRecorder()
+            run(bound, sink, recorder)
+            sinks.append(vars(sink))
+            rows.append(recorder.take())
+        assert sinks[0] == sinks[1], make
+        assert rows[0] == rows[1], make
+    samples = []
+    for bound in (False, True):
+        registry = CollectorRegistry()
+        run(bound, PrometheusMetrics(registry), HistoryRecorder())
+        samples.append(
+            sorted(
+                (s.name, tuple(sorted(s.labels.items())), s.value)
+                for family in registry.collect()
+                for s in family.samples
+                if not s.name.endswith("_created")
+            )
+        )
+    assert samples[0] == samples[1]
+    assert ("delayq_succeeded_total", (("event_type", "t"), ("group", "audit")), 2.0) in samples[1]

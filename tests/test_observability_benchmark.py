@@ -40,3 +40,17 @@ def test_observability_benchmark_runs(tmp_path: Path) -> None:
         assert r["enqueue_cpu_us"] > 0 and r["handle_cpu_us"] > 0
     assert data["spans_exported"] == 2 * 2 * 300  # a send and a process span per event, twice
     assert "| observed |" in proc.stdout
+
+
+def test_otel_span_cost_script_runs(tmp_path: Path) -> None:
+    """benchmarks/otel_span_cost.py (the SDK's cost per span beside delayq's hooks) runs."""
+    out = tmp_path / "span-cost.json"
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/otel_span_cost.py", "--n", "50", "--repeat", "1",
+         "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    figures = json.loads(out.read_text())["us_per_call"]
+    assert any(k.startswith("sdk: ") for k in figures)
+    assert any(k.startswith("delayq: ") for k in figures)

@@ -608,3 +608,30 @@ def test_the_dashboard_filters_every_query_by_type_and_shows_groups_failures_and
     ):  # fmt: skip
         assert metric in by_group, metric
     assert "max(delayq_workers)" in exprs
+
+
+async def test_enqueue_outcome_series_appear_with_their_first_outcome(
+    private_server: RedisServer, prefix: str
+) -> None:
+    """The enqueue counters are bound once per type and outcome (issue 20), each at its
+    first use, so the series appear when they did before: with the first such outcome."""
+    registry = CollectorRegistry()
+    pool = ServicePool(private_server.url, prefix, metrics=PrometheusMetrics(registry))
+
+    def outcomes() -> dict[str, float]:
+        return {
+            s.labels["outcome"]: s.value
+            for family in registry.collect()
+            for s in family.samples
+            if s.name == "delayq_enqueued_total" and s.labels["event_type"] == "obs-prom-ok"
+        }
+
+    try:
+        producer = pool.producer()
+        assert await producer.enqueue_with_delay(PromOk(id="a"), 3600)
+        assert outcomes() == {"new": 1.0}
+        assert not await producer.enqueue_with_delay(PromOk(id="a"), 3600)
+        assert await producer.enqueue_with_delay(PromOk(id="b"), 3600)
+        assert outcomes() == {"new": 2.0, "kept": 1.0}
+    finally:
+        await pool.aclose()

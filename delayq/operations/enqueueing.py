@@ -13,7 +13,7 @@ travels in the stored envelope.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,7 @@ from ..codec import Codec, check_context
 from ..events import Event, EventTypes, check_event, find_event_type, validate_name
 from ..flow.dedup import Dedup, check_debounce
 from ..flow.keys import check_key, event_key
-from ..metrics import Metrics
+from ..metrics import ServiceMetrics
 from ..observer import Observer
 from ..partitions.routing import Router
 from ..retry import delay_ms
@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from .groups import PendingGroups
 
 __all__ = ["Enqueuer", "Item", "item_due"]
+
+_OUTCOMES = ("kept", "enqueued", "replaced")  # the counter of each enqueue.lua code
+_UNBOUND: Any = object()
 
 Item = Event | tuple[Event, float | timedelta]
 """An item of ``enqueue_many``: an event, or ``(event, delay)``."""
@@ -55,7 +58,7 @@ class Enqueuer:
         router: Router,
         codec: Codec,
         observer: Observer,
-        metrics: Metrics,
+        metrics: ServiceMetrics,
         types: EventTypes,
         pending: PendingGroups,
     ):
@@ -68,17 +71,32 @@ class Enqueuer:
         # groups added to the running service: registered before any enqueue goes out
         self._pending = pending
         self._layouts_read: set[str] = set()  # type names whose layouts were read from Redis
+        # type name -> the bound counter of each enqueue outcome code (or _UNBOUND)
+        self._by_code: dict[str, list[Any]] = {}
 
     def _prepare(self, event: Any, context: Mapping[str, str] | None) -> tuple[str, bytes]:
         check_event(event)
         name = self._types.register(type(event))
         return name, self._codec.encode(event, context)
 
+    def _counter(self, name: str, code: int) -> Callable[[int], None] | None:
+        """The bound counter of outcome ``code`` (0 kept, 1 enqueued, 2 replaced) of type
+        ``name``: bound at its first use, when its series first appeared before."""
+        counters = self._by_code.get(name)
+        if counters is None:
+            counters = self._by_code[name] = [_UNBOUND, _UNBOUND, _UNBOUND]
+        counter = counters[code]
+        if counter is _UNBOUND:
+            counter = counters[code] = self._metrics.bind_increment(_OUTCOMES[code], name)
+        return counter  # type: ignore[no-any-return]
+
     def _count_codes(self, name: str, codes: list[int]) -> None:
-        for code, metric in ((1, "enqueued"), (0, "kept"), (2, "replaced")):
+        for code in (1, 0, 2):
             n = codes.count(code)
             if n:
-                self._metrics.increment(metric, n, event_type=name)
+                counter = self._counter(name, code)
+                if counter is not None:
+                    counter(n)
 
     async def one(
         self,
@@ -94,6 +112,40 @@ class Enqueuer:
         flow key ``key`` (None: its class's ``flow_key`` field, if any)."""
         if self._pending.any:
             await self._pending.flush()
+        observer = self._observer
+        if observer.tracing is None:
+            stored_context = context
+        else:
+            # inside an unsampled trace: no span, only the trace's context to store
+            quick = observer.context_without_span
+            stored_context = None if quick is None else quick(context)
+            if stored_context is None:
+                return await self._one_traced(event, ms, absolute, context, replace, key)
+        name, envelope = self._prepare(event, stored_context)
+        flow_key = event_key(event, key)
+        (code,) = await self._router.enqueue(
+            name, type(event).event_partitions, [(event.id, envelope, ms)],
+            absolute=absolute, replace=replace,
+            keys=None if flow_key is None else [flow_key],
+        )  # fmt: skip
+        counters = self._by_code.get(name)
+        inc = counters[code] if counters is not None else _UNBOUND
+        if inc is _UNBOUND:
+            inc = self._counter(name, code)
+        if inc is not None:
+            inc(1)
+        return code != 0
+
+    async def _one_traced(
+        self,
+        event: Event,
+        ms: int,
+        absolute: bool,
+        context: Any,
+        replace: bool | Dedup,
+        key: str | None,
+    ) -> bool:
+        """:meth:`one` inside the send span of the enqueue."""
         with self._observer.sending(event, context) as stored_context:
             name, envelope = self._prepare(event, stored_context)
             flow_key = event_key(event, key)

@@ -7,10 +7,10 @@ import re
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter
+from prometheus_client import REGISTRY, CollectorRegistry
 
 from ..keys import DEFAULT_GROUP
-from .local import LocalCollector, LocalGauge, LocalHistogram
+from .local import LocalCollector, LocalCounter, LocalGauge, LocalHistogram
 
 __all__ = ["DURATION_BUCKETS", "LONG_BUCKETS", "PrometheusMetrics"]
 
@@ -189,10 +189,10 @@ class PrometheusMetrics:
         self.namespace = namespace
         self._buckets = tuple(buckets)
         self._long_buckets = tuple(long_buckets)
-        self._counters: dict[str, Counter] = {}
-        # histograms and gauges are set once or more per handled event: kept locally
-        # (see .local) and exported by one collector at scrape time
+        # counters, histograms and gauges move once or more per event: kept locally (see
+        # .local, no lock) and exported by one collector at scrape time
         self._local = LocalCollector()
+        self._counters: dict[str, LocalCounter] = {}
         self._histograms: dict[str, LocalHistogram] = {}
         self._gauges: dict[str, LocalGauge] = {}
         # (name, event_type[, outcome]) -> the bound method of the labelled child: the hot
@@ -205,8 +205,8 @@ class PrometheusMetrics:
                 labels: tuple[str, ...] = ("event_type", "outcome") if outcome else ("event_type",)
                 if metric in _GROUP_COUNTERS:
                     labels += ("group",)
-                self._counters[metric] = Counter(
-                    metric, doc, labels, namespace=namespace, registry=self.registry
+                self._counters[metric] = self._add(
+                    LocalCounter(f"{namespace}_{metric}", doc, labels)
                 )
         for name in _HISTOGRAMS:
             self._histogram(name)
@@ -269,6 +269,43 @@ class PrometheusMetrics:
             obs = self._bind_histogram(name, event_type, outcome, group)
         obs(seconds)
 
+    # -- bound forms: one call per event (delayq.metrics.ServiceMetrics.bind_*) -------------
+
+    def bind_increment(
+        self, name: str, *, event_type: str = "", group: str = DEFAULT_GROUP
+    ) -> Callable[[int], None] | None:
+        """:meth:`increment` of ``name`` with these labels, as a one-argument callable that
+        adds its argument to the labelled series (``None`` when the name is ignored)."""
+        inc = self._inc.get((name, event_type, group)) or self._bind_counter(
+            name, event_type, group
+        )
+        return None if inc is _ignore else inc
+
+    def bind_gauge(
+        self, name: str, *, event_type: str = "", group: str = DEFAULT_GROUP
+    ) -> Callable[[float], None] | None:
+        """:meth:`gauge` of ``name`` with these labels, as a one-argument callable (``None``
+        when the gauge is not exported, as ``lateness_ms``)."""
+        set_ = self._set.get((name, event_type, group)) or self._bind_gauge(
+            name, event_type, group
+        )
+        return None if set_ is _ignore else set_
+
+    def bind_observe(
+        self,
+        name: str,
+        *,
+        event_type: str = "",
+        outcome: str = "",
+        group: str = DEFAULT_GROUP,
+    ) -> Callable[[float], None] | None:
+        """:meth:`observe` of ``name`` with these labels, as a one-argument callable
+        (``None`` when the name is ignored)."""
+        obs = self._obs.get((name, event_type, outcome, group)) or self._bind_histogram(
+            name, event_type, outcome, group
+        )
+        return None if obs is _ignore else obs
+
     # -- binding labelled children ---------------------------------------------------------
 
     def _bind_counter(self, name: str, event_type: str, group: str) -> Callable[[float], None]:
@@ -278,22 +315,20 @@ class PrometheusMetrics:
             values: tuple[str, ...] = (event_type, outcome) if outcome else (event_type,)
             if metric in _GROUP_COUNTERS:
                 values += (group,)
-            child = self._counters[metric].labels(*values)
+            inc = self._counters[metric].incrementer(*values)
         elif _valid(name):  # a counter this version does not know: export it as is
             unknown = self._counters.get(name)
             if unknown is None:
-                unknown = self._counters[name] = Counter(
-                    name,
-                    f"delayq counter {name}",
-                    ("event_type",),
-                    namespace=self.namespace,
-                    registry=self.registry,
+                unknown = self._counters[name] = self._add(
+                    LocalCounter(
+                        f"{self.namespace}_{name}", f"delayq counter {name}", ("event_type",)
+                    )
                 )
-            child = unknown.labels(_folded(event_type, group))
+            inc = unknown.incrementer(_folded(event_type, group))
         else:
             log.debug("ignoring counter with an invalid name %r", name)
             return _ignore
-        inc = self._inc[name, event_type, group] = child.inc
+        self._inc[name, event_type, group] = inc
         return inc
 
     def _bind_gauge(self, name: str, event_type: str, group: str) -> Callable[[float], None]:
@@ -355,7 +390,7 @@ class PrometheusMetrics:
         return obs
 
 
-_Local = TypeVar("_Local", LocalHistogram, LocalGauge)
+_Local = TypeVar("_Local", LocalCounter, LocalHistogram, LocalGauge)
 
 
 def _folded(event_type: str, group: str) -> str:

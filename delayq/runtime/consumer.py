@@ -31,7 +31,7 @@ from ..events import Event
 from ..flow.waits import FlowWaits
 from ..keys import DEFAULT_GROUP
 from ..metrics import ServiceMetrics
-from ..observer import CANCELLED, TIMEOUT_PREFIX, HandlerRun, Observer
+from ..observer import CANCELLED, TIMEOUT_PREFIX, Observer
 from ..retry import Backoff
 from ..storage.store import Claimed, Store
 from .handler_tasks import HandlerTasks
@@ -124,8 +124,17 @@ class Consumer:
         # nothing per event. The history's lateness buckets are counted straight
         # into the recorder's row, so the observer reports to the user's sink alone.
         self._reports = metrics.reports
-        self._observing = metrics.reports or observer.tracing is not None
-        self._observer_metrics = metrics.sink_only()
+        # the observer's hooks bound to this consumer's type and view, None when they
+        # would report to nothing
+        self._hooks = (
+            observer.bind(self.type_name, metrics.sink_only())
+            if metrics.reports or observer.tracing is not None
+            else None
+        )
+        # the in_flight gauge and delivered counter, bound at the first claim (when they
+        # were first reported before): the history records neither, so the sink alone
+        self._set_in_flight: Callable[[float], None] | None = None
+        self._count_delivered: Callable[[int], None] | None = None
         self._late_row = (
             None if history is None else history.lateness_row(metrics.label(self.type_name))
         )
@@ -332,8 +341,11 @@ class Consumer:
                     if self._n_shards > 1:  # a fetcher may wait for slots this claim left
                         self._free_slot()
                 if claimed:
-                    self._metrics.increment("delivered", len(claimed), event_type=self.type_name)
-                    self._metrics.gauge("in_flight", self._running, event_type=self.type_name)
+                    if self._set_in_flight is None:
+                        self._bind_claim_metrics()
+                    assert self._count_delivered is not None and self._set_in_flight is not None
+                    self._count_delivered(len(claimed))
+                    self._set_in_flight(self._running)
                 if throttle is not None:  # flow limits held it back (delayq.flow.waits)
                     await self._flow.wait(shard, throttle)
                     drain = True  # claim again without BRPOP: the entries are still there
@@ -352,6 +364,13 @@ class Consumer:
                 )
                 await anyio.sleep(backoff)
                 backoff = min(backoff * 2, _MAX_BACKOFF)
+
+    def _bind_claim_metrics(self) -> None:
+        view, name = self._metrics, self.type_name
+        self._count_delivered = view.bind_increment("delivered", name) or _ignore
+        # in_flight goes to the sink alone: the history recorder keeps no gauge but lateness
+        in_flight = view.sink_only().bind_gauge("in_flight", name)
+        self._set_in_flight = in_flight or _ignore
 
     # -- handling --------------------------------------------------------------
 
@@ -388,21 +407,23 @@ class Consumer:
                 # the history's lateness bucket, as HistoryRecorder.observe would count it
                 late_s = (now_us / 1000 - due_ms) / 1000
                 row[LATENESS_ROW_START + bisect_left(LATENESS_BOUNDS_MS, late_s * 1000 if late_s > 0 else 0.0)] += 1  # fmt: skip
-            run = self._observer.started(delivery, self._observer_metrics) if self._observing else None
+            hooks = self._hooks
+            run = None if hooks is None else hooks.started(delivery)
+            error: Exception | None = None
             failure: str | None = CANCELLED  # unless the handler comes back
             try:
                 if self._s.handler_timeout is None:  # no cancel scope (nor call) to pay for
                     try:
                         result = await self.handler(event)
                     except Exception as exc:
-                        failure = self._failed(exc, c, run)
+                        failure, error = self._failed(exc, c), exc
                     else:
                         failure = None if result is not False else _RETURNED_FALSE
                 else:
-                    failure = await self._call_with_timeout(event, c, run)
+                    failure, error = await self._call_with_timeout(event, c)
             finally:
-                if run is not None:
-                    self._observer.finished(run, failure)
+                if run is not None and hooks is not None:
+                    hooks.finished(delivery, run, failure, error)
             if failure is None:
                 # No await from the handler's return to here, so a drain's cancel cannot
                 # come between them. The ack task clears ack_wanted before it takes the
@@ -419,15 +440,16 @@ class Consumer:
         finally:
             self._running -= 1
             self._started.pop(c.token, None)
-            if self._reports:
-                self._metrics.gauge("in_flight", self._running, event_type=self.type_name)
+            if self._reports and self._set_in_flight is not None:
+                self._set_in_flight(self._running)
             if self._slot_wanted:
                 self._free_slot()
 
     async def _call_with_timeout(
-        self, event: Event, c: Claimed, run: HandlerRun | None
-    ) -> str | None:
-        """Run the handler under ``handler_timeout``; None on success, else the failure."""
+        self, event: Event, c: Claimed
+    ) -> tuple[str | None, Exception | None]:
+        """Run the handler under ``handler_timeout``: ``(None, None)`` on success, else the
+        failure and the exception the handler raised (None for a timeout or False)."""
         timeout = self._s.handler_timeout
         assert timeout is not None
         try:
@@ -435,15 +457,13 @@ class Consumer:
                 scope.deadline = anyio.current_time() + timeout
                 result = await self.handler(event)
             if scope.cancelled_caught:
-                return f"{TIMEOUT_PREFIX} handler ran longer than {timeout}s"
+                return f"{TIMEOUT_PREFIX} handler ran longer than {timeout}s", None
         except Exception as exc:
-            return self._failed(exc, c, run)
-        return None if result is not False else _RETURNED_FALSE
+            return self._failed(exc, c), exc
+        return (None if result is not False else _RETURNED_FALSE), None
 
-    def _failed(self, exc: Exception, c: Claimed, run: HandlerRun | None) -> str:
+    def _failed(self, exc: Exception, c: Claimed) -> str:
         """Log the handler's exception; return the failure as "Type: message"."""
-        if run is not None:
-            run.error = exc
         log.warning(
             "%s %r: handler failed on attempt %d: %s: %s",
             self.label,
@@ -455,3 +475,7 @@ class Consumer:
             extra=delivery_fields(self.type_name, c),
         )
         return f"{type(exc).__name__}: {exc}"
+
+
+def _ignore(value: float) -> None:
+    """A figure nobody records."""

@@ -24,8 +24,10 @@ from __future__ import annotations
 import bisect
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import partial
 from typing import Literal
 
 import anyio
@@ -122,6 +124,28 @@ class HistoryRecorder:
         if name == "lateness" and event_type:
             self._observed = True
             self._late(seconds * 1000, event_type)
+
+    # the bound forms ServiceMetrics asks for (delayq.metrics): None for what is not recorded
+
+    def bind_increment(self, name: str, *, event_type: str = "") -> Callable[[int], None] | None:
+        """:meth:`increment` of ``name`` for ``event_type``; None unless it is counted."""
+        if name not in ("succeeded", "failed") or not event_type:
+            return None
+        return partial(self.increment, name, event_type=event_type)
+
+    def bind_gauge(self, name: str, *, event_type: str = "") -> Callable[[float], None] | None:
+        """:meth:`gauge` of ``name`` for ``event_type``; None unless it is recorded."""
+        if name != "lateness_ms" or not event_type:
+            return None
+        return partial(self.gauge, name, event_type=event_type)
+
+    def bind_observe(
+        self, name: str, *, event_type: str = "", outcome: str = ""
+    ) -> Callable[[float], None] | None:
+        """:meth:`observe` of ``name`` for ``event_type``; None unless it is recorded."""
+        if name != "lateness" or not event_type:
+            return None
+        return partial(self.observe, name, event_type=event_type, outcome=outcome)
 
     def take(self) -> dict[str, list[int]]:
         """Everything counted since the last call, and start over."""
