@@ -9,10 +9,10 @@ a lease deadline, an orphan check), at most ``scheduling_interval``, and wakes
 early when an enqueue publishes that it made an earlier due time. A type with
 more due than one batch is handed to the leader's drainer task, which moves it
 batch after batch while the passes go on, so a burst of one type never holds up
-the moves of another. Every
-``scheduling_interval`` it looks at every type with events pending, and every
-ten intervals at all types, so a lost wake-up only delays, never strands, an
-event.
+the moves of another (:mod:`delayq.runtime.mover` makes every move and runs the
+drainer). Every ``scheduling_interval`` it looks at every type with events
+pending, and every ten intervals at all types, so a lost wake-up only delays,
+never strands, an event.
 
 A standby watches the same times ``takeover_delay`` later. If it then finds an
 event still not moved (the leader died, or its process stopped running), it
@@ -39,13 +39,12 @@ from typing import TYPE_CHECKING
 import anyio
 from redis.exceptions import ResponseError
 
-from ..errors import is_transient
 from ..events import validate_name
-from ..keys import DEFAULT_GROUP
 from ..metrics import ServiceMetrics
-from ..partitions.shards import parse_shard, type_of
+from ..partitions.shards import parse_shard
 from ..partitions.spread import Spread
 from ..storage.store import Store, WakeupListener
+from .mover import MAX_BACKOFF, Mover
 
 if TYPE_CHECKING:
     from ..operations.groups import PendingGroups
@@ -54,7 +53,6 @@ __all__ = ["Scheduler", "SchedulerSettings"]
 
 log = logging.getLogger("delayq.scheduler")
 
-_MAX_BACKOFF = 5.0
 # Every this many scheduling intervals, all known types get a look, even idle ones.
 _FULL_SWEEP = 10
 # Published on the wake-up channel by a leader that released the lock (see lock_release.lua).
@@ -95,12 +93,18 @@ class Scheduler:
         self._wake: anyio.Event | None = None
         self._woken: set[str] = set()
         self._types: set[str] = set()
-        self._next: dict[str, float] = {}  # type -> monotonic time it needs a look
-        self._active: set[str] = set()  # types with entries in their ready lists
-        # the leader's types whose last batch was full: the drainer moves them, batch
-        # after batch, beside the passes (see _drainer)
-        self._backlog: set[str] = set()
-        self._drain_wake: anyio.Event | None = None
+        # moves types' due events; its next, active and backlog say when each needs a look
+        self._mover = Mover(
+            store,
+            metrics,
+            interval=settings.interval,
+            batch_size=settings.batch_size,
+            visibility_ms=settings.visibility_ms,
+            max_deliveries=settings.max_deliveries,
+            is_leader=lambda: self.is_leader,
+            stopping=lambda: self._stopping,
+            interrupt=self._interrupt,
+        )
         self._last_sweep = -math.inf
         self._last_full = -math.inf
         self._lock_taken_at = -math.inf
@@ -112,7 +116,7 @@ class Scheduler:
             interval=settings.interval,
             takeover_delay=settings.takeover_delay,
             member_ttl_ms=settings.lock_ms,
-            drain=self._drain,
+            drain=self._mover.drain,
             on_error=lambda: self._metrics.increment("redis_errors"),
         )
 
@@ -148,7 +152,7 @@ class Scheduler:
     async def run(self) -> None:
         """Move due events until :meth:`stop`."""
         self._wake = anyio.Event()
-        self._drain_wake = anyio.Event()
+        self._mover.reset()
         try:
             with anyio.CancelScope() as self._scope:
                 if self._stopping:
@@ -156,7 +160,7 @@ class Scheduler:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._listen)
                     tg.start_soon(self.spread.run)
-                    tg.start_soon(self._drainer)
+                    tg.start_soon(self._mover.drainer)
                     await self._loop()
                     self.spread.stop()
                     tg.cancel_scope.cancel()
@@ -188,7 +192,7 @@ class Scheduler:
                     backoff,
                 )
                 sleep_for = backoff
-                backoff = min(backoff * 2, _MAX_BACKOFF)
+                backoff = min(backoff * 2, MAX_BACKOFF)
             assert self._wake is not None
             if sleep_for > 0 and not self._woken:
                 with anyio.move_on_after(sleep_for):
@@ -245,21 +249,21 @@ class Scheduler:
         """
         delay = self._s.takeover_delay
         now = time.monotonic()
-        todo = {t for t, at in self._next.items() if at + delay <= now}
+        todo = {t for t, at in self._mover.next.items() if at + delay <= now}
         if now - self._last_full >= _FULL_SWEEP * self._s.interval:
             self._types = await self._known_types()
             self._last_full = now
             todo |= self._types
         late = 0
         for type_name in sorted(todo):
-            late = max(late, await self._move_or_log(type_name))
+            late = max(late, await self._mover.move_or_log(type_name))
         if late >= delay * 1000 and not self._stopping:
             await self._take_over(late)
             if self.is_leader:
                 return 0.0
         now = time.monotonic()
         wake_at = min(
-            min(self._next.values(), default=math.inf) + delay,
+            min(self._mover.next.values(), default=math.inf) + delay,
             self._lock_taken_at + self._s.interval,
             self._last_full + _FULL_SWEEP * self._s.interval,
         )
@@ -279,21 +283,6 @@ class Scheduler:
             log.error("reading the set of event types failed: %s", exc)
             return self._types
 
-    async def _move_or_log(self, type_name: str) -> int:
-        """Move what is due for one type; a refused script does not stop the other types."""
-        try:
-            return await self._move(type_name)
-        except ResponseError as exc:
-            if is_transient(exc):  # the server says "not now" (READONLY, BUSY...): to the
-                raise  # loop, which backs off and tries every type again
-            # Redis refused this type's script (say, a key of the wrong type
-            # written by someone else): the other types must still move.
-            self._metrics.increment("redis_errors", event_type=type_name)
-            log.error("%s: moving due events failed: %s; trying again later", type_name, exc)
-            self._next[type_name] = time.monotonic() + 10 * self._s.interval
-            self._backlog.discard(type_name)  # not at once again: at that time
-            return 0
-
     async def _pass(self) -> float:
         """Move what is due; return how long to sleep before the next pass.
 
@@ -305,140 +294,25 @@ class Scheduler:
         if self.pending is not None and self.pending.any:
             await self.pending.flush()  # a group added here gets every event moved from now on
         now = time.monotonic()
-        todo = {t for t, at in self._next.items() if at <= now}
+        todo = {t for t, at in self._mover.next.items() if at <= now}
         if now - self._last_full >= _FULL_SWEEP * self._s.interval:
             self._types = await self._known_types()
             self._last_full = self._last_sweep = now
             todo |= self._types
         elif now - self._last_sweep >= self._s.interval:
             self._last_sweep = now
-            todo |= self._active
+            todo |= self._mover.active
         todo |= self._woken
         self._types |= self._woken
         self._woken.clear()
-        for type_name in sorted(todo - self._backlog):  # the drainer has the backlogs
-            await self._move_or_log(type_name)
+        for type_name in sorted(todo - self._mover.backlog):  # the drainer has the backlogs
+            await self._mover.move_or_log(type_name)
         now = time.monotonic()
         nearest = min(
-            (at for t, at in self._next.items() if t not in self._backlog), default=math.inf
+            (at for t, at in self._mover.next.items() if t not in self._mover.backlog),
+            default=math.inf,
         )
         return max(0.0, min(nearest - now, self._last_sweep + self._s.interval - now))
-
-    async def _drainer(self) -> None:
-        """Move the leader's backlogs: one batch per type in turn, until each is moved.
-
-        A type with more due than one batch (a million events due in the same second)
-        is drained here, beside the passes, so the pass loop keeps its own times: another
-        type's event that comes due meanwhile is moved when due, not after the burst's
-        batch under way (each call is one bounded script, so Redis runs the two in turn).
-        """
-        backoff = 0.1
-        while not self._stopping:
-            if not self.is_leader:
-                self._backlog.clear()  # a standby looks at them takeover_delay late
-            if not self._backlog:
-                assert self._drain_wake is not None
-                await self._drain_wake.wait()
-                self._drain_wake = anyio.Event()
-                continue
-            try:
-                for type_name in sorted(self._backlog):
-                    if self.is_leader:
-                        await self._move_or_log(type_name)
-                backoff = 0.1
-            except Exception as exc:  # loops never die: log, back off, go on
-                self._metrics.increment("redis_errors")
-                log.warning(
-                    "moving a backlog failed (%s: %s); retrying in %.2fs",
-                    type(exc).__name__,
-                    exc,
-                    backoff,
-                )
-                await anyio.sleep(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF)
-
-    async def _move(self, type_name: str) -> int:
-        """Move one batch of a type's due events; return how late the oldest was (ms).
-
-        The leader hands a type whose batch was full to the drainer, and takes it back
-        (wakes the pass loop for its next time) once it is moved."""
-        if not self.is_leader:
-            return await self._drain(type_name, self._next, self._active)
-        was = type_name in self._backlog
-        late = await self._drain(type_name, self._next, self._active, self._backlog)
-        if type_name in self._backlog and not was and self._drain_wake is not None:
-            self._drain_wake.set()
-        elif was and type_name not in self._backlog:
-            self._interrupt()  # its next time may come before the pass loop wakes
-        return late
-
-    async def _drain(
-        self,
-        type_name: str,
-        nexts: dict[str, float],
-        active: set[str],
-        backlog: set[str] | None = None,
-    ) -> int:
-        """Move one batch of one shard's due events; note in ``nexts`` when it next needs a
-        look (at once when the batch was full), in ``active`` whether its ready list
-        holds entries and in ``backlog`` (if given) whether the batch was full; return how
-        late the oldest thing moved was (ms).
-
-        One batch per look, not a whole backlog: a type with a million events due in the
-        same second takes its turns between the other types' batches, so their events
-        are moved on time while the burst drains (the leader's drainer, or the next pass,
-        comes back for the rest at once).
-        """
-        label = type_of(type_name)
-        sent = time.monotonic()
-        r = await self._store.move_due(
-            type_name, self._s.batch_size, self._s.visibility_ms, self._s.max_deliveries
-        )
-        answered = time.monotonic()
-        if r.moved:
-            self._metrics.increment("moved", r.moved, event_type=label)
-        if r.dead:
-            if r.dead_groups:  # a type with delivery groups: each group's own
-                for group, n in r.dead_groups.items():
-                    view = self._metrics.for_group(None if group == DEFAULT_GROUP else group)
-                    view.increment("dead_lettered", n, event_type=label)
-            else:
-                self._metrics.increment("dead_lettered", r.dead, event_type=label)
-            log.error(
-                "%s: %d events became dead letters after their last lease expired",
-                type_name,
-                r.dead,
-            )
-        if r.missing:
-            log.warning(
-                "%s: dropped %d scheduled ids that have no stored event: %s",
-                type_name,
-                len(r.missing),
-                [m.decode("utf-8", "replace") for m in r.missing[:10]],
-            )
-        # Ready entries need a look now and then (a consumer may die between
-        # popping one and claiming it); due times and leases are in nexts.
-        if r.queued:
-            active.add(type_name)
-        else:
-            active.discard(type_name)
-        if backlog is not None:
-            if r.more:
-                backlog.add(type_name)
-            else:
-                backlog.discard(type_name)
-        if r.more:
-            nexts[type_name] = time.monotonic()
-        elif r.next_ms is None:
-            nexts.pop(type_name, None)
-        else:
-            # Timed from when Redis read its clock: about half-way through the round trip
-            # (not when the answer arrived), and half a ms after now_ms on average (read in
-            # whole ms). Timing it from the answer made every due event later by the
-            # answer's trip and the truncated fraction: ~1 ms at the median on a loaded host.
-            read_at = (sent + answered) / 2
-            nexts[type_name] = read_at + max(0.0, r.next_ms - r.now_ms - 0.5) / 1000
-        return r.late_ms
 
     async def _listen(self) -> None:
         """Turn wake-up messages into early passes; resubscribe after disconnects."""
@@ -461,7 +335,7 @@ class Scheduler:
             except Exception as exc:
                 log.info("wake-up subscription dropped (%s); resubscribing in %.2fs", exc, backoff)
                 await anyio.sleep(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF)
+                backoff = min(backoff * 2, MAX_BACKOFF)
             finally:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(1):
                     await listener.aclose()
@@ -498,5 +372,5 @@ class Scheduler:
         else:
             # the new due time may be soon: check then whether the leader moved it
             self._types.add(name)
-            self._next[name] = min(self._next.get(name, math.inf), time.monotonic())
+            self._mover.next[name] = min(self._mover.next.get(name, math.inf), time.monotonic())
             self._interrupt()
