@@ -211,7 +211,9 @@ class Lanes:
             self.collected[self.unit(item)] = self.collected.get(self.unit(item), 0) + 1
 
     @pytest.hookimpl(trylast=True)  # after `-m`/`-k` selection
-    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
         """Deselect the tests of the other lanes."""
         lane_of = self.split(self.collected, items)
         keep = [item for item in items if lane_of[self.unit(item)] == self.lane]
