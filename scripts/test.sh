@@ -8,13 +8,15 @@
 #   * makes sure Debian's chromium + chromium-driver exist for the dashboard's browser tests,
 #   * makes sure PostgreSQL's initdb/postgres exist for tests/postgres (apt postgresql),
 #   * runs `python -m pytest "$@"`, e.g.  scripts/test.sh -m "not spark" -x
-#   * then, without arguments (CI), the `servers` subset on Valkey 8 and 9 (DELAYQ_MATRIX).
+#   * then, without arguments (CI), the `servers` subset on Valkey 8 and 9 (DELAYQ_MATRIX);
+#     without arguments the suite runs in DELAYQ_LANES (3) pytest processes at once.
 #
 # apt is only used when running as root (or with password-less sudo). Tests never use the
 # machine's own Redis: they start private redis-server processes unless REDIS_URL is set.
 # Environment: PYTHON (interpreter for the venv, default python3), DELAYQ_VENV (default .venv),
 # DELAYQ_REINSTALL=1 (force pip install), DELAYQ_NO_APT=1 (never call apt-get),
-# DELAYQ_MATRIX="valkey8 valkey9" (servers for the subset run; "" for none).
+# DELAYQ_MATRIX="valkey8 valkey9" (servers for the subset run; "" for none),
+# DELAYQ_LANES=N (pytest processes at once; default 3 without arguments, else 1).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
