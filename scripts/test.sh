@@ -239,6 +239,9 @@ for ((n = 0; n < LANES; n++)); do
     ((rc == 0)) || status=$rc
 done
 log "all $LANES lanes ended after $((SECONDS - started)) s: exit $status"
-grep -h -E "^(=+ .*(passed|failed|error|no tests ran).* =+|FAILED |ERROR )" "$WORK"/lane*.log >&2 || true
+for ((k = 1; k <= LANES; k++)); do
+    grep -E "^(=+ .*(passed|failed|error|no tests ran|deselected).* =+|FAILED |ERROR )" \
+        "$WORK/lane$k.log" | sed "s/^/lane $k: /" >&2 || true
+done
 if [[ "$status" == 0 ]]; then rm -rf "$WORK"; fi
 exit "$status"
