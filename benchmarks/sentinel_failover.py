@@ -57,6 +57,9 @@ HERE = Path(__file__).resolve().parent
 FAULTS = ("planned", "kill", "freeze", "planned2", "planned3", "planned-kill", "planned-kill-new")
 # the faults of a plain run; the back-to-back ones are asked for with --faults
 DEFAULT_FAULTS = ("planned", "kill", "freeze")
+# the sentinels learn the replicas from the master's INFO every 10 s: on a loaded machine that
+# can take longer than RedisSentinelSet's default 20 s (returns as soon as they agree)
+STARTUP_TIMEOUT = 60.0
 
 
 class SentinelJob(Event, event_name="sentinel-job"):
@@ -176,7 +179,7 @@ async def run_fault(
     ok: list[str] = []
     returned: dict[str, float] = {}
     errors: collections.Counter[str] = collections.Counter()
-    with RedisSentinelSet() as sentinels:
+    with RedisSentinelSet(startup_timeout=STARTUP_TIMEOUT) as sentinels:
         workers = [EventService.from_url(sentinels.url, **_options(min_replicas)) for _ in (1, 2)]
         producer = EventService.from_url(
             sentinels.url, enable_scheduling=False, **_options(min_replicas)
@@ -275,7 +278,7 @@ async def run_fault(
 async def throughput(min_replicas: int, n: int) -> dict[str, Any]:
     """Enqueue and handle ``n`` events (no fault); events per second both ways."""
     recorder = Recorder()
-    with RedisSentinelSet() as sentinels:
+    with RedisSentinelSet(startup_timeout=STARTUP_TIMEOUT) as sentinels:
         worker = EventService.from_url(sentinels.url, **_options(min_replicas))
         worker.add_handler(SentinelJob, recorder, concurrency=64)
         producer = EventService.from_url(

@@ -82,6 +82,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="inject the faults in turn (each kind once before any repeats) "
         "instead of picking at random",
     )
+    p.add_argument(
+        "--min-faults",
+        type=int,
+        default=0,
+        help="keep producing past --duration until this many faults were injected (with "
+        "--cycle, the number of kinds covers each once, however slow the machine)",
+    )
     p.add_argument("--visibility", type=float, default=10.0)
     p.add_argument("--lock-timeout", type=float, default=2.0)
     p.add_argument("--drain-timeout", type=float, default=240.0)
@@ -336,8 +343,14 @@ class Soak:
                     asyncio.create_task(self.inject(pool, rec)),
                 ]
                 start = time.monotonic()
-                while time.monotonic() - start < a.duration:
-                    await asyncio.sleep(min(10.0, a.duration - (time.monotonic() - start)))
+                while (
+                    time.monotonic() - start < a.duration or len(self.fault_log) < a.min_faults
+                ) and not tasks[1].done():
+                    left = a.duration - (time.monotonic() - start)
+                    if left <= 0:  # past --duration, waiting for --min-faults
+                        await asyncio.sleep(0.2)
+                        continue
+                    await asyncio.sleep(min(10.0, left))
                     handled = self.samples[-1][1] if self.samples else 0
                     self.say(
                         f"enqueued {len(self.enqueued)}, handled {handled}, "

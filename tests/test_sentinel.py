@@ -26,7 +26,7 @@ from delayq.testing.sentinel import RedisSentinelSet
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.sentinel_failover import run_fault
+from benchmarks.sentinel_failover import STARTUP_TIMEOUT, run_fault
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -39,7 +39,7 @@ class Ping(Event, event_name="sentinel-ping"):
 
 @pytest.fixture
 def sentinels():
-    with RedisSentinelSet() as s:
+    with RedisSentinelSet(startup_timeout=STARTUP_TIMEOUT) as s:
         yield s
 
 

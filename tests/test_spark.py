@@ -714,7 +714,10 @@ def test_job_runs_from_the_command_line(redis_url: str, prefix: str, tmp_path: P
 def test_orders_round_trip_through_csv(spark: Any, tmp_path: Path) -> None:
     from delayq.spark.demo import _read, _write, generate_orders
 
-    orders_df = generate_orders(spark, 500, partitions=2)
+    generated = generate_orders(spark, 500, partitions=2)
+    # its times count back from the current minute: evaluated once, not once per action (a
+    # loaded run wrote in one minute and collected in the next)
+    orders_df = spark.createDataFrame(generated.collect(), generated.schema).coalesce(2)
     _write(orders_df, str(tmp_path / "orders.csv"), "csv")
     back = _read(spark, str(tmp_path / "orders.csv"), "csv")
     assert back.dtypes == orders_df.dtypes
