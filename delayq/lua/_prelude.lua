@@ -249,6 +249,20 @@ end
 -- back to the ready list. Each step returns whether it filled its batch (then the
 -- caller says "more": call again at once).
 
+-- A function (id, due) that keeps the pair in into_ids/into_dues when the event
+-- is stored, else notes the id in missing (move_due and group_move).
+local function taker(into_ids, into_dues, missing)
+  local function take(id, due)
+    if redis.call('HEXISTS', K_EVENTS, id) == 1 then
+      into_ids[#into_ids + 1] = id
+      into_dues[#into_dues + 1] = due
+    else
+      missing[#missing + 1] = id
+    end
+  end
+  return take
+end
+
 -- Orphans. Entries with sequence <= pushed - LLEN have left the list; if their
 -- id is still in `queued`, no claim has run for them yet. They are marked with
 -- the time they were noticed (a negative score) and given back after vt.

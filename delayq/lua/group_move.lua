@@ -40,26 +40,12 @@ for g = 1, N_GROUPS do
   local k_sched, k_inflight = gkey(g, G_SCHED), gkey(g, G_INFLIGHT)
   local max_deliveries = reg[GROUP_NAMES[g]] or default_max
   local ids, dues = {}, {}
-  local function take(id, due)
-    if redis.call('HEXISTS', K_EVENTS, id) == 1 then
-      ids[#ids + 1] = id
-      dues[#dues + 1] = due
-    else
-      missing[#missing + 1] = id
-    end
-  end
+  local take = taker(ids, dues, missing)
   -- expired leases of a keyed type: the head of their key's line (see move_due)
   local k_lines, k_rot, k_wait = gkkey(g, G_KLINES), gkkey(g, G_KROT), gkkey(g, G_KWAIT)
   local fids, fdues = ids, dues
   if keyed_type() then fids, fdues = {}, {} end
-  local function take_front(id, due)
-    if redis.call('HEXISTS', K_EVENTS, id) == 1 then
-      fids[#fids + 1] = id
-      fdues[#fdues + 1] = due
-    else
-      missing[#missing + 1] = id
-    end
-  end
+  local take_front = taker(fids, fdues, missing)
 
   local full, t, expired_dead
   -- 1. Orphans of this group's ready list.

@@ -36,28 +36,14 @@ local max_deliveries = tonumber(ARGV[3])
 local ids, dues, missing = {}, {}, {}
 local more, dead, late = 0, 0, 0
 
-local function take(id, due)
-  if redis.call('HEXISTS', K_EVENTS, id) == 1 then
-    ids[#ids + 1] = id
-    dues[#dues + 1] = due
-  else
-    missing[#missing + 1] = id
-  end
-end
+local take = taker(ids, dues, missing)
 
 -- Expired leases of a keyed type go to the head of their key's line (per-key
 -- order: they were due before what waits there); otherwise with the rest.
 local keyed = K_KLINES and keyed_type()
 local fids, fdues = ids, dues
 if keyed then fids, fdues = {}, {} end
-local function take_front(id, due)
-  if redis.call('HEXISTS', K_EVENTS, id) == 1 then
-    fids[#fids + 1] = id
-    fdues[#fdues + 1] = due
-  else
-    missing[#missing + 1] = id
-  end
-end
+local take_front = taker(fids, fdues, missing)
 
 local function max_late(t) if t > late then late = t end end
 local full, t
