@@ -24,6 +24,17 @@ TIMEOUT_PREFIX = "HandlerTimeout:"
 CANCELLED = "Cancelled: the handler was cancelled (the service is stopping)"
 
 
+def run_outcome(failure: str | None) -> str:
+    """The ``outcome`` label of a handler run: success, timeout, cancelled or failure."""
+    if failure is None:
+        return "success"
+    if failure is CANCELLED:
+        return "cancelled"
+    if failure.startswith(TIMEOUT_PREFIX):
+        return "timeout"
+    return "failure"
+
+
 @runtime_checkable
 class Tracing(Protocol):
     """Span hooks around enqueues and handler runs (see :mod:`delayq.otel`).
@@ -173,14 +184,7 @@ class Observer:
         """The handler of ``run`` returned (``failure`` None) or failed: record and close."""
         elapsed = time.perf_counter() - run.started
         delivery = run.delivery
-        if failure is None:
-            outcome = "success"
-        elif failure.startswith(TIMEOUT_PREFIX):
-            outcome = "timeout"
-        elif failure is CANCELLED:
-            outcome = "cancelled"
-        else:
-            outcome = "failure"
+        outcome = run_outcome(failure)
         metrics = run.metrics
         metrics.observe(
             "handler_duration", elapsed, event_type=delivery.event_type, outcome=outcome
@@ -254,14 +258,7 @@ class RunHooks:
         ``error`` the exception the handler raised, if any."""
         started, span = run
         elapsed = time.perf_counter() - started
-        if failure is None:
-            outcome = "success"
-        elif failure.startswith(TIMEOUT_PREFIX):
-            outcome = "timeout"
-        elif failure is CANCELLED:
-            outcome = "cancelled"
-        else:
-            outcome = "failure"
+        outcome = run_outcome(failure)
         durations = self._durations
         if durations is not None:
             try:
