@@ -79,8 +79,14 @@ def source(name: str) -> str:
     if name in GROUPED:
         body = (here / "_groups.lua").read_text(encoding="utf-8") + "\n" + body
     if name in PER_TYPE or name in GROUPED:
-        return (here / "_prelude.lua").read_text(encoding="utf-8") + "\n" + body
-    return body
+        body = (here / "_prelude.lua").read_text(encoding="utf-8") + "\n" + body
+    # Whole-line comments are blanked, not sent: Redis keeps every script's text in
+    # its script cache (in used_memory), and the prelude is half comments. Blank
+    # lines keep the line numbers of error messages.
+    return _COMMENT_LINE.sub("", body)
+
+
+_COMMENT_LINE = re.compile(r"^[ \t]*--[^\n]*$", re.MULTILINE)
 
 
 # The prelude's names of KEYS[11..21] (and the helpers that read them), by the
