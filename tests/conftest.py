@@ -123,12 +123,13 @@ def _in_subset(nodeid: str) -> bool:
 # CI (scripts/test.sh) runs the suite as N pytest processes at once ("lanes", `--lane K/N`):
 # most tests wait (for due times, leases, subprocesses, failovers), so on 2 cores N lanes take
 # about half the time of one. A lane takes whole files (module- and session-scoped fixtures stay
-# in one process), balanced by the seconds each file took in a full run on a quiet 2-core
-# machine (files not listed count half a second per test, their average; list a file over ~10 s).
+# in one process), balanced by the seconds each file takes in a lanes run on 2 cores (files
+# not listed count half a second per test, their average; list a file over ~10 s). The Spark
+# files count more than they take alone: their JVMs need the CPU the other lanes share.
 # Every lane computes the same split from the same collection, so the lanes never overlap.
 LANE_SECONDS = {
-    "tests/test_spark.py": 120.0,
-    "tests/test_spark_stream.py": 110.0,  # two starts of a local cluster
+    "tests/test_spark.py": 150.0,
+    "tests/test_spark_stream.py": 170.0,  # two starts of a local cluster
     "tests/test_cli_worker.py": 95.0,
     "tests/test_schedules_processes.py": 95.0,
     "tests/test_sentinel.py": 90.0,
