@@ -9,8 +9,9 @@ share of the free slots, so busy partitions are served alike. After a BRPOP wake
 slots from the ready list, at most ``CLAIM_MAX`` per call (the next claims follow at
 once while slots are free and entries wait). What becomes of a delivery after its handler (the
 batched acks, failures, lease renewal) is :mod:`delayq.runtime.settlement`'s job; the
-handler tasks are :mod:`delayq.runtime.handler_tasks`'. The fetching (BRPOP, claims,
-slots) is :mod:`delayq.runtime.fetching`'s mixin; the options, :mod:`delayq.runtime.consumer_settings`'.
+handler tasks are :mod:`delayq.runtime.handler_tasks`'. The fetching (BRPOP,
+claims, slots) is the :mod:`delayq.runtime.fetching` mixin; the options are in
+:mod:`delayq.runtime.consumer_settings`.
 """
 
 from __future__ import annotations

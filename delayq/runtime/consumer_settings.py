@@ -1,4 +1,4 @@
-"""The service options a :class:`~delayq.runtime.consumer.Consumer` needs, with a group's overrides."""
+"""The options a :class:`~delayq.runtime.consumer.Consumer` needs, with a group's overrides."""
 
 from __future__ import annotations
 
