@@ -9,17 +9,17 @@ share of the free slots, so busy partitions are served alike. After a BRPOP wake
 slots from the ready list, at most ``CLAIM_MAX`` per call (the next claims follow at
 once while slots are free and entries wait). What becomes of a delivery after its handler (the
 batched acks, failures, lease renewal) is :mod:`delayq.runtime.settlement`'s job; the
-handler tasks are :mod:`delayq.runtime.handler_tasks`'.
+handler tasks are :mod:`delayq.runtime.handler_tasks`'. The fetching (BRPOP,
+claims, slots) is the :mod:`delayq.runtime.fetching` mixin; the options are in
+:mod:`delayq.runtime.consumer_settings`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from bisect import bisect_left
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -32,8 +32,10 @@ from ..flow.waits import FlowWaits
 from ..keys import DEFAULT_GROUP
 from ..metrics import ServiceMetrics
 from ..observer import CANCELLED, TIMEOUT_PREFIX, Observer
-from ..retry import Backoff
 from ..storage.store import Claimed, Store
+from .consumer_settings import ConsumerSettings
+from .fetching import CLAIM_MAX as CLAIM_MAX  # the claim bound, imported from here
+from .fetching import Fetching
 from .handler_tasks import HandlerTasks
 from .history import LATENESS_BOUNDS_MS, LATENESS_ROW_START, HistoryRecorder
 from .settlement import Settlement, delivery_fields
@@ -44,49 +46,10 @@ log = logging.getLogger("delayq.consumer")
 
 Handler = Callable[[Any], Awaitable[Any]]
 
-_MAX_BACKOFF = 5.0
 _RETURNED_FALSE = "ReturnedFalse: the handler returned False"
-# The most entries one claim call takes. A claim costs Redis about 15 µs per entry
-# (benchmarks/script_cost.py), and every other client waits while it runs: 64 keeps a
-# call near 1 ms; more free slots are filled by the next claims, at once, without a BRPOP.
-# It also bounds how many handler tasks one claim starts in one turn of the event loop.
-CLAIM_MAX = 64
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerSettings:
-    """The service options a consumer needs."""
-
-    visibility_ms: int
-    polling_timeout: float
-    retry_attempts: int
-    retry_backoff: Backoff
-    handler_timeout: float | None
-    shutdown_grace: float
-
-    def overridden(
-        self, retry_attempts: int | None, retry_backoff: Backoff | None
-    ) -> ConsumerSettings:
-        """These settings with a handler's (a delivery group's) overrides, checked."""
-        changes: dict[str, Any] = {}
-        if retry_attempts is not None:
-            if (
-                not isinstance(retry_attempts, int)
-                or isinstance(retry_attempts, bool)
-                or not 0 <= retry_attempts <= 1000
-            ):
-                raise ValueError(
-                    f"retry_attempts must be an int from 0 to 1000, not {retry_attempts!r}"
-                )
-            changes["retry_attempts"] = retry_attempts
-        if retry_backoff is not None:
-            if not callable(retry_backoff):
-                raise TypeError("retry_backoff must be a callable attempt -> seconds or timedelta")
-            changes["retry_backoff"] = retry_backoff
-        return dataclasses.replace(self, **changes) if changes else self
-
-
-class Consumer:
+class Consumer(Fetching):
     """Fetches ready events of one type and runs ``handler`` on at most ``concurrency`` at once."""
 
     def __init__(
@@ -188,11 +151,6 @@ class Consumer:
         if self._fetch_scope is not None:
             self._fetch_scope.cancel()
 
-    @property
-    def max_deliveries(self) -> int:
-        """Deliveries of an event to this consumer's group before it becomes a dead letter."""
-        return 1 + self._s.retry_attempts
-
     async def wait_finished(self) -> None:
         """Wait until :meth:`run` has returned."""
         await self._finished.wait()
@@ -239,138 +197,6 @@ class Consumer:
             self._finished.set()
 
     # -- fetching --------------------------------------------------------------
-
-    async def _register_group(self) -> None:
-        """Make a named group exist in Redis (durably) before fetching its events."""
-        if self.group is None:
-            return
-        backoff = 0.05
-        while not self._stopping:
-            try:
-                for shard in self._store.shards(self.type_name):
-                    await self._store.register_type(shard)
-                    await self._store.register_group(shard, self.group, self.max_deliveries)
-                if self._on_registered is not None:
-                    self._on_registered()
-                return
-            except Exception as exc:  # loops never die: back off, go on
-                self._metrics.increment("redis_errors", event_type=self.type_name)
-                log.warning("%s: registering the group failed (%s)", self.label, exc)
-                await anyio.sleep(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF)
-
-    async def _wait_for_slot(self) -> None:
-        self._slot_wanted = True
-        await self._slot_freed.wait()
-
-    def _free_slot(self) -> None:
-        """Wake every fetcher waiting for a slot (a handler that ends calls it only
-        when one waits). Setting an asyncio event resolves every waiter's future at
-        once, so clearing it straight away loses none, and each waits again only
-        after setting ``_slot_wanted`` anew."""
-        self._slot_wanted = False
-        freed = self._slot_freed
-        freed.set()
-        freed.clear()
-
-    async def _fetch_all(self, handlers: HandlerTasks) -> None:
-        """One fetch loop per shard of the type; shards of a layout that appears later
-        (a partition count being changed, as the scheduler's sweeps learn) join."""
-        block = max(0.05, self._s.polling_timeout)
-        backoff = 0.05
-        while len(self._store.shards(self.type_name)) > 1 and not self._stopping:
-            try:
-                await self._store.connect()
-                break
-            except Exception as exc:  # loops never die: back off, go on
-                log.warning("%s: connecting failed (%s)", self.label, exc)
-                await anyio.sleep(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF)
-        async with anyio.create_task_group() as fetchers:
-            started: set[str] = set()
-            while not self._stopping:
-                for shard in self._store.shards(self.type_name):
-                    if shard not in started:
-                        started.add(shard)
-                        self._n_shards = len(started)
-                        fetchers.start_soon(self._fetch_loop, handlers, shard)
-                await anyio.sleep(block)  # in-process check only: no Redis command
-
-    async def _fetch_loop(self, handlers: HandlerTasks, shard: str) -> None:
-        backoff = 0.05
-        leased = self._settlement.leased  # never replaced
-        popped: list[bytes] = []  # a BRPOP'd entry whose claim has not gone through yet
-        drain = False  # the last claim filled its share of the slots: more may be waiting
-        block = max(0.05, self._s.polling_timeout)
-        while not self._stopping:
-            free = self.concurrency - self._running - self._reserved
-            if free <= 0:
-                await self._wait_for_slot()
-                continue
-            try:
-                if not popped and not drain:
-                    entry = await self._store.pop_ready(shard, block, group=self.group)
-                    if entry is None:
-                        continue
-                    popped.append(entry)
-                    # other fetchers may have taken the slots while this one waited
-                    free = self.concurrency - self._running - self._reserved
-                    if free <= 0:
-                        continue
-                # each partition's claim takes its share of the free slots (all of
-                # them with one partition), so no partition is starved by another
-                share = max(len(popped), min(CLAIM_MAX, -(-free // self._n_shards)))
-                self._reserved += share
-                # A claim that ran must be read to the end, or its events wait
-                # a whole lease for nothing: never cancel it half-way.
-                try:
-                    with anyio.CancelScope(shield=True):
-                        now_us, claimed, throttle = await self._store.claim_limited(
-                            shard, popped, share - len(popped), self._s.visibility_ms,
-                            group=self.group,
-                        )  # fmt: skip
-                        popped = []
-                        drain = len(claimed) >= share
-                        for c in claimed:
-                            self._running += 1
-                            self._started[c.token] = (c.raw_id, now_us)
-                            leased.add((shard, c.raw_id, c.token))
-                            handlers.start_soon(self._handle, c, now_us, shard)
-                finally:
-                    self._reserved -= share
-                    if self._n_shards > 1:  # a fetcher may wait for slots this claim left
-                        self._free_slot()
-                if claimed:
-                    if self._set_in_flight is None:
-                        self._bind_claim_metrics()
-                    assert self._count_delivered is not None and self._set_in_flight is not None
-                    self._count_delivered(len(claimed))
-                    self._set_in_flight(self._running)
-                if throttle is not None:  # flow limits held it back (delayq.flow.waits)
-                    await self._flow.wait(shard, throttle)
-                    drain = True  # claim again without BRPOP: the entries are still there
-                elif self._flow.paused:
-                    self._flow.claimed()
-                backoff = 0.05
-            except Exception as exc:  # Redis down, connection killed, ...: back off, go on
-                drain = False
-                self._metrics.increment("redis_errors", event_type=self.type_name)
-                log.warning(
-                    "%s: fetching failed (%s: %s); retrying in %.2fs",
-                    self.label,
-                    type(exc).__name__,
-                    exc,
-                    backoff,
-                )
-                await anyio.sleep(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF)
-
-    def _bind_claim_metrics(self) -> None:
-        view, name = self._metrics, self.type_name
-        self._count_delivered = view.bind_increment("delivered", name) or _ignore
-        # in_flight goes to the sink alone: the history recorder keeps no gauge but lateness
-        in_flight = view.sink_only().bind_gauge("in_flight", name)
-        self._set_in_flight = in_flight or _ignore
 
     # -- handling --------------------------------------------------------------
 
@@ -475,7 +301,3 @@ class Consumer:
             extra=delivery_fields(self.type_name, c),
         )
         return f"{type(exc).__name__}: {exc}"
-
-
-def _ignore(value: float) -> None:
-    """A figure nobody records."""

@@ -1,0 +1,121 @@
+"""The messaging conventions' constants and the W3C carrier helpers of :mod:`delayq.otel`."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+
+from opentelemetry import baggage, trace
+from opentelemetry import context as otel_context
+from opentelemetry.trace import (
+    INVALID_SPAN_CONTEXT,
+    NonRecordingSpan,
+    SpanContext,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TraceState,
+)
+
+_SYSTEM = "delayq"
+_W3C_FIELDS = frozenset({"traceparent", "tracestate", "baggage"})
+# W3C Trace Context: version-trace_id-parent_id-flags; later versions may append fields
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
+# the last hex digit of the flags of a version-00 traceparent when "sampled" (bit 0) is off
+_UNSAMPLED_DIGITS = frozenset("02468ace")
+_EMPTY = otel_context.Context()
+
+
+def _only_key(context: otel_context.Context) -> str:
+    (key,) = context.keys()
+    return key
+
+
+# The context keys under which the API keeps the current span and the baggage, found
+# through the public API: the unsampled paths read them straight from the context
+# (one dict lookup instead of three calls each; they run for most traced events).
+_SPAN_KEY = _only_key(trace.set_span_in_context(trace.INVALID_SPAN, _EMPTY))
+_BAGGAGE_KEY = _only_key(baggage.set_baggage("k", "v", _EMPTY))
+_INVALID_CURRENT = trace.set_span_in_context(trace.INVALID_SPAN, _EMPTY)
+
+
+def _tuple_layout() -> bool:
+    """True when a ``SpanContext`` is the tuple ``(trace_id, span_id, is_remote,
+    trace_flags, trace_state, is_valid)``, as it has been since opentelemetry-api 1.0:
+    its fields are then read by index, not through five properties."""
+    probe = SpanContext(3, 5, False, TraceFlags(1))
+    try:
+        return (
+            isinstance(probe, tuple)
+            and (probe[0], probe[1], probe[3], probe[5]) == (3, 5, 1, True)
+            and probe[4] is probe.trace_state
+        )
+    except Exception:  # pragma: no cover - another layout: use the properties
+        return False
+
+
+_TUPLE = _tuple_layout()
+_DEFAULT_TRACE_STATE = trace.span.DEFAULT_TRACE_STATE
+
+
+def _w3c_carrier(sc: SpanContext) -> dict[str, str]:
+    """The W3C carrier (``traceparent``, ``tracestate`` when there is one) of ``sc``."""
+    if _TUPLE:
+        trace_id, span_id, _, flags, state, _ = sc
+    else:  # pragma: no cover
+        trace_id, span_id, flags, state = sc.trace_id, sc.span_id, sc.trace_flags, sc.trace_state
+    # %-formatting: the quickest way to write two long hex ids, on every traced enqueue
+    carrier = {"traceparent": "00-%032x-%016x-%02x" % (trace_id, span_id, flags)}  # noqa: UP031
+    if state is not _DEFAULT_TRACE_STATE and state:
+        carrier["tracestate"] = state.to_header()
+    return carrier
+
+
+def _span_context(traceparent: str, tracestate: str | None) -> SpanContext:
+    """The remote span context of a W3C ``traceparent``; invalid if it does not parse."""
+    match = _TRACEPARENT.fullmatch(traceparent)
+    if match is None or match[1] == "ff" or (match[1] == "00" and match[5]):
+        return INVALID_SPAN_CONTEXT
+    trace_id, span_id = int(match[2], 16), int(match[3], 16)
+    if not trace_id or not span_id:
+        return INVALID_SPAN_CONTEXT
+    return SpanContext(
+        trace_id,
+        span_id,
+        is_remote=True,
+        trace_flags=TraceFlags(int(match[4], 16)),
+        trace_state=TraceState.from_header([tracestate]) if tracestate else None,
+    )
+
+
+class _Unsampled(NonRecordingSpan):
+    """An unsampled creation context, current while its handler runs.
+
+    It is parsed only if something asks for it (a span the handler starts, an
+    enqueue it makes): most handlers of unsampled events never do.
+    """
+
+    def __init__(self, traceparent: str, tracestate: str | None):
+        self._carrier = (traceparent, tracestate)
+        self._parsed: SpanContext | None = None
+
+    def get_span_context(self) -> SpanContext:
+        """The creation context (parsed on first use)."""
+        if self._parsed is None:
+            self._parsed = _span_context(*self._carrier)
+        return self._parsed
+
+    def __repr__(self) -> str:
+        return f"_Unsampled({self.get_span_context()!r})"
+
+
+def _iso_ms(ms: int) -> str:
+    moment = datetime.fromtimestamp(ms / 1000, timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _failed(span: trace.Span, kind: str, description: str, error: BaseException | None) -> None:
+    if error is not None:
+        span.record_exception(error)
+    span.set_attribute("error.type", kind)
+    span.set_status(Status(StatusCode.ERROR, description[:1000]))
