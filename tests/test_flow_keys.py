@@ -102,16 +102,18 @@ async def test_per_key_concurrency_one_is_ordered(
     time, in the order they became ready, while different keys run side by side."""
     await service.set_limits(FlowJob, per_key_concurrency=1)
     keys = [f"t{k}" for k in range(6)]
+    names = ["w1", "w2", "w3"]
+    for name in names:
+        workers.start(name, "work", "--ms", "15", "--concurrency", "4")
+    # every worker up before the events exist: on a loaded machine the first one up
+    # could otherwise handle them all before the others start
+    await started(raw, prefix, names)
     # ready now, then due over the next second through the scheduler, interleaved
     for k in keys:
         await service.enqueue_many([FlowJob(id=f"{k}-{i:03d}") for i in range(10)], key=k)
     for i in range(10, 30):
         for k in keys:
             await service.enqueue_with_delay(FlowJob(id=f"{k}-{i:03d}"), 0.03 * i, key=k)
-    names = ["w1", "w2", "w3"]
-    for name in names:
-        workers.start(name, "work", "--ms", "15", "--concurrency", "4")
-    await started(raw, prefix, names)
 
     async def all_done() -> bool:
         return int(await raw.hlen(f"{prefix}-test:done")) == 6 * 30
