@@ -32,7 +32,7 @@ from ..flow.waits import FlowWaits
 from ..keys import DEFAULT_GROUP
 from ..metrics import ServiceMetrics
 from ..observer import CANCELLED, TIMEOUT_PREFIX, Observer
-from ..storage.store import Claimed, Store
+from ..storage.store import Claimed, Store, token_flow_key
 from .consumer_settings import ConsumerSettings
 from .fetching import CLAIM_MAX as CLAIM_MAX  # the claim bound, imported from here
 from .fetching import Fetching
@@ -223,9 +223,9 @@ class Consumer(Fetching):
             delivery = Delivery(
                 self.type_name, c.id, c.attempt, due_ms, now_us, context,
                 self._group_name, enqueued_ms, c.envelope,
-                # a keyed delivery's token is "<n>|<key>" (claim.lua)
-                (token[token.find(b"|") + 1 :].decode("utf-8", "replace") or None)
-                if b"|" in token else None,
+                # a keyed delivery's token is "<n>|<key>" (claim.lua), a plain one digits;
+                # not `b"|" in token`: bytes' `in` builds a TypeError first (~2k instructions)
+                None if token.isdigit() else token_flow_key(token),
             )  # fmt: skip
             _set_delivery(delivery)
             row = self._late_row

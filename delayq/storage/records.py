@@ -37,6 +37,13 @@ class Claimed:
         return self.raw_id.decode("utf-8", "replace")
 
 
+def token_flow_key(token: bytes) -> str | None:
+    """The flow key of a claim token: a keyed delivery's token is ``<n>|<key>``
+    (``lua/claim.lua``), a plain one ``<n>``."""
+    bar = token.find(b"|")
+    return (token[bar + 1 :].decode("utf-8", "replace") or None) if bar >= 0 else None
+
+
 @dataclass(frozen=True, slots=True)
 class Throttle:
     """How a claim was held back by flow limits (see ``lua/claim.lua``)."""

@@ -36,6 +36,7 @@ from .records import (
     ScheduledRecord,
     Throttle,
     sum_counts,
+    token_flow_key,
 )
 from .schedules import ScheduleStore
 from .scheduling import Scheduling
@@ -52,6 +53,7 @@ __all__ = [
     "Throttle",
     "WakeupListener",
     "sum_counts",
+    "token_flow_key",
 ]
 
 
