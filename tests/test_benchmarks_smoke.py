@@ -9,6 +9,7 @@ asserted: only that every workload runs to the end and reports sane numbers.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -122,6 +123,26 @@ def test_ab_script_compares_two_commits(tmp_path: Path) -> None:
     (result,) = tmp_path.glob("ab-*.json")
     data = json.loads(result.read_text())
     assert len(data["runs"]["a"]) == len(data["runs"]["b"]) == 2
+
+
+def test_ab_script_counts_instructions(tmp_path: Path) -> None:
+    """benchmarks/ab.py --count: each commit's worker under valgrind, instructions per event."""
+    try:
+        find_redis_server_binary()
+    except RuntimeError as exc:
+        pytest.skip(f"needs a redis-server binary: {exc}")
+    if shutil.which("valgrind") is None:
+        pytest.skip("needs valgrind (scripts/test.sh installs it with apt where it can)")
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/ab.py", "--a", "HEAD", "--b", "HEAD", "--events", "200",
+         "--count", "--out-dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (result,) = tmp_path.glob("ab-count-*.json")
+    per_event = json.loads(result.read_text())["instructions_per_event"]
+    # one commit twice: the two counts agree within a few per cent
+    assert per_event["a"] > 0 and abs(per_event["b"] / per_event["a"] - 1) < 0.1
 
 
 def test_scale_script_runs_small(tmp_path: Path) -> None:
