@@ -258,7 +258,7 @@ class RunHooks:
         ``error`` the exception the handler raised, if any."""
         started, span = run
         elapsed = time.perf_counter() - started
-        outcome = run_outcome(failure)
+        outcome = "success" if failure is None else run_outcome(failure)
         durations = self._durations
         if durations is not None:
             try:

@@ -131,3 +131,33 @@ def test_unsampled_enqueues_read_the_context_once_and_match_the_propagator() -> 
     asking = OTelTracing(TracerProvider(), follow_sampling=False)
     with trace.use_span(_span(False)):
         assert asking.context_without_span(None) is None
+
+
+def test_runtime_context_shortcuts_are_the_apis_context() -> None:
+    """The context variable's get/set/reset, used per event instead of the API's
+    get_current/attach/detach, read and write the context the API sees."""
+    from delayq.otel import _conventions as conv
+
+    # the API's default runtime context: the shortcuts are taken
+    assert conv._get_current is not otel_context.get_current
+    before = otel_context.get_current()
+    assert conv._get_current() is before
+    ctx = trace.set_span_in_context(_span(False))
+    token = conv._attach(ctx)
+    assert otel_context.get_current() is ctx
+    conv._detach_raising(token)
+    assert otel_context.get_current() is before
+    token = otel_context.attach(ctx)
+    assert conv._get_current() is ctx
+    otel_context.detach(token)
+
+
+def test_a_failed_detach_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+    """As the API's detach: a token that cannot be reset is logged."""
+    from delayq.otel import tracing
+
+    token = otel_context.attach(otel_context.Context())
+    otel_context.detach(token)
+    with caplog.at_level("ERROR", logger="delayq.otel"):
+        tracing._detach(token)  # used twice: ContextVar.reset raises RuntimeError
+    assert "Failed to detach" in caplog.text

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from contextvars import ContextVar
 from datetime import datetime, timezone
+from typing import Any
 
 from opentelemetry import baggage, trace
 from opentelemetry import context as otel_context
+from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.trace import (
     INVALID_SPAN_CONTEXT,
     NonRecordingSpan,
@@ -37,6 +41,37 @@ def _only_key(context: otel_context.Context) -> str:
 _SPAN_KEY = _only_key(trace.set_span_in_context(trace.INVALID_SPAN, _EMPTY))
 _BAGGAGE_KEY = _only_key(baggage.set_baggage("k", "v", _EMPTY))
 _INVALID_CURRENT = trace.set_span_in_context(trace.INVALID_SPAN, _EMPTY)
+
+
+def _runtime_context_ops() -> tuple[
+    Callable[[], otel_context.Context], Callable[..., Any], Callable[[Any], None]
+]:
+    """``get_current``, ``attach`` and ``detach`` of the API's runtime context.
+
+    With the API's default runtime context (one ``ContextVar``), the variable's own
+    ``get``, ``set`` and ``reset``: the API's functions add two Python frames each, on
+    every traced enqueue and handler run. Any other runtime context (``OTEL_PYTHON_CONTEXT``)
+    or layout: the API's functions. ``detach`` raises where the API's logs (callers catch).
+    """
+    runtime = getattr(otel_context, "_RUNTIME_CONTEXT", None)
+    var = getattr(runtime, "_current_context", None)
+    if type(runtime) is ContextVarsRuntimeContext and isinstance(var, ContextVar):
+        probe = otel_context.Context()
+        token = var.set(probe)
+        try:
+            same = otel_context.get_current() is probe
+        finally:
+            var.reset(token)
+        if same:
+            return var.get, var.set, var.reset
+    return otel_context.get_current, otel_context.attach, _detach  # pragma: no cover
+
+
+def _detach(token: Any) -> None:  # pragma: no cover - another runtime context
+    otel_context._RUNTIME_CONTEXT.detach(token)
+
+
+_get_current, _attach, _detach_raising = _runtime_context_ops()
 
 
 def _tuple_layout() -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -22,7 +23,10 @@ from ._conventions import (
     _TUPLE,
     _UNSAMPLED_DIGITS,
     _W3C_FIELDS,
+    _attach,
+    _detach_raising,
     _failed,
+    _get_current,
     _span_context,
     _Unsampled,
     _w3c_carrier,
@@ -30,6 +34,17 @@ from ._conventions import (
 from ._producer import _Firing, _Sending
 
 __all__ = ["OTelTracing"]
+
+log = logging.getLogger("delayq.otel")
+
+
+def _detach(token: Any) -> None:
+    """Restore the context of before a handler run (as the API's ``detach``: logged, never
+    raised, if the handler's task left the context in a state the token cannot undo)."""
+    try:
+        _detach_raising(token)
+    except Exception:
+        log.exception("Failed to detach the OpenTelemetry context")
 
 
 class OTelTracing:
@@ -128,7 +143,7 @@ class OTelTracing:
             context is not None and not self._fields.isdisjoint(context)
         ):
             return None
-        now = otel_context.get_current()
+        now = _get_current()
         current: Any = now.get(_SPAN_KEY)
         if current is None:  # no trace: the send span is a root
             return None
@@ -140,9 +155,7 @@ class OTelTracing:
                 valid, flags = sc[5], sc[3]
             else:  # pragma: no cover
                 valid, flags = sc.is_valid, sc.trace_flags
-            if not valid or (
-                not noop and (flags & TraceFlags.SAMPLED or current.is_recording())
-            ):
+            if not valid or (not noop and (flags & TraceFlags.SAMPLED or current.is_recording())):
                 return None
             # a span's context never changes: the many enqueues of one unsampled
             # request (or handler run) write the same carrier
@@ -189,15 +202,15 @@ class OTelTracing:
                 # current so that the handler's own spans and enqueues follow it (the
                 # context set_span_in_context(creation span, empty) would make)
                 creation_span = _Unsampled(traceparent, ctx.get("tracestate"))
-                return None, otel_context.attach(otel_context.Context({_SPAN_KEY: creation_span}))
+                return None, _attach(otel_context.Context({_SPAN_KEY: creation_span}))
             if self._noop and not self.parent and "baggage" not in ctx and self._w3c():
                 # link mode over the no-op tracer, nothing but the creation span to
                 # extract: the process span is INVALID_SPAN, current alone, whatever the
                 # creation context was (no need to parse it)
-                return trace.INVALID_SPAN, otel_context.attach(_INVALID_CURRENT)
+                return trace.INVALID_SPAN, _attach(_INVALID_CURRENT)
             extracted = self._extract(ctx)
         elif self._noop and not self.parent:
-            return trace.INVALID_SPAN, otel_context.attach(_INVALID_CURRENT)
+            return trace.INVALID_SPAN, _attach(_INVALID_CURRENT)
         else:
             extracted = _EMPTY
         creation = trace.get_current_span(extracted).get_span_context()
@@ -208,7 +221,7 @@ class OTelTracing:
                 else trace.set_span_in_context(trace.INVALID_SPAN, extracted)
             )
             span = self._tracer.start_span("process", context=parent)
-            return span, otel_context.attach(trace.set_span_in_context(span, extracted))
+            return span, _attach(trace.set_span_in_context(span, extracted))
         attributes: dict[str, Any] = {
             "messaging.system": _SYSTEM,
             "messaging.operation.type": "process",
@@ -239,7 +252,7 @@ class OTelTracing:
             links=links,
         )
         # current while the handler runs; the extracted baggage comes along
-        token = otel_context.attach(trace.set_span_in_context(span, extracted))
+        token = _attach(trace.set_span_in_context(span, extracted))
         return span, token
 
     def handled(
@@ -248,7 +261,7 @@ class OTelTracing:
         """End the span started by :meth:`handling`: status ERROR unless the handler succeeded."""
         span, token = state
         if span is None:  # an unsampled run: nothing to end
-            otel_context.detach(token)
+            _detach(token)
             return
         try:
             if outcome != "success":
@@ -258,5 +271,5 @@ class OTelTracing:
                     kind = (failure or outcome).split(":", 1)[0]
                 _failed(span, kind, failure or outcome, error)
         finally:
-            otel_context.detach(token)
+            _detach(token)
             span.end()
