@@ -20,6 +20,9 @@ difference of 1-2 % where the timed rounds swing by ±30 % on a busy machine (ru
 commit agree within about 1 %); valgrind runs the worker some 50 times slower::
 
     python benchmarks/ab.py --a d58e710 --b main --events 20000 --count
+
+``--side producer`` measures the other end instead: N single ``enqueue_with_delay`` calls
+awaited from 100 tasks (the web app's path), timed or counted the same way.
 """
 
 from __future__ import annotations
@@ -42,9 +45,10 @@ sys.path.insert(0, str(ROOT))
 from delayq.testing import RedisServer  # noqa: E402
 
 # Runs in a child process against the commit's own code: only API every commit since the
-# first release has (from_url, add_handler, enqueue_many, async with).
+# first release has (from_url, add_handler, enqueue_many, enqueue_with_delay, async with).
 CHILD = r"""
 import asyncio, json, sys, time
+from datetime import timedelta
 from delayq import Event, EventService
 
 class AbJob(Event, event_name="ab-job"):
@@ -76,7 +80,22 @@ async def work() -> None:
         t1, c1 = time.perf_counter(), time.process_time()
     print(json.dumps({"seconds": t1 - t0, "cpu": c1 - c0}))
 
-asyncio.run(fill() if mode == "fill" else work())
+async def produce() -> None:
+    # single awaited enqueues from 100 tasks (the web app's path), due in an hour
+    service = EventService.from_url(url, prefix="ab", enable_scheduling=False)
+    await service.enqueue_with_delay(AbJob(id="warm"), timedelta(hours=1))
+
+    async def one_task(k: int) -> None:
+        for j in range(k, n, 100):
+            await service.enqueue_with_delay(AbJob(id=str(j)), timedelta(hours=1))
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    await asyncio.gather(*(one_task(k) for k in range(100)))
+    t1, c1 = time.perf_counter(), time.process_time()
+    await service.aclose()
+    print(json.dumps({"seconds": t1 - t0, "cpu": c1 - c0}))
+
+asyncio.run({"fill": fill, "work": work, "produce": produce}[mode]())
 """
 
 
@@ -90,25 +109,32 @@ def _run(tree: Path, *args: str) -> str:
     return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
 
 
-def one(tree: Path, events: int, concurrency: int) -> dict[str, float]:
-    """Fill a fresh server with the commit's producer, then time its worker."""
+def one(tree: Path, events: int, concurrency: int, side: str = "worker") -> dict[str, float]:
+    """Fill a fresh server with the commit's producer, then time its worker; or (``side``
+    ``producer``) time the commit's producer making single awaited enqueues."""
     with RedisServer() as server:
+        if side == "producer":
+            result = json.loads(_run(tree, "produce", server.url, str(events), str(concurrency)))
+            return {"rate": events / result["seconds"], "cpu_us": result["cpu"] / events * 1e6}
         _run(tree, "fill", server.url, str(events), str(concurrency))
         result = json.loads(_run(tree, "work", server.url, str(events), str(concurrency)))
     return {"rate": events / result["seconds"], "cpu_us": result["cpu"] / events * 1e6}
 
 
-def count(tree: Path, events: int, concurrency: int) -> float:
-    """The worker's instructions per event: valgrind at ``events`` and at a tenth of it."""
+def count(tree: Path, events: int, concurrency: int, side: str = "worker") -> float:
+    """The worker's (or producer's) instructions per event: valgrind at ``events`` and at
+    a tenth of it."""
     totals = []
+    mode = "produce" if side == "producer" else "work"
     for n in (events // 10, events):
         with RedisServer() as server:
-            _run(tree, "fill", server.url, str(n), str(concurrency))
+            if mode == "work":
+                _run(tree, "fill", server.url, str(n), str(concurrency))
             env = dict(os.environ, PYTHONPATH=str(tree))
             env.pop("REDIS_URL", None)
             out = subprocess.run(
                 ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-                 sys.executable, "-c", CHILD, "work", server.url, str(n), str(concurrency)],
+                 sys.executable, "-c", CHILD, mode, server.url, str(n), str(concurrency)],
                 env=env, cwd=tree, capture_output=True, text=True, timeout=3600,
             )  # fmt: skip
             found = re.search(r"I\s+refs:\s+([\d,]+)", out.stderr)
@@ -122,12 +148,12 @@ def main_count(args: argparse.Namespace, shas: dict[str, str], trees: dict[str, 
     """``--count``: instructions per event of each commit's worker, a table and a JSON."""
     per_event = {}
     for name in ("a", "b"):
-        per_event[name] = count(trees[name], args.events, args.concurrency)
+        per_event[name] = count(trees[name], args.events, args.concurrency, args.side)
         print(f"{name}={shas[name]}: {per_event[name] / 1000:.1f} k instructions/event",
               file=sys.stderr)  # fmt: skip
     command = (f"python benchmarks/ab.py --a {args.a} --b {args.b} --events {args.events} "
-               f"--concurrency {args.concurrency} --count")  # fmt: skip
-    lines = [f"Command: `{command}`", "", "| commit | instructions per event (worker) |",
+               f"--concurrency {args.concurrency} --side {args.side} --count")  # fmt: skip
+    lines = [f"Command: `{command}`", "", f"| commit | instructions per event ({args.side}) |",
              "|---|---:|"]  # fmt: skip
     lines += [f"| {n} = {shas[n]} | {per_event[n] / 1000:,.1f} k |" for n in ("a", "b")]
     lines += ["", f"b/a instructions per event: {per_event['b'] / per_event['a']:.3f}"]
@@ -148,6 +174,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--side", choices=("worker", "producer"), default="worker",
+                        help="worker: handle N due events (default); producer: N single "
+                        "awaited enqueue_with_delay calls from 100 tasks")  # fmt: skip
     parser.add_argument("--count", action="store_true",
                         help="instructions per event under valgrind instead of timed rounds")  # fmt: skip
     args = parser.parse_args()
@@ -175,7 +204,7 @@ def main() -> None:
             for r in range(args.rounds):
                 order = ("a", "b") if r % 2 == 0 else ("b", "a")
                 for name in order:
-                    res = one(trees[name], args.events, args.concurrency)
+                    res = one(trees[name], args.events, args.concurrency, args.side)
                     runs[name].append(res)
                     print(f"round {r + 1} {name}={shas[name]}: {res['rate']:,.0f}/s, "
                           f"{res['cpu_us']:.1f} µs CPU/event", file=sys.stderr)  # fmt: skip
@@ -186,7 +215,7 @@ def main() -> None:
     ratios = [b["rate"] / a["rate"] for a, b in zip(runs["a"], runs["b"])]
     cpu_ratios = [b["cpu_us"] / a["cpu_us"] for a, b in zip(runs["a"], runs["b"])]
     command = (f"python benchmarks/ab.py --a {args.a} --b {args.b} --events {args.events} "
-               f"--rounds {args.rounds} --concurrency {args.concurrency}")  # fmt: skip
+               f"--rounds {args.rounds} --concurrency {args.concurrency} --side {args.side}")  # fmt: skip
     lines = [f"Command: `{command}`", "",
              "| commit | events/s per round | median | CPU µs/event per round | median |",
              "|---|---|---|---|---|"]  # fmt: skip

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from ..events import Event
-from ..flow.dedup import check_debounce, dedup_mode
+from ..flow.dedup import Dedup, check_debounce, dedup_mode
 from ..retry import delay_ms, due_unix_ms
 from ..views.inspection import EventTypeRef
 from .parts import ServiceParts
@@ -50,8 +50,11 @@ class EnqueueMixin(ServiceParts):
         ``flow_key=...``, if any; events without a key share one.
         """
         ms = delay_ms(delay)
-        mode = dedup_mode(replace, debounce, unique_for)
-        check_debounce(mode, ms)
+        if debounce is None and unique_for is None:  # the usual call: no dedup mode to check
+            mode: bool | Dedup = bool(replace)
+        else:
+            mode = dedup_mode(replace, debounce, unique_for)
+            check_debounce(mode, ms)
         return await self._enqueuer.one(
             event, ms, absolute=False, context=context, replace=mode, key=key
         )

@@ -73,11 +73,29 @@ class Enqueuer:
         self._layouts_read: set[str] = set()  # type names whose layouts were read from Redis
         # type name -> the bound counter of each enqueue outcome code (or _UNBOUND)
         self._by_code: dict[str, list[Any]] = {}
+        # classes enqueued before -> (wire name, has a flow_key field)
+        self._known: dict[type, tuple[str, bool]] = {}
 
-    def _prepare(self, event: Any, context: Mapping[str, str] | None) -> tuple[str, bytes]:
-        check_event(event)
-        name = self._types.register(type(event))
-        return name, self._codec.encode(event, context)
+    def _prepare(
+        self, event: Any, context: Mapping[str, str] | None, key: str | None
+    ) -> tuple[str, bytes, str | None]:
+        """The event's type name, envelope and flow key (``key`` if given), checked.
+
+        A class met before skips the class checks and the flow-key lookup when it has
+        no ``flow_key`` field (a dict lookup instead of four calls per enqueue)."""
+        cls = type(event)
+        known = self._known.get(cls)
+        if known is None:
+            check_event(event)
+            name = self._types.register(cls)
+            known = self._known[cls] = (name, getattr(cls, "event_flow_key", None) is not None)
+        else:
+            event_id = event.id
+            if type(event_id) is not str or not event_id:
+                check_event(event)  # raises the error this id deserves
+        name, has_field = known
+        flow_key = event_key(event, key) if key is not None or has_field else None
+        return name, self._codec.encode(event, context), flow_key
 
     def _counter(self, name: str, code: int) -> Callable[[int], None] | None:
         """The bound counter of outcome ``code`` (0 kept, 1 enqueued, 2 replaced) of type
@@ -121,8 +139,7 @@ class Enqueuer:
             stored_context = None if quick is None else quick(context)
             if stored_context is None:
                 return await self._one_traced(event, ms, absolute, context, replace, key)
-        name, envelope = self._prepare(event, stored_context)
-        flow_key = event_key(event, key)
+        name, envelope, flow_key = self._prepare(event, stored_context, key)
         (code,) = await self._router.enqueue(
             name, type(event).event_partitions, [(event.id, envelope, ms)],
             absolute=absolute, replace=replace,
@@ -147,8 +164,7 @@ class Enqueuer:
     ) -> bool:
         """:meth:`one` inside the send span of the enqueue."""
         with self._observer.sending(event, context) as stored_context:
-            name, envelope = self._prepare(event, stored_context)
-            flow_key = event_key(event, key)
+            name, envelope, flow_key = self._prepare(event, stored_context, key)
             (code,) = await self._router.enqueue(
                 name, type(event).event_partitions, [(event.id, envelope, ms)],
                 absolute=absolute, replace=replace,
@@ -202,10 +218,10 @@ class Enqueuer:
         for index, item in enumerate(items):
             event, ms = item_due(item, default_ms)
             check_debounce(replace, ms)
-            name, envelope = self._prepare(event, context)
+            name, envelope, flow_key = self._prepare(event, context, key)
             partitions[name] = type(event).event_partitions
             by_type.setdefault(name, []).append((index, (event.id, envelope, ms)))
-            keys.setdefault(name, []).append(event_key(event, key))
+            keys.setdefault(name, []).append(flow_key)
             count = index + 1
         results = [False] * count
         for name, entries in by_type.items():
