@@ -161,3 +161,20 @@ def test_a_failed_detach_is_logged_not_raised(caplog: pytest.LogCaptureFixture) 
     with caplog.at_level("ERROR", logger="delayq.otel"):
         tracing._detach(token)  # used twice: ContextVar.reset raises RuntimeError
     assert "Failed to detach" in caplog.text
+
+
+def test_the_global_propagator_read_directly_follows_set_global_textmap() -> None:
+    """The module global read instead of get_global_textmap() sees a propagator set at
+    run time."""
+    from opentelemetry.propagators.composite import CompositePropagator
+
+    from delayq.otel import _conventions as conv
+
+    assert conv._TEXTMAP_GLOBAL
+    before = propagate.get_global_textmap()
+    replacement = CompositePropagator([])
+    propagate.set_global_textmap(replacement)
+    try:
+        assert propagate._HTTP_TEXT_FORMAT is replacement
+    finally:
+        propagate.set_global_textmap(before)

@@ -8,7 +8,7 @@ from contextvars import ContextVar
 from datetime import datetime, timezone
 from typing import Any
 
-from opentelemetry import baggage, trace
+from opentelemetry import baggage, propagate, trace
 from opentelemetry import context as otel_context
 from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.trace import (
@@ -72,6 +72,16 @@ def _detach(token: Any) -> None:  # pragma: no cover - another runtime context
 
 
 _get_current, _attach, _detach_raising = _runtime_context_ops()
+
+
+# The API keeps the global propagator in a module global: reading it is an attribute
+# load, where get_global_textmap() is a call (twice per traced event). Checked here; the
+# function is used if the layout ever changes.
+_TEXTMAP_GLOBAL = getattr(
+    propagate, "_HTTP_TEXT_FORMAT", None
+) is propagate.get_global_textmap() and propagate.get_global_textmap.__code__.co_names == (
+    "_HTTP_TEXT_FORMAT",
+)
 
 
 def _tuple_layout() -> bool:

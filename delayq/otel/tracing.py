@@ -20,6 +20,7 @@ from ._conventions import (
     _INVALID_CURRENT,
     _SPAN_KEY,
     _SYSTEM,
+    _TEXTMAP_GLOBAL,
     _TUPLE,
     _UNSAMPLED_DIGITS,
     _W3C_FIELDS,
@@ -148,7 +149,9 @@ class OTelTracing:
         if current is None:  # no trace: the send span is a root
             return None
         unsampled, stored = self._unsampled
-        plain_w3c = propagate.get_global_textmap() is self._textmap and self._plain_w3c
+        plain_w3c = (
+            propagate._HTTP_TEXT_FORMAT if _TEXTMAP_GLOBAL else propagate.get_global_textmap()
+        ) is self._textmap and self._plain_w3c
         if current is not unsampled or not plain_w3c:
             sc = current.get_span_context()
             if _TUPLE:
@@ -194,7 +197,15 @@ class OTelTracing:
                 and traceparent.startswith("00-")
                 and "baggage" not in ctx
                 and (
-                    (propagate.get_global_textmap() is self._textmap and self._plain_w3c)
+                    (
+                        (
+                            propagate._HTTP_TEXT_FORMAT
+                            if _TEXTMAP_GLOBAL
+                            else propagate.get_global_textmap()
+                        )
+                        is self._textmap
+                        and self._plain_w3c
+                    )
                     or self._w3c()
                 )
             ):
