@@ -101,6 +101,7 @@ def _tuple_layout() -> bool:
 
 _TUPLE = _tuple_layout()
 _DEFAULT_TRACE_STATE = trace.span.DEFAULT_TRACE_STATE
+_FLAGS_HEX = tuple(f"-{flags:02x}" for flags in range(256))
 
 
 def _w3c_carrier(sc: SpanContext) -> dict[str, str]:
@@ -109,8 +110,15 @@ def _w3c_carrier(sc: SpanContext) -> dict[str, str]:
         trace_id, span_id, _, flags, state, _ = sc
     else:  # pragma: no cover
         trace_id, span_id, flags, state = sc.trace_id, sc.span_id, sc.trace_flags, sc.trace_state
-    # %-formatting: the quickest way to write two long hex ids, on every traced enqueue
-    carrier = {"traceparent": "00-%032x-%016x-%02x" % (trace_id, span_id, flags)}  # noqa: UP031
+    # bytes.hex() of the ids: about a fifth quicker than %032x (every traced enqueue)
+    try:
+        traceparent = (
+            "00-" + trace_id.to_bytes(16, "big").hex() + "-" + span_id.to_bytes(8, "big").hex()
+            + _FLAGS_HEX[flags]
+        )  # fmt: skip
+    except (OverflowError, IndexError):  # pragma: no cover - ids or flags out of W3C's range
+        traceparent = "00-%032x-%016x-%02x" % (trace_id, span_id, flags)  # noqa: UP031
+    carrier = {"traceparent": traceparent}
     if state is not _DEFAULT_TRACE_STATE and state:
         carrier["tracestate"] = state.to_header()
     return carrier

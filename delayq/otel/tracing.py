@@ -271,8 +271,11 @@ class OTelTracing:
     ) -> None:
         """End the span started by :meth:`handling`: status ERROR unless the handler succeeded."""
         span, token = state
-        if span is None:  # an unsampled run: nothing to end
-            _detach(token)
+        if span is None:  # an unsampled run: nothing to end (the detach inline: every run)
+            try:
+                _detach_raising(token)
+            except Exception:
+                log.exception("Failed to detach the OpenTelemetry context")
             return
         try:
             if outcome != "success":
