@@ -27,13 +27,15 @@ __all__ = [
     "DelayqError",
     "NotReplicatedError",
     "QueueFullError",
+    "RedisError",
     "RedisResponseError",
     "error_code",
     "is_transient",
 ]
 
-# RedisResponseError: redis-py's ResponseError (an error reply, e.g. from a script), for
-# the modules that must recognise one without importing redis themselves (partitions/spread.py)
+# RedisResponseError: redis-py's ResponseError (an error reply, e.g. from a script), and
+# RedisError, the base of every redis-py error, for the modules that must recognise one
+# without importing redis themselves (the loops, partitions/spread.py, the CLI)
 
 
 class DelayqError(Exception):

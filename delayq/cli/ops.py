@@ -11,8 +11,8 @@ from typing import Annotated, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import typer
-from redis.exceptions import RedisError
 
+from ..errors import RedisError
 from ..events import validate_name
 from ..service import EventService
 from .durations import parse_duration

@@ -15,9 +15,8 @@ import time
 from collections.abc import Callable
 
 import anyio
-from redis.exceptions import ResponseError
 
-from ..errors import is_transient
+from ..errors import RedisResponseError, is_transient
 from ..keys import DEFAULT_GROUP
 from ..metrics import ServiceMetrics
 from ..partitions.shards import type_of
@@ -107,7 +106,7 @@ class Mover:
         """Move what is due for one type; a refused script does not stop the other types."""
         try:
             return await self._move(type_name)
-        except ResponseError as exc:
+        except RedisResponseError as exc:
             if is_transient(exc):  # the server says "not now" (READONLY, BUSY...): to the
                 raise  # loop, which backs off and tries every type again
             # Redis refused this type's script (say, a key of the wrong type

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import anyio
-from redis.exceptions import ResponseError
 
+from ..errors import RedisResponseError
 from ..events import validate_name
 from ..metrics import ServiceMetrics
 from ..partitions.shards import parse_shard
@@ -276,7 +276,7 @@ class Scheduler:
             shards = {s for name in names for s in self._store.shards(name)}
             self.spread.set_units({s for s in shards if "#" in s})
             return {s for s in shards if "#" not in s}
-        except ResponseError as exc:
+        except RedisResponseError as exc:
             # the type set is unreadable (a value of the wrong type written by
             # someone else): sweep the types this process already knows
             self._metrics.increment("redis_errors")
