@@ -64,10 +64,10 @@ def _runtime_context_ops() -> tuple[
             var.reset(token)
         if same:
             return var.get, var.set, var.reset
-    return otel_context.get_current, otel_context.attach, _detach  # pragma: no cover
+    return otel_context.get_current, otel_context.attach, _api_detach  # pragma: no cover
 
 
-def _detach(token: Any) -> None:  # pragma: no cover - another runtime context
+def _api_detach(token: Any) -> None:  # pragma: no cover - another runtime context
     otel_context._RUNTIME_CONTEXT.detach(token)
 
 
