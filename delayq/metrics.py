@@ -45,6 +45,10 @@ event_type, outcome[, group])``, each returning a one-argument callable that
 records a value for those labels (or ``None`` for a name it ignores);
 :class:`delayq.prometheus.PrometheusMetrics` does. Any other sink gets its
 ``increment``/``gauge``/``observe`` called with the same arguments as before.
+A bound ``observe`` may only keep the value (PrometheusMetrics' appends it to a
+list): a sink that also has ``fold()`` gets it called from the service's event
+loop at least every :data:`FOLD_EVERY` handler runs of each consumer, to fold
+what was kept.
 
 This module is the one place that adapts sinks: :func:`as_metrics` checks the
 user's, and :class:`ServiceMetrics` is what the service's parts report to (the
@@ -61,6 +65,7 @@ from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "DELIVERY_COUNTERS",
+    "FOLD_EVERY",
     "InMemoryMetrics",
     "Metrics",
     "NoopMetrics",
@@ -73,6 +78,9 @@ DELIVERY_COUNTERS: tuple[str, ...] = (
     "leases_lost", "redis_errors",
 )  # fmt: skip
 """The counters a handler's consumer moves: reported as 0 when the handler is added."""
+
+FOLD_EVERY = 1024
+"""A consumer calls its sink's ``fold()`` (when it has one) every this many handler runs."""
 
 
 @runtime_checkable
@@ -162,7 +170,9 @@ class ServiceMetrics:
     always gets the folded label.
     """
 
-    __slots__ = ("_by_group", "_recorder", "_sink", "_sink_view", "_takes", "group", "reports")
+    __slots__ = (
+        "_by_group", "_recorder", "_sink", "_sink_view", "_takes", "fold", "group", "reports",
+    )  # fmt: skip
 
     def __init__(
         self, sink: Metrics, recorder: Metrics | None = None, group: str | None = None
@@ -174,6 +184,10 @@ class ServiceMetrics:
         self.reports = not isinstance(sink, NoopMetrics)
         """False when the user gave no sink: per-event figures that only the sink would
         get (durations, ``in_flight`` after each handler) need not be computed."""
+        fold = getattr(sink, "fold", None) if self.reports else None
+        self.fold: Callable[[], None] | None = fold if callable(fold) else None
+        """The sink's ``fold()``, if it has one: what its bound observers kept goes into
+        its figures (see the module's docs)."""
         self._takes = (
             _takes_group(sink.increment), _takes_group(sink.gauge), _takes_group(sink.observe)
         )  # fmt: skip

@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol, runtime_checkable
 
 from .context import Delivery
-from .metrics import Metrics, ServiceMetrics
+from .metrics import FOLD_EVERY, Metrics, ServiceMetrics
 
 __all__ = ["FireSpans", "HandlerRun", "Observer", "RunHooks", "Tracing"]
 
@@ -213,8 +213,8 @@ class RunHooks:
     """
 
     __slots__ = (
-        "_durations", "_e2d", "_handled", "_handling", "_late", "_late_gauge", "_metrics",
-        "_type", "tracing",
+        "_durations", "_e2d", "_fold", "_handled", "_handling", "_late", "_late_gauge",
+        "_metrics", "_runs_to_fold", "_type", "tracing",
     )  # fmt: skip
 
     def __init__(self, tracing: Tracing | None, type_name: str, metrics: ServiceMetrics):
@@ -228,6 +228,8 @@ class RunHooks:
         self._late: Any = _UNBOUND if reports else None
         self._e2d: Any = _UNBOUND if reports else None
         self._durations: dict[str, Any] | None = {} if reports else None
+        self._fold = metrics.fold
+        self._runs_to_fold = FOLD_EVERY
 
     def started(self, delivery: Delivery) -> tuple[float, Any]:
         """As :meth:`Observer.started`: record the lateness, open the span; returns what
@@ -278,5 +280,12 @@ class RunHooks:
                     # the producer's clock against ours: hosts' clocks must agree (NTP)
                     done = time.time() - enqueued_ms / 1000
                     e2d(done if done > 0 else 0.0)
+            if self._fold is not None:  # the sink keeps observations until folded
+                left = self._runs_to_fold - 1
+                if left:
+                    self._runs_to_fold = left
+                else:
+                    self._runs_to_fold = FOLD_EVERY
+                    self._fold()
         if span is not None and self._handled is not None:
             self._handled(span, outcome, failure, error)

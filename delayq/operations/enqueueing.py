@@ -77,12 +77,17 @@ class Enqueuer:
         self._known: dict[type, tuple[str, bool]] = {}
 
     def _prepare(
-        self, event: Any, context: Mapping[str, str] | None, key: str | None
+        self,
+        event: Any,
+        context: Mapping[str, str] | None,
+        key: str | None,
+        checked: bool = False,
     ) -> tuple[str, bytes, str | None]:
         """The event's type name, envelope and flow key (``key`` if given), checked.
 
         A class met before skips the class checks and the flow-key lookup when it has
-        no ``flow_key`` field (a dict lookup instead of four calls per enqueue)."""
+        no ``flow_key`` field (a dict lookup instead of four calls per enqueue).
+        ``checked``: the context is a trace carrier delayq made (see ``Codec.encode``)."""
         cls = type(event)
         known = self._known.get(cls)
         if known is None:
@@ -95,7 +100,7 @@ class Enqueuer:
                 check_event(event)  # raises the error this id deserves
         name, has_field = known
         flow_key = event_key(event, key) if key is not None or has_field else None
-        return name, self._codec.encode(event, context), flow_key
+        return name, self._codec.encode(event, context, checked=checked), flow_key
 
     def _counter(self, name: str, code: int) -> Callable[[int], None] | None:
         """The bound counter of outcome ``code`` (0 kept, 1 enqueued, 2 replaced) of type
@@ -132,14 +137,15 @@ class Enqueuer:
             await self._pending.flush()
         observer = self._observer
         if observer.tracing is None:
-            stored_context = context
+            stored_context, ours = context, False
         else:
             # inside an unsampled trace: no span, only the trace's context to store
             quick = observer.context_without_span
             stored_context = None if quick is None else quick(context)
             if stored_context is None:
                 return await self._one_traced(event, ms, absolute, context, replace, key)
-        name, envelope, flow_key = self._prepare(event, stored_context, key)
+            ours = context is None  # the trace's carrier alone: str to str already
+        name, envelope, flow_key = self._prepare(event, stored_context, key, ours)
         (code,) = await self._router.enqueue(
             name, type(event).event_partitions, [(event.id, envelope, ms)],
             absolute=absolute, replace=replace,

@@ -100,6 +100,20 @@ def _tuple_layout() -> bool:
 
 
 _TUPLE = _tuple_layout()
+
+
+def _context_attribute() -> bool:
+    """True when a ``NonRecordingSpan`` keeps its context in ``_context`` and
+    ``get_span_context`` only returns it (the SDK's unsampled spans are such spans: the
+    enqueue path of most traced requests reads it without the method's frame)."""
+    probe = NonRecordingSpan(INVALID_SPAN_CONTEXT)
+    return (
+        getattr(probe, "_context", None) is INVALID_SPAN_CONTEXT
+        and NonRecordingSpan.get_span_context.__code__.co_names == ("_context",)
+    )
+
+
+_NON_RECORDING = NonRecordingSpan if _context_attribute() else None
 _DEFAULT_TRACE_STATE = trace.span.DEFAULT_TRACE_STATE
 _FLAGS_HEX = tuple(f"-{flags:02x}" for flags in range(256))
 
@@ -145,12 +159,16 @@ class _Unsampled(NonRecordingSpan):
     """An unsampled creation context, current while its handler runs.
 
     It is parsed only if something asks for it (a span the handler starts, an
-    enqueue it makes): most handlers of unsampled events never do.
+    enqueue it makes): most handlers of unsampled events never do. The consumer's
+    hot path makes one per delivery with ``_new_span(_Unsampled)`` and sets
+    ``_carrier``: no ``__init__`` frame.
     """
+
+    _carrier: tuple[str, str | None]
+    _parsed: SpanContext | None = None
 
     def __init__(self, traceparent: str, tracestate: str | None):
         self._carrier = (traceparent, tracestate)
-        self._parsed: SpanContext | None = None
 
     def get_span_context(self) -> SpanContext:
         """The creation context (parsed on first use)."""
@@ -160,6 +178,9 @@ class _Unsampled(NonRecordingSpan):
 
     def __repr__(self) -> str:
         return f"_Unsampled({self.get_span_context()!r})"
+
+
+_new_span = object.__new__
 
 
 def _iso_ms(ms: int) -> str:

@@ -18,6 +18,7 @@ from ._conventions import (
     _BAGGAGE_KEY,
     _EMPTY,
     _INVALID_CURRENT,
+    _NON_RECORDING,
     _SPAN_KEY,
     _SYSTEM,
     _TEXTMAP_GLOBAL,
@@ -28,6 +29,7 @@ from ._conventions import (
     _detach_raising,
     _failed,
     _get_current,
+    _new_span,
     _span_context,
     _Unsampled,
     _w3c_carrier,
@@ -137,7 +139,7 @@ class OTelTracing:
         stored. This is the enqueue path of nine traced requests in ten at 10 %
         sampling: the current context is read once, and the returned dict is new
         or the one kept for the current span, which the caller must not change
-        (the codec copies it).
+        (the codec encodes it as it is).
         """
         noop = self._noop
         if (not self.follow_sampling and not noop) or (
@@ -153,7 +155,8 @@ class OTelTracing:
             propagate._HTTP_TEXT_FORMAT if _TEXTMAP_GLOBAL else propagate.get_global_textmap()
         ) is self._textmap and self._plain_w3c
         if current is not unsampled or not plain_w3c:
-            sc = current.get_span_context()
+            # an unsampled request's span (the SDK's NonRecordingSpan): its field, no frame
+            sc = current._context if type(current) is _NON_RECORDING else current.get_span_context()
             if _TUPLE:
                 valid, flags = sc[5], sc[3]
             else:  # pragma: no cover
@@ -212,7 +215,8 @@ class OTelTracing:
                 # not sampled where it was created: no span; the creation context is
                 # current so that the handler's own spans and enqueues follow it (the
                 # context set_span_in_context(creation span, empty) would make)
-                creation_span = _Unsampled(traceparent, ctx.get("tracestate"))
+                creation_span = _new_span(_Unsampled)  # no __init__ frame: every unsampled run
+                creation_span._carrier = (traceparent, ctx.get("tracestate"))
                 return None, _attach(otel_context.Context({_SPAN_KEY: creation_span}))
             if self._noop and not self.parent and "baggage" not in ctx and self._w3c():
                 # link mode over the no-op tracer, nothing but the creation span to

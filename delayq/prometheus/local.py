@@ -3,18 +3,23 @@
 prometheus-client's ``Histogram.observe`` takes two locks and scans the buckets
 one by one, and a handled event makes three observations and sets the
 in-flight gauge: about 4 µs of a 25 µs event at the top rate; its
-``Counter.inc`` takes a lock too, once per enqueue. Here an observation is one
-``bisect`` and two additions, an increment one addition, and setting a gauge
-is a dict store. No lock is needed: a service records from its event-loop thread,
-and a scrape from another thread copies each list or dict in one step under
-the GIL (a scrape can see a sum one observation ahead of its counts, never a
-count that disagrees with its buckets).
+``Counter.inc`` takes a lock too, once per enqueue. Here an observation is a
+``list.append`` (no Python frame: about 1.4 k instructions less each), folded
+into the buckets a list at a time: by the service every
+:data:`~delayq.metrics.FOLD_EVERY` handler runs (``PrometheusMetrics.fold``), by
+``observe()`` calls made by name, and at every scrape. An increment is one
+addition, and setting a gauge is a dict store. The service records from its
+event-loop thread; a fold and a scrape's read of a histogram hold its lock (the
+appends never do: a fold takes the first ``n`` values and deletes exactly those,
+each in one step under the GIL), so a scrape never sees a count that disagrees
+with its buckets or a value twice.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from bisect import bisect_left
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 
@@ -36,20 +41,36 @@ def _go_float(bound: float) -> str:
 
 
 class _Series:
-    """The buckets (not yet cumulative), sum and creation time of one labelled histogram."""
+    """The buckets (not yet cumulative), sum and creation time of one labelled histogram,
+    and the values observed since its last fold."""
 
-    __slots__ = ("bounds", "counts", "created", "sum")
+    __slots__ = ("bounds", "counts", "created", "pending", "sum")
 
     def __init__(self, bounds: tuple[float, ...]):
         self.bounds = bounds
         self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
         self.sum = 0.0
         self.created = time.time()
+        self.pending: list[float] = []
 
-    def observe(self, value: float) -> None:
-        # bisect_left: the first bound >= value, i.e. the smallest `le` bucket it falls in
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.sum += value
+    def fold(self) -> None:
+        """Move the pending values into the buckets (the histogram's lock held)."""
+        pending = self.pending
+        n = len(pending)
+        if not n:
+            return
+        values = pending[:n]
+        del pending[:n]  # appends made meanwhile are after the first n: they stay
+        # sorted, the values up to each bound (`le` is inclusive) are one bisect away: a
+        # sort in C instead of a bisect per value (half the time for a list of 1,024)
+        values.sort()
+        counts, below = self.counts, 0
+        for i, bound in enumerate(self.bounds):
+            upto = bisect_right(values, bound)
+            counts[i] += upto - below
+            below = upto
+        counts[-1] += n - below
+        self.sum += sum(values)
 
 
 class LocalHistogram:
@@ -64,22 +85,34 @@ class LocalHistogram:
         self.bounds = tuple(sorted(float(b) for b in buckets if b != float("inf")))
         self._les = [_go_float(b) for b in self.bounds] + ["+Inf"]
         self._series: dict[tuple[str, ...], _Series] = {}
+        self._lock = threading.Lock()
 
     def observer(self, *values: str) -> Callable[[float], None]:
-        """The ``observe(seconds)`` of the series with these label values (created if new)."""
+        """The ``observe(seconds)`` of the series with these label values (created if new):
+        the append of its pending list (see :meth:`fold`)."""
         if len(values) != len(self.labelnames):
             raise ValueError(f"{self.name} has labels {self.labelnames}, got {values}")
         series = self._series.get(values)
         if series is None:
             series = self._series[values] = _Series(self.bounds)
-        return series.observe
+        return series.pending.append
+
+    def fold(self) -> None:
+        """Fold every series' pending values into its buckets."""
+        with self._lock:
+            for series in list(self._series.values()):
+                series.fold()
 
     def family(self) -> Metric:
         """The metric family with every series, as prometheus-client's ``Histogram`` exports it."""
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
         created = getattr(_client_metrics, "_use_created", True)
-        for values, series in list(self._series.items()):
-            counts, total = list(series.counts), series.sum
+        with self._lock:
+            read = []
+            for values, series in list(self._series.items()):
+                series.fold()
+                read.append((values, series, list(series.counts), series.sum))
+        for values, series, counts, total in read:
             cumulative, buckets = 0, []
             for le, n in zip(self._les, counts):
                 cumulative += n

@@ -10,6 +10,7 @@ from typing import TypeVar
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from ..keys import DEFAULT_GROUP
+from ..metrics import FOLD_EVERY
 from .local import LocalCollector, LocalCounter, LocalGauge, LocalHistogram
 
 __all__ = ["DURATION_BUCKETS", "LONG_BUCKETS", "PrometheusMetrics"]
@@ -17,28 +18,9 @@ __all__ = ["DURATION_BUCKETS", "LONG_BUCKETS", "PrometheusMetrics"]
 log = logging.getLogger("delayq.prometheus")
 
 DURATION_BUCKETS: tuple[float, ...] = (
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1,
-    2.5,
-    5,
-    10,
-    30,
-    60,
-    300,
-    900,
-    1800,
-    3600,
-    3 * 3600,
-    6 * 3600,
-)
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900,
+    1800, 3600, 3 * 3600, 6 * 3600,
+)  # fmt: skip
 """Buckets of ``lateness_seconds`` and ``handler_duration_seconds``: 1 ms to 6 h.
 
 Fine below a second, where a healthy queue's lateness and most handlers sit;
@@ -46,25 +28,9 @@ coarse from a minute to hours, where a backlog or a stuck handler shows.
 """
 
 LONG_BUCKETS: tuple[float, ...] = (
-    0.01,
-    0.1,
-    0.5,
-    1,
-    5,
-    10,
-    30,
-    60,
-    300,
-    900,
-    1800,
-    3600,
-    3 * 3600,
-    6 * 3600,
-    12 * 3600,
-    86400,
-    3 * 86400,
-    7 * 86400,
-)
+    0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600,
+    86400, 3 * 86400, 7 * 86400,
+)  # fmt: skip
 """Buckets of ``enqueue_to_done_seconds``: 10 ms to 7 days (it includes the chosen delay)."""
 
 # service counter name -> (metric, help, outcome label value or None)
@@ -268,6 +234,19 @@ class PrometheusMetrics:
         except KeyError:
             obs = self._bind_histogram(name, event_type, outcome, group)
         obs(seconds)
+        pending = getattr(obs, "__self__", None)  # the series' pending list (.local)
+        if pending is not None and len(pending) >= FOLD_EVERY:
+            self.fold()
+
+    def fold(self) -> None:
+        """Fold the durations recorded since the last fold into the histograms' buckets.
+
+        The bound observers (``bind_observe``) only append to a list; the service calls
+        this from its event loop every :data:`~delayq.metrics.FOLD_EVERY` handler runs of
+        a consumer, ``observe()`` when a list grows that long, and every scrape does.
+        """
+        for histogram in list(self._histograms.values()):
+            histogram.fold()
 
     # -- bound forms: one call per event (delayq.metrics.ServiceMetrics.bind_*) -------------
 
