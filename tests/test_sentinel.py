@@ -207,7 +207,6 @@ async def test_the_fence_follows_its_failover(sentinels: RedisSentinelSet, prefi
         await service.aclose()
 
 
-
 async def test_a_connection_closed_while_sending_raises_connection_error(
     sentinels: RedisSentinelSet, prefix: str
 ) -> None:
@@ -232,6 +231,7 @@ async def test_a_connection_closed_while_sending_raises_connection_error(
         assert (await service.stats_for(Ping)).scheduled == 1  # the pool goes on
     finally:
         await service.aclose()
+
 
 async def test_workers_follow_a_planned_failover(sentinels, prefix, wait_for) -> None:
     seen: list[str] = []

@@ -27,10 +27,9 @@ pytestmark = pytest.mark.servers
 
 WRITE = "redis.call('SET', KEYS[1], 'v') return 1"
 # delayq's own refusal of a key of the wrong type (check_keys in lua/_prelude.lua)
-CHECK_KEYS = (
-    (Path(lua.__file__).parent / "_prelude.lua").read_text(encoding="utf-8")
-    + "\ncheck_keys(2, 5)\nreturn 1"
-)
+CHECK_KEYS = (Path(lua.__file__).parent / "_prelude.lua").read_text(
+    encoding="utf-8"
+) + "\ncheck_keys(2, 5)\nreturn 1"
 SPIN = "local i = 0 while true do i = i + 1 end"
 
 
@@ -94,7 +93,6 @@ async def test_noscript_oom_wrongtype(private_server: RedisServer, client: aiore
         await client.config_set("maxmemory", 0)
 
 
-
 async def test_a_script_is_loaded_again_until_the_server_has_it(client: aioredis.Redis) -> None:
     # during a failover redis-py's script loaded itself on the old master and ran again on
     # the new one (no scripts there): its second NOSCRIPT reached the caller (a lease renewal)
@@ -118,6 +116,7 @@ async def test_a_script_is_loaded_again_until_the_server_has_it(client: aioredis
     loads = -10  # every load lost: NOSCRIPT after _LOADS loads, not a loop
     code, _ = await code_of(script(keys=["k"]))
     assert code == "NOSCRIPT" and loads == -7
+
 
 async def test_busy_is_transient(private_server: RedisServer, client: aioredis.Redis) -> None:
     name = "lua-time-limit" if private_server.version < (7,) else "busy-reply-threshold"
