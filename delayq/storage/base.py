@@ -34,6 +34,32 @@ _KEY_COUNT = {name: lua.key_count(name) for name in lua.PER_TYPE}
 
 # redis-py refuses EVALSHA in cluster pipelines: there calls go this many at a time
 _CLUSTER_BATCH = 16
+# how many times a script is loaded again for one call that keeps meeting NOSCRIPT
+_LOADS = 3
+
+
+class Script(AsyncScript):
+    """A script that is loaded again as long as the server answers NOSCRIPT (a few times).
+
+    redis-py's loads it once, on one connection, and runs it again on another: during a
+    failover the two can reach different servers (the load the old master, the call the
+    new one, which has no scripts: they are not replicated), and the NOSCRIPT of the
+    second call reached the caller (a lease renewal, a claim). Every script is safe to
+    run twice. Called on the store's client only (never with a pipeline).
+    """
+
+    async def __call__(self, keys: Any = None, args: Any = None, client: Any = None) -> Any:
+        """Run the script (``EVALSHA``), loading it first when the server lacks it."""
+        keys = keys or ()
+        client = client or self.registered_client
+        for attempt in range(_LOADS + 1):
+            try:
+                return await client.evalsha(self.sha, len(keys), *keys, *(args or ()))
+            except ResponseError as exc:
+                if attempt == _LOADS or error_code(exc) != "NOSCRIPT":
+                    raise
+            await client.script_load(self.script)
+        raise AssertionError("unreachable")
 
 
 class StoreBase:
@@ -46,7 +72,7 @@ class StoreBase:
     keys: PrefixKeys
     _type_keys: dict[tuple[str, str | None], KeyView]
     _flow_views: dict[tuple[str, str | None], tuple[str, ...]]
-    _scripts: dict[str, AsyncScript]
+    _scripts: dict[str, Script]
 
     def _k(self, type_name: str, group: str | None = None) -> KeyView:
         """The keys of a group's view of a shard (``TypeKeys.view``; None: the default group)."""

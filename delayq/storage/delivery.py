@@ -62,7 +62,10 @@ class Deliveries(StoreBase):
         if not keyed and (b"\0" + b"\0".join(popped)).find(b"\0k:") >= 0:
             keyed = True
             self._keyed_claims.add((type_name, group))
-        r = await self._run(
+        # with min_replicas the claim waits for the replicas too (WAIT): a handler runs on a
+        # claim the next master has. A claim the old master alone took is undone by a
+        # failover, and its event runs again there (the ack finds no lease of its own)
+        r = await self._run_durable(
             "claim", type_name, [visibility_ms, more, *popped], group=group, n=21 if keyed else None
         )
         throttle = None

@@ -94,6 +94,24 @@ class _FencedConnection(SentinelManagedConnection):
         else:
             await self.connect()  # type: ignore[no-untyped-call]
 
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        """Send ``command``; a connection closed under it raises ``ConnectionError`` (retried).
+
+        The fence closes connections in use. redis-py writes in a task of its own (the
+        socket timeout's ``wait_for``) that starts a loop turn after it checked the
+        connection: a close in between left it no writer, and the ``AttributeError`` that
+        raised was not retried (a schedule firing, a claim failed with it during failovers).
+        Nothing was written then, so the command can be sent again.
+        """
+        try:
+            await super().send_packed_command(command, check_health)
+        except AttributeError as exc:
+            if self.is_connected:
+                raise
+            raise RedisConnectionError(
+                f"connection to {self.host}:{self.port} closed while sending (failover fence)"
+            ) from exc
+
     async def _connect_retry(self) -> None:
         pool = self.connection_pool
         if not isinstance(pool, CheckedSentinelPool):

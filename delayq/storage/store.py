@@ -19,7 +19,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from .. import lua
 from ..keys import PrefixKeys
-from .base import log
+from .base import Script, log
 from .browsing import Browsing
 from .connect import no_retry
 from .dead import DeadLetters
@@ -91,7 +91,7 @@ class Store(
         self._flow_views = {}
         self._keyed_claims = set()
         self._scripts = {
-            name: redis.register_script(lua.source(name))
+            name: Script(redis, lua.source(name))
             for name in (*lua.PER_TYPE, *lua.GROUPED, *lua.STANDALONE)
         }
         # what each attribute holds: see its declaration in delayq/storage/
