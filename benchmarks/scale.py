@@ -258,6 +258,77 @@ class Pinger:
         self._r.close()
 
 
+class HostWatch:
+    """What the machine took from the run: the CPU time the hypervisor gave other guests
+    (``steal`` in /proc/stat), and how long redis-server waited for a core while it had
+    work (``run_delay`` in its /proc/<pid>/schedstat). Either, in the second of a long
+    call, says the call was held up, not slow (Linux only; None elsewhere)."""
+
+    def __init__(self, pid: int | None, every: float = 0.02):
+        self._pid = pid
+        self._every = every
+        self._stop = threading.Event()
+        self.samples: list[tuple[float, float, float]] = []  # (time, steal ms, run_delay ms)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _read(self) -> tuple[float, float, float] | None:
+        try:
+            with open("/proc/stat") as f:
+                steal = int(f.readline().split()[8]) * 1000 / os.sysconf("SC_CLK_TCK")
+            delay = 0.0
+            if self._pid is not None:
+                with open(f"/proc/{self._pid}/schedstat") as f:
+                    delay = int(f.read().split()[1]) / 1e6
+        except (OSError, IndexError, ValueError):
+            return None
+        return time.time(), steal, delay
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            sample = self._read()
+            if sample is None:
+                return
+            self.samples.append(sample)
+            time.sleep(self._every)
+
+    def __enter__(self) -> HostWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def in_second(self, second: int) -> tuple[float, float] | None:
+        """The steal and redis-server's run delay (ms) within the unix second ``second``."""
+        inside = [x for x in self.samples if second <= x[0] < second + 1]
+        before = [x for x in self.samples if x[0] < second]
+        if not inside:
+            return None
+        first = before[-1] if before else inside[0]
+        return round(inside[-1][1] - first[1], 1), round(inside[-1][2] - first[2], 1)
+
+    def figures(self, window: float = 0.1) -> dict[str, float | None]:
+        """Totals over the watch, and the most in any ``window`` seconds."""
+        s = self.samples
+        if len(s) < 2:
+            return {"steal_ms": None, "steal_max_100ms": None,
+                    "redis_run_delay_ms": None, "redis_run_delay_max_100ms": None}  # fmt: skip
+        worst_steal = worst_delay = 0.0
+        j = 0
+        for i in range(len(s)):
+            while s[i][0] - s[j][0] > window:
+                j += 1
+            worst_steal = max(worst_steal, s[i][1] - s[j][1])
+            worst_delay = max(worst_delay, s[i][2] - s[j][2])
+        return {
+            "steal_ms": round(s[-1][1] - s[0][1], 1),
+            "steal_max_100ms": round(worst_steal, 1),
+            "redis_run_delay_ms": round(s[-1][2] - s[0][2], 1),
+            "redis_run_delay_max_100ms": round(worst_delay, 1),
+        }
+
+
 def loadavg() -> str:
     """The 1-minute load average of this machine."""
     return f"{os.getloadavg()[0]:.1f}"
@@ -296,7 +367,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             r.slowlog_reset()  # the burst's own calls from here (not its enqueues)
             # how fast the burst leaves the schedule (moved to ready), then Redis (acked)
             first_move = last_move = last_ack = None
-            with Pinger(server.url) as pinger:
+            with Pinger(server.url) as pinger, HostWatch(server.pid) as host:
                 while True:
                     left = int(r.zcard(burst_keys.scheduled))
                     now = time.time()
@@ -376,6 +447,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "calls_burst_by_script": per_script(slow_burst),
         f"move_due_ms_burst_over_{args.slowlog_us}us": spread(by_burst.get("move_due", [])),
         "single_key_command_max_ms_burst": round(max(single), 2) if single else None,
+        **{f"{k}_burst": v for k, v in host.figures().items()},
+        # each call over 10 ms: (name, ms, steal ms and redis-server's run delay ms in its second)
+        "calls_over_10ms_with_host": [
+            (name, round(e["duration"] / 1000, 1), host.in_second(int(e["start_time"])))
+            for e in slow_burst if e["duration"] > 10_000
+            for name in [next(iter(calls_by_name([e])))]
+        ],
         "ping_rtt_p99_ms": round(pct(rtt, 0.99), 2) if rtt else None,
         "ping_rtt_max_ms": round(max(rtt), 2) if rtt else None,
         "probe_late_p50_ms": round(statistics.median(lateness), 1) if lateness else None,
