@@ -480,8 +480,8 @@ def main() -> None:
     parser.add_argument("--lead", type=float, default=0.0,
                         help="seconds from scheduling the burst to its due time "
                              "(default: 10 s + 200 µs per burst event / producers)")  # fmt: skip
-    parser.add_argument("--batch-size", type=int, default=500,
-                        help="the worker's scheduling_batch_size (500: the default)")  # fmt: skip
+    parser.add_argument("--batch-size", type=int, default=250,
+                        help="the worker's scheduling_batch_size (250: the default)")  # fmt: skip
     parser.add_argument(
         "--slowlog-us",
         type=int,
@@ -503,7 +503,7 @@ def main() -> None:
     res = run(args)
     command = (f"python benchmarks/scale.py --timers {args.timers} --burst {args.burst} "
                f"--probes {args.probes} --producers {args.producers} --lead {args.lead:g}"
-               + (f" --batch-size {args.batch_size}" if args.batch_size != 500 else "")
+               + (f" --batch-size {args.batch_size}" if args.batch_size != 250 else "")
                + (f" --nice {args.nice}" if args.nice else ""))  # fmt: skip
     lines = [f"Command: `{command}`", "", "| figure | value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in res.items()]

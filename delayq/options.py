@@ -44,7 +44,7 @@ class Options:
     visibility_timeout: float = 15.0
     handler_timeout: float | None = None
     scheduling_interval: float = 1.0
-    scheduling_batch_size: int = 500
+    scheduling_batch_size: int = 250
     enable_scheduling: bool = True
     polling_timeout: float = 5.0
     lock_timeout: float = 10.0
