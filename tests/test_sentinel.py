@@ -167,6 +167,14 @@ async def test_back_to_back_failovers_lose_and_duplicate_nothing(
         assert result["duplicates"] == 0, result
 
 
+async def watched_pool(service: EventService) -> CheckedSentinelPool:
+    """The master pool of ``service`` once its first command started the watch."""
+    assert await service.enqueue_with_delay(Ping(id="a"), 60)
+    pool = service._runtime._watch._pool  # type: ignore[union-attr]
+    assert isinstance(pool, CheckedSentinelPool)
+    return pool
+
+
 def fenced_for(pool: CheckedSentinelPool) -> Failover | None:
     """The failover ``pool`` is fenced for (read anew each time)."""
     return pool.failover
@@ -180,9 +188,7 @@ async def test_the_fence_follows_its_failover(sentinels: RedisSentinelSet, prefi
         sentinels.sentinel_addresses, sentinels.service_name, prefix=prefix
     )
     try:
-        assert await service.enqueue_with_delay(Ping(id="a"), 60)
-        pool = service._runtime._watch._pool  # type: ignore[union-attr]
-        assert isinstance(pool, CheckedSentinelPool)
+        pool = await watched_pool(service)
         b, c = (("127.0.0.1", s.port) for s in sentinels.servers[:2])
         a = ("127.0.0.1", sentinels.servers[2].port)
         assert pool.fence(b, None)  # +try-failover: the replica is not known yet
@@ -216,9 +222,7 @@ async def test_a_connection_closed_while_sending_raises_connection_error(
         sentinels.sentinel_addresses, sentinels.service_name, prefix=prefix
     )
     try:
-        assert await service.enqueue_with_delay(Ping(id="a"), 60)
-        pool = service._runtime._watch._pool  # type: ignore[union-attr]
-        assert isinstance(pool, CheckedSentinelPool)
+        pool = await watched_pool(service)
         connection = await pool.get_connection()
         try:
             sending = asyncio.create_task(connection.send_command("PING"))
