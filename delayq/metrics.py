@@ -295,52 +295,32 @@ class ServiceMetrics:
 
     def increment(self, name: str, value: int = 1, *, event_type: str = "") -> None:
         """Add ``value`` to the counter ``name``."""
-        group = self.group
-        if group is None:
-            label = event_type
-            self._sink.increment(name, value, event_type=event_type)
-        else:
-            label = f"{event_type}:{group}"
-            if self._takes[0]:
-                self._sink.increment(name, value, event_type=event_type, group=group)  # type: ignore[call-arg]
-            else:
-                self._sink.increment(name, value, event_type=label)
-        if self._recorder is not None:
-            self._recorder.increment(name, value, event_type=label)
+        self._report(0, name, value, event_type, {})
 
     def gauge(self, name: str, value: float, *, event_type: str = "") -> None:
         """Set the gauge ``name``."""
-        group = self.group
-        if group is None:
-            label = event_type
-            self._sink.gauge(name, value, event_type=event_type)
-        else:
-            label = f"{event_type}:{group}"
-            if self._takes[1]:
-                self._sink.gauge(name, value, event_type=event_type, group=group)  # type: ignore[call-arg]
-            else:
-                self._sink.gauge(name, value, event_type=label)
-        if self._recorder is not None:
-            self._recorder.gauge(name, value, event_type=label)
+        self._report(1, name, value, event_type, {})
 
     def observe(
         self, name: str, seconds: float, *, event_type: str = "", outcome: str = ""
     ) -> None:
         """Record one duration."""
+        self._report(2, name, seconds, event_type, {"outcome": outcome})
+
+    def _report(
+        self, kind: int, name: str, value: float, event_type: str, extra: dict[str, str]
+    ) -> None:
+        method = ("increment", "gauge", "observe")[kind]
         group = self.group
+        label = event_type if group is None else f"{event_type}:{group}"
         if group is None:
-            label = event_type
-            self._sink.observe(name, seconds, event_type=event_type, outcome=outcome)
+            getattr(self._sink, method)(name, value, event_type=event_type, **extra)
+        elif self._takes[kind]:
+            getattr(self._sink, method)(name, value, event_type=event_type, group=group, **extra)
         else:
-            label = f"{event_type}:{group}"
-            if self._takes[2]:
-                self._sink.observe(  # type: ignore[call-arg]
-                    name, seconds, event_type=event_type, outcome=outcome, group=group
-                )
-            else:
-                self._sink.observe(name, seconds, event_type=label, outcome=outcome)
+            getattr(self._sink, method)(name, value, event_type=label, **extra)
         if self._recorder is not None:
-            self._recorder.observe(name, seconds, event_type=label, outcome=outcome)
+            getattr(self._recorder, method)(name, value, event_type=label, **extra)
 
 
 class _Tee:
