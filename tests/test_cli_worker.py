@@ -137,13 +137,21 @@ async def test_burst_handles_what_is_due_and_exits(redis_url, prefix, producer, 
     assert (await producer.inspect(CliJob, "later")).state == "scheduled"
 
 
+def alive(c: psutil.Process) -> bool:
+    """``c`` runs (neither a zombie nor gone: a child may exit between listing and reading)."""
+    try:
+        return c.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 async def test_processes_restart_a_killed_child(redis_url, prefix, producer, redis_client, wait_for):
     proc = spawn(redis_url, prefix, "--processes", "2", "--no-uvloop")
     try:
         parent = psutil.Process(proc.pid)
 
         def children() -> list[psutil.Process]:
-            return [c for c in parent.children() if c.status() != psutil.STATUS_ZOMBIE]
+            return [c for c in parent.children() if alive(c)]
 
         first = await wait_for(lambda: children() if len(children()) == 2 else None, timeout=20)
         ids = [f"p{i}" for i in range(200)]
@@ -300,7 +308,7 @@ async def test_reload_restarts_on_change(redis_url, prefix, tmp_path, wait_for):
         parent = psutil.Process(proc.pid)
 
         def child():
-            now = [c for c in parent.children() if c.status() != psutil.STATUS_ZOMBIE]
+            now = [c for c in parent.children() if alive(c)]
             return now[0] if len(now) == 1 else None
 
         first = await wait_for(child, timeout=20)
