@@ -30,20 +30,9 @@ from ..partitions.shards import partition_of
 UTC = _timezone.utc
 
 __all__ = [
-    "ALIASES",
-    "Overlap",
-    "ScheduleSpec",
-    "check_cron",
-    "check_timezone",
-    "due_slots",
-    "fire_id",
-    "jitter_ms",
-    "next_look",
-    "next_slot",
-    "previous_slot",
-    "restamp",
-    "slot_text",
-]
+    "ALIASES", "Overlap", "ScheduleSpec", "check_cron", "check_timezone", "due_slots",
+    "fire_id", "jitter_ms", "next_look", "next_slot", "previous_slot", "restamp", "slot_text",
+]  # fmt: skip
 
 Overlap = Literal["allow", "skip", "buffer_one"]
 OVERLAPS: tuple[str, ...] = ("allow", "skip", "buffer_one")
