@@ -234,7 +234,8 @@ async def main() -> None:
             out["claim_us"] = {k: statistics.median(v) for k, v in ct.items()}
         if "idle" in parts:
             out["idle"] = {
-                mode: await throttled_idle(server, mode, args.seconds) for mode in ("paused", "rate")
+                mode: await throttled_idle(server, mode, args.seconds)
+                for mode in ("paused", "rate")
             }
     print(f"flow control, one process, {args.events} events")
     for key, title in (("throughput", "throughput (concurrency 64, no-op handler)"),

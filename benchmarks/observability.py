@@ -274,7 +274,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         for mode, results in rounds.items()
     }
     kept = {
-        mode: statistics.median(p["cpu_us"] / r["cpu_us"] for r, p in zip(results, rounds[modes[0]]))
+        mode: statistics.median(
+            p["cpu_us"] / r["cpu_us"] for r, p in zip(results, rounds[modes[0]])
+        )
         for mode, results in rounds.items()
     }
     print(f"\n| mode | CPU µs/event: enqueue | handle | both | added vs {modes[0]}: enqueue "

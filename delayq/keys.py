@@ -293,9 +293,7 @@ class TypeKeys:
         if group == DEFAULT_GROUP:
             return self.view()
         g = self.group_keys(group)
-        return KeyView._make(
-            (self.events, self.scheduled, *g[1:], self.groups, self.pending, g[0])
-        )
+        return KeyView._make((self.events, self.scheduled, *g[1:], self.groups, self.pending, g[0]))
 
     def limits(self, group: str | None = None) -> str:
         """HASH of the flow limits of the type (``None``: its default group) or a named

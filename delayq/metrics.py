@@ -174,9 +174,7 @@ class ServiceMetrics:
         "_by_group", "_recorder", "_sink", "_sink_view", "_takes", "fold", "group", "reports",
     )  # fmt: skip
 
-    def __init__(
-        self, sink: Metrics, recorder: Metrics | None = None, group: str | None = None
-    ):
+    def __init__(self, sink: Metrics, recorder: Metrics | None = None, group: str | None = None):
         self._sink = sink
         self._recorder = recorder
         self.group = group

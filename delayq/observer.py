@@ -111,7 +111,9 @@ class Observer:
 
     def __init__(self, tracing: Tracing | None = None):
         self.tracing = tracing
-        self.context_without_span: Callable[[Mapping[str, str] | None], dict[str, str] | None] | None
+        self.context_without_span: (
+            Callable[[Mapping[str, str] | None], dict[str, str] | None] | None
+        )
         """The tracing's ``context_without_span`` when it has one (:class:`delayq.otel.OTelTracing`
         does): the context an enqueue stores when it gets no span, or ``None`` when it does
         (then :meth:`sending` opens it)."""

@@ -60,7 +60,11 @@ class EventService(
         parts = wire(clients, options, self)
         self._options, self._store, self._router = parts.options, parts.store, parts.router
         self._types, self._groups = parts.types, parts.groups
-        self._inspector, self._browser, self._enqueuer = parts.inspector, parts.browser, parts.enqueuer
+        self._inspector, self._browser, self._enqueuer = (
+            parts.inspector,
+            parts.browser,
+            parts.enqueuer,
+        )
         self._finder = parts.finder
         self._runtime = parts.runtime
         self._flow = FlowControl(parts.store)

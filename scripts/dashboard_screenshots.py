@@ -67,12 +67,19 @@ def _history(raw_redis, name: str, scale: float, fail_rate: float) -> None:
     rng = random.Random(name)
     now = time.time()
     pack = msgspec.msgpack.encode
-    for ring, period, slots in (("minute", 60, MINUTE_SLOTS), ("coarse", COARSE_SECONDS, COARSE_SLOTS)):
+    for ring, period, slots in (
+        ("minute", 60, MINUTE_SLOTS),
+        ("coarse", COARSE_SECONDS, COARSE_SLOTS),
+    ):
         current = int(now // period)
         fields = {}
         for index in range(current - slots + 1, current + 1):
             hour = (index * period / 3600) % 24
-            rate = scale * (1.2 + math.sin((hour - 8) / 24 * 2 * math.pi)) * (0.85 + 0.3 * rng.random())
+            rate = (
+                scale
+                * (1.2 + math.sin((hour - 8) / 24 * 2 * math.pi))
+                * (0.85 + 0.3 * rng.random())
+            )
             handled = int(rate * period / 60)
             failed = int(handled * fail_rate * rng.random() * 2)
             buckets = [0] * (len(LATENESS_BOUNDS_MS) + 1)
@@ -94,7 +101,9 @@ async def seed(url: str) -> EventService:
         [(EmailReminder(id=f"cart-{i:05d}", email=f"user{i}@example.com", cart=["sku-1", "sku-7"]),
           rng.uniform(30, 3 * 86400)) for i in range(700)]
     )  # fmt: skip
-    await producer.enqueue_many([InvoiceSync(id=f"inv-2026-{i:04d}", invoice=f"INV-{i:04d}") for i in range(9)])
+    await producer.enqueue_many(
+        [InvoiceSync(id=f"inv-2026-{i:04d}", invoice=f"INV-{i:04d}") for i in range(9)]
+    )
     await producer.enqueue_many([(InvoiceSync(id=f"inv-2026-{i:04d}", invoice=f"INV-{i:04d}"), 600 + 60 * i)
                                  for i in range(20, 60)])  # fmt: skip
     # a worker that fails every invoice (dead letters) and holds five payment checks
@@ -102,7 +111,9 @@ async def seed(url: str) -> EventService:
     worker.add_handler(InvoiceSync, _fail, concurrency=2)
     worker.add_handler(PaymentCheck, _slow, concurrency=5)
     await worker.start()
-    await producer.enqueue_many([PaymentCheck(id=f"order-{39990 + i}", order_id=39990 + i) for i in range(8)])
+    await producer.enqueue_many(
+        [PaymentCheck(id=f"order-{39990 + i}", order_id=39990 + i) for i in range(8)]
+    )
     for _ in range(100):
         if (await producer.stats_for("invoice-sync")).dead >= 9:
             break

@@ -25,9 +25,7 @@ async def services(redis_url: str, prefix: str):
     await pool.aclose()
 
 
-async def test_claims_and_acks_are_bounded_however_many_slots_are_free(
-    services, wait_for
-) -> None:
+async def test_claims_and_acks_are_bounded_however_many_slots_are_free(services, wait_for) -> None:
     """With 1,000 slots free and 1,000 events ready, no claim call takes more than
     CLAIM_MAX entries and no ack call settles more than ACK_MAX, yet every event runs once."""
     n = 1000

@@ -27,7 +27,9 @@ else:
 
 
 @pytest.mark.parametrize(
-    "args", [["delayq.dashboard"], ["delayq.cli", "dashboard"]], ids=["python-m", "delayq-dashboard"]
+    "args",
+    [["delayq.dashboard"], ["delayq.cli", "dashboard"]],
+    ids=["python-m", "delayq-dashboard"],
 )
 def test_without_the_extra(args: list[str]) -> None:
     got = subprocess.run(
@@ -65,7 +67,9 @@ def test_python_m_honours_the_environment(monkeypatch: pytest.MonkeyPatch) -> No
     assert main(["--prefix", "other"]) == 0 and made["prefix"] == "other"
 
 
-def test_python_m_bad_settings(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_python_m_bad_settings(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from delayq.dashboard.__main__ import main
 
     monkeypatch.setenv("DELAYQ_PREFIX", "bad{prefix}")

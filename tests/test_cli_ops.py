@@ -177,14 +177,22 @@ def test_requeue_all_with_progress(cli, redis_url, prefix):
         (["enqueue", "cli_app:CliJob", "--id", "x", "--delay", "3 weeks"], "not a duration"),
         (["enqueue", "cli_app:CliJob", "--id", "x", "--payload", "{oops"], "not valid JSON"),
         (["enqueue", "cli_app:CliJob", "--id", "x", "--payload", "[1]"], "must be a JSON object"),
-        (["enqueue", "cli_app:CliJob", "--id", "x", "--payload", '{"n": "many"}'], "invalid payload"),
+        (
+            ["enqueue", "cli_app:CliJob", "--id", "x", "--payload", '{"n": "many"}'],
+            "invalid payload",
+        ),
         (["enqueue", "cli_app:CliJob", "--id", "x", "--payload", '{"id": "y"}'], "differs"),
         (["enqueue", "cli_app:CliJob", "--id", "x", "--context", "novalue"], "key=value"),
         (["enqueue", "cli_app:nothing", "--id", "x"], "has no attribute"),
-        (["enqueue", "cli_app:service", "--id", "x"], "is an EventService object, not an event class (a subclass of delayq.Event); the module has cli_app:CliJob"),
+        (
+            ["enqueue", "cli_app:service", "--id", "x"],
+            "is an EventService object, not an event class (a subclass of delayq.Event); the module has cli_app:CliJob",
+        ),
         # unknown fields would be dropped silently by msgspec: refused
-        (["enqueue", "cli_app:CliJob", "--id", "x", "--payload", '{"n": 1, "extra": 2}'],
-         "--payload has fields cli-job does not have: extra (its fields: n, sleep_ms, fail)"),
+        (
+            ["enqueue", "cli_app:CliJob", "--id", "x", "--payload", '{"n": 1, "extra": 2}'],
+            "--payload has fields cli-job does not have: extra (its fields: n, sleep_ms, fail)",
+        ),
         # --all needs --yes off a terminal, for requeue as for purge
         (["dead", "requeue", "cli-job", "--all"], "add --yes"),
         (["dead", "requeue", "cli-job", "--all", "--json"], "add --yes"),
@@ -194,10 +202,25 @@ def test_requeue_all_with_progress(cli, redis_url, prefix):
         (["run-now", "no-such-type", "x"], "unknown event type"),
         (["run-now", "cli-job", "s1", "--group", "nope"], "no delivery group 'nope'"),
         # the same class elsewhere: what Redis or the encoder would refuse is refused first
-        (["scheduled", "cli-job", "--offset", "9223372036854775807"], "Invalid value for '--offset'"),
-        (["dead", "list", "cli-job", "--offset", "99999999999999999999"], "Invalid value for '--offset'"),
-        (["enqueue", "cli_app:CliJob", "--id", "x", "--payload", '{"n": 99999999999999999999999}'],
-         "cannot enqueue this cli-job: can't serialize ints"),
+        (
+            ["scheduled", "cli-job", "--offset", "9223372036854775807"],
+            "Invalid value for '--offset'",
+        ),
+        (
+            ["dead", "list", "cli-job", "--offset", "99999999999999999999"],
+            "Invalid value for '--offset'",
+        ),
+        (
+            [
+                "enqueue",
+                "cli_app:CliJob",
+                "--id",
+                "x",
+                "--payload",
+                '{"n": 99999999999999999999999}',
+            ],
+            "cannot enqueue this cli-job: can't serialize ints",
+        ),
         (["stats", "--interval", "0"], "at least 100ms"),
         (["dead", "list", "cli-job", "--group", "nope"], "no delivery group 'nope'"),
         (["dead", "purge", "cli-job", "--all", "--yes", "--group", "a:b"], "group name"),
@@ -258,6 +281,7 @@ def test_delivery_groups(cli, redis_url, prefix):
         worker.add_handler(CliFan, ok)
         worker.add_handler(CliFan, fail, group="audit", retry_attempts=0)
         async with worker:
+
             async def registered() -> bool:  # groups register as their consumers start
                 return "audit" in await worker.groups("cli-fan")
 
@@ -295,7 +319,10 @@ def test_delivery_groups(cli, redis_url, prefix):
     # inspect shows the event in each group (dead for audit, handled by the default group)
     info = cli("inspect", "cli-fan", "f0", "--json")
     assert info["state"] == "dead"
-    assert {g: v["state"] for g, v in info["groups"].items()} == {"audit": "dead", "default": "absent"}
+    assert {g: v["state"] for g, v in info["groups"].items()} == {
+        "audit": "dead",
+        "default": "absent",
+    }
     assert cli("inspect", "cli-job", "nope", "--json")["groups"] == {}
     out, _ = cli("inspect", "cli-fan", "f0")
     assert "group audit" in out and "RuntimeError: audit" in out and "group default" in out
@@ -390,6 +417,7 @@ def test_workers(cli, redis_url, prefix):
         service = EventService.from_url(redis_url, prefix=prefix, heartbeat_interval=0.5)
         service.add_handler(CliJob, ok, concurrency=3)
         async with service:
+
             async def seen() -> bool:
                 return len(await service.workers()) == 1
 
@@ -403,8 +431,17 @@ def test_workers(cli, redis_url, prefix):
     (worker,) = got["workers"]
     assert worker["types"] == {"cli-job": 3}
     assert worker["pid"] > 0 and worker["seen_at"].endswith("Z")
-    assert set(worker) == {"id", "host", "pid", "version", "types", "in_flight", "started_at",
-                           "seen_at", "ttl_seconds"}
+    assert set(worker) == {
+        "id",
+        "host",
+        "pid",
+        "version",
+        "types",
+        "in_flight",
+        "started_at",
+        "seen_at",
+        "ttl_seconds",
+    }
 
 
 def test_stats_fits_80_columns_and_watch_says_when():

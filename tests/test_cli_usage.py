@@ -41,8 +41,11 @@ BAD_LINES = [
     pytest.param(["stats", "--interval"], "--interval", id="option-without-value"),
     pytest.param(["scheduled", "t", "--limit", "x"], "--limit", id="not-a-number"),
     pytest.param(["worker", "x:y", "--log-level", "loud"], "--log-level", id="bad-choice"),
-    pytest.param(["worker", "x:y", "--reload", "--reload-dir", "/nonexistent"], "does not exist",
-                 id="reload-dir-missing"),
+    pytest.param(
+        ["worker", "x:y", "--reload", "--reload-dir", "/nonexistent"],
+        "does not exist",
+        id="reload-dir-missing",
+    ),
     pytest.param(["dashboard", "--port", "99999"], "--port", id="port-out-of-range"),
 ]
 

@@ -145,7 +145,9 @@ def alive(c: psutil.Process) -> bool:
         return False
 
 
-async def test_processes_restart_a_killed_child(redis_url, prefix, producer, redis_client, wait_for):
+async def test_processes_restart_a_killed_child(
+    redis_url, prefix, producer, redis_client, wait_for
+):
     proc = spawn(redis_url, prefix, "--processes", "2", "--no-uvloop")
     try:
         parent = psutil.Process(proc.pid)
@@ -179,7 +181,9 @@ async def test_processes_restart_a_killed_child(redis_url, prefix, producer, red
             await wait_for(all_done, timeout=60)
         except AssertionError:
             missing = set(ids) - set(await done_ids(redis_client, prefix))
-            raise AssertionError(f"not handled: {sorted(missing)[:20]}\n{read_log(proc)[-4000:]}") from None
+            raise AssertionError(
+                f"not handled: {sorted(missing)[:20]}\n{read_log(proc)[-4000:]}"
+            ) from None
         proc.send_signal(signal.SIGTERM)
         code, err = await asyncio.to_thread(finish, proc)
         assert code == 0, err[-2000:]
@@ -218,7 +222,14 @@ async def test_health_endpoints(redis_server_factory, prefix, wait_for):
 async def test_supervisor_health(redis_url, prefix, wait_for):
     port = free_port()
     proc = spawn(
-        redis_url, prefix, "--processes", "2", "--health-port", str(port), "--health-host", "127.0.0.1"
+        redis_url,
+        prefix,
+        "--processes",
+        "2",
+        "--health-port",
+        str(port),
+        "--health-host",
+        "127.0.0.1",
     )
     try:
 
@@ -241,11 +252,27 @@ async def test_supervisor_health(redis_url, prefix, wait_for):
     [
         ("no_such_module:service", [], "cannot import 'no_such_module'"),
         ("cli_app:missing", [], "has no attribute 'missing'"),
-        ("cli_app:not_a_service", [], "is an int object, not a delayq.EventService; the module has cli_app:service"),
-        ("cli_app:make_service", [], "is a function, not a delayq.EventService; if it returns the service, add --factory"),
+        (
+            "cli_app:not_a_service",
+            [],
+            "is an int object, not a delayq.EventService; the module has cli_app:service",
+        ),
+        (
+            "cli_app:make_service",
+            [],
+            "is a function, not a delayq.EventService; if it returns the service, add --factory",
+        ),
         # an event class is callable, but --factory would not help: say what fits
-        ("cli_app:CliJob", [], "is an event class ('cli-job'), not a delayq.EventService; the module has cli_app:service"),
-        ("cli_app:CliJob", ["--factory"], "is an event class ('cli-job'), not a function returning"),
+        (
+            "cli_app:CliJob",
+            [],
+            "is an event class ('cli-job'), not a delayq.EventService; the module has cli_app:service",
+        ),
+        (
+            "cli_app:CliJob",
+            ["--factory"],
+            "is an event class ('cli-job'), not a function returning",
+        ),
         ("cli_app", [], "must look like"),
         ("cli_app:not_a_service", ["--factory"], "is not callable"),
     ],
@@ -299,7 +326,6 @@ def test_python_m_delayq_demo_still_parses():
         timeout=60,
     )  # fmt: skip
     assert result.returncode == 2 and "--events must be at least 4" in result.stderr
-
 
 
 async def test_reload_restarts_on_change(redis_url, prefix, tmp_path, wait_for):

@@ -129,7 +129,9 @@ async def test_a_command_cut_by_a_sentinel_failover_is_retried_on_the_new_master
     client's retry waits in the fence and sends it again to the *new* master (redis-py alone
     reconnects a retried command to the address it had: the old master, past the fence)."""
     with RedisSentinelSet() as sentinels:
-        clients = sentinel_clients(sentinels.sentinel_addresses, sentinels.service_name, polling=1.0)
+        clients = sentinel_clients(
+            sentinels.sentinel_addresses, sentinels.service_name, polling=1.0
+        )
         master = clients.commands
         assert isinstance(master, aioredis.Redis)
         try:
@@ -145,7 +147,9 @@ async def test_a_command_cut_by_a_sentinel_failover_is_retried_on_the_new_master
             sentinels.failover()
             await wait_for(lambda: sentinels.master() is not old, timeout=20)
             new = sentinels.master()
-            await wait_for(lambda: blocked_on(new), timeout=20, message="BLPOP re-sent to the new master")
+            await wait_for(
+                lambda: blocked_on(new), timeout=20, message="BLPOP re-sent to the new master"
+            )
             with redis.Redis(port=new.port) as r:
                 r.rpush("{r}:list", "v")
             with anyio.fail_after(20):

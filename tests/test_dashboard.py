@@ -153,7 +153,8 @@ async def test_read_only_hides_and_refuses_actions(setup) -> None:
         assert "Cancel" not in event.text
         token = _csrf(page.text) if 'name="csrf"' in page.text else "x"
         r = await http.post(
-            "/actions/event", data={"type": "dash-page", "id": "a", "action": "cancel", "csrf": token}
+            "/actions/event",
+            data={"type": "dash-page", "id": "a", "action": "cancel", "csrf": token},
         )
         assert r.status_code == 403
     assert (await service.inspect("dash-page", "a")).state == "scheduled"
@@ -323,7 +324,10 @@ async def test_in_flight_upcoming_charts_and_event_actions_per_group(setup, wait
             assert '<input type="hidden" name="group" value="audit">' in page.text
             assert "(group audit)" in page.text and "group=audit" in page.text
             assert "/live/type?name=dash-fanned&amp;group=audit" in page.text
-            assert '<a href="/type?name=dash-fanned&amp;group=audit" data-group="audit" class="on"' in page.text
+            assert (
+                '<a href="/type?name=dash-fanned&amp;group=audit" data-group="audit" class="on"'
+                in page.text
+            )
             assert "&lt;i&gt;x&lt;/i&gt;" in page.text and "<i>x</i>" not in page.text
             page = await http.get("/type", params={"name": "dash-fanned", "group": "nobody"})
             assert page.status_code == 200 and 'id="no-such-group"' in page.text
@@ -333,7 +337,9 @@ async def test_in_flight_upcoming_charts_and_event_actions_per_group(setup, wait
             assert page.status_code == 200 and "<i>x</i>" not in page.text
 
             def group_row(html: str, group: str) -> str:
-                return html.split(f'class="event-group-row" data-group="{group}"')[1].split("</tr>")[0]
+                return html.split(f'class="event-group-row" data-group="{group}"')[1].split(
+                    "</tr>"
+                )[0]
 
             assert "state-dead" in group_row(page.text, "audit")
             assert "requeue-group" in group_row(page.text, "audit")
@@ -356,9 +362,7 @@ async def test_in_flight_upcoming_charts_and_event_actions_per_group(setup, wait
             assert info.groups["default"].state == "scheduled"
             # handed to audit's handler, which fails it at once
             assert info.groups["audit"].state in ("ready", "in_flight", "dead")
-            r = await http.post(
-                "/actions/event", data={**base, "csrf": token, "group": "a{b}"}
-            )
+            r = await http.post("/actions/event", data={**base, "csrf": token, "group": "a{b}"})
             assert r.status_code == 400
 
             # purge audit's dead letter from the event page: the other groups keep theirs

@@ -199,7 +199,7 @@ def test_requeue_a_dead_letter_and_a_worker_handles_it(
     _wait(lambda: "broken-1" in browser.page_source, what="the type page")
     browser.save_screenshot(str(shots / "type.png"))
     # the dead letter's page shows the payload as text, not as markup
-    _click(browser, 'tr.dead-row a.event-link')
+    _click(browser, "tr.dead-row a.event-link")
     payload = _find(browser, "#payload").text
     assert "<script>alert('x')</script>" in payload
     assert browser.find_element(By.ID, "event-state").text == "dead"

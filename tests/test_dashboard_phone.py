@@ -69,7 +69,11 @@ LONG = "invoice-2026-11-25-customer-0001234567-retry-" + "x" * 20
 
 
 def test_every_page_fits_a_phone(
-    redis_url: str, prefix: str, procs, browser, shots: Path  # noqa: F811  (fixtures)
+    redis_url: str,
+    prefix: str,
+    procs,
+    browser,
+    shots: Path,
 ) -> None:
     raw = redis.Redis.from_url(redis_url, protocol=2)
     tag = f"{{{prefix}:ui-fanned}}"
@@ -142,7 +146,10 @@ def _upcoming(driver) -> list[str]:
 
 
 def test_live_refresh_waits_while_the_pointer_is_on_a_list(
-    redis_url: str, prefix: str, procs, browser  # noqa: F811  (fixtures)
+    redis_url: str,
+    prefix: str,
+    procs,
+    browser,
 ) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
 

@@ -180,7 +180,9 @@ async def _exercise(app: str, env: dict[str, str], tmp_path: Path, wait_for: Wai
 SPLIT = EXAMPLES / "fastapi_worker"
 
 
-async def _start(argv: list[str], cwd: Path, env: dict[str, str], log: Path) -> asyncio.subprocess.Process:
+async def _start(
+    argv: list[str], cwd: Path, env: dict[str, str], log: Path
+) -> asyncio.subprocess.Process:
     with log.open("wb") as out:
         return await asyncio.create_subprocess_exec(
             *argv, cwd=cwd, env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
@@ -243,7 +245,9 @@ async def test_fastapi_web_process_and_workers(
             await wait_for(two_workers, timeout=STARTUP_TIMEOUT, message="2 worker processes")
 
             for n in range(1, 7):
-                r = await http.post(f"/orders/{n}", params={"delay": 0.2}, headers={"X-Request-ID": f"r-{n}"})
+                r = await http.post(
+                    f"/orders/{n}", params={"delay": 0.2}, headers={"X-Request-ID": f"r-{n}"}
+                )
                 assert r.status_code == 202 and r.json()["scheduled"] is True, r.text
             # once per order: posting it again while its check waits keeps the first
             assert (await http.post("/orders/99", params={"delay": 3600})).json()["scheduled"]

@@ -508,7 +508,9 @@ async def test_concurrency_gauges_reach_prometheus(redis_url: str, prefix: str) 
             {**labels, "group": "default", "outcome": "concurrency"},
         )
         assert waited is not None and waited >= 1
-        assert registry.get_sample_value("delayq_throttled_total", {**labels, "group": "default"}) >= 1
+        assert (
+            registry.get_sample_value("delayq_throttled_total", {**labels, "group": "default"}) >= 1
+        )
     finally:
         await svc.aclose()
 

@@ -294,6 +294,7 @@ async def test_key_backlog_api_and_dashboard(
         ("big", 30, 0, None), (evil, 3, 0, None)]  # fmt: skip
     with pytest.raises(ValueError):
         await service.key_backlog(KeyJob, limit=0)
+
     async def state() -> list[tuple[bytes, object]]:
         keys = sorted(k for k in await raw.keys(f"*{prefix}*") if not k.endswith(b":wake"))
         return [(k, await raw.dump(k)) for k in keys]

@@ -255,6 +255,7 @@ async def test_index_entries_without_envelopes_are_dropped_and_logged(
             return c.scheduled == c.ready == c.in_flight == c.dead == 0
 
         await wait_for(clean, timeout=10)
+
         def logged(ghost: str) -> bool:
             return any(
                 "no stored event" in r.getMessage() and ghost in r.getMessage()

@@ -24,7 +24,10 @@ class Beat(Event, event_name="otel-sched-beat"):
 
 
 async def test_fires_and_triggers_get_a_send_span_with_schedule_and_slot(
-    redis_url: str, prefix: str, spans: InMemorySpanExporter, wait_for  # noqa: F811
+    redis_url: str,
+    prefix: str,
+    spans: InMemorySpanExporter,
+    wait_for,
 ) -> None:
     seen: dict[str, str] = {}  # event id -> the slot the handler saw (ISO)
 

@@ -245,7 +245,9 @@ async def test_metrics_over_http_match_the_workload(
     les = {dict(labels)["le"] for (n, labels) in samples if n == "delayq_lateness_seconds_bucket"}
     assert {"0.001", "21600.0", "+Inf"} <= les
     for event_type in ("obs-prom-ok", "obs-prom-flaky", "obs-prom-dead"):
-        assert value(samples, "delayq_handlers_in_flight", event_type=event_type, group="default") == 0
+        assert (
+            value(samples, "delayq_handlers_in_flight", event_type=event_type, group="default") == 0
+        )
 
     # -- the queue depth agrees with stats() ---------------------------------------------
     for event_type, counts in stats.items():
@@ -589,9 +591,7 @@ async def test_dead_letters_made_by_the_scheduler_carry_their_group(
     assert value(samples, "delayq_dead_lettered_total", **fan, group="default") == 0
 
 
-def test_the_dashboard_filters_every_query_by_type_and_shows_groups_failures_and_slots() -> (
-    None
-):
+def test_the_dashboard_filters_every_query_by_type_and_shows_groups_failures_and_slots() -> None:
     import json
 
     dashboard = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())

@@ -111,5 +111,8 @@ def test_the_service_folds_every_fold_every_runs() -> None:
         hooks.finished(delivery, hooks.started(delivery), None)
     assert len(pending.__self__) == 10  # type: ignore[attr-defined]
     text = generate_latest(sink.registry).decode()
-    assert f'delayq_handler_duration_seconds_count{{event_type="t",group="default",outcome="success"}} {FOLD_EVERY * 2 + 10}.0' in text
+    assert (
+        f'delayq_handler_duration_seconds_count{{event_type="t",group="default",outcome="success"}} {FOLD_EVERY * 2 + 10}.0'
+        in text
+    )
     assert not pending.__self__  # type: ignore[attr-defined]

@@ -117,7 +117,9 @@ async def test_the_blocks_run_in_order_as_pasted(
                 if dsn is None:
                     continue
                 source = source.replace('"postgresql://localhost/shop"', repr(dsn))
-            code = compile(source, f"README.md block {number}", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+            code = compile(
+                source, f"README.md block {number}", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+            )
             try:
                 result = eval(code, namespace)  # our own README, never a payload
                 if result is not None:
@@ -143,7 +145,9 @@ def test_the_fastapi_files_shown_are_the_examples() -> None:
     """The README's ``py`` blocks headed ``# name.py:`` are excerpts of
     examples/fastapi_worker/name.py (which tests/test_examples.py runs): every line shown,
     comments aside, is in the file, except ``...`` lines (what the excerpt leaves out)."""
-    blocks = re.findall(r"```py\n# (\w+\.py):.*?\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+    blocks = re.findall(
+        r"```py\n# (\w+\.py):.*?\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S
+    )
     assert {name for name, _ in blocks} == {"events.py", "tasks.py", "web.py"}
     folder = README.parent / "examples" / "fastapi_worker"
     for name, body in blocks:

@@ -261,9 +261,7 @@ async def test_a_failed_fire_is_retried_with_its_id_and_slot(
             raise RuntimeError("first attempt of the first fire fails")
 
     metrics = InMemoryMetrics()
-    service = make(
-        redis_url, prefix, metrics=metrics, retry_attempts=2, retry_backoff=fixed(0.05)
-    )
+    service = make(redis_url, prefix, metrics=metrics, retry_attempts=2, retry_backoff=fixed(0.05))
     service.add_handler(Tick, flaky)
     async with service:
         await service.schedule("retry", Tick, every=timedelta(seconds=1), overlap="allow")

@@ -814,9 +814,7 @@ async def test_partitioned_type_is_routed_and_read_as_one(
     from delayq.spark import enqueue_dataframe, read_queue
 
     df = orders(spark, 400, delay_s=3600).drop("due_at")
-    report = enqueue_dataframe(
-        df, SparkHot, redis_url=redis_url, prefix=prefix, delay_col="delay"
-    )
+    report = enqueue_dataframe(df, SparkHot, redis_url=redis_url, prefix=prefix, delay_col="delay")
     assert report.scheduled == 400
     client = redis.Redis.from_url(redis_url, protocol=2)
     try:

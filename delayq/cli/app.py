@@ -83,7 +83,9 @@ def _click_exception() -> type[Exception]:
     for cls in typer.BadParameter.__mro__:
         if cls.__name__ == "ClickException" and issubclass(cls, Exception):
             return cls
-    raise RuntimeError("Typer's BadParameter does not derive from a ClickException")  # pragma: no cover
+    raise RuntimeError(
+        "Typer's BadParameter does not derive from a ClickException"
+    )  # pragma: no cover
 
 
 _ClickException = _click_exception()

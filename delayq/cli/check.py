@@ -62,9 +62,17 @@ async def run_checks(service: EventService) -> list[dict[str, Any]]:
     if policy == "noeviction":
         add("maxmemory-policy", "ok", "noeviction")
     elif policy is None:
-        add("maxmemory-policy", "warn", "cannot read it (CONFIG GET not allowed); make sure it is noeviction")
+        add(
+            "maxmemory-policy",
+            "warn",
+            "cannot read it (CONFIG GET not allowed); make sure it is noeviction",
+        )
     else:
-        add("maxmemory-policy", "warn", f"{policy}: Redis may evict queue keys and lose events; set noeviction")
+        add(
+            "maxmemory-policy",
+            "warn",
+            f"{policy}: Redis may evict queue keys and lose events; set noeviction",
+        )
     add(*await _check_acl(redis, service.options.prefix))
     handled = service.handled_types
     add("handlers", "ok" if handled else "warn", ", ".join(handled) or "no handlers registered")
@@ -96,7 +104,9 @@ def register(app: typer.Typer) -> None:
     @app.command(rich_help_panel="Run")
     def check(
         target: Target,
-        factory: Annotated[bool, typer.Option("--factory", help="Call MODULE:ATTR to get the service.")] = False,
+        factory: Annotated[
+            bool, typer.Option("--factory", help="Call MODULE:ATTR to get the service.")
+        ] = False,
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
     ) -> None:
         """Check that the service can run: Redis reachable, Lua scripts load,
@@ -118,6 +128,8 @@ def register(app: typer.Typer) -> None:
             table = Table(show_header=False, box=None)
             style = {"ok": "green", "warn": "yellow", "fail": "bold red"}
             for r in results:
-                table.add_row(r["name"], f"[{style[r['status']]}]{r['status']}[/]", text(r["detail"]))
+                table.add_row(
+                    r["name"], f"[{style[r['status']]}]{r['status']}[/]", text(r["detail"])
+                )
             console.print(table)
         raise typer.Exit(0 if ok else 1)

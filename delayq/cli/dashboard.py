@@ -28,7 +28,10 @@ def dashboard(
         bool, typer.Option("--read-only", help="Hide and refuse every action.")
     ] = False,
     refresh: Annotated[
-        float, typer.Option(help="Seconds between live refreshes of the overview and type pages (0: off).")
+        float,
+        typer.Option(
+            help="Seconds between live refreshes of the overview and type pages (0: off)."
+        ),
     ] = 5.0,
     page_size: Annotated[int, typer.Option(help="Rows per list page (1..1000).")] = 25,
     root_path: Annotated[
@@ -55,7 +58,9 @@ def dashboard(
 
     missing = missing_modules()
     if missing:
-        fail(f"the dashboard needs the dashboard extra: pip install 'delayq[dashboard]' (missing: {', '.join(missing)})")
+        fail(
+            f"the dashboard needs the dashboard extra: pip install 'delayq[dashboard]' (missing: {', '.join(missing)})"
+        )
     import uvicorn
 
     from ..dashboard import create_app

@@ -107,13 +107,18 @@ def register(app: typer.Typer) -> None:
         # not no_args_is_help: what click does then differs between versions (help and
         # exit 0, or an exception); a missing command is bad input like any other
         if ctx.invoked_subcommand is None:
-            fail("missing command: delayq dead list|requeue|purge TYPE ... (see 'delayq dead --help')")
+            fail(
+                "missing command: delayq dead list|requeue|purge TYPE ... (see 'delayq dead --help')"
+            )
 
     @dead.command("list")
     def dead_list(
         type_name: TypeName,
         limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="Most rows.")] = 20,
-        offset: Annotated[int, typer.Option("--offset", min=0, max=MAX_OFFSET, help="Skip this many (oldest first).")] = 0,
+        offset: Annotated[
+            int,
+            typer.Option("--offset", min=0, max=MAX_OFFSET, help="Skip this many (oldest first)."),
+        ] = 0,
         group: GroupName = DEFAULT_GROUP,
         as_json: Json = False,
         redis_url: RedisUrl = DEFAULT_URL,
@@ -155,11 +160,21 @@ def register(app: typer.Typer) -> None:
     @dead.command("requeue")
     def dead_requeue(
         type_name: TypeName,
-        ids: Annotated[list[str] | None, typer.Argument(metavar="[ID]...", help="Dead letters to requeue.", show_default=False)] = None,
-        all_: Annotated[bool, typer.Option("--all", help="Requeue every dead letter of the type.")] = False,
-        delay: Annotated[str, typer.Option("--delay", help="Due after this long (250ms, 30s, 5m, 3h, 2d).")] = "0",
+        ids: Annotated[
+            list[str] | None,
+            typer.Argument(metavar="[ID]...", help="Dead letters to requeue.", show_default=False),
+        ] = None,
+        all_: Annotated[
+            bool, typer.Option("--all", help="Requeue every dead letter of the type.")
+        ] = False,
+        delay: Annotated[
+            str, typer.Option("--delay", help="Due after this long (250ms, 30s, 5m, 3h, 2d).")
+        ] = "0",
         group: GroupName = DEFAULT_GROUP,
-        yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (required off a terminal with --all).")] = False,
+        yes: Annotated[
+            bool,
+            typer.Option("--yes", "-y", help="Do not ask (required off a terminal with --all)."),
+        ] = False,
         as_json: Json = False,
         redis_url: RedisUrl = DEFAULT_URL,
         prefix: Prefix = "delayq",
@@ -179,7 +194,9 @@ def register(app: typer.Typer) -> None:
                     confirm(f"Requeue all {count} dead letters of {name}?", yes, True)
 
                 async def apply(page: list[str]) -> int:
-                    return await service.requeue_dead_letters(name, ids=page, delay=seconds, group=g)
+                    return await service.requeue_dead_letters(
+                        name, ids=page, delay=seconds, group=g
+                    )
 
                 return await _bulk(service, name, chosen, "requeueing", apply, not as_json, g)
 
@@ -192,9 +209,17 @@ def register(app: typer.Typer) -> None:
     @dead.command("purge")
     def dead_purge(
         type_name: TypeName,
-        ids: Annotated[list[str] | None, typer.Argument(metavar="[ID]...", help="Dead letters to delete.", show_default=False)] = None,
-        all_: Annotated[bool, typer.Option("--all", help="Delete every dead letter of the type.")] = False,
-        yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (required off a terminal with --all).")] = False,
+        ids: Annotated[
+            list[str] | None,
+            typer.Argument(metavar="[ID]...", help="Dead letters to delete.", show_default=False),
+        ] = None,
+        all_: Annotated[
+            bool, typer.Option("--all", help="Delete every dead letter of the type.")
+        ] = False,
+        yes: Annotated[
+            bool,
+            typer.Option("--yes", "-y", help="Do not ask (required off a terminal with --all)."),
+        ] = False,
         group: GroupName = DEFAULT_GROUP,
         as_json: Json = False,
         redis_url: RedisUrl = DEFAULT_URL,

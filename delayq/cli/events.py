@@ -76,7 +76,9 @@ async def _ready_ids(service: EventService, name: str, skip: int, group: str | N
     return [e.id for e in await service.ready(name, _PAGE, skip, group=group)]
 
 
-async def _scheduled_ids(service: EventService, name: str, skip: int, group: str | None) -> list[str]:
+async def _scheduled_ids(
+    service: EventService, name: str, skip: int, group: str | None
+) -> list[str]:
     return [e.id for e in await service.scheduled(name, _PAGE, skip, group=group)]
 
 
@@ -96,14 +98,53 @@ def register(app: typer.Typer) -> None:
 
     @app.command(rich_help_panel="Operate")
     def enqueue(
-        event_class: Annotated[str, typer.Argument(metavar="MODULE:CLASS", help="The Event subclass, e.g. myapp.events:PaymentCheck (its fields validate the payload).", show_default=False)],
+        event_class: Annotated[
+            str,
+            typer.Argument(
+                metavar="MODULE:CLASS",
+                help="The Event subclass, e.g. myapp.events:PaymentCheck (its fields validate the payload).",
+                show_default=False,
+            ),
+        ],
         event_id: Annotated[str, typer.Option("--id", help="The event id.", show_default=False)],
-        delay: Annotated[str, typer.Option("--delay", help="Due after this long (250ms, 30s, 5m, 3h, 2d or seconds).")] = "0",
-        payload: Annotated[str, typer.Option("--payload", help="The event's fields as a JSON object (without id).")] = "{}",
-        context: Annotated[list[str] | None, typer.Option("--context", help="key=value context entry (repeatable).", show_default=False)] = None,
-        replace: Annotated[bool, typer.Option("--replace", help="Replace an existing event with this id (payload, context and due time together).")] = False,
-        debounce: Annotated[str | None, typer.Option("--debounce", help="Debounce: replace an existing event with this id, but never past its first enqueue + this long (docs/FLOW.md).", show_default=False)] = None,
-        unique_for: Annotated[str | None, typer.Option("--unique-for", help="Once handled, refuse this id for this long (docs/FLOW.md).", show_default=False)] = None,
+        delay: Annotated[
+            str,
+            typer.Option(
+                "--delay", help="Due after this long (250ms, 30s, 5m, 3h, 2d or seconds)."
+            ),
+        ] = "0",
+        payload: Annotated[
+            str, typer.Option("--payload", help="The event's fields as a JSON object (without id).")
+        ] = "{}",
+        context: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--context", help="key=value context entry (repeatable).", show_default=False
+            ),
+        ] = None,
+        replace: Annotated[
+            bool,
+            typer.Option(
+                "--replace",
+                help="Replace an existing event with this id (payload, context and due time together).",
+            ),
+        ] = False,
+        debounce: Annotated[
+            str | None,
+            typer.Option(
+                "--debounce",
+                help="Debounce: replace an existing event with this id, but never past its first enqueue + this long (docs/FLOW.md).",
+                show_default=False,
+            ),
+        ] = None,
+        unique_for: Annotated[
+            str | None,
+            typer.Option(
+                "--unique-for",
+                help="Once handled, refuse this id for this long (docs/FLOW.md).",
+                show_default=False,
+            ),
+        ] = None,
         as_json: Json = False,
         redis_url: RedisUrl = DEFAULT_URL,
         prefix: Prefix = "delayq",
@@ -154,11 +195,22 @@ def register(app: typer.Typer) -> None:
 
         added = run(main)
         if as_json:
-            print_json({"type": cls.event_name, "id": event_id, "enqueued": added, "delay_seconds": seconds})
+            print_json(
+                {
+                    "type": cls.event_name,
+                    "id": event_id,
+                    "enqueued": added,
+                    "delay_seconds": seconds,
+                }
+            )
         elif added:
-            console.print(f"enqueued {cls.event_name} {event_id!r}, due in {human_seconds(seconds)}")
+            console.print(
+                f"enqueued {cls.event_name} {event_id!r}, due in {human_seconds(seconds)}"
+            )
         else:
-            console.print(f"kept the existing {cls.event_name} {event_id!r} (use --replace to replace it)")
+            console.print(
+                f"kept the existing {cls.event_name} {event_id!r} (use --replace to replace it)"
+            )
 
     @app.command(rich_help_panel="Operate")
     def cancel(
@@ -189,7 +241,11 @@ def register(app: typer.Typer) -> None:
         event_id: EventId,
         group: Annotated[
             str | None,
-            typer.Option("--group", help="Run it now for this delivery group only (default: every group).", show_default=False),
+            typer.Option(
+                "--group",
+                help="Run it now for this delivery group only (default: every group).",
+                show_default=False,
+            ),
         ] = None,
         as_json: Json = False,
         redis_url: RedisUrl = DEFAULT_URL,
@@ -205,7 +261,9 @@ def register(app: typer.Typer) -> None:
                 if group is not None and group != DEFAULT_GROUP:
                     groups = await service.groups(name)
                     if group not in groups:
-                        fail(f"{name!r} has no delivery group {group!r} (groups: {', '.join(groups)})")
+                        fail(
+                            f"{name!r} has no delivery group {group!r} (groups: {', '.join(groups)})"
+                        )
                 try:
                     return await service.run_now(name, event_id, group=group)
                 except (TypeError, ValueError) as exc:
@@ -221,9 +279,20 @@ def register(app: typer.Typer) -> None:
     @app.command(rich_help_panel="Operate")
     def purge(
         type_name: TypeName,
-        ids: Annotated[list[str] | None, typer.Argument(metavar="[ID]...", help="Events to cancel.", show_default=False)] = None,
-        all_: Annotated[bool, typer.Option("--all", help="Cancel every waiting (scheduled or ready) event of the type.")] = False,
-        yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (required off a terminal with --all).")] = False,
+        ids: Annotated[
+            list[str] | None,
+            typer.Argument(metavar="[ID]...", help="Events to cancel.", show_default=False),
+        ] = None,
+        all_: Annotated[
+            bool,
+            typer.Option(
+                "--all", help="Cancel every waiting (scheduled or ready) event of the type."
+            ),
+        ] = False,
+        yes: Annotated[
+            bool,
+            typer.Option("--yes", "-y", help="Do not ask (required off a terminal with --all)."),
+        ] = False,
         as_json: Json = False,
         redis_url: RedisUrl = DEFAULT_URL,
         prefix: Prefix = "delayq",
@@ -247,9 +316,7 @@ def register(app: typer.Typer) -> None:
                     disable=as_json or not console.is_terminal, transient=True,
                 ) as progress:  # fmt: skip
                     bar = progress.add_task("purging", total=count)
-                    return await purge_waiting(
-                        service, name, lambda n: progress.advance(bar, n)
-                    )
+                    return await purge_waiting(service, name, lambda n: progress.advance(bar, n))
 
         done = run(main)
         if as_json:

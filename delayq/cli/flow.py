@@ -111,8 +111,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Set limits; those not given are left as they are. Every worker obeys within ~1 s."""
         g = _checked(type_name, group)
-        if concurrency is None and rate is None and per_key_concurrency is None and (
-            per_key_rate is None
+        if (
+            concurrency is None
+            and rate is None
+            and per_key_concurrency is None
+            and (per_key_rate is None)
         ):
             fail("limits set: give --concurrency, --rate, --per-key-concurrency and/or "
                  "--per-key-rate (limits clear removes them)")  # fmt: skip
@@ -197,7 +200,9 @@ def register(app: typer.Typer) -> None:
             return
         where = type_name if group == DEFAULT_GROUP else f"{type_name} [{group}]"
         table = Table(
-            title=text(f"{where}: {got.in_rotation} flow keys taking turns, {got.parked} held back"),
+            title=text(
+                f"{where}: {got.in_rotation} flow keys taking turns, {got.parked} held back"
+            ),
             title_justify="left",
         )
         for column in ("key", "ready", "running", "held back until"):

@@ -94,7 +94,9 @@ def _safe_url(url: str) -> str:
 async def connect(url: str, prefix: str, cluster: bool) -> AsyncIterator[EventService]:
     """An unstarted service (no scheduler) on ``url``; fails with one line if Redis is away."""
     try:
-        service = EventService.from_url(url, cluster=cluster, prefix=prefix, enable_scheduling=False)
+        service = EventService.from_url(
+            url, cluster=cluster, prefix=prefix, enable_scheduling=False
+        )
     except (ValueError, TypeError) as exc:
         fail(f"bad connection settings: {exc}")
     try:
@@ -120,7 +122,9 @@ async def known_type(service: EventService, name: str) -> str:
     known = await service.store.known_types()
     if name not in known:
         listed = ", ".join(sorted(known)[:20]) or "none"
-        fail(f"unknown event type {name!r} under prefix {service.options.prefix!r} (known: {listed})")
+        fail(
+            f"unknown event type {name!r} under prefix {service.options.prefix!r} (known: {listed})"
+        )
     return name
 
 

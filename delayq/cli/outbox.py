@@ -86,7 +86,9 @@ def register(app: typer.Typer) -> None:
         statement_timeout: Annotated[
             float,
             typer.Option(
-                "--statement-timeout", min=0, max=86_400,
+                "--statement-timeout",
+                min=0,
+                max=86_400,
                 help="Longest one statement of a batch may run, in seconds (0: the server's "
                 "setting).",
             ),
@@ -94,7 +96,9 @@ def register(app: typer.Typer) -> None:
         idle_timeout: Annotated[
             float,
             typer.Option(
-                "--idle-timeout", min=0, max=86_400,
+                "--idle-timeout",
+                min=0,
+                max=86_400,
                 help="Longest a batch's transaction may wait on this relay before PostgreSQL "
                 "ends the session and frees its rows, in seconds (0: the server's setting).",
             ),
@@ -102,7 +106,9 @@ def register(app: typer.Typer) -> None:
         client_check_interval: Annotated[
             float,
             typer.Option(
-                "--client-check-interval", min=0, max=86_400,
+                "--client-check-interval",
+                min=0,
+                max=86_400,
                 help="How often PostgreSQL 14+ checks mid-statement that this relay is still "
                 "connected, in seconds (0: the server's setting).",
             ),

@@ -16,7 +16,17 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["CliError", "add_columns", "console", "err_console", "fail", "fail_line", "print_json", "text", "when"]
+__all__ = [
+    "CliError",
+    "add_columns",
+    "console",
+    "err_console",
+    "fail",
+    "fail_line",
+    "print_json",
+    "text",
+    "when",
+]
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)

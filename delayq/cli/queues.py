@@ -80,11 +80,22 @@ def _stats_table(
 ) -> Table:
     title = f"delayq · prefix {prefix}" + (f" · {refreshed}" if refreshed else "")
     table = Table(title=text(title), title_justify="left")
-    for column in ("type", "scheduled", "ready", "in flight", "dead", "due", "next due", "backlog age"):
+    for column in (
+        "type",
+        "scheduled",
+        "ready",
+        "in flight",
+        "dead",
+        "due",
+        "next due",
+        "backlog age",
+    ):
         if column == "type":  # long names fold; the numbers and times never wrap
             table.add_column(column, overflow="fold", min_width=8)
         else:
-            table.add_column(column, justify="left" if column == "next due" else "right", no_wrap=True)
+            table.add_column(
+                column, justify="left" if column == "next due" else "right", no_wrap=True
+            )
     now = datetime.now(timezone.utc)
     for name, c in sorted(stats.items()):
         age = text(human_seconds(c.backlog_age) if c.backlog_age else "0")
@@ -122,9 +133,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command(rich_help_panel="Operate")
     def stats(
-        watch: Annotated[
-            bool, typer.Option("--watch", "-w", help="Refresh until Ctrl-C.")
-        ] = False,
+        watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh until Ctrl-C.")] = False,
         interval: Annotated[
             str, typer.Option("--interval", help="Refresh period with --watch (a duration).")
         ] = "2s",
@@ -171,9 +180,11 @@ def register(app: typer.Typer) -> None:
                 if as_json:
                     while True:
                         data = as_data(await read(service))
-                        data["checked_at"] = datetime.now(timezone.utc).isoformat(
-                            timespec="milliseconds"
-                        ).replace("+00:00", "Z")
+                        data["checked_at"] = (
+                            datetime.now(timezone.utc)
+                            .isoformat(timespec="milliseconds")
+                            .replace("+00:00", "Z")
+                        )
                         sys.stdout.write(json.dumps(data) + "\n")
                         sys.stdout.flush()
                         await asyncio.sleep(period)
@@ -181,7 +192,9 @@ def register(app: typer.Typer) -> None:
                     while True:
                         got = await read(service)
                         at = datetime.now(timezone.utc).strftime("%H:%M:%S UTC")
-                        refreshed = f"refreshed {at}, every {human_seconds(period)} · Ctrl-C to stop"
+                        refreshed = (
+                            f"refreshed {at}, every {human_seconds(period)} · Ctrl-C to stop"
+                        )
                         live.update(_stats_table(prefix, *got, refreshed), refresh=True)
                         await asyncio.sleep(period)
 
@@ -228,9 +241,11 @@ def register(app: typer.Typer) -> None:
                 rows.append(("decode error", text(info.decode_error)))
             for name, g in info.groups.items():  # a type with delivery groups: each group's
                 detail = g.due_at or g.lease_deadline or g.failed_at
-                line = f"{g.state}, {g.attempts} attempt(s)" + (
-                    f", {detail.isoformat()}" if detail else ""
-                ) + (f", {g.last_error}" if g.last_error else "")
+                line = (
+                    f"{g.state}, {g.attempts} attempt(s)"
+                    + (f", {detail.isoformat()}" if detail else "")
+                    + (f", {g.last_error}" if g.last_error else "")
+                )
                 rows.append((f"group {name}", text(line)))
             for label, value in rows:
                 table.add_row(label, value)
@@ -243,7 +258,10 @@ def register(app: typer.Typer) -> None:
         type_name: TypeName,
         limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="Most rows.")] = 20,
         offset: Annotated[
-            int, typer.Option("--offset", min=0, max=MAX_OFFSET, help="Skip this many (earliest first).")
+            int,
+            typer.Option(
+                "--offset", min=0, max=MAX_OFFSET, help="Skip this many (earliest first)."
+            ),
         ] = 0,
         as_json: Json = False,
         redis_url: RedisUrl = DEFAULT_URL,
@@ -256,7 +274,9 @@ def register(app: typer.Typer) -> None:
             async with connect(redis_url, prefix, cluster) as service:
                 items = await service.scheduled(await known_type(service, type_name), limit, offset)
             if as_json:
-                print_json({"type": type_name, "offset": offset, "events": [e.to_dict() for e in items]})
+                print_json(
+                    {"type": type_name, "offset": offset, "events": [e.to_dict() for e in items]}
+                )
                 return
             table = Table(title=f"{type_name}: scheduled from #{offset}", title_justify="left")
             add_columns(table, ("id", "due", "attempts", "payload", "last error"))

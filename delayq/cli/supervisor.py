@@ -189,7 +189,9 @@ def _probes(children: dict[int, _Child], cfg: Any, stop: asyncio.Event) -> tuple
         states: dict[int, Any] = {}
         for c in list(children.values()):
             port = _read_port(c.health_file)
-            status, body = (0, None) if port is None else await http_get("127.0.0.1", port, "/readyz")
+            status, body = (
+                (0, None) if port is None else await http_get("127.0.0.1", port, "/readyz")
+            )
             states[c.proc.pid] = {"ready": status == 200, "health": body}
         ok = (
             not stop.is_set()

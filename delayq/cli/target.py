@@ -110,7 +110,11 @@ def load_event_type(spec: str) -> type[Event]:
             for name, value in vars(sys.modules.get(module_name) or object()).items()
             if isinstance(value, type) and issubclass(value, Event) and value is not Event
         )
-        hint = ("; the module has " + ", ".join(f"{module_name}:{n}" for n in found[:5])) if found else ""
+        hint = (
+            ("; the module has " + ", ".join(f"{module_name}:{n}" for n in found[:5]))
+            if found
+            else ""
+        )
         what = "delayq.Event itself" if obj is Event else describe(obj)
         fail(f"{spec} is {what}, not an event class (a subclass of delayq.Event){hint}")
     return obj

@@ -211,7 +211,9 @@ async def _burst_done(service: EventService) -> None:
             quiet = 0
         else:
             busy = [
-                t for t in service.handled_types if t in counts and (counts[t].due or counts[t].in_flight)
+                t
+                for t in service.handled_types
+                if t in counts and (counts[t].due or counts[t].in_flight)
             ]
             quiet = 0 if busy else quiet + 1
         await asyncio.sleep(0.2)
@@ -297,8 +299,7 @@ def register(app: typer.Typer) -> None:
             bool,
             typer.Option(
                 "--burst",
-                help="Handle everything that is due now, then drain and exit 0 (cron jobs, "
-                "tests).",
+                help="Handle everything that is due now, then drain and exit 0 (cron jobs, tests).",
             ),
         ] = False,
         reload: Annotated[

@@ -62,12 +62,15 @@ def register(app: typer.Typer) -> None:
         now = datetime.now(timezone.utc)
         for w in found:
             handling = ", ".join(
-                f"{name} {w.in_flight.get(name, 0)}/{limit_}" for name, limit_ in sorted(w.types.items())
+                f"{name} {w.in_flight.get(name, 0)}/{limit_}"
+                for name, limit_ in sorted(w.types.items())
             )
             table.add_row(
                 text(w.id), text(w.host), str(w.pid), text(handling or None),
                 when(w.started_at, now, short=True), when(w.seen_at, now, short=True),
             )  # fmt: skip
         if not found:
-            table.caption = "no live workers under this prefix (heartbeat_interval=0 hides a worker)"
+            table.caption = (
+                "no live workers under this prefix (heartbeat_interval=0 hides a worker)"
+            )
         console.print(table)

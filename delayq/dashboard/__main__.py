@@ -36,7 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     """Parse options and serve the dashboard with uvicorn; bad input or a missing extra is a
     one-line error with exit code 2."""
     parser = argparse.ArgumentParser(prog="python -m delayq.dashboard", description=__doc__)
-    parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL", "redis://localhost:6379/0"))
+    parser.add_argument(
+        "--redis-url", default=os.environ.get("REDIS_URL", "redis://localhost:6379/0")
+    )
     parser.add_argument("--prefix", default=os.environ.get("DELAYQ_PREFIX", "delayq"))
     parser.add_argument("--cluster", action="store_true", help="the URL names a Redis Cluster node")
     parser.add_argument("--host", default="127.0.0.1")
@@ -45,10 +47,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--refresh", type=float, default=5.0, help="live refresh seconds (0: off)")
     parser.add_argument("--page-size", type=int, default=25, help="rows per list page (1..1000)")
     parser.add_argument("--root-path", default="", help="URL prefix when behind a proxy")
-    parser.add_argument("--public-origin", default=None,
-                        help="the origin browsers use behind a proxy, e.g. https://ops.example.com")
-    parser.add_argument("--trust-forwarded", action="store_true",
-                        help="take the origin from the proxy's X-Forwarded-Proto/-Host headers")
+    parser.add_argument(
+        "--public-origin",
+        default=None,
+        help="the origin browsers use behind a proxy, e.g. https://ops.example.com",
+    )
+    parser.add_argument(
+        "--trust-forwarded",
+        action="store_true",
+        help="take the origin from the proxy's X-Forwarded-Proto/-Host headers",
+    )
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         return _error(f"--port must be from 0 to 65535, not {args.port}")
@@ -79,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
             app = create_app(args.redis_url, args.prefix, **options)
     except (TypeError, ValueError) as exc:
         return _error(f"bad dashboard settings: {exc}")
-    sys.stderr.write(f"delayq dashboard for prefix {args.prefix!r} on http://{args.host}:{args.port}{args.root_path}/\n")
+    sys.stderr.write(
+        f"delayq dashboard for prefix {args.prefix!r} on http://{args.host}:{args.port}{args.root_path}/\n"
+    )
     uvicorn.run(app, host=args.host, port=args.port, root_path=args.root_path, log_level="info")
     return 0
 

@@ -44,8 +44,9 @@ class Actions:
         # a whole page of selected ids (page_size) and a few more fields; bounded
         form = await request.form(max_fields=dash.max_fields, max_files=0)
         if dash.read_only:
-            return form, dash.message(request, 403, "Read-only",
-                                      "This dashboard is read-only: actions are switched off.")
+            return form, dash.message(
+                request, 403, "Read-only", "This dashboard is read-only: actions are switched off."
+            )
         problem = dash.csrf.check(request, form)
         if problem is not None:
             return form, dash.message(

@@ -25,6 +25,7 @@ class Series:
     values: Sequence[float | None]  # None: no data (a gap)
     bars: bool = False  # stacked bars instead of a line
 
+
 def _num(value: float) -> str:
     if value >= 100 or value == int(value):
         return f"{value:,.0f}"
@@ -69,15 +70,18 @@ def line_chart(
         return _PAD_T + plot_h * (1 - v / top)
 
     out = [
-        f'<svg class="chart" viewBox="0 0 {_W} {_H}" role="img" '
-        f'aria-label="{escape(title)}">',
+        f'<svg class="chart" viewBox="0 0 {_W} {_H}" role="img" aria-label="{escape(title)}">',
         f"<title>{escape(title)}</title>",
     ]
     for frac in (0, 0.5, 1):
         gy = _PAD_T + plot_h * frac
-        out.append(f'<line class="grid" x1="{_PAD_L}" x2="{_W - _PAD_R}" y1="{gy:.1f}" y2="{gy:.1f}"/>')
+        out.append(
+            f'<line class="grid" x1="{_PAD_L}" x2="{_W - _PAD_R}" y1="{gy:.1f}" y2="{gy:.1f}"/>'
+        )
         label = _num(top * (1 - frac)) + (unit if frac == 0 else "")
-        out.append(f'<text class="axis" x="{_PAD_L - 3}" y="{gy + 3:.1f}" text-anchor="end">{escape(label)}</text>')
+        out.append(
+            f'<text class="axis" x="{_PAD_L - 3}" y="{gy + 3:.1f}" text-anchor="end">{escape(label)}</text>'
+        )
     base = [0.0] * n
     bar_w = max(0.6, plot_w / max(n, 1) * 0.75)
     for s in series:
@@ -125,7 +129,9 @@ def line_chart(
                 f'height="{plot_h}"><title>{escape(" · ".join(parts))}</title></rect>'
             )
     out.append(f'<text class="axis" x="{_PAD_L}" y="{_H - 3}">{escape(start_label)}</text>')
-    out.append(f'<text class="axis" x="{_W - _PAD_R}" y="{_H - 3}" text-anchor="end">{escape(end_label)}</text>')
+    out.append(
+        f'<text class="axis" x="{_W - _PAD_R}" y="{_H - 3}" text-anchor="end">{escape(end_label)}</text>'
+    )
     out.append("</svg>")
     return Markup("".join(out))
 
@@ -143,8 +149,12 @@ def bar_chart(bars: Sequence[tuple[str, int]], *, title: str) -> Markup:
     for i, (label, value) in enumerate(bars):
         y = 2 + i * row
         w = max(1.0 if value else 0.0, bar_w * value / top)
-        out.append(f'<text class="axis" x="{label_w - 6}" y="{y + 14}" text-anchor="end">{escape(label)}</text>')
-        out.append(f'<rect class="bar" x="{label_w}" y="{y + 3}" width="{w:.1f}" height="{row - 8}"><title>{escape(label)}: {value:,}</title></rect>')
+        out.append(
+            f'<text class="axis" x="{label_w - 6}" y="{y + 14}" text-anchor="end">{escape(label)}</text>'
+        )
+        out.append(
+            f'<rect class="bar" x="{label_w}" y="{y + 3}" width="{w:.1f}" height="{row - 8}"><title>{escape(label)}: {value:,}</title></rect>'
+        )
         out.append(f'<text class="count" x="{label_w + w + 4:.1f}" y="{y + 14}">{value:,}</text>')
     out.append("</svg>")
     return Markup("".join(out))

@@ -19,7 +19,11 @@ class BrowsingMixin(ServiceParts):
     """The dashboard's and the CLI's views: in flight, ready, due times, searches, workers, history."""
 
     async def in_flight(
-        self, event_type: EventTypeRef, limit: int = 100, offset: int = 0, *,
+        self,
+        event_type: EventTypeRef,
+        limit: int = 100,
+        offset: int = 0,
+        *,
         group: str | None = None,
     ) -> list[InFlightEvent]:
         """Up to ``limit`` in-flight events (class or wire name; of delivery ``group``, the
@@ -47,7 +51,11 @@ class BrowsingMixin(ServiceParts):
         return await self._browser.run_now(name, id, check_view(group))
 
     async def ready(
-        self, event_type: EventTypeRef, limit: int = 100, offset: int = 0, *,
+        self,
+        event_type: EventTypeRef,
+        limit: int = 100,
+        offset: int = 0,
+        *,
         group: str | None = None,
     ) -> list[ReadyEvent]:
         """Up to ``limit`` (≤ 1000) ready events (due, not claimed yet) from position
@@ -63,8 +71,14 @@ class BrowsingMixin(ServiceParts):
         return await self._finder.find_ids(self._types.name(event_type), prefix, limit)
 
     async def find_dead_letters(
-        self, event_type: EventTypeRef, text: str, limit: int = 100, offset: int = 0, *,
-        scan: int = 1000, group: str | None = None,
+        self,
+        event_type: EventTypeRef,
+        text: str,
+        limit: int = 100,
+        offset: int = 0,
+        *,
+        scan: int = 1000,
+        group: str | None = None,
     ) -> DeadLetterSearch:
         """Dead letters (of ``group``) whose last error contains ``text`` (ASCII case
         ignored), among the ``scan`` (≤ 5000) oldest from position ``offset``; the result

@@ -40,7 +40,11 @@ class InspectionMixin(ServiceParts):
         return await self._inspector.inspect(name, id)
 
     async def scheduled(
-        self, event_type: EventTypeRef, limit: int = 100, offset: int = 0, *,
+        self,
+        event_type: EventTypeRef,
+        limit: int = 100,
+        offset: int = 0,
+        *,
         group: str | None = None,
     ) -> list[ScheduledEvent]:
         """Up to ``limit`` (≤ 1000) scheduled events from position ``offset``, earliest due

@@ -115,7 +115,9 @@ class FlowControl:
         waiting consumers at once."""
         shard_list = await self._shards(name, partitions)
         change = {"paused": "1" if paused else ""}
-        fields = await self._store.change_shard_limits(shard_list, [change] * len(shard_list), group)
+        fields = await self._store.change_shard_limits(
+            shard_list, [change] * len(shard_list), group
+        )
         return FlowLimits.from_fields(fields)
 
     async def key_backlog(

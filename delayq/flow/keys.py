@@ -29,9 +29,7 @@ def check_key(key: object) -> str | None:
         raise TypeError(f"a flow key is a str (or an int), not {type(key).__name__}: {key!r}")
     if not key or len(key) > MAX_KEY_LENGTH or "\0" in key:
         # NUL separates a key from the rest of its members in Redis (see lua/_prelude.lua)
-        raise ValueError(
-            f"a flow key has 1 to {MAX_KEY_LENGTH} characters and no NUL, not {key!r}"
-        )
+        raise ValueError(f"a flow key has 1 to {MAX_KEY_LENGTH} characters and no NUL, not {key!r}")
     return key
 
 

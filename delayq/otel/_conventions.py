@@ -107,9 +107,10 @@ def _context_attribute() -> bool:
     ``get_span_context`` only returns it (the SDK's unsampled spans are such spans: the
     enqueue path of most traced requests reads it without the method's frame)."""
     probe = NonRecordingSpan(INVALID_SPAN_CONTEXT)
-    return (
-        getattr(probe, "_context", None) is INVALID_SPAN_CONTEXT
-        and NonRecordingSpan.get_span_context.__code__.co_names == ("_context",)
+    return getattr(
+        probe, "_context", None
+    ) is INVALID_SPAN_CONTEXT and NonRecordingSpan.get_span_context.__code__.co_names == (
+        "_context",
     )
 
 

@@ -137,4 +137,3 @@ def check_partitions(value: object) -> int:
     if not 1 <= value <= MAX_PARTITIONS:
         raise ValueError(f"partitions must be from 1 to {MAX_PARTITIONS}, not {value!r}")
     return value
-

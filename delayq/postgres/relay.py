@@ -118,9 +118,7 @@ class OutboxRelay:
         self.idle_in_transaction_timeout = timeout_option(
             idle_in_transaction_timeout, "idle_in_transaction_timeout"
         )
-        self.client_check_interval = timeout_option(
-            client_check_interval, "client_check_interval"
-        )
+        self.client_check_interval = timeout_option(client_check_interval, "client_check_interval")
         self._dsn = dsn
         self._connect_kwargs = dict(connect_kwargs or {})
         self._channel = channel_name(self.schema)

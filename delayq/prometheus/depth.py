@@ -139,9 +139,7 @@ class QueueDepthCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """The figures of the last read."""
-        return iter(
-            self._families(self._snapshot, self._group_snapshot, self._up, self._workers)
-        )
+        return iter(self._families(self._snapshot, self._group_snapshot, self._up, self._workers))
 
     def _families(
         self,

@@ -222,4 +222,3 @@ class LocalCollector:
         """Every family with its current samples."""
         for metric in list(self.metrics.values()):
             yield metric.family()
-

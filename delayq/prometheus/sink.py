@@ -59,8 +59,16 @@ _COUNTERS: dict[str, tuple[str, str, str | None]] = {
         "Schedule fires more than a second after their slot (catching up after an outage)",
         None,
     ),
-    "schedule_missed": ("schedule_missed", "Schedule slots passed over by the catch-up policy", None),
-    "schedule_triggers": ("schedule_triggers", "Manual fires of schedules (trigger_schedule)", None),
+    "schedule_missed": (
+        "schedule_missed",
+        "Schedule slots passed over by the catch-up policy",
+        None,
+    ),
+    "schedule_triggers": (
+        "schedule_triggers",
+        "Manual fires of schedules (trigger_schedule)",
+        None,
+    ),
     "throttled": (
         "throttled",
         "Claims held back by flow limits (paused, fleet concurrency or rate; docs/FLOW.md)",
@@ -265,9 +273,7 @@ class PrometheusMetrics:
     ) -> Callable[[float], None] | None:
         """:meth:`gauge` of ``name`` with these labels, as a one-argument callable (``None``
         when the gauge is not exported, as ``lateness_ms``)."""
-        set_ = self._set.get((name, event_type, group)) or self._bind_gauge(
-            name, event_type, group
-        )
+        set_ = self._set.get((name, event_type, group)) or self._bind_gauge(name, event_type, group)
         return None if set_ is _ignore else set_
 
     def bind_observe(

@@ -171,7 +171,9 @@ async def read_workers(store: Store, limit: int = 1000) -> list[WorkerInfo]:
                 seen_at=_ms_to_datetime(r.seen_at_ms),
                 version=r.version,
                 ttl=r.ttl_ms / 1000,
-                running={k: [(i, _ms_to_datetime(ms)) for i, ms in v] for k, v in r.running.items()},
+                running={
+                    k: [(i, _ms_to_datetime(ms)) for i, ms in v] for k, v in r.running.items()
+                },
             )
         )
     workers.sort(key=lambda w: (w.started_at, w.id))

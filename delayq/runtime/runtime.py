@@ -200,7 +200,9 @@ class Runtime:
         # a named group's consumer shows as "type:group" (type names hold no ':')
         return {
             name if group is None else f"{name}:{group}": (
-                c.concurrency, c.running_handlers, c.running_since(RUNNING_SHOWN)
+                c.concurrency,
+                c.running_handlers,
+                c.running_since(RUNNING_SHOWN),
             )
             for (name, group), c in self.consumers.items()
         }
@@ -271,9 +273,7 @@ class Runtime:
                 self.pending.add(name, group, consumer.max_deliveries)
         self._closing = asyncio.Event()
         started = asyncio.get_running_loop().create_future()
-        self._supervisor = asyncio.create_task(
-            self._supervise(started), name="delayq-service"
-        )
+        self._supervisor = asyncio.create_task(self._supervise(started), name="delayq-service")
         await asyncio.wait([started, self._supervisor], return_when=asyncio.FIRST_COMPLETED)
         if self._supervisor.done():
             self._supervisor.result()  # raise what stopped it

@@ -338,9 +338,7 @@ class Schedules:
         now = await self._store.server_time_ms()
         event_id = trigger_id(name, now, spec.partitions)
         fire = (name, spec.version, "T", event_id, now, "allow", spec.template, now)
-        (result,) = await write_fires(
-            self._store, self._observer, shard, now, [fire], trigger=True
-        )
+        (result,) = await write_fires(self._store, self._observer, shard, now, [fire], trigger=True)
         if result[3]:  # the script also let a buffered fire go (its predecessor had left)
             self._metrics.increment("schedule_fires", event_type=spec.event_type)
         if result[0] not in (1, 3):

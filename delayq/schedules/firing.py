@@ -91,6 +91,7 @@ async def write_fires(
     spans.end(outcomes, None)
     return results
 
+
 log = logging.getLogger("delayq.schedules")
 
 _MAX_BACKOFF = 5.0

@@ -186,8 +186,14 @@ class Browsing(Layouts, DeliveryGroups):
         return int(r[0]), page
 
     async def dead_find(
-        self, type_name: str, needle: str, offset: int, scan: int, limit: int,
-        *, group: str | None = None,
+        self,
+        type_name: str,
+        needle: str,
+        offset: int,
+        scan: int,
+        limit: int,
+        *,
+        group: str | None = None,
     ) -> tuple[int, list[DeadRecord]]:
         """Dead letters whose error contains ``needle`` (lower case) among the ``scan`` from
         position ``offset``: where to continue, and up to ``limit`` matches (dead_find.lua)."""

@@ -80,7 +80,9 @@ class FlowLimitsStore(Layouts, DeliveryGroups):
             changes = [
                 {**c, **r, "paused": paused}
                 for c, r in zip(
-                    split_concurrency(max(limits.concurrency, n) if limits.concurrency else None, n),
+                    split_concurrency(
+                        max(limits.concurrency, n) if limits.concurrency else None, n
+                    ),
                     split_rate(limits.rate, n),
                     strict=True,
                 )

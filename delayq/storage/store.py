@@ -58,7 +58,13 @@ __all__ = [
 
 
 class Store(
-    Enqueueing, Scheduling, Deliveries, DeadLetters, Browsing, Workers, ScheduleStore,
+    Enqueueing,
+    Scheduling,
+    Deliveries,
+    DeadLetters,
+    Browsing,
+    Workers,
+    ScheduleStore,
     FlowLimitsStore,
 ):
     """Queue operations on one Redis for one prefix.

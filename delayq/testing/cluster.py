@@ -121,4 +121,3 @@ class RedisClusterServer(Lifecycle):
         """Stop every node and remove their directories."""
         for node in self.nodes:
             node.close()
-

@@ -314,7 +314,6 @@ class PostgresServer(Lifecycle):
             _live.discard(self)
             shutil.rmtree(self._dir, ignore_errors=True)
 
-
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
         return f"<PostgresServer {self.url} {state}>"

@@ -218,4 +218,3 @@ class RedisSentinelSet(Lifecycle):
         """Stop every process and remove their directories."""
         for process in [*self.sentinels, *self.servers]:
             process.close()
-

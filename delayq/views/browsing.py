@@ -31,6 +31,7 @@ DUE_RANGES: tuple[tuple[str, int], ...] = (
 )
 """Labels and upper bounds (ms from now) of the due-time ranges; a last range is ``later``."""
 
+
 @dataclass(frozen=True, slots=True)
 class InFlightEvent:
     """An event a consumer has claimed and whose handler runs (or whose lease is running out)."""

@@ -123,7 +123,12 @@ class Inspector:
         active = [g for s in _MOST_ACTIVE for g in groups.values() if g.state == s]
         if active:  # a type with groups: the most active group's state
             g = active[0]
-            state, due_at, lease_deadline, failed_at = g.state, g.due_at, g.lease_deadline, g.failed_at
+            state, due_at, lease_deadline, failed_at = (
+                g.state,
+                g.due_at,
+                g.lease_deadline,
+                g.failed_at,
+            )
             attempts, last_error = g.attempts, g.last_error
         elif r.dead_at_ms is not None:
             state = "dead"

@@ -245,7 +245,6 @@ async def find_dead_letters(
     return DeadLetterSearch(items, next_offset, complete)
 
 
-
 class Finder:
     """The searches of :class:`~delayq.EventService` (its ``ready``, ``find_ids`` and
     ``find_dead_letters`` delegate here); payloads decode into the class when the service

@@ -25,7 +25,9 @@ def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
 
 
 def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 async def test_migrate_then_relay_from_the_shell(postgres_url, redis_url, prefix, wait_for):
@@ -91,7 +93,9 @@ async def test_service_runs_the_relay_with_the_outbox_option(
         seen.append(event.id)
 
     service = EventService.from_url(
-        redis_url, prefix=prefix, outbox=outbox_relay(postgres_url, schema=schema, poll_interval=0.2)
+        redis_url,
+        prefix=prefix,
+        outbox=outbox_relay(postgres_url, schema=schema, poll_interval=0.2),
     )
     service.add_handler(OrderCheck, handle)
     async with service:
