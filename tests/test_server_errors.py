@@ -118,6 +118,42 @@ async def test_a_script_is_loaded_again_until_the_server_has_it(client: aioredis
     assert code == "NOSCRIPT" and loads == -7
 
 
+async def test_a_pipelined_script_is_loaded_again_until_the_server_has_it(
+    private_server: RedisServer, prefix: str
+) -> None:
+    # the enqueue path pipelines EVALSHA: after two planned failovers in a row an enqueue
+    # raised NoScriptError when the script was loaded once (on the master being replaced)
+    from delayq import Event, EventService
+    from delayq.storage.enqueueing import ENQUEUE_CHUNK
+
+    class Piped(Event, event_name="piped"):
+        """A test event."""
+
+    service = EventService.from_url(private_server.url, prefix=prefix, enable_scheduling=False)
+    store_redis = service.store.redis
+    real_load = store_redis.script_load
+    loads = 0
+
+    async def load_elsewhere(source: str) -> str:
+        nonlocal loads
+        loads += 1
+        sha = await real_load(source)
+        if loads < 3:  # as if the load had reached the master being replaced
+            await store_redis.script_flush()
+        return str(sha)
+
+    try:
+        await store_redis.script_flush()
+        store_redis.script_load = load_elsewhere  # type: ignore[method-assign]
+        # over one chunk (ENQUEUE_CHUNK): the chunks' calls go in one pipeline
+        events = [Piped(id=f"p{i}") for i in range(ENQUEUE_CHUNK + 1)]
+        assert await service.enqueue_many(events, 60) == [True] * len(events)
+        assert loads == 3
+        assert (await service.stats_for(Piped)).scheduled == len(events)
+    finally:
+        await service.aclose()
+
+
 async def test_busy_is_transient(private_server: RedisServer, client: aioredis.Redis) -> None:
     name = "lua-time-limit" if private_server.version < (7,) else "busy-reply-threshold"
     await client.config_set(name, 50)

@@ -141,8 +141,8 @@ class StoreBase:
 
         Each call's keys share a hash tag; on a cluster the calls go a few at a
         time. Every script is safe to run twice, so after a NOSCRIPT (a
-        restarted or flushed Redis) the script is loaded and the whole pipeline
-        sent again. With ``wait`` a ``WAIT min_replicas`` ends the pipeline (on
+        restarted or flushed Redis, a promoted replica) the script is loaded and the
+        whole pipeline sent again. With ``wait`` a ``WAIT min_replicas`` ends the pipeline (on
         its connection, so it counts the replicas that have these writes): its
         reply is the last one.
         """
@@ -155,7 +155,10 @@ class StoreBase:
                 batch = calls[i : i + _CLUSTER_BATCH]
                 results.extend(await asyncio.gather(*(source(keys=k, args=a) for k, a in batch)))
             return results
-        for attempt in (1, 2):
+        # loaded again up to _LOADS times, as Script does: during failovers in a row the
+        # load and the next pipeline can reach different masters (an enqueue raised
+        # NoScriptError after two planned failovers when it was loaded once)
+        for attempt in range(_LOADS + 1):
             async with self.redis.pipeline(transaction=False) as pipe:
                 for keys, args in calls:
                     pipe.evalsha(source.sha, len(keys), *keys, *args)
@@ -164,7 +167,7 @@ class StoreBase:
                 try:
                     return list(await pipe.execute())
                 except ResponseError as exc:
-                    if attempt == 2 or error_code(exc) != "NOSCRIPT":
+                    if attempt == _LOADS or error_code(exc) != "NOSCRIPT":
                         raise
                 await self.redis.script_load(source.script)
         raise AssertionError("unreachable")
