@@ -93,29 +93,37 @@ async def test_noscript_oom_wrongtype(private_server: RedisServer, client: aiore
         await client.config_set("maxmemory", 0)
 
 
+class LostLoads:
+    """Makes ``client.script_load`` lose its first ``lost`` loads (the scripts are flushed
+    after each), as if they had reached the master being replaced in a failover."""
+
+    def __init__(self, client: aioredis.Redis, lost: int = 2):
+        self.count = 0
+        self.lost = lost
+        real_load = client.script_load
+
+        async def load_elsewhere(source: str) -> str:
+            self.count += 1
+            sha = await real_load(source)
+            if self.count <= self.lost:
+                await client.script_flush()
+            return str(sha)
+
+        client.script_load = load_elsewhere  # type: ignore[method-assign]
+
+
 async def test_a_script_is_loaded_again_until_the_server_has_it(client: aioredis.Redis) -> None:
     # during a failover redis-py's script loaded itself on the old master and ran again on
     # the new one (no scripts there): its second NOSCRIPT reached the caller (a lease renewal)
     script = Script(client, WRITE)
-    real_load = client.script_load
-    loads = 0
-
-    async def load_elsewhere(source: str) -> str:
-        nonlocal loads
-        loads += 1
-        sha = await real_load(source)
-        if loads < 3:  # as if the load had reached the master being replaced
-            await client.script_flush()
-        return str(sha)
-
-    client.script_load = load_elsewhere  # type: ignore[method-assign]
+    loads = LostLoads(client)
     assert await script(keys=["k"]) == 1
-    assert loads == 3
-    assert await script(keys=["k"]) == 1 and loads == 3  # loaded now: no load
+    assert loads.count == 3
+    assert await script(keys=["k"]) == 1 and loads.count == 3  # loaded now: no load
     await client.script_flush()
-    loads = -10  # every load lost: NOSCRIPT after _LOADS loads, not a loop
+    loads.lost = 100  # every load lost: NOSCRIPT after _LOADS loads, not a loop
     code, _ = await code_of(script(keys=["k"]))
-    assert code == "NOSCRIPT" and loads == -7
+    assert code == "NOSCRIPT" and loads.count == 6
 
 
 async def test_a_pipelined_script_is_loaded_again_until_the_server_has_it(
@@ -131,24 +139,13 @@ async def test_a_pipelined_script_is_loaded_again_until_the_server_has_it(
 
     service = EventService.from_url(private_server.url, prefix=prefix, enable_scheduling=False)
     store_redis = service.store.redis
-    real_load = store_redis.script_load
-    loads = 0
-
-    async def load_elsewhere(source: str) -> str:
-        nonlocal loads
-        loads += 1
-        sha = await real_load(source)
-        if loads < 3:  # as if the load had reached the master being replaced
-            await store_redis.script_flush()
-        return str(sha)
-
     try:
         await store_redis.script_flush()
-        store_redis.script_load = load_elsewhere  # type: ignore[method-assign]
+        loads = LostLoads(store_redis)
         # over one chunk (ENQUEUE_CHUNK): the chunks' calls go in one pipeline
         events = [Piped(id=f"p{i}") for i in range(ENQUEUE_CHUNK + 1)]
         assert await service.enqueue_many(events, 60) == [True] * len(events)
-        assert loads == 3
+        assert loads.count == 3
         assert (await service.stats_for(Piped)).scheduled == len(events)
     finally:
         await service.aclose()
