@@ -346,6 +346,14 @@ async def test_flow_keys_on_a_cluster_with_a_partitioned_type(
         # no key: key "" (a plain enqueue to a keyed type goes through the scheduler)
         await svc.enqueue_many([CHot(id=f"n{i}") for i in range(12)])
         assert (await svc.stats_for(CHot)).due == 3024
+        # every event ready before any handler runs: the bound below is on the rotation,
+        # not on how far the scheduler's batches (250 a call) run ahead of the handlers
+        async with EventService.from_url(cluster.url, cluster=True, prefix=prefix, **opts):
+
+            async def all_ready() -> bool:
+                return (await svc.stats_for(CHot)).ready == 3024
+
+            await wait_for(all_ready, timeout=60)
         svc.add_handler(CHot, handle, concurrency=4)
         await svc.start()
         await wait_for(lambda: sum(k == "small" for k, _ in starts) == 12, timeout=60)
