@@ -239,3 +239,37 @@ async def test_release_tells_the_standbys(services, redis_client, prefix, wait_f
     assert not b.is_scheduler_leader
     await a.aclose()
     await wait_for(lambda: b.is_scheduler_leader, timeout=5)
+
+
+async def test_a_standby_left_with_a_leaders_wakeup_sleeps(services, wait_for) -> None:
+    """A leader that hears a wake-up and loses the lock before its next pass stands by with
+    that wake-up pending (the state two Sentinel failovers in a row left a worker in). It
+    must still sleep between its looks: it used to loop without awaiting anything, holding
+    up its process's event loop for an interval at a time (enqueues took 1-2 s each)."""
+    a = await services.start()
+    b = await services.start()
+    await wait_for(lambda: a.is_scheduler_leader or b.is_scheduler_leader, timeout=10)
+    standby = b if a.is_scheduler_leader else a
+    scheduler = standby._scheduler
+    assert scheduler is not None
+    passes = 0
+    standby_pass = scheduler._standby_pass
+
+    async def counted() -> float:
+        nonlocal passes
+        passes += 1
+        return await standby_pass()
+
+    scheduler._standby_pass = counted  # type: ignore[method-assign]
+    scheduler._woken.add("core-sched-job")
+    scheduler._interrupt()
+    lags: list[float] = []
+    for _ in range(100):  # 1 s of 10 ms sleeps: how late each one woke
+        asked = time.monotonic()
+        await asyncio.sleep(0.01)
+        lags.append(time.monotonic() - asked - 0.01)
+    # the pending wake-up is a look takeover_delay from now, then passes every interval
+    # or so (FAST: 0.2 s), not a pass per loop turn
+    assert not scheduler._woken
+    assert passes <= 60, passes
+    assert max(lags) < 0.5, max(lags)

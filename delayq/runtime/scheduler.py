@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import anyio
+import anyio.lowlevel
 
 from ..errors import RedisResponseError
 from ..events import validate_name
@@ -197,6 +198,9 @@ class Scheduler:
             if sleep_for > 0 and not self._woken:
                 with anyio.move_on_after(sleep_for):
                     await self._wake.wait()
+            else:
+                # a pass that found nothing to send awaited nothing: let the other tasks run
+                await anyio.lowlevel.checkpoint()
             self._wake = anyio.Event()
 
     async def _hold_lock(self) -> bool:
@@ -249,6 +253,16 @@ class Scheduler:
         """
         delay = self._s.takeover_delay
         now = time.monotonic()
+        if self._woken:
+            # wake-ups heard while leading, the lock lost before the pass that takes them: a
+            # standby looks at those types takeover_delay from now, as at a wake-up heard
+            # standing by. Left set, they kept _loop from ever sleeping: it spun without
+            # awaiting, holding up the process's event loop (enqueues, handlers) for an
+            # interval at a time until the next lock attempt, for as long as it stood by.
+            for name in self._woken:
+                self._types.add(name)
+                self._mover.next[name] = min(self._mover.next.get(name, math.inf), now)
+            self._woken.clear()
         todo = {t for t, at in self._mover.next.items() if at + delay <= now}
         if now - self._last_full >= _FULL_SWEEP * self._s.interval:
             self._types = await self._known_types()
