@@ -103,6 +103,8 @@ async def supervise(cfg: Any, early: list[int] | None = None) -> int:
     reloading: set[int] = set()
     try:
         for slot in range(cfg.processes):
+            if stop.is_set():  # a signal came first (even before the loop ran): start no more
+                break
             await spawn(slot)
         while True:
             if not stop.is_set():
@@ -113,7 +115,10 @@ async def supervise(cfg: Any, early: list[int] | None = None) -> int:
             if not children and (stop.is_set() or not restart_at):
                 break
             waits = {asyncio.ensure_future(c.proc.wait()): c for c in children.values()}
-            extra = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(reloads.get())]
+            reload = asyncio.ensure_future(reloads.get())
+            extra: list[asyncio.Future[Any]] = [reload]
+            if not stop.is_set():  # once set, its wait would end every turn at once: a spin
+                extra.append(asyncio.ensure_future(stop.wait()))
             timeout = max(0.0, min(restart_at.values()) - time.monotonic()) if restart_at else None
             done, _ = await asyncio.wait(
                 [*waits, *extra], timeout=timeout, return_when=asyncio.FIRST_COMPLETED
@@ -121,7 +126,7 @@ async def supervise(cfg: Any, early: list[int] | None = None) -> int:
             for task in [*waits, *extra]:
                 if task not in done:
                     task.cancel()
-            if extra[1] in done and not stop.is_set():
+            if reload in done and not stop.is_set():
                 log.info("files changed: restarting %d workers", len(children))
                 reloading.update(children)
                 send(signal.SIGTERM)
@@ -170,6 +175,8 @@ async def supervise(cfg: Any, early: list[int] | None = None) -> int:
                 await watcher
         if server is not None:
             await server.aclose()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
         for child in children.values():  # only on an unexpected error: leave no orphans
             with contextlib.suppress(ProcessLookupError):
                 child.proc.kill()

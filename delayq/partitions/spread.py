@@ -44,6 +44,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 
 import anyio
+import anyio.lowlevel
 
 from ..errors import RedisResponseError, is_transient
 from ..storage.store import Store
@@ -191,6 +192,7 @@ class Spread:
         try:
             while not self._stopping:
                 sleep_for = self._interval
+                failed = False
                 if self._units:
                     try:
                         if not (self._heard or self._joined or await self._alone(join_by)):
@@ -206,11 +208,19 @@ class Spread:
                                     type(exc).__name__, exc, backoff)  # fmt: skip
                         sleep_for = backoff
                         backoff = min(backoff * 2, _MAX_BACKOFF)
+                        failed = True
                 else:
                     sleep_for = math.inf  # no partitioned type: no command at all
-                if sleep_for > 0 and (not self._woken or not self._joined) and not self._stopping:
+                    self._woken.clear()  # (wake-ups for shards of a layout gone since)
+                if failed and not self._stopping:
+                    # the whole backoff: pending wake-ups (cleared only by a pass) would
+                    # otherwise retry a failing beat or pass at once, forever
+                    await anyio.sleep(sleep_for)
+                elif sleep_for > 0 and (not self._woken or not self._joined) and not self._stopping:
                     with anyio.move_on_after(sleep_for):
                         await self._wake.wait()
+                else:
+                    await anyio.lowlevel.checkpoint()  # a pass may have sent nothing
                 self._wake = anyio.Event()
         finally:
             if self._joined:

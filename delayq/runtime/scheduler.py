@@ -178,6 +178,7 @@ class Scheduler:
         backoff = 0.1
         while not self._stopping:
             sleep_for = self._s.interval
+            failed = False
             try:
                 if await self._hold_lock():
                     sleep_for = await self._pass()
@@ -194,8 +195,13 @@ class Scheduler:
                 )
                 sleep_for = backoff
                 backoff = min(backoff * 2, MAX_BACKOFF)
+                failed = True
             assert self._wake is not None
-            if sleep_for > 0 and not self._woken:
+            if failed:
+                # the whole backoff: wake-ups arriving meanwhile (or pending, as _woken is
+                # until a pass succeeds) would otherwise retry a failing pass at once
+                await anyio.sleep(sleep_for)
+            elif sleep_for > 0 and not self._woken:
                 with anyio.move_on_after(sleep_for):
                     await self._wake.wait()
             else:

@@ -159,6 +159,7 @@ class ScheduleFirer:
         with anyio.CancelScope() as self._scope:
             while not self._stopping:
                 self._woken = False
+                failed = False
                 try:
                     sleep_for = await self._pass()
                     backoff = 0.1
@@ -170,7 +171,10 @@ class ScheduleFirer:
                     )  # fmt: skip
                     sleep_for = backoff
                     backoff = min(backoff * 2, _MAX_BACKOFF)
-                if sleep_for > 0 and not self._woken:
+                    failed = True
+                if failed:
+                    await anyio.sleep(sleep_for)  # the whole backoff, whatever wakes it
+                elif sleep_for > 0 and not self._woken:
                     with anyio.move_on_after(sleep_for):
                         await self._wake.wait()
                 self._wake = anyio.Event()
