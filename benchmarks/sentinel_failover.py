@@ -331,13 +331,15 @@ def main(argv: list[str] | None = None) -> int:
         f"sentinels: down after 1 s; {os.cpu_count()} CPUs"
     )
     print(
-        f"{'fault':<12} {'min_replicas':>12} {'enqueued':>8} {'lost':>5} {'dups':>5} "
+        f"{'fault':<12} {'min_replicas':>12} {'enqueued':>8} {'after fault':>11} {'lost':>5} "
+        f"{'dups':>5} "
         f"{'promoted s':>10} {'all s':>6} {'no delivery s':>13} {'no enqueue s':>12}  "
         "enqueue errors"
     )
     for r in results:
         print(
-            f"{r['fault']:<12} {r['min_replicas']:>12} {r['enqueued']:>8} {r['lost']:>5} "
+            f"{r['fault']:<12} {r['min_replicas']:>12} {r['enqueued']:>8} "
+            f"{r['enqueued_after_fault']:>11} {r['lost']:>5} "
             f"{r['duplicates']:>5} {r['promoted_after_s']:>10.2f} "
             f"{r['all_promoted_after_s']:>6.2f} {r['longest_gap_s']:>13.2f} "
             f"{r['longest_enqueue_pause_s']:>12.2f}  "
