@@ -52,10 +52,11 @@ def test_a_failing_leader_with_a_wakeup_pending_backs_off(private_server: RedisS
 
 
 def test_the_schedule_firer_backs_off_while_woken(private_server: RedisServer) -> None:
-    """The firer's reads failing at once while wake-ups keep coming: a retry per wake-up
-    (about 100 in 1 s) before, the backoff's few after."""
+    """The firer's reads failing at once while wake-ups keep coming (every 10 ms): a retry
+    per wake-up (about 100 in 1 s) before; now a wake-up cuts a backoff short only after
+    MIN_RETRY (0.1 s), so a subscription back after an outage is still heard at once."""
     counts = run("firer-pool", private_server.url)
-    assert counts.get("schedules_due", 0) <= 6, counts
+    assert counts.get("schedules_due", 0) <= 15, counts
 
 
 def test_the_supervisor_sleeps_while_its_workers_drain() -> None:

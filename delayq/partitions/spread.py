@@ -46,6 +46,7 @@ from collections.abc import Awaitable, Callable, Iterable
 import anyio
 import anyio.lowlevel
 
+from .._pacing import wait_to_retry
 from ..errors import RedisResponseError, is_transient
 from ..storage.store import Store
 
@@ -213,9 +214,8 @@ class Spread:
                     sleep_for = math.inf  # no partitioned type: no command at all
                     self._woken.clear()  # (wake-ups for shards of a layout gone since)
                 if failed and not self._stopping:
-                    # the whole backoff: pending wake-ups (cleared only by a pass) would
-                    # otherwise retry a failing beat or pass at once, forever
-                    await anyio.sleep(sleep_for)
+                    # not skipped for pending wake-ups (cleared only by a pass that runs)
+                    await wait_to_retry(self._wake, sleep_for)
                 elif sleep_for > 0 and (not self._woken or not self._joined) and not self._stopping:
                     with anyio.move_on_after(sleep_for):
                         await self._wake.wait()

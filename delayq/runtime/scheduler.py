@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.lowlevel
 
+from .._pacing import wait_to_retry
 from ..errors import RedisResponseError
 from ..events import validate_name
 from ..metrics import ServiceMetrics
@@ -198,9 +199,8 @@ class Scheduler:
                 failed = True
             assert self._wake is not None
             if failed:
-                # the whole backoff: wake-ups arriving meanwhile (or pending, as _woken is
-                # until a pass succeeds) would otherwise retry a failing pass at once
-                await anyio.sleep(sleep_for)
+                # not skipped for pending wake-ups (_woken stays set until a pass succeeds)
+                await wait_to_retry(self._wake, sleep_for)
             elif sleep_for > 0 and not self._woken:
                 with anyio.move_on_after(sleep_for):
                     await self._wake.wait()

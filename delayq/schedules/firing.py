@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 
 import anyio
 
+from .._pacing import wait_to_retry
 from ..metrics import Metrics
 from ..observer import Observer
 from ..partitions.shards import type_of
@@ -173,7 +174,7 @@ class ScheduleFirer:
                     backoff = min(backoff * 2, _MAX_BACKOFF)
                     failed = True
                 if failed:
-                    await anyio.sleep(sleep_for)  # the whole backoff, whatever wakes it
+                    await wait_to_retry(self._wake, sleep_for)
                 elif sleep_for > 0 and not self._woken:
                     with anyio.move_on_after(sleep_for):
                         await self._wake.wait()
