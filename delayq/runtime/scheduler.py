@@ -266,8 +266,7 @@ class Scheduler:
             # awaiting, holding up the process's event loop (enqueues, handlers) for an
             # interval at a time until the next lock attempt, for as long as it stood by.
             for name in self._woken:
-                self._types.add(name)
-                self._mover.next[name] = min(self._mover.next.get(name, math.inf), now)
+                self._standby_look(name, now)
             self._woken.clear()
         todo = {t for t, at in self._mover.next.items() if at + delay <= now}
         if now - self._last_full >= _FULL_SWEEP * self._s.interval:
@@ -390,7 +389,11 @@ class Scheduler:
         if self.is_leader:
             self.wake(name)
         else:
-            # the new due time may be soon: check then whether the leader moved it
-            self._types.add(name)
-            self._mover.next[name] = min(self._mover.next.get(name, math.inf), time.monotonic())
+            self._standby_look(name, time.monotonic())
             self._interrupt()
+
+    def _standby_look(self, name: str, now: float) -> None:
+        """A standby's answer to a wake-up for ``name``: the new due time may be soon, so
+        look ``takeover_delay`` after ``now`` whether the leader moved it."""
+        self._types.add(name)
+        self._mover.next[name] = min(self._mover.next.get(name, math.inf), now)
