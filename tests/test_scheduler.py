@@ -263,13 +263,8 @@ async def test_a_standby_left_with_a_leaders_wakeup_sleeps(services, wait_for) -
     scheduler._standby_pass = counted  # type: ignore[method-assign]
     scheduler._woken.add("core-sched-job")
     scheduler._interrupt()
-    lags: list[float] = []
-    for _ in range(100):  # 1 s of 10 ms sleeps: how late each one woke
-        asked = time.monotonic()
-        await asyncio.sleep(0.01)
-        lags.append(time.monotonic() - asked - 0.01)
+    await asyncio.sleep(1.0)  # a window to count passes in (2,422,128 of them before)
     # the pending wake-up is a look takeover_delay from now, then passes every interval
     # or so (FAST: 0.2 s), not a pass per loop turn
     assert not scheduler._woken
     assert passes <= 60, passes
-    assert max(lags) < 0.5, max(lags)
