@@ -357,9 +357,19 @@ async def test_flow_keys_on_a_cluster_with_a_partitioned_type(
         svc.add_handler(CHot, handle, concurrency=4)
         await svc.start()
         await wait_for(lambda: sum(k == "small" for k, _ in starts) == 12, timeout=60)
-        # 6 partitions, each with big, small and '' in rotation: small's 12 come within
-        # 12 x 3 turns per partition plus the partitions' share of slots (loose bound)
-        assert len(starts) <= 6 * 3 * 12 // 2 + 6 * 4, len(starts)
+        # each partition rotates over its keys (big, small, ''): among that partition's
+        # starts, small's j-th comes within 3·j, plus the handler slots (4) that claims
+        # in flight may hold. (Across partitions the order depends on which partition's
+        # fetcher gets the free slots first, which a loaded machine shuffles: one CI run
+        # saw 264 starts in all before small's 12th; that bound is only "not starved".)
+        by_partition: dict[int, list[str | None]] = {}
+        for key, event_id in starts:
+            by_partition.setdefault(partition_of(event_id, 6), []).append(key)
+        for partition, keys in by_partition.items():
+            smalls = [i + 1 for i, key in enumerate(keys) if key == "small"]
+            for j, position in enumerate(smalls, 1):
+                assert position <= 3 * j + 4, (partition, j, position, keys[:40])
+        assert len(starts) < 1000, len(starts)
         await wait_for(lambda: len(starts) == 3024, timeout=120)
         assert len({e for _, e in starts}) == 3024
         client = aioredis.RedisCluster.from_url(cluster.url)

@@ -51,8 +51,11 @@ async def _run(redis_server_factory, pools, rec, prefix, run_id, wait_for, how: 
             token = await _holder(qc, lock_key)
             return token if token not in (None, old) else None
 
-        # far sooner than the old lock's 60 s time to live
-        await wait_for(new_holder, timeout=10, message=pool.logs())
+        # far sooner than the old lock's 60 s time to live: a standby that heard the
+        # enqueue's wake-up takes over about takeover_delay after the first event falls due;
+        # one that missed it (its subscription still coming up on a loaded machine: a CI
+        # lane timed out at 10 s) at its next full sweep, 10 scheduling intervals on
+        await wait_for(new_holder, timeout=25, message=pool.logs())
 
         async def all_handled() -> bool:
             records = await read_records(rec, run_id)
