@@ -154,6 +154,7 @@ async def test_a_joining_process_moves_its_partitions_and_is_not_evicted(
             if 0 < len(mine) < 6:
                 break
             new._scheduler.token = uuid.uuid4().hex
+        assert new._scheduler.spread.token == b  # (the spread moves under the same name)
 
         new.add_handler(JoinJob, handle, concurrency=16)
         await new.start()

@@ -85,7 +85,7 @@ class Scheduler:
         self._store = store
         self._s = settings
         self._metrics = metrics
-        self.token = uuid.uuid4().hex
+        self._token = uuid.uuid4().hex
         self.pending: PendingGroups | None = None
         """The service's groups waiting for registration: registered before a move."""
         self.is_leader = False
@@ -114,13 +114,24 @@ class Scheduler:
         """Called on a ``:schedules`` wake-up and after each (re)subscription (the firer's wake)."""
         self.spread = Spread(
             store,
-            token=self.token,
+            token=self._token,
             interval=settings.interval,
             takeover_delay=settings.takeover_delay,
             member_ttl_ms=settings.lock_ms,
             drain=self._mover.drain,
             on_error=lambda: self._metrics.increment("redis_errors"),
         )
+
+    @property
+    def token(self) -> str:
+        """This process's name in the scheduler lock and in the partitions' membership."""
+        return self._token
+
+    @token.setter
+    def token(self, token: str) -> None:
+        # one name for both: a spread under another name than the lock's would own other
+        # partitions than the ones its process is expected to (tests choose tokens)
+        self._token = self.spread.token = token
 
     @property
     def stopping(self) -> bool:
