@@ -11,6 +11,8 @@ the test would hang instead of failing). Cases:
   raised before any await);
 * ``spread-no-units``: a wake-up is pending when the last partitioned type goes;
 * ``scheduler-readonly``: the leader's lock renewals get READONLY with a wake-up pending;
+* ``scheduler-resubscribe``: the scheduler's wake-up subscription is killed as soon as it
+  is made (``CLIENT KILL TYPE pubsub`` every 20 ms), for 1.5 s;
 * ``firer-pool``: the schedule firer's reads fail at once (pool exhausted) while
   ``wake()`` is called every 10 ms;
 * ``supervisor-drain``: ``delayq worker --processes 2``'s supervisor, SIGTERMed, waits for
@@ -120,6 +122,31 @@ async def scheduler_case(url: str, counts: dict[str, int]) -> dict[str, Any]:
     return out
 
 
+async def resubscribe_case(url: str, counts: dict[str, int]) -> dict[str, Any]:
+    admin = Redis.from_url(url)
+    async with EventService.from_url(url, prefix="pacing", **FAST) as service:
+        scheduler = service._scheduler
+        assert scheduler is not None
+        store = scheduler._store
+        real = store.wakeups
+
+        def wakeups() -> Any:  # (a plain call: counting() wraps coroutines)
+            counts["wakeups"] = counts.get("wakeups", 0) + 1
+            return real()
+
+        store.wakeups = wakeups  # type: ignore[method-assign]
+        while not scheduler.is_leader:
+            await asyncio.sleep(0.01)
+        before = dict(counts)
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            await admin.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+            await asyncio.sleep(0.02)
+        out = {k: counts[k] - before.get(k, 0) for k in counts}
+    await admin.aclose()
+    return out
+
+
 async def firer_case(url: str, counts: dict[str, int]) -> dict[str, Any]:
     redis = Redis.from_url(url, max_connections=1)
     store = Store(redis, "pacing")
@@ -197,6 +224,8 @@ async def main(case: str, url: str) -> None:
         out = await spread_case(case, url, counts)
     elif case == "scheduler-readonly":
         out = await scheduler_case(url, counts)
+    elif case == "scheduler-resubscribe":
+        out = await resubscribe_case(url, counts)
     elif case.startswith("supervisor-"):
         out = await supervisor_case(case)
     else:

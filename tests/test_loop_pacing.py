@@ -51,6 +51,16 @@ def test_a_failing_leader_with_a_wakeup_pending_backs_off(private_server: RedisS
     assert counts["cpu_s"] < 0.5, counts
 
 
+def test_a_subscription_dropped_at_once_is_made_again_with_a_backoff(
+    private_server: RedisServer,
+) -> None:
+    """The scheduler's wake-up subscription killed as soon as it is made: the backoff started
+    over at every SUBSCRIBE's reply, so it was made again every 0.1 s (each time with a sweep
+    of every type); now it starts over only after a subscription that held."""
+    counts = run("scheduler-resubscribe", private_server.url)
+    assert counts.get("wakeups", 0) <= 6, counts
+
+
 def test_the_schedule_firer_backs_off_while_woken(private_server: RedisServer) -> None:
     """The firer's reads failing at once while wake-ups keep coming (every 10 ms): a retry
     per wake-up (about 100 in 1 s) before; now a wake-up cuts a backoff short only after

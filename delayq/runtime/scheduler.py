@@ -349,20 +349,26 @@ class Scheduler:
         backoff = 0.1
         while True:
             listener: WakeupListener = self._store.wakeups()
+            held_since = math.inf
             try:
                 await listener.subscribe()
+                held_since = time.monotonic()
                 # the partitions' owners are those that hear wake-ups: join now; and
                 # messages may have been missed while unsubscribed: look at everything
                 self.spread.listening()
                 self.wake()
                 if self.on_schedules is not None:
                     self.on_schedules()
-                backoff = 0.1
                 while True:
                     name = await listener.next(timeout=self._s.listen_timeout)
                     if name:
                         self._on_message(name)
             except Exception as exc:
+                # the backoff starts over only after a subscription that held: one dropped
+                # soon after SUBSCRIBE (a proxy, a kill loop) was made again every 0.1 s,
+                # each time with a sweep of every type
+                if time.monotonic() - held_since >= MAX_BACKOFF:
+                    backoff = 0.1
                 log.info("wake-up subscription dropped (%s); resubscribing in %.2fs", exc, backoff)
                 await anyio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 from typing import Any, Protocol
 
 import anyio
@@ -32,6 +34,7 @@ _PROMOTING = ("+selected-slave", "+failover-state-send-slaveof-noone")
 # +switch-master: not an abort).
 _ABORTED = ("-failover-abort-not-elected", "-failover-abort-no-good-slave",
             "-failover-abort-slave-timeout")  # fmt: skip
+_MAX_BACKOFF = 2.0  # seconds between resubscribes to a sentinel, at most
 _CHANNELS = ("+switch-master", *_STARTING, *_PROMOTING, *_ABORTED)
 
 
@@ -96,17 +99,20 @@ class SentinelWatch:
         backoff = 0.1
         while True:
             pubsub = sentinel.pubsub()
+            held_since = math.inf
             try:
                 await pubsub.subscribe(*_CHANNELS)
-                backoff = 0.1
+                held_since = time.monotonic()
                 while True:
                     msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                     if msg is not None and msg.get("type") == "message":
                         await self._event(msg["channel"], msg["data"])
             except Exception as exc:  # that sentinel went away: the others still listen
+                if time.monotonic() - held_since >= _MAX_BACKOFF:
+                    backoff = 0.1  # (one dropped soon after SUBSCRIBE keeps backing off)
                 log.debug("sentinel watch: %s; resubscribing in %.1fs", exc, backoff)
                 await anyio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
+                backoff = min(backoff * 2, _MAX_BACKOFF)
             finally:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(1):
                     await pubsub.aclose()
