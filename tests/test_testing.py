@@ -278,6 +278,34 @@ def test_auto_port_taken_before_start_picks_another() -> None:
         server.close()
 
 
+def test_a_port_held_by_another_server_is_not_taken_for_ours() -> None:
+    """Another lane's server took the port between the check and our bind: its PING answer
+    made our start() return (ours had failed to bind), and the test that used the port later
+    found nothing there (a CI lane's cluster fixture, connection refused). Now the answer must
+    come from our process, and the port picker gives another port."""
+    with RedisServer() as other:
+        picks = iter([other.port, free_port()])
+        server = RedisServer(port_picker=lambda: next(picks))
+        try:
+            assert server.port == other.port
+            server.start()
+            assert server.port != other.port
+            info = client_for(server).info("server")
+            assert info["process_id"] == server.pid
+        finally:
+            server.close()
+
+
+def test_a_cluster_starts_beside_parallel_servers() -> None:
+    """Each node picks its pair of ports (port and bus port) through the same retry."""
+    from delayq.testing.cluster import RedisClusterServer
+
+    with RedisClusterServer(2) as cluster:
+        for node in cluster.nodes:
+            info = client_for(node).info("server")
+            assert info["process_id"] == node.pid
+
+
 def test_explicit_port_in_use_fails_with_log() -> None:
     with socket.socket() as blocker:
         blocker.bind(("127.0.0.1", 0))

@@ -33,14 +33,12 @@ def _free(port: int) -> bool:
     return True
 
 
-def _cluster_ports(count: int) -> list[int]:
-    """Free ports whose cluster bus port (port + 10000) is free and valid too."""
-    ports: list[int] = []
-    while len(ports) < count:
+def _cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is free and valid too."""
+    while True:
         port = random.randint(20000, 55000)
-        if port not in ports and _free(port) and _free(port + 10000):
-            ports.append(port)
-    return ports
+        if _free(port) and _free(port + 10000):
+            return port
 
 
 class RedisClusterServer(Lifecycle):
@@ -66,8 +64,12 @@ class RedisClusterServer(Lifecycle):
             "cluster-node-timeout": "5000",
             **(config or {}),
         }
-        ports = _cluster_ports(masters)
-        self.nodes = [RedisServer(port, config=items, binary=binary) for port in ports]
+        # either port may be taken between the check and the server's bind (tests run in
+        # parallel lanes): the server then picks another pair
+        self.nodes = [
+            RedisServer(config=items, binary=binary, port_picker=_cluster_port)
+            for _ in range(masters)
+        ]
         self._startup_timeout = startup_timeout
 
     @property

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -54,6 +54,8 @@ class RedisServer(Lifecycle):
         dir: data directory (created if missing, never deleted); default: a temporary
             directory removed by :meth:`close`.
         startup_timeout: seconds :meth:`start` waits for the server to answer ``PING``.
+        port_picker: with ``port=None``, what picks the port, and another one when the
+            picked port turns out to be taken; default: any free loopback port.
 
     Raises:
         RuntimeError: if no ``redis-server`` executable can be found.
@@ -68,6 +70,7 @@ class RedisServer(Lifecycle):
         binary: str | None = None,
         dir: str | os.PathLike[str] | None = None,
         startup_timeout: float = 10.0,
+        port_picker: Callable[[], int] | None = None,
     ) -> None:
         self._binary = find_redis_server_binary(binary)
         items: dict[str, str] = {}
@@ -78,7 +81,8 @@ class RedisServer(Lifecycle):
             items[name] = str(value)
         self._config: dict[str, str] = {"save": "", "appendonly": "no", **items}
         self._auto_port = port is None
-        self._port = free_port() if port is None else int(port)
+        self._pick_port = port_picker or free_port
+        self._port = self._pick_port() if port is None else int(port)
         self._owns_dir = dir is None
         self._dir = tempfile.mkdtemp(prefix="delayq-redis-") if dir is None else os.fspath(dir)
         self._startup_timeout = startup_timeout
@@ -224,7 +228,7 @@ class RedisServer(Lifecycle):
                     raise RuntimeError(
                         f"could not start redis-server: ports kept being taken ({self._port})"
                     ) from None
-                old, self._port = self._port, free_port()
+                old, self._port = self._port, self._pick_port()
                 logger.info("port %d was taken, retrying redis-server on %d", old, self._port)
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -260,11 +264,12 @@ class RedisServer(Lifecycle):
                 )
             try:
                 self._call("PING", timeout=0.5)
-                break
+                if self._answered_by_ours():
+                    break
             except _RespError as exc:
                 # NOAUTH etc. still proves the server is up; LOADING (the error code,
                 # the reply's first word) means not yet.
-                if str(exc).split(" ", 1)[0] != "LOADING":
+                if str(exc).split(" ", 1)[0] != "LOADING" and self._answered_by_ours():
                     break
                 last_error = exc
             except OSError as exc:
@@ -280,6 +285,17 @@ class RedisServer(Lifecycle):
             time.sleep(delay)
             delay = min(delay * 2, 0.1)
         logger.info("redis-server pid %d listening on %s", self._proc.pid, self.url)
+
+    def _answered_by_ours(self) -> bool:
+        # Another process's server may hold the port (it took it between our check and our
+        # bind: tests run in parallel lanes): then ours is failing to bind it and will exit,
+        # and the poll above sees it. It must not count as ours, which a test would then find
+        # gone (connection refused) once that other server stops.
+        try:
+            pid = self._server_info().get("process_id")
+        except (OSError, _RespError):
+            return True  # (not answering INFO, as a server with renamed commands)
+        return pid is None or self._proc is None or int(pid) == self._proc.pid
 
     def _call(self, *args: str, timeout: float = 2.0) -> Any:
         return _command(self._port, *args, password=self.password, timeout=timeout)
