@@ -106,6 +106,7 @@ SERVERS_SUBSET = (
     "tests/test_dashboard.py",
     "tests/test_server_errors.py",
     "tests/test_managed.py",
+    "tests/test_idle_timeout.py",  # (the server's idle `timeout` and CONFIG under an ACL)
     "tests/test_security.py::test_acl_user_confined_to_its_prefix_runs_everything[redis-path]",
     "tests/faults/test_fault_memory_full.py::test_enqueue_fails_cleanly_and_handling_goes_on[redis-path]",
 )

@@ -262,6 +262,7 @@ class Runtime:
                 policy,
             )
         if self.consumers:
+            await self._block_under_idle_timeout()
             # the partition counts in use (a count being changed has two), so that
             # the consumers serve every layout their type has events in
             try:
@@ -277,6 +278,17 @@ class Runtime:
         await asyncio.wait([started, self._supervisor], return_when=asyncio.FIRST_COMPLETED)
         if self._supervisor.done():
             self._supervisor.result()  # raise what stopped it
+
+    async def _block_under_idle_timeout(self) -> None:
+        """Keep the consumers' BRPOPs shorter than Redis's idle ``timeout`` (see
+        ``Store.limit_block``: past it, an entry popped just then could wait for its lease)."""
+        idle = await self._store.idle_timeout()
+        block = self._consumer_settings.polling_timeout
+        if idle and idle > 0 and block > idle - 0.5:
+            at_most = max(0.05, idle - 0.5)
+            self._store.limit_block(at_most)
+            log.info("Redis closes connections idle for %d s (its timeout): consumers block "
+                     "%.2f s at a time instead of %.2f s", idle, at_most, block)  # fmt: skip
 
     async def _supervise(self, started: asyncio.Future[None]) -> None:
         assert self._closing is not None

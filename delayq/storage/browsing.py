@@ -153,6 +153,16 @@ class Browsing(Layouts, DeliveryGroups):
         value: Any = reply.get(b"maxmemory-policy") or reply.get("maxmemory-policy")
         return value.decode() if isinstance(value, bytes) else value
 
+    async def idle_timeout(self) -> int | None:
+        """Redis's ``timeout`` (seconds an idle connection is kept; 0: forever), or None when
+        CONFIG is not allowed."""
+        try:
+            reply: dict[Any, Any] = await self.redis.config_get("timeout")
+            value: Any = reply.get(b"timeout") or reply.get("timeout")
+            return int(value)
+        except Exception:  # ACLs or managed Redis may forbid CONFIG (or rename it)
+            return None
+
     async def inflight_page(
         self, type_name: str, offset: int, limit: int, *, group: str | None = None
     ) -> tuple[int, list[tuple[bytes, int, int]]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import cast
 
@@ -14,11 +15,25 @@ class Deliveries(StoreBase):
 
     # (shard, group) whose claims have met a flow key: they send the flow keys' five too
     _keyed_claims: set[tuple[str, str | None]]
+    # seconds a BRPOP may block at most, whatever its caller asks (see limit_block)
+    _block_at_most: float = math.inf
+
+    def limit_block(self, seconds: float) -> None:
+        """Make every BRPOP block ``seconds`` at most: set below the server's idle ``timeout``.
+
+        Redis closes a connection idle for longer than its ``timeout``; a blocked client
+        is exempt, but one that an enqueue has just unblocked is not, until its reply is
+        written: a BRPOP that had waited longer than ``timeout`` could lose the entry it
+        popped (it comes back only when its lease runs out). A BRPOP that blocks less
+        than ``timeout`` never looks idle that long.
+        """
+        self._block_at_most = seconds
 
     async def pop_ready(
         self, type_name: str, timeout: float, *, group: str | None = None
     ) -> bytes | None:
         """Block up to ``timeout`` seconds for one ready entry of a group (BRPOP)."""
+        timeout = min(timeout, self._block_at_most)
         reply = await self.blocking.brpop([self._k(type_name, group).ready], timeout=timeout)
         return None if reply is None else cast(bytes, reply[1])
 
