@@ -296,6 +296,25 @@ def test_a_port_held_by_another_server_is_not_taken_for_ours() -> None:
             server.close()
 
 
+def test_a_restart_keeps_its_port_or_fails() -> None:
+    """An automatically chosen port is kept across restarts: URLs handed out stay valid."""
+    server = RedisServer()
+    try:
+        server.start()
+        port = server.port
+        server.stop()
+        with socket.socket() as blocker:
+            blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (TIME_WAIT)
+            blocker.bind(("127.0.0.1", port))
+            blocker.listen()
+            with pytest.raises(RuntimeError, match="Address already in use"):
+                server.start()
+        server.start()
+        assert server.port == port and client_for(server).ping()
+    finally:
+        server.close()
+
+
 def test_a_cluster_starts_beside_parallel_servers() -> None:
     """Each node picks its pair of ports (port and bus port) through the same retry."""
     from delayq.testing.cluster import RedisClusterServer

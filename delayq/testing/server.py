@@ -91,6 +91,7 @@ class RedisServer(Lifecycle):
         self._version: tuple[int, ...] | None = None
         self._server_name: str | None = None
         self._closed = False
+        self._started = False  # once started, the port is kept (see start)
 
     # ----------------------------------------------------------------- properties
 
@@ -208,7 +209,8 @@ class RedisServer(Lifecycle):
         """Spawn the server and wait until it answers ``PING``; return ``self``.
 
         Does nothing if it is already running. If an automatically chosen port turns out to be
-        taken, a new free port is picked (at most a few times).
+        taken at the first start, a new free port is picked (at most a few times); a restart
+        keeps the port (URLs handed out stay valid) or fails.
 
         Raises:
             RuntimeError: if the server exits or does not answer within ``startup_timeout``
@@ -222,6 +224,7 @@ class RedisServer(Lifecycle):
         for attempt in range(1, attempts + 1):
             try:
                 self._spawn_and_wait()
+                self._started = True
                 return self
             except _PortInUse:
                 if attempt == attempts:
@@ -256,8 +259,8 @@ class RedisServer(Lifecycle):
             if code is not None:
                 self._proc = None
                 new_log = self.read_log()[log_offset:]
-                if "Address already in use" in new_log and self._auto_port:
-                    raise _PortInUse
+                if "Address already in use" in new_log and self._auto_port and not self._started:
+                    raise _PortInUse  # (a restart keeps its port: it fails with the log)
                 raise RuntimeError(
                     f"redis-server exited with status {code} during startup.\n"
                     f"command: {shlex.join(argv)}\nlog ({self.log_path}):\n{new_log.rstrip()}"
