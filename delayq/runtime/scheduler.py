@@ -398,11 +398,6 @@ class Scheduler:
         if "#" in name:
             self.spread.on_message(name)
             return
-        try:
-            validate_name(name)
-        except ValueError:  # not from an enqueue: someone else published it
-            log.debug("ignoring wake-up for invalid type name %r", name)
-            return
         if self.is_leader:
             self.wake(name)
         else:
