@@ -136,8 +136,8 @@ async def _kill_count(admin: aioredis.Redis, pred) -> int:
 async def test_idle_timeout_disconnects(redis_server_factory, prefix, wait_for):
     # Redis closes connections idle for over 1 s. Blocked clients are exempt, but not one an
     # enqueue has just unblocked, until its reply is written: a BRPOP issued over 1 s before
-    # could lose the entry it popped (it came back after its 10 s lease: this test failed 1
-    # run in 30 beside 3 CPU burners; the server's log showed the consumer's connection
+    # could lose the entry it popped (it came back after its 10 s lease: this test failed 2
+    # runs in 92 beside 3 CPU burners; the server's log showed the consumer's connection
     # closed as idle at the enqueue). The service reads `timeout` at start and blocks 0.5 s
     # at most, so its BRPOPs never look idle that long.
     server = redis_server_factory({"timeout": "1"})
