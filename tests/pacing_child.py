@@ -23,6 +23,7 @@ the test would hang instead of failing). Cases:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -30,6 +31,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -37,6 +39,7 @@ from redis.asyncio import Redis
 
 from delayq import EventService, InMemoryMetrics
 from delayq.partitions.spread import Spread
+from delayq.runtime.scheduler import Scheduler
 from delayq.schedules.firing import ScheduleFirer
 from delayq.storage.store import Store
 
@@ -101,13 +104,21 @@ async def spread_case(case: str, url: str, counts: dict[str, int]) -> dict[str, 
     return out
 
 
-async def scheduler_case(url: str, counts: dict[str, int]) -> dict[str, Any]:
+@contextlib.asynccontextmanager
+async def leading(url: str) -> AsyncIterator[tuple[Redis, Scheduler]]:
+    """An admin client and a service's scheduler once it leads."""
     admin = Redis.from_url(url)
     async with EventService.from_url(url, prefix="pacing", **FAST) as service:
         scheduler = service._scheduler
         assert scheduler is not None
         while not scheduler.is_leader:
             await asyncio.sleep(0.01)
+        yield admin, scheduler
+    await admin.aclose()
+
+
+async def scheduler_case(url: str, counts: dict[str, int]) -> dict[str, Any]:
+    async with leading(url) as (admin, scheduler):
         counting(scheduler._store, "take_lock", counts)
         await admin.execute_command("REPLICAOF", "127.0.0.1", "1")  # renewals: READONLY
         await asyncio.sleep(0.5)
@@ -118,15 +129,11 @@ async def scheduler_case(url: str, counts: dict[str, int]) -> dict[str, Any]:
         out: dict[str, Any] = {k: counts[k] - before.get(k, 0) for k in counts}
         out["cpu_s"] = time.process_time() - cpu
         await admin.execute_command("REPLICAOF", "NO", "ONE")
-    await admin.aclose()
     return out
 
 
 async def resubscribe_case(url: str, counts: dict[str, int]) -> dict[str, Any]:
-    admin = Redis.from_url(url)
-    async with EventService.from_url(url, prefix="pacing", **FAST) as service:
-        scheduler = service._scheduler
-        assert scheduler is not None
+    async with leading(url) as (admin, scheduler):
         store = scheduler._store
         real = store.wakeups
 
@@ -135,15 +142,12 @@ async def resubscribe_case(url: str, counts: dict[str, int]) -> dict[str, Any]:
             return real()
 
         store.wakeups = wakeups  # type: ignore[method-assign]
-        while not scheduler.is_leader:
-            await asyncio.sleep(0.01)
         before = dict(counts)
         end = time.monotonic() + 1.5
         while time.monotonic() < end:
             await admin.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
             await asyncio.sleep(0.02)
         out = {k: counts[k] - before.get(k, 0) for k in counts}
-    await admin.aclose()
     return out
 
 

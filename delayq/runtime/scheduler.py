@@ -129,9 +129,7 @@ class Scheduler:
 
     @token.setter
     def token(self, token: str) -> None:
-        # one name for both: a spread under another name than the lock's would own other
-        # partitions than the ones its process is expected to (tests choose tokens)
-        self._token = self.spread.token = token
+        self._token = self.spread.token = token  # one name for both (tests choose tokens)
 
     @property
     def stopping(self) -> bool:
@@ -199,12 +197,8 @@ class Scheduler:
                 backoff = 0.1
             except Exception as exc:  # loops never die: log, back off, go on
                 self._metrics.increment("redis_errors")
-                log.warning(
-                    "scheduler pass failed (%s: %s); retrying in %.2fs",
-                    type(exc).__name__,
-                    exc,
-                    backoff,
-                )
+                log.warning("scheduler pass failed (%s: %s); retrying in %.2fs",
+                            type(exc).__name__, exc, backoff)  # fmt: skip
                 sleep_for = backoff
                 backoff = min(backoff * 2, MAX_BACKOFF)
                 failed = True
@@ -252,12 +246,8 @@ class Scheduler:
         self._lock_taken_at = time.monotonic()
         if held:
             self._metrics.increment("scheduler_takeovers")
-            log.warning(
-                "scheduler %s took over from %s, which left events %d ms overdue",
-                self.token[:8],
-                self._holder[:8],
-                late_ms,
-            )
+            log.warning("scheduler %s took over from %s, which left events %d ms overdue",
+                        self.token[:8], self._holder[:8], late_ms)  # fmt: skip
             self._holder = None
         self._became(held, "took over")
 
@@ -364,9 +354,8 @@ class Scheduler:
                     if name:
                         self._on_message(name)
             except Exception as exc:
-                # the backoff starts over only after a subscription that held: one dropped
-                # soon after SUBSCRIBE (a proxy, a kill loop) was made again every 0.1 s,
-                # each time with a sweep of every type
+                # only after a subscription that held: one dropped soon after SUBSCRIBE (a
+                # proxy, a kill loop) was made again every 0.1 s, each with a full sweep
                 if time.monotonic() - held_since >= MAX_BACKOFF:
                     backoff = 0.1
                 log.info("wake-up subscription dropped (%s); resubscribing in %.2fs", exc, backoff)

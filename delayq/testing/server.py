@@ -290,10 +290,8 @@ class RedisServer(Lifecycle):
         logger.info("redis-server pid %d listening on %s", self._proc.pid, self.url)
 
     def _answered_by_ours(self) -> bool:
-        # Another process's server may hold the port (it took it between our check and our
-        # bind: tests run in parallel lanes): then ours is failing to bind it and will exit,
-        # and the poll above sees it. It must not count as ours, which a test would then find
-        # gone (connection refused) once that other server stops.
+        # another process's server may have taken the port before ours bound it (parallel
+        # lanes): ours then exits, and that other server must not count as ours
         try:
             pid = self._server_info().get("process_id")
         except (OSError, _RespError):
