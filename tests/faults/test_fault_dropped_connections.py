@@ -11,6 +11,7 @@ import collections
 import time
 
 import anyio
+import pytest
 import redis.asyncio as aioredis
 from faultkit import Job
 from redis.asyncio.retry import Retry  # (redis.retry.Retry retries nothing on asyncio clients)
@@ -133,21 +134,28 @@ async def _kill_count(admin: aioredis.Redis, pred) -> int:
     return sum(1 for c in await admin.client_list() if int(c["id"]) != me and pred(c))
 
 
-async def test_idle_timeout_disconnects(redis_server_factory, prefix, wait_for):
+@pytest.mark.parametrize("when", ["at-start", "while-running"])
+async def test_idle_timeout_disconnects(redis_server_factory, prefix, wait_for, when):
     # Redis closes connections idle for over 1 s. Blocked clients are exempt, but not one an
     # enqueue has just unblocked, until its reply is written: a BRPOP issued over 1 s before
-    # could lose the entry it popped (it came back after its 10 s lease: this test failed 2
-    # runs in 92 beside 3 CPU burners; the server's log showed the consumer's connection
-    # closed as idle at the enqueue). The service reads `timeout` at start and blocks 0.5 s
-    # at most, so its BRPOPs never look idle that long.
-    server = redis_server_factory({"timeout": "1"})
+    # could lose the entry it popped (it came back after its 10 s lease: this test, with
+    # `timeout` set while the services ran, failed 2 runs in 92 beside 3 CPU burners; the
+    # server's log showed the consumer's connection closed as idle at the enqueue). The
+    # service reads `timeout` at start and blocks 0.5 s at most, so its BRPOPs never look
+    # idle that long; a `timeout` set while it runs is seen at its next start, so there an
+    # event may wait for its lease (nothing is lost).
+    server = redis_server_factory({"timeout": "1" if when == "at-start" else "0"})
     admin = _admin(server.url)
     h = Harness(server.url, prefix)
     sent: list[str] = []
+    wait = 10 if when == "at-start" else 25  # (the 10 s lease, and the next sweep)
     async with h.worker, h.producer:
-        assert h.worker._store._block_at_most == 0.5
         sent += await h.send(10)
         await wait_for(lambda: all(h.handled[i] for i in sent), timeout=10)
+        if when == "at-start":
+            assert h.worker._store._block_at_most == 0.5
+        else:
+            await admin.config_set("timeout", 1)
         for _ in range(3):
             # wait until the server has closed idle pooled connections (the producer's)
             me = await admin.client_id()
@@ -165,7 +173,7 @@ async def test_idle_timeout_disconnects(redis_server_factory, prefix, wait_for):
             t0 = time.monotonic()
             ids = await h.send(10)
             sent += ids
-            await wait_for(lambda ids=ids: all(h.handled[i] for i in ids), timeout=10)
-            print(f"idle timeout: handled {len(ids)} in {time.monotonic() - t0:.2f}s")
+            await wait_for(lambda ids=ids: all(h.handled[i] for i in ids), timeout=wait)
+            print(f"idle timeout ({when}): handled {len(ids)} in {time.monotonic() - t0:.2f}s")
     await admin.aclose()
     assert all(h.handled[i] == 1 for i in sent)
