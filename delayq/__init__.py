@@ -8,7 +8,13 @@ See the README for the guide and every option.
 from ._version import __version__ as __version__
 from .codec import Serializer
 from .context import Delivery, current_delivery, event_context
-from .errors import DecodeError, DelayqError, NotReplicatedError, QueueFullError
+from .errors import (
+    DecodeError,
+    DelayqError,
+    FormatVersionError,
+    NotReplicatedError,
+    QueueFullError,
+)
 from .events import Event, event_name
 from .flow.keys import KeyBacklog, KeyBacklogs
 from .flow.limits import FlowLimits, Rate
@@ -44,6 +50,7 @@ __all__ = [
     "EventState",
     "EventTypeRef",
     "FlowLimits",
+    "FormatVersionError",
     "GroupState",
     "HistoryPoint",
     "IdMatch",

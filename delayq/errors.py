@@ -25,6 +25,7 @@ __all__ = [
     "TRANSIENT_CODES",
     "DecodeError",
     "DelayqError",
+    "FormatVersionError",
     "NotReplicatedError",
     "QueueFullError",
     "RedisError",
@@ -52,6 +53,12 @@ class QueueFullError(DelayqError, OutOfMemoryError):
     Nothing of the refused events was written. It is also a
     ``redis.exceptions.OutOfMemoryError`` (and so a ``ResponseError``).
     """
+
+
+class FormatVersionError(DelayqError):
+    """A service refused to start: the data under its prefix is in a stored-data format this
+    delayq does not read (written by a newer delayq, or older than it reads without a
+    migration). The message names both formats; docs/versioning.md has the rule."""
 
 
 class NotReplicatedError(DelayqError):

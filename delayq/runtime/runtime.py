@@ -249,6 +249,9 @@ class Runtime:
             raise RuntimeError("a closed EventService cannot be started again")
         if self._supervisor is not None:
             return
+        # refuses data in a format this delayq does not read (a rolling deploy across a
+        # format change: docs/versioning.md), before any loop touches it
+        await self._store.check_format()
         policy = await self._store.eviction_policy()
         if policy is None:  # managed services and ACL users often may not run CONFIG
             log.info(

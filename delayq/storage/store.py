@@ -27,6 +27,7 @@ from .delivery import Deliveries
 from .enqueueing import ENQUEUE_CHUNK as ENQUEUE_CHUNK
 from .enqueueing import Enqueueing
 from .flow import FlowLimitsStore
+from .format import FormatVersions
 from .records import (
     Claimed,
     DeadRecord,
@@ -66,6 +67,7 @@ class Store(
     Workers,
     ScheduleStore,
     FlowLimitsStore,
+    FormatVersions,
 ):
     """Queue operations on one Redis for one prefix.
 
