@@ -30,6 +30,7 @@ from .events import Event
 __all__ = ["Codec", "OpenedEnvelope", "Serializer", "open_envelope"]
 
 Serializer = Literal["json", "msgpack"]
+"""The stored envelope's encoding (the ``serializer`` option): ``"msgpack"`` or ``"json"``."""
 
 
 class _Envelope(msgspec.Struct, array_like=True):

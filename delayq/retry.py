@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 __all__ = ["Backoff", "delay_ms", "delay_seconds", "due_unix_ms", "exponential", "fixed"]
 
 Backoff = Callable[[int], "float | timedelta"]
+"""A retry policy: failed deliveries so far (1 after the first) -> seconds or timedelta to wait."""
 
 
 def delay_seconds(value: float | timedelta, what: str = "delay") -> float:
