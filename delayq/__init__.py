@@ -2,7 +2,7 @@
 
     await service.enqueue_with_delay(PaymentCheck(id="order-42", order_id=42), timedelta(hours=3))
 
-See the README for the guide and every option.
+The documentation (docs/, built with MkDocs) has the guides and every option.
 """
 
 from ._version import __version__ as __version__

@@ -137,7 +137,7 @@ class Event(msgspec.Struct, kw_only=True, metaclass=EventMeta):
     event_name: ClassVar[str]
     event_partitions: ClassVar[int]
     """How many partitions the type's events are spread over (``partitions=N``
-    class keyword; default 1). See the README, "Partitions for hot types"."""
+    class keyword; default 1). See docs/guides/scaling.md, "Partitions for hot types"."""
     event_flow_key: ClassVar[str | None]
     """The field whose value is an event's flow key (``flow_key="tenant"`` class
     keyword; default None: only ``enqueue_*(..., key=...)`` gives one). See

@@ -36,7 +36,7 @@ def _int(name: str, value: Any, *, low: int, high: int) -> int:
 
 @dataclass(frozen=True)
 class Options:
-    """Validated options of an :class:`~delayq.EventService` (see the README for each)."""
+    """Validated options of an :class:`~delayq.EventService` (docs/guides/configuration.md describes each)."""
 
     prefix: str = "delayq"
     retry_attempts: int = 3

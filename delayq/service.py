@@ -47,7 +47,7 @@ class EventService(
 
     ``redis`` must be a ``redis.asyncio.Redis`` created with ``decode_responses=False``;
     :meth:`from_url` builds suitable clients. Every option is a keyword argument
-    (see the README for defaults); bad values raise ``TypeError``/``ValueError``.
+    (docs/guides/configuration.md lists them); bad values raise ``TypeError``/``ValueError``.
 
     Use ``async with service:`` or :meth:`start` / :meth:`aclose`. Enqueueing
     works without starting (a producer-only process); handlers run once started.

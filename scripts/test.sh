@@ -10,6 +10,10 @@
 #   * runs `python -m pytest "$@"`, e.g.  scripts/test.sh -m "not spark" -x
 #   * then, without arguments (CI), the `servers` subset on Valkey 8 and 9 (DELAYQ_MATRIX);
 #     without arguments the suite runs in DELAYQ_LANES (3) pytest processes at once.
+#   The suite builds the documentation site with `mkdocs build --strict` (tests/test_docs_site.py,
+#   the [docs] extra comes with dev), runs every Python block of the README and the site
+#   (tests/test_docs_blocks.py), and builds the wheel and sdist and runs the wheel from a fresh
+#   virtualenv (tests/test_wheel.py).
 #
 # apt is only used when running as root (or with password-less sudo). Tests never use the
 # machine's own Redis: they start private redis-server processes unless REDIS_URL is set.

@@ -45,7 +45,7 @@ class BrowsingMixin(ServiceParts):
         Its attempt count and last error are kept (a retry waiting for its backoff
         runs now as that retry). For a type with delivery groups: without ``group``
         every group runs it now; with ``group`` that group alone, the others getting
-        it at its due time (see README, "Delivery groups").
+        it at its due time (see docs/guides/groups.md).
         """
         name = self._types.name(event_type)
         return await self._browser.run_now(name, id, check_view(group))

@@ -37,8 +37,8 @@ class HandlersMixin(ServiceParts):
         an exception means "retry later". Works before and after :meth:`start`.
 
         ``group`` names a delivery group: every group registered for the type
-        gets each event once, with its own retries and dead letters (see the
-        README, "Delivery groups"). The group is registered in Redis as its
+        gets each event once, with its own retries and dead letters (see
+        docs/guides/groups.md). The group is registered in Redis as its
         consumer starts, and at the latest before this process's next enqueue
         or scheduler pass: an event enqueued here after ``add_handler``
         returns reaches the group. (Other processes' enqueues reach it once it

@@ -102,8 +102,8 @@ class InspectionMixin(ServiceParts):
     ) -> RepartitionResult:
         """Move ``event_type``'s events from every other partition count into its declared one.
 
-        Run it once every process runs the new ``partitions=N`` (see the
-        README, "Changing the partition count"). Scheduled events move at
+        Run it once every process runs the new ``partitions=N`` (see
+        docs/guides/scaling.md, "Changing the partition count"). Scheduled events move at
         once; ready and running ones of the old layout are handled where they
         are, and passes repeat for up to ``wait`` seconds until the old layout
         is empty and retired. Safe to run again (it finishes the job).

@@ -1,4 +1,5 @@
-"""The README's PostgreSQL example runs as written (against the test Redis and PostgreSQL)."""
+"""The PostgreSQL guide's example (once the README's) runs as written, after the README's
+first example (against the test Redis and PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,18 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = README.parent / "docs" / "guides" / "postgres.md"
 
 
 async def test_readme_outbox_example(redis_url, postgres_url, prefix, wait_for, pg) -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
-    first = blocks[0]
+    first = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)[0]
+    blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"), flags=re.S)
     (example,) = [b for b in blocks if "OutboxRelay(service, DSN)" in b]
     source = (first + "\n" + example).replace("redis://localhost:6379/0", redis_url)
     source = source.replace('"shop"', repr(prefix)).replace(
         '"postgresql://localhost/shop"', repr(postgres_url)
     )
-    code = compile(source, str(README), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    code = compile(source, str(GUIDE), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
     namespace: dict[str, object] = {"__name__": "readme_example"}
     try:
         result = eval(code, namespace)  # our own README, never a payload
