@@ -66,7 +66,8 @@ def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> str
 
 
 def test_the_wheel_installs_and_runs_without_the_checkout(tmp_path: Path) -> None:
-    pytest.importorskip("build")
+    if not os.environ.get("CI"):  # CI installs build (the dev extra): there it must run
+        pytest.importorskip("build")
     src = tmp_path / "src"
     src.mkdir()
     for name in SOURCES:  # a copy: building writes *.egg-info beside the sources
