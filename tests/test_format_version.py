@@ -95,3 +95,21 @@ async def test_a_foreign_value_is_refused(
             await service.start()
     finally:
         await service.aclose()
+
+
+async def test_on_a_cluster_the_check_runs_on_the_prefix_slot(cluster, prefix: str) -> None:
+    service = EventService.from_url(cluster.url, cluster=True, prefix=prefix, heartbeat_interval=0)
+    service.add_handler(Ping, _noop)
+    async with service:
+        client = aioredis.RedisCluster.from_url(cluster.url)
+        try:
+            assert await client.get(fmt.format_key(prefix)) == str(fmt.FORMAT).encode()
+            await client.set(fmt.format_key(prefix), fmt.FORMAT + 1)
+        finally:
+            await client.aclose()
+    refused = EventService.from_url(cluster.url, cluster=True, prefix=prefix)
+    try:
+        with pytest.raises(FormatVersionError):
+            await refused.start()
+    finally:
+        await refused.aclose()
