@@ -156,29 +156,100 @@ def _ms(dt: datetime) -> int:
     return round(dt.timestamp() * 1000)
 
 
+def _wall_clock(expr: str) -> bool:
+    """Whether an expression names wall-clock times (Debian cron's rule, for 5 and 6
+    fields alike): neither its minute nor its hour field starts with ``*``."""
+    fields = expr.split()
+    return not fields[-5].startswith("*") and not fields[-4].startswith("*")
+
+
+def _offset(tz: ZoneInfo, second: int) -> timedelta | None:
+    return datetime.fromtimestamp(second, tz).utcoffset()
+
+
+def _change_at(tz: ZoneInfo, before: int, after: int) -> int:
+    """The first unix second in ``(before, after]`` with the offset ``after`` has (the zone
+    changes its offset once in between: transitions fall on whole seconds)."""
+    target = _offset(tz, after)
+    while after - before > 1:
+        mid = (before + after) // 2
+        if _offset(tz, mid) == target:
+            after = mid
+        else:
+            before = mid
+    return after
+
+
+def _instant(naive: datetime, tz: ZoneInfo) -> int:
+    """The unix ms of a wall-clock slot: its first occurrence when the wall clock repeats
+    it (fall back), the first instant after the gap when it skips it (spring forward)."""
+    first = naive.replace(tzinfo=tz, fold=0).astimezone(UTC)
+    if first.astimezone(tz).replace(tzinfo=None) == naive:
+        return _ms(first)
+    # in a gap: fold=0 and fold=1 give the instants on either side of the change
+    other = _ms(naive.replace(tzinfo=tz, fold=1).astimezone(UTC)) // 1000
+    lo, hi = sorted((_ms(first) // 1000, other))
+    return _change_at(tz, lo, hi) * 1000
+
+
+def _wall_bound(tz: ZoneInfo, at_ms: int) -> datetime:
+    """The latest wall-clock time whose slot is at or before ``at_ms`` (naive, to the ms).
+
+    The wall clock of ``at_ms`` itself, except in the second pass of a repeated period:
+    there every repeated time has already occurred (its slot is its first occurrence), so
+    the bound is the end of the repeated period (just before it).
+    """
+    second, millis = divmod(at_ms, 1000)
+    local = datetime.fromtimestamp(second, tz)
+    if not local.fold:
+        return local.replace(tzinfo=None) + timedelta(milliseconds=millis)
+    repeated = (local.replace(fold=0).utcoffset() or timedelta()) - (
+        local.utcoffset() or timedelta()
+    )
+    change = _change_at(tz, second - int(repeated.total_seconds()), second)
+    end = datetime.fromtimestamp(change - 1, tz).replace(tzinfo=None)
+    return end + timedelta(milliseconds=999)
+
+
 @lru_cache(maxsize=4096)
 def _cron_after(expr: str, timezone: str, after_ms: int) -> int | None:
     # many schedules share an expression and a slot: the cache makes a shared slot cheap
     tz = check_timezone(timezone)
-    start = datetime.fromtimestamp(after_ms / 1000, tz)
     try:
-        return _ms(next(CronSim(expr, start)))
+        if not _wall_clock(expr):
+            # real time: every instant whose local time matches (cronsim steps in UTC)
+            start = datetime.fromtimestamp(after_ms // 1000, tz)
+            return _ms(next(CronSim(expr, start)))
+        # wall-clock times are iterated as naive local times, then placed (_instant):
+        # monotonic, so the first one placed after ``after_ms`` is the next slot
+        for naive in CronSim(expr, _wall_bound(tz, after_ms)):
+            found = _instant(naive, tz)
+            if found > after_ms:
+                return found
     except StopIteration:
-        return None
+        pass
+    return None
 
 
 @lru_cache(maxsize=4096)
 def _cron_at_or_before(expr: str, timezone: str, at_ms: int) -> int | None:
     tz = check_timezone(timezone)
+    wall = _wall_clock(expr)
+    if wall:
+        start = _wall_bound(tz, at_ms)
+    else:
+        start = datetime.fromtimestamp(at_ms // 1000, tz).replace(microsecond=at_ms % 1000 * 1000)
     # cronsim's reverse iteration starts at the whole second (included) below a fraction
-    start = datetime.fromtimestamp((at_ms + 1) / 1000, tz)
     if start.microsecond == 0:
         start = start.replace(microsecond=1)
     try:
-        found = _ms(next(CronSim(expr, start, reverse=True)))
+        for found in CronSim(expr, start, reverse=True):
+            slot = _instant(found, tz) if wall else _ms(found)
+            if slot <= at_ms:
+                return slot
     except StopIteration:
-        return None
-    return found if found <= at_ms else None
+        pass
+    return None
 
 
 def _in_window(spec: ScheduleSpec, slot: int | None) -> int | None:

@@ -1,0 +1,212 @@
+"""Cron schedules at daylight-saving changes (issue 37, defects 3 and 4).
+
+Pure computation with the real Europe/Berlin and America/New_York zones (no waiting for a
+night): 5- and 6-field expressions follow the same documented rules, the "latest slot at or
+before t" lookup agrees with the forward iteration at every instant, and both agree with a
+brute-force model built from zoneinfo alone. The end-to-end tests (a real scheduler on a
+real Redis) use a private zone file whose offset changes a few seconds into the test.
+"""
+
+from __future__ import annotations
+
+import itertools
+from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
+
+import pytest
+from cronsim import CronSim
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from delayq.schedules.spec import ScheduleSpec, check_cron, due_slots, next_slot, previous_slot
+
+UTC = timezone.utc
+BERLIN, NEW_YORK = "Europe/Berlin", "America/New_York"
+# The four changes of the issue: (zone, a UTC instant some hours before the change)
+CHANGES = {
+    "berlin-spring": (BERLIN, datetime(2027, 3, 27, 12, tzinfo=UTC)),
+    "berlin-fall": (BERLIN, datetime(2026, 10, 24, 12, tzinfo=UTC)),
+    "new-york-spring": (NEW_YORK, datetime(2027, 3, 13, 12, tzinfo=UTC)),
+    "new-york-fall": (NEW_YORK, datetime(2026, 10, 31, 12, tzinfo=UTC)),
+}
+
+
+def spec(cron: str, tz: str, **kw: object) -> ScheduleSpec:
+    opts: dict[str, object] = {
+        "name": "s", "event_type": "t", "partitions": 1, "cron": check_cron(cron, tz),
+        "every_ms": None, "timezone": tz, "template": b"", "overlap": "skip",
+        "catch_up_ms": None, "jitter_ms": 0, "start_ms": None, "end_ms": None,
+    }  # fmt: skip
+    opts.update(kw)
+    return ScheduleSpec(**opts).with_version()  # type: ignore[arg-type]
+
+
+def ms(dt: datetime) -> int:
+    return round(dt.timestamp() * 1000)
+
+
+def utc(slot: int) -> str:
+    return datetime.fromtimestamp(slot / 1000, UTC).strftime("%m-%dT%H:%M:%SZ")
+
+
+def slots_between(s: ScheduleSpec, start: int, end: int) -> list[int]:
+    """Every slot in ``(start, end]`` by the forward iteration."""
+    out, slot = [], next_slot(s, start)
+    while slot is not None and slot <= end:
+        out.append(slot)
+        slot = next_slot(s, slot)
+    return out
+
+
+# -- the documented rules, 5 and 6 fields alike ---------------------------------------
+
+
+@pytest.mark.parametrize("fields", [5, 6])
+@pytest.mark.parametrize(
+    ("change", "hm", "expected"),
+    [
+        # 02:30 does not exist: once, at the first instant after the gap (03:00 CEST/EDT)
+        ("berlin-spring", "30 2", ["03-28T01:00:00Z", "03-29T00:30:00Z", "03-30T00:30:00Z"]),
+        ("new-york-spring", "30 2", ["03-14T07:00:00Z", "03-15T06:30:00Z", "03-16T06:30:00Z"]),
+        # 02:30 (Berlin) and 01:30 (New York) occur twice: once, at the first occurrence
+        ("berlin-fall", "30 2", ["10-25T00:30:00Z", "10-26T01:30:00Z", "10-27T01:30:00Z"]),
+        ("new-york-fall", "30 1", ["11-01T05:30:00Z", "11-02T06:30:00Z", "11-03T06:30:00Z"]),
+    ],
+)  # fmt: skip
+def test_a_fixed_time_fires_once_at_each_change(
+    fields: int, change: str, hm: str, expected: list[str]
+) -> None:
+    tz, before = CHANGES[change]
+    minute, hour = hm.split()
+    expr = f"{minute} {hour} * * *" if fields == 5 else f"0 {minute} {hour} * * *"
+    s = spec(expr, tz)
+    start = ms(before)
+    assert [utc(x) for x in slots_between(s, start, start + 3 * 86_400_000)] == expected
+
+
+def test_seconds_in_a_gap_fire_once_and_seconds_in_a_repeated_hour_once_each() -> None:
+    # every 20 s of 02:30 local: the gap folds the three into one fire at 03:00 CEST; on
+    # the fall-back night they fire in the first 02:30 only
+    s = spec("*/20 30 2 * * *", BERLIN)
+    spring, fall = ms(datetime(2027, 3, 28, tzinfo=UTC)), ms(datetime(2026, 10, 25, tzinfo=UTC))
+    day = 86_400_000
+    assert [utc(x) for x in slots_between(s, spring, spring + day)] == ["03-28T01:00:00Z"]
+    fall_slots = [utc(x) for x in slots_between(s, fall, fall + day)]
+    assert fall_slots == ["10-25T00:30:00Z", "10-25T00:30:20Z", "10-25T00:30:40Z"]
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_a_star_hour_follows_real_time(change: str) -> None:
+    # hour field "*": every instant whose local time matches, in both passes of a
+    # repeated hour and in none of a skipped one; 5 and 6 fields the same
+    tz, before = CHANGES[change]
+    start, end = ms(before), ms(before + timedelta(days=1))
+    five = slots_between(spec("30 * * * *", tz), start, end)
+    six = slots_between(spec("0 30 * * * *", tz), start, end)
+    assert five == six
+    assert all(b - a == 3_600_000 for a, b in itertools.pairwise(five))  # an hour apart, always
+
+
+# -- an independent model: scan the real zone minute by minute ------------------------
+
+
+def _matches(expr: str, naive: datetime) -> bool:
+    return next(CronSim(expr, naive - timedelta(seconds=1))) == naive
+
+
+def model(expr: str, tz_name: str, start: datetime, hours: int) -> list[int]:
+    """The slots the docs define, from zoneinfo and a per-minute scan (expressions with
+    second 0): a wall-clock expression fires at the first occurrence of a matching local
+    time, and once at the end of a gap that hides a match; a ``*`` minute or hour fires at
+    every instant whose local time matches."""
+    tz = ZoneInfo(tz_name)
+    fields = expr.split()
+    wall = not fields[-5].startswith("*") and not fields[-4].startswith("*")
+    out: list[int] = []
+    first = int(start.timestamp()) // 60 * 60
+    for u in range(first, first + hours * 3600, 60):
+        local = datetime.fromtimestamp(u, tz)
+        naive = local.replace(tzinfo=None)
+        if not wall:
+            hit = _matches(expr, naive)
+        else:
+            hit = local.fold == 0 and _matches(expr, naive)
+            before = datetime.fromtimestamp(u - 60, tz).replace(tzinfo=None)
+            gap = before + timedelta(minutes=1)
+            while not hit and gap < naive:  # local minutes the clock jumped over
+                hit = _matches(expr, gap)
+                gap += timedelta(minutes=1)
+        if hit:
+            out.append(u * 1000)
+    return out
+
+
+EXPRESSIONS = [
+    "30 2 * * *", "0 30 2 * * *", "30 1 * * *", "0 30 1 * * *", "0,30 2 * * *",
+    "0 15,45 1-3 * * *", "0 0-59/20 0-23 * * *", "0 2 * * *", "0 0 3 * * *",
+    "*/15 * * * *", "0 */2 * * *", "0 45 * * * *", "0 * 2 * * *", "10 */1 * * *",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+@pytest.mark.parametrize("expr", EXPRESSIONS)
+def test_forward_iteration_matches_the_model(change: str, expr: str) -> None:
+    tz, before = CHANGES[change]
+    s = spec(expr, tz)
+    expected = model(expr, tz, before, 36)
+    start = ms(before) - 1
+    assert slots_between(s, start, start + 36 * 3_600_000) == expected
+
+
+# -- "latest slot at or before t" agrees with the forward walk, at every instant -------
+
+WALK_FROM_MS = 50 * 3_600_000  # every expression above has a slot in any 50 hours
+
+
+def walked(s: ScheduleSpec, t: int) -> int | None:
+    """The latest slot at or before ``t`` by brute force: walk forward from long before."""
+    found = None
+    for slot in slots_between(s, t - WALK_FROM_MS, t):
+        found = slot
+    return found
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    change=st.sampled_from(sorted(CHANGES)),
+    expr=st.sampled_from([*EXPRESSIONS, "*/20 30 2 * * *", "*/20 30 1 * * *"]),
+    offset_ms=st.integers(min_value=0, max_value=24 * 3_600_000),
+)
+def test_latest_slot_agrees_with_the_forward_walk(change: str, expr: str, offset_ms: int) -> None:
+    tz, before = CHANGES[change]
+    s = spec(expr, tz)
+    t = ms(before) + offset_ms
+    latest = previous_slot(s, t)
+    assert latest == walked(s, t), (expr, tz, utc(t))
+    assert latest is not None and latest <= t
+    nxt = next_slot(s, t)
+    assert nxt is not None and nxt > t and next_slot(s, latest) == nxt
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+@pytest.mark.parametrize("expr", ["30 2 * * *", "0 30 2 * * *", "30 1 * * *", "0 30 1 * * *"])
+def test_latest_slot_at_every_minute_of_the_change(change: str, expr: str) -> None:
+    # every minute (and the second around each) of the 6 hours around the change
+    tz, before = CHANGES[change]
+    s = spec(expr, tz)
+    start = ms(before) + 10 * 3_600_000
+    for t in range(start, start + 6 * 3_600_000, 60_000):
+        for probe in (t - 1, t, t + 1):
+            assert previous_slot(s, probe) == walked(s, probe), (expr, tz, utc(probe))
+
+
+def test_catch_up_in_the_repeated_hour_fires_the_missed_slot() -> None:
+    # the issue's case: mark at the day before, back at 01:10Z (02:10 CET, the second
+    # pass): 02:30 CEST (00:30Z) is due, and nothing more until the next day
+    s = spec("30 2 * * *", BERLIN)
+    mark = ms(datetime(2026, 10, 24, 0, 30, tzinfo=UTC))
+    now = ms(datetime(2026, 10, 25, 1, 10, tzinfo=UTC))
+    assert due_slots(s, mark, now) == ([ms(datetime(2026, 10, 25, 0, 30, tzinfo=UTC))], 0)
+    fired = ms(datetime(2026, 10, 25, 0, 30, tzinfo=UTC))
+    assert due_slots(s, fired, now + 30 * 60_000) == ([], 0)  # not again at 02:30 CET
+    assert next_slot(s, fired) == ms(datetime(2026, 10, 26, 1, 30, tzinfo=UTC))
