@@ -9,16 +9,24 @@ real Redis) use a private zone file whose offset changes a few seconds into the 
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+import redis.asyncio as aioredis
 from cronsim import CronSim
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tzif import private_zone
 
+from delayq import Event, EventService, current_delivery
+from delayq.schedules import firing
 from delayq.schedules.spec import ScheduleSpec, check_cron, due_slots, next_slot, previous_slot
+from delayq.testing import RedisServer
 
 UTC = timezone.utc
 BERLIN, NEW_YORK = "Europe/Berlin", "America/New_York"
@@ -210,3 +218,167 @@ def test_catch_up_in_the_repeated_hour_fires_the_missed_slot() -> None:
     fired = ms(datetime(2026, 10, 25, 0, 30, tzinfo=UTC))
     assert due_slots(s, fired, now + 30 * 60_000) == ([], 0)  # not again at 02:30 CET
     assert next_slot(s, fired) == ms(datetime(2026, 10, 26, 1, 30, tzinfo=UTC))
+
+
+# -- a real scheduler on a real Redis, with a zone whose offset changes in the test ----
+
+FAST = {"scheduling_interval": 0.2, "lock_timeout": 1.0, "polling_timeout": 1.0}
+HOUR, DAY = 3600, 86_400
+
+
+class Nightly(Event, event_name="dst-nightly"):
+    n: int = 0
+
+
+class Fired:
+    """A handler that records the slot (unix ms) of every fire, by schedule."""
+
+    def __init__(self) -> None:
+        self.slots: dict[str, list[int]] = {}
+
+    async def __call__(self, event: Event) -> None:
+        delivery = current_delivery()
+        assert delivery is not None and delivery.slot is not None
+        assert delivery.schedule is not None
+        self.slots.setdefault(delivery.schedule, []).append(ms(delivery.slot))
+
+
+def service(url: str, prefix: str, fired: Fired | None = None, **options: Any) -> EventService:
+    s = EventService.from_url(url, prefix=prefix, **{**FAST, **options})
+    if fired is not None:
+        s.add_handler(Nightly, fired)
+    return s
+
+
+async def redis_now(client: aioredis.Redis) -> float:
+    seconds, micros = await client.time()
+    return seconds + micros / 1e6
+
+
+async def past(client: aioredis.Redis, t: float) -> bool:
+    return await redis_now(client) >= t
+
+
+async def commands(client: aioredis.Redis) -> int:
+    """Commands the server has run (scripts' own calls included: a bound, not a profile)."""
+    return int((await client.info("stats"))["total_commands_processed"])
+
+
+def cron_at(naive_s: int, fields: int) -> str:
+    """The expression of one wall-clock time (seconds since the epoch, in local time)."""
+    t = datetime.fromtimestamp(naive_s, UTC)
+    assert fields == 6 or t.second == 0
+    head = f"{t.second} " if fields == 6 else ""
+    return f"{head}{t.minute} {t.hour} * * *"
+
+
+# The scheduler's commands in the measurement window below stay under this with no
+# spin (about 60 here); a spinning firer sends thousands a second.
+COMMAND_BOUND = 600
+
+
+@pytest.mark.parametrize("fields", [5, 6])
+async def test_back_in_the_repeated_hour_fires_the_missed_slot_once(
+    private_server: RedisServer, prefix: str, tmp_path: Path, wait_for: Any, fields: int
+) -> None:
+    # The issue's catch-up case on a private zone: the clock goes back an hour at X; the
+    # slot's first occurrence (S0) comes and goes while no scheduler runs; a scheduler
+    # starts after X (the second pass of the repeated hour), before its second occurrence.
+    raw = aioredis.Redis.from_url(private_server.url, protocol=2)
+    s0 = int(await redis_now(raw)) + 3
+    change = s0 + 2
+    before = HOUR + (-s0) % 60  # the slot is on a whole local minute (5 fields)
+    fired = Fired()
+    with private_zone(tmp_path, (before, "AAA"), [(change, before - HOUR, "BBB")]) as zone:
+        async with service(private_server.url, prefix, enable_scheduling=False) as declarer:
+            await declarer.schedule("nightly", Nightly, cron=cron_at(s0 + before, fields),
+                                    timezone=zone)  # fmt: skip
+        await wait_for(lambda: past(raw, change + 0.2), timeout=10)
+        first = await commands(raw)
+        async with service(private_server.url, prefix, fired) as running:
+            await wait_for(lambda: fired.slots.get("nightly"), timeout=10)
+            # the measurement window: a second of the scheduler's life after the fire
+            await asyncio.sleep(1.0)
+            spent = await commands(raw) - first
+            info = await running.schedule_info("nightly")
+    await raw.aclose()
+    assert fired.slots == {"nightly": [s0 * 1000]}
+    assert info is not None and info.fires == 1
+    # not again at the second occurrence (S0 + 1 h), next on the next day
+    assert info.next_fire == datetime.fromtimestamp(s0 + HOUR + DAY, UTC)
+    assert spent < COMMAND_BOUND, spent
+
+
+@pytest.mark.parametrize("fields", [5, 6])
+async def test_a_time_the_clock_skips_fires_once_at_the_change(
+    private_server: RedisServer, prefix: str, tmp_path: Path, wait_for: Any, fields: int
+) -> None:
+    # The clock goes forward an hour at X, over the schedule's time: it fires once, at X;
+    # an every-second wall-clock schedule fires each second once around X (the hour the
+    # clock skips is one slot, at X).
+    raw = aioredis.Redis.from_url(private_server.url, protocol=2)
+    change = int(await redis_now(raw)) + 4
+    before = (-(change + HOUR // 2)) % 60  # half an hour into the gap is a whole minute
+    fired = Fired()
+    with private_zone(tmp_path, (before, "AAA"), [(change, before + HOUR, "BBB")]) as zone:
+        async with service(private_server.url, prefix, fired) as running:
+            skipped = cron_at(change + before + HOUR // 2, fields)
+            await running.schedule("skipped", Nightly, cron=skipped, timezone=zone)
+            await running.schedule("seconds", Nightly, cron="* 0-59 0-23 * * *", timezone=zone)
+            await wait_for(lambda: fired.slots.get("skipped"), timeout=10)
+            await wait_for(lambda: max(fired.slots.get("seconds", [0])) >= (change + 2) * 1000)
+            info = await running.schedule_info("skipped")
+    await raw.aclose()
+    assert fired.slots["skipped"] == [change * 1000]
+    assert info is not None and info.fires == 1
+    assert info.next_fire == datetime.fromtimestamp(change - HOUR // 2 + DAY, UTC)
+    seconds = sorted(fired.slots["seconds"])
+    assert seconds == list(range(seconds[0], seconds[-1] + 1000, 1000))  # once each, no gap
+    assert change * 1000 in seconds
+
+
+async def test_the_repeated_hour_fires_once_while_the_scheduler_runs(
+    private_server: RedisServer, prefix: str, tmp_path: Path, wait_for: Any
+) -> None:
+    # The clock goes back an hour at X: an every-second wall-clock schedule fires each
+    # second up to X and then waits for the hour to come round; a real-time one
+    # ("*" minute) goes on every second.
+    raw = aioredis.Redis.from_url(private_server.url, protocol=2)
+    change = int(await redis_now(raw)) + 4
+    fired = Fired()
+    with private_zone(tmp_path, (HOUR, "AAA"), [(change, 0, "BBB")]) as zone:
+        async with service(private_server.url, prefix, fired) as running:
+            await running.schedule("wall", Nightly, cron="* 0-59 0-23 * * *", timezone=zone)
+            await running.schedule("real", Nightly, cron="* * * * * *", timezone=zone)
+            await wait_for(lambda: max(fired.slots.get("real", [0])) >= (change + 2) * 1000)
+            info = await running.schedule_info("wall")
+    await raw.aclose()
+    wall = sorted(fired.slots["wall"])
+    assert wall == list(range(wall[0], change * 1000, 1000))  # each second once, up to X
+    assert info is not None and info.next_fire == datetime.fromtimestamp(change + HOUR, UTC)
+    real = sorted(fired.slots["real"])
+    assert real == list(range(real[0], real[-1] + 1000, 1000)) and change * 1000 in real
+
+
+async def test_a_due_slot_that_yields_no_fire_does_not_spin_the_firer(
+    private_server: RedisServer,
+    prefix: str,
+    wait_for: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Defence in depth: should the slot lookups ever disagree again (the next slot due,
+    # yet nothing to fire), the firer looks at the schedule once a second and says so.
+    monkeypatch.setattr(firing, "due_slots", lambda spec, mark, now: ([], 0))
+    raw = aioredis.Redis.from_url(private_server.url, protocol=2)
+    async with service(private_server.url, prefix) as running:
+        info = await running.schedule("stuck", Nightly, cron="* * * * * *")
+        assert info.next_fire is not None
+        due = info.next_fire.timestamp()
+        await wait_for(lambda: past(raw, due + 0.5), timeout=10)
+        first = await commands(raw)
+        await asyncio.sleep(1.5)  # the measurement window
+        spent = await commands(raw) - first
+    await raw.aclose()
+    assert spent < COMMAND_BOUND, spent
+    assert "schedule stuck: slot" in caplog.text and "nothing fires" in caplog.text

@@ -104,6 +104,9 @@ CATCH_UP_MS = 1000
 # type's schedule due at the slot, and the scheduler moves it then, as precisely as any
 # delayed event (the firer's own round trips do not add to its lateness).
 AHEAD_MS = 200
+# A schedule whose next slot is already due but which has nothing to fire (its slot math
+# disagreeing with itself) is looked at again this long (ms) later, never at once: no spin.
+_NOTHING_DUE_MS = 1000
 
 
 class ScheduleFirer:
@@ -133,6 +136,7 @@ class ScheduleFirer:
         self._wake: anyio.Event | None = None
         self._scope: anyio.CancelScope | None = None
         self._specs: dict[tuple[str, str], ScheduleSpec] = {}  # (name, version) -> spec
+        self._warned: set[tuple[str, int]] = set()  # (name, mark) told about (_next_look)
         self.passes = 0
         """How many times the index has been read (tests and benchmarks look)."""
 
@@ -250,7 +254,7 @@ class ScheduleFirer:
                 self._metrics.increment("schedule_missed", missed, event_type=label)
                 log.info("schedule %s: %d slots missed (catch-up policy)", name, missed)
             if not slots and not state.buffered_slot_ms:
-                index.append((name, state.gen, shard, next_slot(spec, state.mark_ms)))
+                index.append((name, state.gen, shard, self._next_look(spec, state.mark_ms, now)))
                 continue
             specs[name] = spec
             if state.buffered_slot_ms:
@@ -287,6 +291,24 @@ class ScheduleFirer:
                 # stale, gone, paused: the write that caused it updated the index
         await self._store.schedule_index(index)
         return index
+
+    def _next_look(self, spec: ScheduleSpec, mark: int, now: int) -> int | None:
+        """The index entry of a schedule with nothing to fire: its next slot, or, when that
+        is already due (defence in depth: the slot lookups disagree), a second from now."""
+        nxt = next_slot(spec, mark)
+        if nxt is None or nxt > now + AHEAD_MS:
+            return nxt
+        if (spec.name, mark) not in self._warned:
+            if len(self._warned) > 10_000:
+                self._warned.clear()
+            self._warned.add((spec.name, mark))
+            log.warning(
+                "schedule %s: slot %d is due but nothing fires; looking again every %d ms",
+                spec.name,
+                nxt,
+                _NOTHING_DUE_MS,
+            )
+        return now + AHEAD_MS + _NOTHING_DUE_MS
 
     def _fired(self, label: str, now: int, slot: int, *, held: bool = False) -> None:
         self._metrics.increment("schedule_fires", event_type=label)
