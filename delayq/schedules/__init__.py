@@ -1,7 +1,8 @@
 """Recurring schedules: cron expressions and intervals in IANA time zones, each slot fired
 exactly once by any number of processes (see docs/SCHEDULES.md).
 
-* :mod:`.spec`: the stored definition and its slots (cronsim, zoneinfo), fire ids, jitter;
+* :mod:`.cron`: cron expressions in a time zone and their slots (cronsim, zoneinfo, DST);
+* :mod:`.spec`: the stored definition and its slots, fire ids, jitter;
 * :mod:`.state`: the state the Lua scripts keep (the mark of the last slot fired, ...);
 * :mod:`.api`: ``Schedules``, the operations ``EventService.schedule`` and friends call,
   and ``ScheduleInfo``;
