@@ -30,6 +30,7 @@ from delayq.testing import RedisServer
 
 UTC = timezone.utc
 BERLIN, NEW_YORK = "Europe/Berlin", "America/New_York"
+HOUR, DAY = 3600, 86_400
 # The four changes of the issue: (zone, a UTC instant some hours before the change)
 CHANGES = {
     "berlin-spring": (BERLIN, datetime(2027, 3, 27, 12, tzinfo=UTC)),
@@ -208,6 +209,47 @@ def test_latest_slot_at_every_minute_of_the_change(change: str, expr: str) -> No
             assert previous_slot(s, probe) == walked(s, probe), (expr, tz, utc(probe))
 
 
+def changes_in(tz_name: str, year: int) -> list[int]:
+    """The unix seconds (to the hour) at which a zone changes its offset in a year."""
+    tz = ZoneInfo(tz_name)
+    start = int(datetime(year, 1, 1, tzinfo=UTC).timestamp())
+    hours = [start + h * 3600 for h in range(366 * 24)]
+    offsets = [datetime.fromtimestamp(h, tz).utcoffset() for h in hours]
+    return [h for h, a, b in zip(hours[1:], offsets, offsets[1:], strict=False) if a != b]
+
+
+@pytest.mark.parametrize(
+    "tz", ["Australia/Lord_Howe", "Europe/Dublin", "Australia/Sydney", "America/Santiago"]
+)
+@pytest.mark.parametrize(
+    ("expr", "walk_hours"),
+    [("30 1 * * *", 50), ("0 30 2 * * *", 50), ("*/15 * * * *", 3), ("0 */2 * * *", 5)],
+)
+def test_other_zones_half_hour_and_negative_changes(tz: str, expr: str, walk_hours: int) -> None:
+    # Lord Howe moves its clocks by 30 minutes, Dublin's "daylight" time is its winter
+    # time: the lookups agree there too (every 5 minutes of 6 hours around each change)
+    s = spec(expr, tz)
+    changes = changes_in(tz, 2026)
+    assert len(changes) == 2
+    for change in changes:
+        for t in range((change - 3 * HOUR) * 1000, (change + 3 * HOUR) * 1000, 300_007):
+            found = None
+            for slot in slots_between(s, t - walk_hours * 3_600_000, t):
+                found = slot
+            assert previous_slot(s, t) == found, (expr, tz, utc(t))
+
+
+def test_a_real_time_slot_after_a_half_hour_fall_back() -> None:
+    # Lord Howe, 2026-04-05: 02:00 (+11) goes back to 01:30 (+10:30); 02:00 +10:30 is an
+    # ordinary local time and fires ("0 */2": cronsim's own stepping skipped it)
+    s = spec("0 */2 * * *", "Australia/Lord_Howe")
+    start = ms(datetime(2026, 4, 4, 13, tzinfo=UTC))  # 00:00 +11
+    assert [utc(x) for x in slots_between(s, start, start + 5 * 3_600_000)] == [
+        "04-04T15:30:00Z",
+        "04-04T17:30:00Z",
+    ]
+
+
 def test_catch_up_in_the_repeated_hour_fires_the_missed_slot() -> None:
     # the issue's case: mark at the day before, back at 01:10Z (02:10 CET, the second
     # pass): 02:30 CEST (00:30Z) is due, and nothing more until the next day
@@ -223,7 +265,6 @@ def test_catch_up_in_the_repeated_hour_fires_the_missed_slot() -> None:
 # -- a real scheduler on a real Redis, with a zone whose offset changes in the test ----
 
 FAST = {"scheduling_interval": 0.2, "lock_timeout": 1.0, "polling_timeout": 1.0}
-HOUR, DAY = 3600, 86_400
 
 
 class Nightly(Event, event_name="dst-nightly"):

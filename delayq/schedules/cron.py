@@ -9,8 +9,10 @@ names local times: they are iterated as naive local times and placed by
 first instant after the gap); that placement never goes backwards, so the
 first placed time after an instant is the next slot, and the last one up to
 :func:`_wall_bound` is the latest slot: forward and reverse lookups agree at
-every instant. A *real-time* expression matches each instant's own local time
-(cronsim steps through UTC).
+every instant. A *real-time* expression matches each instant's own local time:
+between two offset changes local time is the instant plus a fixed offset, so it
+is iterated in that fixed offset, piece by piece (cronsim's own stepping through
+a zone skips slots when a change is not a whole hour, as Lord Howe's 30 minutes).
 """
 
 from __future__ import annotations
@@ -143,6 +145,66 @@ def _wall_bound(tz: ZoneInfo, at_ms: int) -> datetime:
     return end + timedelta(milliseconds=999)
 
 
+# Zones never change their offset twice within this many seconds: probing an interval at
+# this step finds each change in it.
+_PROBE_S = 6 * 3600
+
+
+def _first_change(tz: ZoneInfo, after: int, until: int) -> int | None:
+    """The first unix second in ``(after, until]`` whose offset differs from the second
+    before it, or None."""
+    while after < until:
+        step = min(after + _PROBE_S, until)
+        if _offset(tz, step) != _offset(tz, after):
+            return _change_at(tz, after, step)
+        after = step
+    return None
+
+
+def _last_change(tz: ZoneInfo, after: int, until: int) -> int | None:
+    """The last unix second in ``(after, until]`` whose offset differs from the second
+    before it, or None."""
+    while until > after:
+        step = max(until - _PROBE_S, after)
+        if _offset(tz, step) != _offset(tz, until):
+            return _change_at(tz, step, until)
+        until = step
+    return None
+
+
+def _fixed(tz: ZoneInfo, second: int) -> _timezone:
+    return _timezone(_offset(tz, second) or timedelta())
+
+
+def _real_after(expr: str, tz: ZoneInfo, after_s: int) -> int | None:
+    # between two changes the local time is the instant plus a fixed offset: iterate in
+    # that offset, and start again at a change that comes first
+    while True:
+        try:
+            start = datetime.fromtimestamp(after_s, _fixed(tz, after_s + 1))
+            found = next(CronSim(expr, start)).timestamp()
+        except StopIteration:
+            return None
+        change = _first_change(tz, after_s + 1, int(found))
+        if change is None:
+            return int(found) * 1000
+        after_s = change - 1
+
+
+def _real_at_or_before(expr: str, tz: ZoneInfo, at_s: int) -> int | None:
+    while True:
+        # cronsim's reverse iteration starts at the whole second (included) below a fraction
+        start = datetime.fromtimestamp(at_s, _fixed(tz, at_s)).replace(microsecond=1)
+        try:
+            found = next(CronSim(expr, start, reverse=True)).timestamp()
+        except StopIteration:
+            return None
+        change = _last_change(tz, int(found), at_s)
+        if change is None:
+            return int(found) * 1000
+        at_s = change - 1
+
+
 @lru_cache(maxsize=4096)
 def cron_after(expr: str, timezone: str, after_ms: int) -> int | None:
     """The first slot of ``expr`` in ``timezone`` strictly after ``after_ms`` (None: none
@@ -150,10 +212,7 @@ def cron_after(expr: str, timezone: str, after_ms: int) -> int | None:
     # many schedules share an expression and a slot: the cache makes a shared slot cheap
     tz = check_timezone(timezone)
     if not _wall_clock(expr):
-        try:
-            return _ms(next(CronSim(expr, datetime.fromtimestamp(after_ms // 1000, tz))))
-        except StopIteration:
-            return None
+        return _real_after(expr, tz, after_ms // 1000)
     # placed times never go backwards: the first placed after ``after_ms`` is the next slot
     for naive in CronSim(expr, _wall_bound(tz, after_ms)):
         found = _instant(naive, tz)
@@ -167,16 +226,14 @@ def cron_at_or_before(expr: str, timezone: str, at_ms: int) -> int | None:
     """The latest slot of ``expr`` in ``timezone`` at or before ``at_ms`` (None: none
     within cronsim's 50 years): always the one :func:`cron_after` walks to."""
     tz = check_timezone(timezone)
-    wall = _wall_clock(expr)
-    if wall:
-        start = _wall_bound(tz, at_ms)
-    else:
-        start = datetime.fromtimestamp(at_ms // 1000, tz).replace(microsecond=at_ms % 1000 * 1000)
+    if not _wall_clock(expr):
+        return _real_at_or_before(expr, tz, at_ms // 1000)
+    start = _wall_bound(tz, at_ms)
     # cronsim's reverse iteration starts at the whole second (included) below a fraction
     if start.microsecond == 0:
         start = start.replace(microsecond=1)
-    for found in CronSim(expr, start, reverse=True):
-        slot = _instant(found, tz) if wall else _ms(found)
-        if slot <= at_ms:
-            return slot
+    for naive in CronSim(expr, start, reverse=True):
+        found = _instant(naive, tz)
+        if found <= at_ms:
+            return found
     return None
