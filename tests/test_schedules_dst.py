@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import AsyncIterator
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -21,11 +23,12 @@ import redis.asyncio as aioredis
 from cronsim import CronSim
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_schedules_spec import ms, spec
 from tzif import private_zone
 
 from delayq import Event, EventService, current_delivery
 from delayq.schedules import firing
-from delayq.schedules.spec import ScheduleSpec, check_cron, due_slots, next_slot, previous_slot
+from delayq.schedules.spec import ScheduleSpec, due_slots, next_slot, previous_slot
 from delayq.testing import RedisServer
 
 UTC = timezone.utc
@@ -38,20 +41,6 @@ CHANGES = {
     "new-york-spring": (NEW_YORK, datetime(2027, 3, 13, 12, tzinfo=UTC)),
     "new-york-fall": (NEW_YORK, datetime(2026, 10, 31, 12, tzinfo=UTC)),
 }
-
-
-def spec(cron: str, tz: str, **kw: object) -> ScheduleSpec:
-    opts: dict[str, object] = {
-        "name": "s", "event_type": "t", "partitions": 1, "cron": check_cron(cron, tz),
-        "every_ms": None, "timezone": tz, "template": b"", "overlap": "skip",
-        "catch_up_ms": None, "jitter_ms": 0, "start_ms": None, "end_ms": None,
-    }  # fmt: skip
-    opts.update(kw)
-    return ScheduleSpec(**opts).with_version()  # type: ignore[arg-type]
-
-
-def ms(dt: datetime) -> int:
-    return round(dt.timestamp() * 1000)
 
 
 def utc(slot: int) -> str:
@@ -88,7 +77,7 @@ def test_a_fixed_time_fires_once_at_each_change(
     tz, before = CHANGES[change]
     minute, hour = hm.split()
     expr = f"{minute} {hour} * * *" if fields == 5 else f"0 {minute} {hour} * * *"
-    s = spec(expr, tz)
+    s = spec(expr, tz=tz)
     start = ms(before)
     assert [utc(x) for x in slots_between(s, start, start + 3 * 86_400_000)] == expected
 
@@ -96,7 +85,7 @@ def test_a_fixed_time_fires_once_at_each_change(
 def test_seconds_in_a_gap_fire_once_and_seconds_in_a_repeated_hour_once_each() -> None:
     # every 20 s of 02:30 local: the gap folds the three into one fire at 03:00 CEST; on
     # the fall-back night they fire in the first 02:30 only
-    s = spec("*/20 30 2 * * *", BERLIN)
+    s = spec("*/20 30 2 * * *", tz=BERLIN)
     spring, fall = ms(datetime(2027, 3, 28, tzinfo=UTC)), ms(datetime(2026, 10, 25, tzinfo=UTC))
     day = 86_400_000
     assert [utc(x) for x in slots_between(s, spring, spring + day)] == ["03-28T01:00:00Z"]
@@ -110,8 +99,8 @@ def test_a_star_hour_follows_real_time(change: str) -> None:
     # repeated hour and in none of a skipped one; 5 and 6 fields the same
     tz, before = CHANGES[change]
     start, end = ms(before), ms(before + timedelta(days=1))
-    five = slots_between(spec("30 * * * *", tz), start, end)
-    six = slots_between(spec("0 30 * * * *", tz), start, end)
+    five = slots_between(spec("30 * * * *", tz=tz), start, end)
+    six = slots_between(spec("0 30 * * * *", tz=tz), start, end)
     assert five == six
     assert all(b - a == 3_600_000 for a, b in itertools.pairwise(five))  # an hour apart, always
 
@@ -161,7 +150,7 @@ EXPRESSIONS = [
 @pytest.mark.parametrize("expr", EXPRESSIONS)
 def test_forward_iteration_matches_the_model(change: str, expr: str) -> None:
     tz, before = CHANGES[change]
-    s = spec(expr, tz)
+    s = spec(expr, tz=tz)
     expected = model(expr, tz, before, 36)
     start = ms(before) - 1
     assert slots_between(s, start, start + 36 * 3_600_000) == expected
@@ -188,7 +177,7 @@ def walked(s: ScheduleSpec, t: int) -> int | None:
 )
 def test_latest_slot_agrees_with_the_forward_walk(change: str, expr: str, offset_ms: int) -> None:
     tz, before = CHANGES[change]
-    s = spec(expr, tz)
+    s = spec(expr, tz=tz)
     t = ms(before) + offset_ms
     latest = previous_slot(s, t)
     assert latest == walked(s, t), (expr, tz, utc(t))
@@ -202,7 +191,7 @@ def test_latest_slot_agrees_with_the_forward_walk(change: str, expr: str, offset
 def test_latest_slot_at_every_minute_of_the_change(change: str, expr: str) -> None:
     # every minute (and the second around each) of the 6 hours around the change
     tz, before = CHANGES[change]
-    s = spec(expr, tz)
+    s = spec(expr, tz=tz)
     start = ms(before) + 10 * 3_600_000
     for t in range(start, start + 6 * 3_600_000, 60_000):
         for probe in (t - 1, t, t + 1):
@@ -228,7 +217,7 @@ def changes_in(tz_name: str, year: int) -> list[int]:
 def test_other_zones_half_hour_and_negative_changes(tz: str, expr: str, walk_hours: int) -> None:
     # Lord Howe moves its clocks by 30 minutes, Dublin's "daylight" time is its winter
     # time: the lookups agree there too (every 5 minutes of 6 hours around each change)
-    s = spec(expr, tz)
+    s = spec(expr, tz=tz)
     changes = changes_in(tz, 2026)
     assert len(changes) == 2
     for change in changes:
@@ -242,7 +231,7 @@ def test_other_zones_half_hour_and_negative_changes(tz: str, expr: str, walk_hou
 def test_a_real_time_slot_after_a_half_hour_fall_back() -> None:
     # Lord Howe, 2026-04-05: 02:00 (+11) goes back to 01:30 (+10:30); 02:00 +10:30 is an
     # ordinary local time and fires ("0 */2": cronsim's own stepping skipped it)
-    s = spec("0 */2 * * *", "Australia/Lord_Howe")
+    s = spec("0 */2 * * *", tz="Australia/Lord_Howe")
     start = ms(datetime(2026, 4, 4, 13, tzinfo=UTC))  # 00:00 +11
     assert [utc(x) for x in slots_between(s, start, start + 5 * 3_600_000)] == [
         "04-04T15:30:00Z",
@@ -253,7 +242,7 @@ def test_a_real_time_slot_after_a_half_hour_fall_back() -> None:
 def test_catch_up_in_the_repeated_hour_fires_the_missed_slot() -> None:
     # the issue's case: mark at the day before, back at 01:10Z (02:10 CET, the second
     # pass): 02:30 CEST (00:30Z) is due, and nothing more until the next day
-    s = spec("30 2 * * *", BERLIN)
+    s = spec("30 2 * * *", tz=BERLIN)
     mark = ms(datetime(2026, 10, 24, 0, 30, tzinfo=UTC))
     now = ms(datetime(2026, 10, 25, 1, 10, tzinfo=UTC))
     assert due_slots(s, mark, now) == ([ms(datetime(2026, 10, 25, 0, 30, tzinfo=UTC))], 0)
@@ -284,25 +273,41 @@ class Fired:
         self.slots.setdefault(delivery.schedule, []).append(ms(delivery.slot))
 
 
-def service(url: str, prefix: str, fired: Fired | None = None, **options: Any) -> EventService:
-    s = EventService.from_url(url, prefix=prefix, **{**FAST, **options})
-    if fired is not None:
-        s.add_handler(Nightly, fired)
-    return s
+class Lab:
+    """A private Redis (its URL, a client, its clock) and private zones, for one test."""
+
+    def __init__(self, url: str, prefix: str, raw: aioredis.Redis, zones: Path) -> None:
+        self.url, self.prefix, self.raw, self.zones = url, prefix, raw, zones
+
+    def service(self, fired: Fired | None = None, **options: Any) -> EventService:
+        s = EventService.from_url(self.url, prefix=self.prefix, **{**FAST, **options})
+        if fired is not None:
+            s.add_handler(Nightly, fired)
+        return s
+
+    def zone(
+        self, initial: tuple[int, str], changes: list[tuple[int, int, str]]
+    ) -> AbstractContextManager[str]:
+        return private_zone(self.zones, initial, changes)
+
+    async def now(self) -> float:
+        seconds, micros = await self.raw.time()
+        return seconds + micros / 1e6
+
+    async def past(self, t: float) -> bool:
+        return await self.now() >= t
+
+    async def commands(self) -> int:
+        """Commands the server has run (scripts' own calls included: a bound, not a
+        profile)."""
+        return int((await self.raw.info("stats"))["total_commands_processed"])
 
 
-async def redis_now(client: aioredis.Redis) -> float:
-    seconds, micros = await client.time()
-    return seconds + micros / 1e6
-
-
-async def past(client: aioredis.Redis, t: float) -> bool:
-    return await redis_now(client) >= t
-
-
-async def commands(client: aioredis.Redis) -> int:
-    """Commands the server has run (scripts' own calls included: a bound, not a profile)."""
-    return int((await client.info("stats"))["total_commands_processed"])
+@pytest.fixture
+async def lab(private_server: RedisServer, prefix: str, tmp_path: Path) -> AsyncIterator[Lab]:
+    raw = aioredis.Redis.from_url(private_server.url, protocol=2)
+    yield Lab(private_server.url, prefix, raw, tmp_path)
+    await raw.aclose()
 
 
 def cron_at(naive_s: int, fields: int) -> str:
@@ -320,29 +325,27 @@ COMMAND_BOUND = 600
 
 @pytest.mark.parametrize("fields", [5, 6])
 async def test_back_in_the_repeated_hour_fires_the_missed_slot_once(
-    private_server: RedisServer, prefix: str, tmp_path: Path, wait_for: Any, fields: int
+    lab: Lab, wait_for: Any, fields: int
 ) -> None:
     # The issue's catch-up case on a private zone: the clock goes back an hour at X; the
     # slot's first occurrence (S0) comes and goes while no scheduler runs; a scheduler
     # starts after X (the second pass of the repeated hour), before its second occurrence.
-    raw = aioredis.Redis.from_url(private_server.url, protocol=2)
-    s0 = int(await redis_now(raw)) + 3
+    s0 = int(await lab.now()) + 3
     change = s0 + 2
     before = HOUR + (-s0) % 60  # the slot is on a whole local minute (5 fields)
     fired = Fired()
-    with private_zone(tmp_path, (before, "AAA"), [(change, before - HOUR, "BBB")]) as zone:
-        async with service(private_server.url, prefix, enable_scheduling=False) as declarer:
+    with lab.zone((before, "AAA"), [(change, before - HOUR, "BBB")]) as zone:
+        async with lab.service(enable_scheduling=False) as declarer:
             await declarer.schedule("nightly", Nightly, cron=cron_at(s0 + before, fields),
                                     timezone=zone)  # fmt: skip
-        await wait_for(lambda: past(raw, change + 0.2), timeout=10)
-        first = await commands(raw)
-        async with service(private_server.url, prefix, fired) as running:
+        await wait_for(lambda: lab.past(change + 0.2), timeout=10)
+        first = await lab.commands()
+        async with lab.service(fired) as running:
             await wait_for(lambda: fired.slots.get("nightly"), timeout=10)
             # the measurement window: a second of the scheduler's life after the fire
             await asyncio.sleep(1.0)
-            spent = await commands(raw) - first
+            spent = await lab.commands() - first
             info = await running.schedule_info("nightly")
-    await raw.aclose()
     assert fired.slots == {"nightly": [s0 * 1000]}
     assert info is not None and info.fires == 1
     # not again at the second occurrence (S0 + 1 h), next on the next day
@@ -352,24 +355,22 @@ async def test_back_in_the_repeated_hour_fires_the_missed_slot_once(
 
 @pytest.mark.parametrize("fields", [5, 6])
 async def test_a_time_the_clock_skips_fires_once_at_the_change(
-    private_server: RedisServer, prefix: str, tmp_path: Path, wait_for: Any, fields: int
+    lab: Lab, wait_for: Any, fields: int
 ) -> None:
     # The clock goes forward an hour at X, over the schedule's time: it fires once, at X;
     # an every-second wall-clock schedule fires each second once around X (the hour the
     # clock skips is one slot, at X).
-    raw = aioredis.Redis.from_url(private_server.url, protocol=2)
-    change = int(await redis_now(raw)) + 4
+    change = int(await lab.now()) + 4
     before = (-(change + HOUR // 2)) % 60  # half an hour into the gap is a whole minute
     fired = Fired()
-    with private_zone(tmp_path, (before, "AAA"), [(change, before + HOUR, "BBB")]) as zone:
-        async with service(private_server.url, prefix, fired) as running:
+    with lab.zone((before, "AAA"), [(change, before + HOUR, "BBB")]) as zone:
+        async with lab.service(fired) as running:
             skipped = cron_at(change + before + HOUR // 2, fields)
             await running.schedule("skipped", Nightly, cron=skipped, timezone=zone)
             await running.schedule("seconds", Nightly, cron="* 0-59 0-23 * * *", timezone=zone)
             await wait_for(lambda: fired.slots.get("skipped"), timeout=10)
             await wait_for(lambda: max(fired.slots.get("seconds", [0])) >= (change + 2) * 1000)
             info = await running.schedule_info("skipped")
-    await raw.aclose()
     assert fired.slots["skipped"] == [change * 1000]
     assert info is not None and info.fires == 1
     assert info.next_fire == datetime.fromtimestamp(change - HOUR // 2 + DAY, UTC)
@@ -379,21 +380,19 @@ async def test_a_time_the_clock_skips_fires_once_at_the_change(
 
 
 async def test_the_repeated_hour_fires_once_while_the_scheduler_runs(
-    private_server: RedisServer, prefix: str, tmp_path: Path, wait_for: Any
+    lab: Lab, wait_for: Any
 ) -> None:
     # The clock goes back an hour at X: an every-second wall-clock schedule fires each
     # second up to X and then waits for the hour to come round; a real-time one
     # ("*" minute) goes on every second.
-    raw = aioredis.Redis.from_url(private_server.url, protocol=2)
-    change = int(await redis_now(raw)) + 4
+    change = int(await lab.now()) + 4
     fired = Fired()
-    with private_zone(tmp_path, (HOUR, "AAA"), [(change, 0, "BBB")]) as zone:
-        async with service(private_server.url, prefix, fired) as running:
+    with lab.zone((HOUR, "AAA"), [(change, 0, "BBB")]) as zone:
+        async with lab.service(fired) as running:
             await running.schedule("wall", Nightly, cron="* 0-59 0-23 * * *", timezone=zone)
             await running.schedule("real", Nightly, cron="* * * * * *", timezone=zone)
             await wait_for(lambda: max(fired.slots.get("real", [0])) >= (change + 2) * 1000)
             info = await running.schedule_info("wall")
-    await raw.aclose()
     wall = sorted(fired.slots["wall"])
     assert wall == list(range(wall[0], change * 1000, 1000))  # each second once, up to X
     assert info is not None and info.next_fire == datetime.fromtimestamp(change + HOUR, UTC)
@@ -402,8 +401,7 @@ async def test_the_repeated_hour_fires_once_while_the_scheduler_runs(
 
 
 async def test_a_due_slot_that_yields_no_fire_does_not_spin_the_firer(
-    private_server: RedisServer,
-    prefix: str,
+    lab: Lab,
     wait_for: Any,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
@@ -411,15 +409,13 @@ async def test_a_due_slot_that_yields_no_fire_does_not_spin_the_firer(
     # Defence in depth: should the slot lookups ever disagree again (the next slot due,
     # yet nothing to fire), the firer looks at the schedule once a second and says so.
     monkeypatch.setattr(firing, "due_slots", lambda spec, mark, now: ([], 0))
-    raw = aioredis.Redis.from_url(private_server.url, protocol=2)
-    async with service(private_server.url, prefix) as running:
+    async with lab.service() as running:
         info = await running.schedule("stuck", Nightly, cron="* * * * * *")
         assert info.next_fire is not None
         due = info.next_fire.timestamp()
-        await wait_for(lambda: past(raw, due + 0.5), timeout=10)
-        first = await commands(raw)
+        await wait_for(lambda: lab.past(due + 0.5), timeout=10)
+        first = await lab.commands()
         await asyncio.sleep(1.5)  # the measurement window
-        spent = await commands(raw) - first
-    await raw.aclose()
+        spent = await lab.commands() - first
     assert spent < COMMAND_BOUND, spent
     assert "schedule stuck: slot" in caplog.text and "nothing fires" in caplog.text
