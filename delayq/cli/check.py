@@ -15,7 +15,7 @@ from .output import console, print_json, text
 from .target import load_service
 from .worker import Target
 
-__all__ = ["register", "run_checks"]
+__all__ = ["check", "register", "run_checks"]
 
 # A sample of every command delayq sends or its scripts call (ACLs apply inside
 # scripts too), for ACL DRYRUN: {cmd} -> its arguments, with K a key of the prefix.
@@ -98,38 +98,37 @@ async def _check_acl(redis: Any, prefix: str) -> tuple[str, str, str]:
     return "acl", "ok", f"user {user!r} may run all {len(_SAMPLES)} commands delayq needs"
 
 
+def check(
+    target: Target,
+    factory: Annotated[
+        bool, typer.Option("--factory", help="Call MODULE:ATTR to get the service.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
+) -> None:
+    """Check that the service can run: Redis reachable, Lua scripts load,
+    maxmemory-policy is noeviction (a warning otherwise), the ACL allows every command
+    delayq needs. Exit code 0 when nothing failed (warnings allowed), 1 otherwise."""
+
+    async def main() -> list[dict[str, Any]]:
+        service = await load_service(target, factory)
+        try:
+            return await run_checks(service)
+        finally:
+            await service.aclose()
+
+    results = run(main)
+    ok = all(r["status"] != "fail" for r in results)
+    if as_json:
+        print_json({"ok": ok, "checks": results})
+    else:
+        table = Table(show_header=False, box=None)
+        style = {"ok": "green", "warn": "yellow", "fail": "bold red"}
+        for r in results:
+            table.add_row(r["name"], f"[{style[r['status']]}]{r['status']}[/]", text(r["detail"]))
+        console.print(table)
+    raise typer.Exit(0 if ok else 1)
+
+
 def register(app: typer.Typer) -> None:
     """Add ``check`` to the app."""
-
-    @app.command(rich_help_panel="Run")
-    def check(
-        target: Target,
-        factory: Annotated[
-            bool, typer.Option("--factory", help="Call MODULE:ATTR to get the service.")
-        ] = False,
-        as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
-    ) -> None:
-        """Check that the service can run: Redis reachable, Lua scripts load,
-        maxmemory-policy is noeviction (a warning otherwise), the ACL allows every command
-        delayq needs. Exit code 0 when nothing failed (warnings allowed), 1 otherwise."""
-
-        async def main() -> list[dict[str, Any]]:
-            service = await load_service(target, factory)
-            try:
-                return await run_checks(service)
-            finally:
-                await service.aclose()
-
-        results = run(main)
-        ok = all(r["status"] != "fail" for r in results)
-        if as_json:
-            print_json({"ok": ok, "checks": results})
-        else:
-            table = Table(show_header=False, box=None)
-            style = {"ok": "green", "warn": "yellow", "fail": "bold red"}
-            for r in results:
-                table.add_row(
-                    r["name"], f"[{style[r['status']]}]{r['status']}[/]", text(r["detail"])
-                )
-            console.print(table)
-        raise typer.Exit(0 if ok else 1)
+    app.command(rich_help_panel="Run")(check)

@@ -7,10 +7,10 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from .ops import DEFAULT_URL, Cluster, Prefix, RedisUrl
+from .ops import Connection, with_connection
 from .output import console, fail
 
-__all__ = ["register"]
+__all__ = ["dashboard", "register"]
 
 
 def register(app: typer.Typer) -> None:
@@ -18,10 +18,9 @@ def register(app: typer.Typer) -> None:
     app.command(rich_help_panel="Operate")(dashboard)
 
 
+@with_connection
 def dashboard(
-    redis_url: RedisUrl = DEFAULT_URL,
-    prefix: Prefix = "delayq",
-    cluster: Cluster = False,
+    conn: Connection = Connection(),
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8080,
     read_only: Annotated[
@@ -71,16 +70,16 @@ def dashboard(
         "public_origin": public_origin or None, "trust_forwarded": trust_forwarded,
     }  # fmt: skip
     try:
-        if cluster:
+        if conn.cluster:
             service = EventService.from_url(
-                redis_url, cluster=True, prefix=prefix, enable_scheduling=False,
+                conn.redis_url, cluster=True, prefix=conn.prefix, enable_scheduling=False,
                 heartbeat_interval=0, history_interval=0,
             )  # fmt: skip
             web = create_app(service, **options)
         else:
-            web = create_app(redis_url, prefix, **options)
+            web = create_app(conn.redis_url, conn.prefix, **options)
     except (TypeError, ValueError) as exc:
         fail(f"bad dashboard settings: {exc}")
     where = f"http://{host}:{port}{root_path}/"
-    console.print(f"delayq dashboard for prefix [bold]{escape(prefix)}[/] on {escape(where)}")
+    console.print(f"delayq dashboard for prefix [bold]{escape(conn.prefix)}[/] on {escape(where)}")
     uvicorn.run(web, host=host, port=port, root_path=root_path, log_level="info")

@@ -15,19 +15,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from ..keys import DEFAULT_GROUP
 from ..service import EventService
 from .ops import (
-    DEFAULT_URL,
-    Cluster,
+    Connection,
     EventId,
     Json,
-    Prefix,
-    RedisUrl,
     TypeName,
     confirm,
-    connect,
     known_type,
     parse_delay,
     pick_ids,
     run,
+    with_connection,
 )
 from .output import console, fail, human_seconds, print_json
 from .target import load_event_type
@@ -93,233 +90,223 @@ async def waiting_count(service: EventService, name: str) -> int:
     return base.scheduled + sum(g.ready + max(0, g.scheduled - base.scheduled) for g in groups)
 
 
+@with_connection
+def enqueue(
+    event_class: Annotated[
+        str,
+        typer.Argument(
+            metavar="MODULE:CLASS",
+            help="The Event subclass, e.g. myapp.events:PaymentCheck (its fields validate the payload).",
+            show_default=False,
+        ),
+    ],
+    event_id: Annotated[str, typer.Option("--id", help="The event id.", show_default=False)],
+    delay: Annotated[
+        str,
+        typer.Option("--delay", help="Due after this long (250ms, 30s, 5m, 3h, 2d or seconds)."),
+    ] = "0",
+    payload: Annotated[
+        str, typer.Option("--payload", help="The event's fields as a JSON object (without id).")
+    ] = "{}",
+    context: Annotated[
+        list[str] | None,
+        typer.Option("--context", help="key=value context entry (repeatable).", show_default=False),
+    ] = None,
+    replace: Annotated[
+        bool,
+        typer.Option(
+            "--replace",
+            help="Replace an existing event with this id (payload, context and due time together).",
+        ),
+    ] = False,
+    debounce: Annotated[
+        str | None,
+        typer.Option(
+            "--debounce",
+            help="Debounce: replace an existing event with this id, but never past its first enqueue + this long (docs/FLOW.md).",
+            show_default=False,
+        ),
+    ] = None,
+    unique_for: Annotated[
+        str | None,
+        typer.Option(
+            "--unique-for",
+            help="Once handled, refuse this id for this long (docs/FLOW.md).",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: Json = False,
+    conn: Connection = Connection(),
+) -> None:
+    """Enqueue one event, validated against its class before anything is written."""
+    cls = load_event_type(event_class)
+    seconds = parse_delay(delay)
+    debounce_s = None if debounce is None else parse_delay(debounce)
+    unique_s = None if unique_for is None else parse_delay(unique_for)
+    try:
+        fields = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        fail(f"--payload is not valid JSON: {exc}")
+    if not isinstance(fields, dict):
+        fail("--payload must be a JSON object")
+    if "id" in fields and fields["id"] != event_id:
+        fail("--payload has an 'id' that differs from --id")
+    if not event_id:
+        fail("--id must not be empty")
+    known = set(cls.__struct_encode_fields__)
+    unknown = sorted(set(fields) - known)
+    if unknown:  # msgspec would drop them silently: a typo must not lose data
+        fail(
+            f"--payload has fields {cls.event_name} does not have: {', '.join(unknown)} "
+            f"(its fields: {', '.join(f for f in cls.__struct_encode_fields__ if f != 'id')})"
+        )
+    try:
+        event = msgspec.convert({**fields, "id": event_id}, cls)
+    except msgspec.ValidationError as exc:
+        fail(f"invalid payload for {cls.event_name}: {exc}")
+    ctx: dict[str, str] = {}
+    for item in context or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            fail(f"--context must be key=value, not {item!r}")
+        ctx[key] = value
+
+    async def main() -> bool:
+        async with conn.connect() as service:
+            try:
+                return await service.enqueue_with_delay(
+                    event, seconds, context=ctx or None, replace=replace,
+                    debounce=debounce_s, unique_for=unique_s,
+                )  # fmt: skip
+            except (OverflowError, TypeError, ValueError) as exc:  # encoding: nothing written
+                fail(f"cannot enqueue this {cls.event_name}: {exc}")
+
+    added = run(main)
+    if as_json:
+        print_json(
+            {
+                "type": cls.event_name,
+                "id": event_id,
+                "enqueued": added,
+                "delay_seconds": seconds,
+            }
+        )
+    elif added:
+        console.print(f"enqueued {cls.event_name} {event_id!r}, due in {human_seconds(seconds)}")
+    else:
+        console.print(
+            f"kept the existing {cls.event_name} {event_id!r} (use --replace to replace it)"
+        )
+
+
+@with_connection
+def cancel(
+    type_name: TypeName,
+    event_id: EventId,
+    as_json: Json = False,
+    conn: Connection = Connection(),
+) -> None:
+    """Remove a pending (scheduled, ready or in-flight) event. Exit code 1 when there was
+    none (dead letters are removed with `dead purge`)."""
+
+    async def main() -> bool:
+        async with conn.connect() as service:
+            return await service.cancel(await known_type(service, type_name), event_id)
+
+    removed = run(main)
+    if as_json:
+        print_json({"type": type_name, "id": event_id, "cancelled": removed})
+    else:
+        console.print("cancelled" if removed else "no such pending event")
+    raise typer.Exit(0 if removed else 1)
+
+
+@with_connection
+def run_now(
+    type_name: TypeName,
+    event_id: EventId,
+    group: Annotated[
+        str | None,
+        typer.Option(
+            "--group",
+            help="Run it now for this delivery group only (default: every group).",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: Json = False,
+    conn: Connection = Connection(),
+) -> None:
+    """Hand a scheduled event (or a retry waiting for its backoff) to the consumers now;
+    its attempts and last error are kept. Exit code 1 when it is not scheduled."""
+
+    async def main() -> bool:
+        async with conn.connect() as service:
+            name = await known_type(service, type_name)
+            if group is not None and group != DEFAULT_GROUP:
+                groups = await service.groups(name)
+                if group not in groups:
+                    fail(f"{name!r} has no delivery group {group!r} (groups: {', '.join(groups)})")
+            try:
+                return await service.run_now(name, event_id, group=group)
+            except (TypeError, ValueError) as exc:
+                fail(str(exc))
+
+    moved = run(main)
+    if as_json:
+        print_json({"type": type_name, "id": event_id, "group": group, "run_now": moved})
+    else:
+        console.print("handed to the consumers" if moved else "no such scheduled event")
+    raise typer.Exit(0 if moved else 1)
+
+
+@with_connection
+def purge(
+    type_name: TypeName,
+    ids: Annotated[
+        list[str] | None,
+        typer.Argument(metavar="[ID]...", help="Events to cancel.", show_default=False),
+    ] = None,
+    all_: Annotated[
+        bool,
+        typer.Option("--all", help="Cancel every waiting (scheduled or ready) event of the type."),
+    ] = False,
+    yes: Annotated[
+        bool,
+        typer.Option("--yes", "-y", help="Do not ask (required off a terminal with --all)."),
+    ] = False,
+    as_json: Json = False,
+    conn: Connection = Connection(),
+) -> None:
+    """Cancel a type's waiting events: the IDs given (as `cancel` does), or with --all
+    every scheduled and ready one, retries waiting and every delivery group's included.
+    Running events and dead letters stay (dead letters: `dead purge`)."""
+    chosen = pick_ids(ids, all_, "purge")
+
+    async def main() -> int:
+        async with conn.connect() as service:
+            name = await known_type(service, type_name)
+            if chosen is not None:
+                removed = await asyncio.gather(*(service.cancel(name, i) for i in chosen))
+                return sum(removed)
+            count = await waiting_count(service, name)
+            confirm(f"Cancel all {count} waiting events of {name} for good?", yes, True)
+            with Progress(
+                TextColumn("purging"), BarColumn(), MofNCompleteColumn(), console=console,
+                disable=as_json or not console.is_terminal, transient=True,
+            ) as progress:  # fmt: skip
+                bar = progress.add_task("purging", total=count)
+                return await purge_waiting(service, name, lambda n: progress.advance(bar, n))
+
+    done = run(main)
+    if as_json:
+        print_json({"type": type_name, "purged": done})
+    else:
+        console.print(f"cancelled {done} waiting events")
+
+
 def register(app: typer.Typer) -> None:
-    """Add the ``enqueue`` and ``cancel`` commands to ``app``."""
-
-    @app.command(rich_help_panel="Operate")
-    def enqueue(
-        event_class: Annotated[
-            str,
-            typer.Argument(
-                metavar="MODULE:CLASS",
-                help="The Event subclass, e.g. myapp.events:PaymentCheck (its fields validate the payload).",
-                show_default=False,
-            ),
-        ],
-        event_id: Annotated[str, typer.Option("--id", help="The event id.", show_default=False)],
-        delay: Annotated[
-            str,
-            typer.Option(
-                "--delay", help="Due after this long (250ms, 30s, 5m, 3h, 2d or seconds)."
-            ),
-        ] = "0",
-        payload: Annotated[
-            str, typer.Option("--payload", help="The event's fields as a JSON object (without id).")
-        ] = "{}",
-        context: Annotated[
-            list[str] | None,
-            typer.Option(
-                "--context", help="key=value context entry (repeatable).", show_default=False
-            ),
-        ] = None,
-        replace: Annotated[
-            bool,
-            typer.Option(
-                "--replace",
-                help="Replace an existing event with this id (payload, context and due time together).",
-            ),
-        ] = False,
-        debounce: Annotated[
-            str | None,
-            typer.Option(
-                "--debounce",
-                help="Debounce: replace an existing event with this id, but never past its first enqueue + this long (docs/FLOW.md).",
-                show_default=False,
-            ),
-        ] = None,
-        unique_for: Annotated[
-            str | None,
-            typer.Option(
-                "--unique-for",
-                help="Once handled, refuse this id for this long (docs/FLOW.md).",
-                show_default=False,
-            ),
-        ] = None,
-        as_json: Json = False,
-        redis_url: RedisUrl = DEFAULT_URL,
-        prefix: Prefix = "delayq",
-        cluster: Cluster = False,
-    ) -> None:
-        """Enqueue one event, validated against its class before anything is written."""
-        cls = load_event_type(event_class)
-        seconds = parse_delay(delay)
-        debounce_s = None if debounce is None else parse_delay(debounce)
-        unique_s = None if unique_for is None else parse_delay(unique_for)
-        try:
-            fields = json.loads(payload)
-        except json.JSONDecodeError as exc:
-            fail(f"--payload is not valid JSON: {exc}")
-        if not isinstance(fields, dict):
-            fail("--payload must be a JSON object")
-        if "id" in fields and fields["id"] != event_id:
-            fail("--payload has an 'id' that differs from --id")
-        if not event_id:
-            fail("--id must not be empty")
-        known = set(cls.__struct_encode_fields__)
-        unknown = sorted(set(fields) - known)
-        if unknown:  # msgspec would drop them silently: a typo must not lose data
-            fail(
-                f"--payload has fields {cls.event_name} does not have: {', '.join(unknown)} "
-                f"(its fields: {', '.join(f for f in cls.__struct_encode_fields__ if f != 'id')})"
-            )
-        try:
-            event = msgspec.convert({**fields, "id": event_id}, cls)
-        except msgspec.ValidationError as exc:
-            fail(f"invalid payload for {cls.event_name}: {exc}")
-        ctx: dict[str, str] = {}
-        for item in context or []:
-            key, sep, value = item.partition("=")
-            if not sep or not key:
-                fail(f"--context must be key=value, not {item!r}")
-            ctx[key] = value
-
-        async def main() -> bool:
-            async with connect(redis_url, prefix, cluster) as service:
-                try:
-                    return await service.enqueue_with_delay(
-                        event, seconds, context=ctx or None, replace=replace,
-                        debounce=debounce_s, unique_for=unique_s,
-                    )  # fmt: skip
-                except (OverflowError, TypeError, ValueError) as exc:  # encoding: nothing written
-                    fail(f"cannot enqueue this {cls.event_name}: {exc}")
-
-        added = run(main)
-        if as_json:
-            print_json(
-                {
-                    "type": cls.event_name,
-                    "id": event_id,
-                    "enqueued": added,
-                    "delay_seconds": seconds,
-                }
-            )
-        elif added:
-            console.print(
-                f"enqueued {cls.event_name} {event_id!r}, due in {human_seconds(seconds)}"
-            )
-        else:
-            console.print(
-                f"kept the existing {cls.event_name} {event_id!r} (use --replace to replace it)"
-            )
-
-    @app.command(rich_help_panel="Operate")
-    def cancel(
-        type_name: TypeName,
-        event_id: EventId,
-        as_json: Json = False,
-        redis_url: RedisUrl = DEFAULT_URL,
-        prefix: Prefix = "delayq",
-        cluster: Cluster = False,
-    ) -> None:
-        """Remove a pending (scheduled, ready or in-flight) event. Exit code 1 when there was
-        none (dead letters are removed with `dead purge`)."""
-
-        async def main() -> bool:
-            async with connect(redis_url, prefix, cluster) as service:
-                return await service.cancel(await known_type(service, type_name), event_id)
-
-        removed = run(main)
-        if as_json:
-            print_json({"type": type_name, "id": event_id, "cancelled": removed})
-        else:
-            console.print("cancelled" if removed else "no such pending event")
-        raise typer.Exit(0 if removed else 1)
-
-    @app.command("run-now", rich_help_panel="Operate")
-    def run_now(
-        type_name: TypeName,
-        event_id: EventId,
-        group: Annotated[
-            str | None,
-            typer.Option(
-                "--group",
-                help="Run it now for this delivery group only (default: every group).",
-                show_default=False,
-            ),
-        ] = None,
-        as_json: Json = False,
-        redis_url: RedisUrl = DEFAULT_URL,
-        prefix: Prefix = "delayq",
-        cluster: Cluster = False,
-    ) -> None:
-        """Hand a scheduled event (or a retry waiting for its backoff) to the consumers now;
-        its attempts and last error are kept. Exit code 1 when it is not scheduled."""
-
-        async def main() -> bool:
-            async with connect(redis_url, prefix, cluster) as service:
-                name = await known_type(service, type_name)
-                if group is not None and group != DEFAULT_GROUP:
-                    groups = await service.groups(name)
-                    if group not in groups:
-                        fail(
-                            f"{name!r} has no delivery group {group!r} (groups: {', '.join(groups)})"
-                        )
-                try:
-                    return await service.run_now(name, event_id, group=group)
-                except (TypeError, ValueError) as exc:
-                    fail(str(exc))
-
-        moved = run(main)
-        if as_json:
-            print_json({"type": type_name, "id": event_id, "group": group, "run_now": moved})
-        else:
-            console.print("handed to the consumers" if moved else "no such scheduled event")
-        raise typer.Exit(0 if moved else 1)
-
-    @app.command(rich_help_panel="Operate")
-    def purge(
-        type_name: TypeName,
-        ids: Annotated[
-            list[str] | None,
-            typer.Argument(metavar="[ID]...", help="Events to cancel.", show_default=False),
-        ] = None,
-        all_: Annotated[
-            bool,
-            typer.Option(
-                "--all", help="Cancel every waiting (scheduled or ready) event of the type."
-            ),
-        ] = False,
-        yes: Annotated[
-            bool,
-            typer.Option("--yes", "-y", help="Do not ask (required off a terminal with --all)."),
-        ] = False,
-        as_json: Json = False,
-        redis_url: RedisUrl = DEFAULT_URL,
-        prefix: Prefix = "delayq",
-        cluster: Cluster = False,
-    ) -> None:
-        """Cancel a type's waiting events: the IDs given (as `cancel` does), or with --all
-        every scheduled and ready one, retries waiting and every delivery group's included.
-        Running events and dead letters stay (dead letters: `dead purge`)."""
-        chosen = pick_ids(ids, all_, "purge")
-
-        async def main() -> int:
-            async with connect(redis_url, prefix, cluster) as service:
-                name = await known_type(service, type_name)
-                if chosen is not None:
-                    removed = await asyncio.gather(*(service.cancel(name, i) for i in chosen))
-                    return sum(removed)
-                count = await waiting_count(service, name)
-                confirm(f"Cancel all {count} waiting events of {name} for good?", yes, True)
-                with Progress(
-                    TextColumn("purging"), BarColumn(), MofNCompleteColumn(), console=console,
-                    disable=as_json or not console.is_terminal, transient=True,
-                ) as progress:  # fmt: skip
-                    bar = progress.add_task("purging", total=count)
-                    return await purge_waiting(service, name, lambda n: progress.advance(bar, n))
-
-        done = run(main)
-        if as_json:
-            print_json({"type": type_name, "purged": done})
-        else:
-            console.print(f"cancelled {done} waiting events")
+    """Add ``enqueue``, ``cancel``, ``run-now`` and ``purge`` to ``app``."""
+    app.command(rich_help_panel="Operate")(enqueue)
+    app.command(rich_help_panel="Operate")(cancel)
+    app.command("run-now", rich_help_panel="Operate")(run_now)
+    app.command(rich_help_panel="Operate")(purge)

@@ -14,10 +14,10 @@ from ..flow.keys import KeyBacklogs
 from ..flow.limits import FlowLimits
 from ..keys import DEFAULT_GROUP
 from ..service import EventService
-from .ops import DEFAULT_URL, Cluster, GroupName, Json, Prefix, RedisUrl, TypeName, connect, run
+from .ops import Connection, GroupName, Json, TypeName, run, with_connection
 from .output import console, fail, print_json, text
 
-__all__ = ["register"]
+__all__ = ["limits", "pause", "register", "resume"]
 
 
 def _checked(type_name: str, group: str) -> str | None:
@@ -55,196 +55,199 @@ async def _call(service: EventService, what: str, **kwargs: Any) -> FlowLimits:
         fail(str(exc))
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``limits`` (show, set, clear), ``pause`` and ``resume`` to ``app``."""
-    limits = typer.Typer(
-        help="Fleet-wide flow limits of a type: concurrency and rate (docs/FLOW.md).",
-        no_args_is_help=True,
-        rich_markup_mode="rich",
+limits = typer.Typer(
+    help="Fleet-wide flow limits of a type: concurrency and rate (docs/FLOW.md).",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+)
+
+
+@limits.command("show")
+@with_connection
+def limits_show(
+    type_name: TypeName,
+    group: GroupName = DEFAULT_GROUP,
+    as_json: Json = False,
+    conn: Connection = Connection(),
+) -> None:
+    """The flow limits and paused state of a type (of one delivery group)."""
+    g = _checked(type_name, group)
+
+    async def main() -> FlowLimits:
+        async with conn.connect() as service:
+            return await _call(service, "limits", event_type=type_name, group=g)
+
+    _show(type_name, group, run(main), as_json)
+
+
+@limits.command("set")
+@with_connection
+def limits_set(
+    type_name: TypeName,
+    concurrency: Annotated[
+        int | None,
+        typer.Option("--concurrency", help="Handlers in flight across all processes."),
+    ] = None,
+    rate: Annotated[
+        str | None,
+        typer.Option("--rate", help="Starts per period: 100/s, 6000/min, '100/s burst 20'."),
+    ] = None,
+    per_key_concurrency: Annotated[
+        int | None,
+        typer.Option(
+            "--per-key-concurrency",
+            help="Handlers in flight per flow key (1: each key in order).",
+        ),
+    ] = None,
+    per_key_rate: Annotated[
+        str | None, typer.Option("--per-key-rate", help="Starts per period per flow key.")
+    ] = None,
+    group: GroupName = DEFAULT_GROUP,
+    as_json: Json = False,
+    conn: Connection = Connection(),
+) -> None:
+    """Set limits; those not given are left as they are. Every worker obeys within ~1 s."""
+    g = _checked(type_name, group)
+    if (
+        concurrency is None
+        and rate is None
+        and per_key_concurrency is None
+        and (per_key_rate is None)
+    ):
+        fail("limits set: give --concurrency, --rate, --per-key-concurrency and/or "
+             "--per-key-rate (limits clear removes them)")  # fmt: skip
+    per_key: dict[str, Any] = {}
+    if per_key_concurrency is not None:
+        per_key["per_key_concurrency"] = per_key_concurrency
+    if per_key_rate is not None:
+        per_key["per_key_rate"] = per_key_rate
+
+    async def main() -> FlowLimits:
+        async with conn.connect() as service:
+            return await _call(
+                service, "set_limits", event_type=type_name, group=g,
+                concurrency=KEEP if concurrency is None else concurrency,
+                rate=KEEP if rate is None else rate, **per_key,
+            )  # fmt: skip
+
+    _show(type_name, group, run(main), as_json)
+
+
+@limits.command("clear")
+@with_connection
+def limits_clear(
+    type_name: TypeName,
+    concurrency: Annotated[
+        bool, typer.Option("--concurrency", help="Remove only the concurrency limit.")
+    ] = False,
+    rate: Annotated[bool, typer.Option("--rate", help="Remove only the rate limit.")] = False,
+    per_key: Annotated[
+        bool, typer.Option("--per-key", help="Remove only the per-key limits.")
+    ] = False,
+    group: GroupName = DEFAULT_GROUP,
+    as_json: Json = False,
+    conn: Connection = Connection(),
+) -> None:
+    """Remove limits (all, unless --concurrency, --rate or --per-key picks); pause is kept."""
+    g = _checked(type_name, group)
+    every = not concurrency and not rate and not per_key
+
+    async def main() -> FlowLimits:
+        async with conn.connect() as service:
+            return await _call(
+                service, "set_limits", event_type=type_name, group=g,
+                concurrency=None if every or concurrency else KEEP,
+                rate=None if every or rate else KEEP,
+                per_key_concurrency=None if every or per_key else KEEP,
+                per_key_rate=None if every or per_key else KEEP,
+            )  # fmt: skip
+
+    _show(type_name, group, run(main), as_json)
+
+
+@limits.command("keys")
+@with_connection
+def limits_keys(
+    type_name: TypeName,
+    limit: Annotated[int, typer.Option("--limit", help="How many keys (1-1000).")] = 20,
+    group: GroupName = DEFAULT_GROUP,
+    as_json: Json = False,
+    conn: Connection = Connection(),
+) -> None:
+    """The flow keys with the most ready events: ready, running, held back by a
+    per-key limit (read-only)."""
+    g = _checked(type_name, group)
+
+    async def main() -> KeyBacklogs:
+        async with conn.connect() as service:
+            try:
+                return await service.key_backlog(type_name, group=g, limit=limit)
+            except (TypeError, ValueError) as exc:
+                fail(str(exc))
+
+    got = run(main)
+    if as_json:
+        print_json({
+            "type": type_name, "group": group, "in_rotation": got.in_rotation,
+            "parked": got.parked, "scanned": got.scanned,
+            "keys": [{"key": k.key, "ready": k.ready, "running": k.running,
+                      "parked_until": k.parked_until.isoformat() if k.parked_until else None}
+                     for k in got.keys],
+        })  # fmt: skip
+        return
+    where = type_name if group == DEFAULT_GROUP else f"{type_name} [{group}]"
+    table = Table(
+        title=text(f"{where}: {got.in_rotation} flow keys taking turns, {got.parked} held back"),
+        title_justify="left",
     )
-    app.add_typer(limits, name="limits", rich_help_panel="Operate")
+    for column in ("key", "ready", "running", "held back until"):
+        table.add_column(column, justify="right" if column in ("ready", "running") else "left")
+    for k in got.keys:
+        table.add_row(text(k.key or "(no key)"), f"{k.ready:,}", str(k.running),
+                      k.parked_until.isoformat() if k.parked_until else "")  # fmt: skip
+    console.print(table)
 
-    @limits.command("show")
-    def limits_show(
-        type_name: TypeName,
-        group: GroupName = DEFAULT_GROUP,
-        as_json: Json = False,
-        redis_url: RedisUrl = DEFAULT_URL,
-        prefix: Prefix = "delayq",
-        cluster: Cluster = False,
-    ) -> None:
-        """The flow limits and paused state of a type (of one delivery group)."""
-        g = _checked(type_name, group)
 
-        async def main() -> FlowLimits:
-            async with connect(redis_url, prefix, cluster) as service:
-                return await _call(service, "limits", event_type=type_name, group=g)
+def _set_paused(paused: bool, type_name: str, group: str, as_json: bool, conn: Connection) -> None:
+    g = _checked(type_name, group)
 
-        _show(type_name, group, run(main), as_json)
+    async def main() -> FlowLimits:
+        async with conn.connect() as service:
+            await _call(service, "pause" if paused else "resume", event_type=type_name, group=g)
+            return await _call(service, "limits", event_type=type_name, group=g)
 
-    @limits.command("set")
-    def limits_set(
-        type_name: TypeName,
-        concurrency: Annotated[
-            int | None,
-            typer.Option("--concurrency", help="Handlers in flight across all processes."),
-        ] = None,
-        rate: Annotated[
-            str | None,
-            typer.Option("--rate", help="Starts per period: 100/s, 6000/min, '100/s burst 20'."),
-        ] = None,
-        per_key_concurrency: Annotated[
-            int | None,
-            typer.Option(
-                "--per-key-concurrency",
-                help="Handlers in flight per flow key (1: each key in order).",
-            ),
-        ] = None,
-        per_key_rate: Annotated[
-            str | None, typer.Option("--per-key-rate", help="Starts per period per flow key.")
-        ] = None,
-        group: GroupName = DEFAULT_GROUP,
-        as_json: Json = False,
-        redis_url: RedisUrl = DEFAULT_URL,
-        prefix: Prefix = "delayq",
-        cluster: Cluster = False,
-    ) -> None:
-        """Set limits; those not given are left as they are. Every worker obeys within ~1 s."""
-        g = _checked(type_name, group)
-        if (
-            concurrency is None
-            and rate is None
-            and per_key_concurrency is None
-            and (per_key_rate is None)
-        ):
-            fail("limits set: give --concurrency, --rate, --per-key-concurrency and/or "
-                 "--per-key-rate (limits clear removes them)")  # fmt: skip
-        per_key: dict[str, Any] = {}
-        if per_key_concurrency is not None:
-            per_key["per_key_concurrency"] = per_key_concurrency
-        if per_key_rate is not None:
-            per_key["per_key_rate"] = per_key_rate
-
-        async def main() -> FlowLimits:
-            async with connect(redis_url, prefix, cluster) as service:
-                return await _call(
-                    service, "set_limits", event_type=type_name, group=g,
-                    concurrency=KEEP if concurrency is None else concurrency,
-                    rate=KEEP if rate is None else rate, **per_key,
-                )  # fmt: skip
-
-        _show(type_name, group, run(main), as_json)
-
-    @limits.command("clear")
-    def limits_clear(
-        type_name: TypeName,
-        concurrency: Annotated[
-            bool, typer.Option("--concurrency", help="Remove only the concurrency limit.")
-        ] = False,
-        rate: Annotated[bool, typer.Option("--rate", help="Remove only the rate limit.")] = False,
-        per_key: Annotated[
-            bool, typer.Option("--per-key", help="Remove only the per-key limits.")
-        ] = False,
-        group: GroupName = DEFAULT_GROUP,
-        as_json: Json = False,
-        redis_url: RedisUrl = DEFAULT_URL,
-        prefix: Prefix = "delayq",
-        cluster: Cluster = False,
-    ) -> None:
-        """Remove limits (all, unless --concurrency, --rate or --per-key picks); pause is kept."""
-        g = _checked(type_name, group)
-        every = not concurrency and not rate and not per_key
-
-        async def main() -> FlowLimits:
-            async with connect(redis_url, prefix, cluster) as service:
-                return await _call(
-                    service, "set_limits", event_type=type_name, group=g,
-                    concurrency=None if every or concurrency else KEEP,
-                    rate=None if every or rate else KEEP,
-                    per_key_concurrency=None if every or per_key else KEEP,
-                    per_key_rate=None if every or per_key else KEEP,
-                )  # fmt: skip
-
-        _show(type_name, group, run(main), as_json)
-
-    @limits.command("keys")
-    def limits_keys(
-        type_name: TypeName,
-        limit: Annotated[int, typer.Option("--limit", help="How many keys (1-1000).")] = 20,
-        group: GroupName = DEFAULT_GROUP,
-        as_json: Json = False,
-        redis_url: RedisUrl = DEFAULT_URL,
-        prefix: Prefix = "delayq",
-        cluster: Cluster = False,
-    ) -> None:
-        """The flow keys with the most ready events: ready, running, held back by a
-        per-key limit (read-only)."""
-        g = _checked(type_name, group)
-
-        async def main() -> KeyBacklogs:
-            async with connect(redis_url, prefix, cluster) as service:
-                try:
-                    return await service.key_backlog(type_name, group=g, limit=limit)
-                except (TypeError, ValueError) as exc:
-                    fail(str(exc))
-
-        got = run(main)
-        if as_json:
-            print_json({
-                "type": type_name, "group": group, "in_rotation": got.in_rotation,
-                "parked": got.parked, "scanned": got.scanned,
-                "keys": [{"key": k.key, "ready": k.ready, "running": k.running,
-                          "parked_until": k.parked_until.isoformat() if k.parked_until else None}
-                         for k in got.keys],
-            })  # fmt: skip
-            return
+    got = run(main)
+    if as_json:
+        print_json({"type": type_name, "group": group, **got.to_dict()})
+    else:
         where = type_name if group == DEFAULT_GROUP else f"{type_name} [{group}]"
-        table = Table(
-            title=text(
-                f"{where}: {got.in_rotation} flow keys taking turns, {got.parked} held back"
-            ),
-            title_justify="left",
-        )
-        for column in ("key", "ready", "running", "held back until"):
-            table.add_column(column, justify="right" if column in ("ready", "running") else "left")
-        for k in got.keys:
-            table.add_row(text(k.key or "(no key)"), f"{k.ready:,}", str(k.running),
-                          k.parked_until.isoformat() if k.parked_until else "")  # fmt: skip
-        console.print(table)
-
-    for paused in (True, False):
-        _register_pause(app, paused)
+        console.print(text(f"{where}: {'paused' if got.paused else 'running'}"))
 
 
-def _register_pause(app: typer.Typer, paused: bool) -> None:
-    name = "pause" if paused else "resume"
-    doc = (
-        "Pause a type (or group) fleet-wide: no new handler starts; events are still accepted."
-        if paused
-        else "Resume a paused type (or group): waiting workers start at once."
-    )
+@with_connection
+def pause(
+    type_name: TypeName,
+    group: GroupName = DEFAULT_GROUP,
+    as_json: Json = False,
+    conn: Connection = Connection(),
+) -> None:
+    """Pause a type (or group) fleet-wide: no new handler starts; events are still accepted."""
+    _set_paused(True, type_name, group, as_json, conn)
 
-    def command(
-        type_name: TypeName,
-        group: GroupName = DEFAULT_GROUP,
-        as_json: Json = False,
-        redis_url: RedisUrl = DEFAULT_URL,
-        prefix: Prefix = "delayq",
-        cluster: Cluster = False,
-    ) -> None:
-        g = _checked(type_name, group)
 
-        async def main() -> FlowLimits:
-            async with connect(redis_url, prefix, cluster) as service:
-                await _call(service, name, event_type=type_name, group=g)
-                return await _call(service, "limits", event_type=type_name, group=g)
+@with_connection
+def resume(
+    type_name: TypeName,
+    group: GroupName = DEFAULT_GROUP,
+    as_json: Json = False,
+    conn: Connection = Connection(),
+) -> None:
+    """Resume a paused type (or group): waiting workers start at once."""
+    _set_paused(False, type_name, group, as_json, conn)
 
-        limits = run(main)
-        if as_json:
-            print_json({"type": type_name, "group": group, **limits.to_dict()})
-        else:
-            where = type_name if group == DEFAULT_GROUP else f"{type_name} [{group}]"
-            console.print(text(f"{where}: {'paused' if limits.paused else 'running'}"))
 
-    command.__doc__ = doc
-    app.command(name, rich_help_panel="Operate")(command)
+def register(app: typer.Typer) -> None:
+    """Add ``limits`` (show, set, clear, keys), ``pause`` and ``resume`` to ``app``."""
+    app.add_typer(limits, name="limits", rich_help_panel="Operate")
+    app.command("pause", rich_help_panel="Operate")(pause)
+    app.command("resume", rich_help_panel="Operate")(resume)

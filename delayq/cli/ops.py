@@ -1,13 +1,18 @@
-"""What the operations commands share: their connection options, connecting to Redis
-from the shell, and checking a type name against the prefix's types."""
+"""What the operations commands share: their connection options (declared once, here:
+:func:`with_connection`), connecting to Redis from the shell, and checking a type name
+against the prefix's types."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import sys
+import typing
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from typing import Annotated, TypeVar
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import typer
@@ -19,14 +24,13 @@ from .durations import parse_duration
 from .output import fail
 
 __all__ = [
+    "DEFAULT_PREFIX",
     "DEFAULT_URL",
     "MAX_OFFSET",
-    "Cluster",
+    "Connection",
     "EventId",
     "GroupName",
     "Json",
-    "Prefix",
-    "RedisUrl",
     "TypeName",
     "confirm",
     "connect",
@@ -34,6 +38,7 @@ __all__ = [
     "parse_delay",
     "pick_ids",
     "run",
+    "with_connection",
 ]
 
 T = TypeVar("T")
@@ -76,6 +81,7 @@ EventId = Annotated[str, typer.Argument(metavar="ID", help="The event id.", show
 MAX_OFFSET = 1_000_000_000
 """The largest ``--offset`` (Redis takes ranks as 64-bit integers; pages are read by rank)."""
 DEFAULT_URL = "redis://localhost:6379/0"
+DEFAULT_PREFIX = "delayq"
 
 
 def _safe_url(url: str) -> str:
@@ -88,6 +94,60 @@ def _safe_url(url: str) -> str:
     except ValueError:
         pass
     return url
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Where a command looks: the values of ``--redis-url``, ``--prefix`` and ``--cluster``."""
+
+    redis_url: str = DEFAULT_URL
+    prefix: str = DEFAULT_PREFIX
+    cluster: bool = False
+
+    def connect(self) -> AbstractAsyncContextManager[EventService]:
+        """An unstarted service on this Redis and prefix (see :func:`connect`)."""
+        return connect(self.redis_url, self.prefix, self.cluster)
+
+
+_CONNECTION_OPTIONS: tuple[tuple[str, Any, object], ...] = (
+    ("redis_url", RedisUrl, DEFAULT_URL),
+    ("prefix", Prefix, DEFAULT_PREFIX),
+    ("cluster", Cluster, False),
+)
+
+
+def with_connection(command: Callable[..., T]) -> Callable[..., T]:
+    """``command`` with the connection options in place of its ``conn: Connection``
+    parameter, so that every command declares them by taking a :class:`Connection`.
+
+    Typer reads a command's options from its signature: the one it sees has
+    ``--redis-url``, ``--prefix`` and ``--cluster`` where ``conn`` was (their place in
+    ``--help``), and the command gets them as one :class:`Connection`.
+    """
+    signature = inspect.signature(command)
+    if "conn" not in signature.parameters:
+        raise TypeError(f"{command.__qualname__} has no 'conn: Connection' parameter")
+    hints = typing.get_type_hints(command, include_extras=True)
+    params: list[inspect.Parameter] = []
+    for param in signature.parameters.values():
+        if param.name != "conn":
+            params.append(param.replace(annotation=hints.get(param.name, param.annotation)))
+            continue
+        for name, annotation, default in _CONNECTION_OPTIONS:
+            params.append(
+                inspect.Parameter(name, param.kind, default=default, annotation=annotation)
+            )
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        conn = Connection(*(kwargs.pop(name) for name, _, _ in _CONNECTION_OPTIONS))
+        return command(*args, conn=conn, **kwargs)
+
+    wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=params, return_annotation=hints.get("return", inspect.Signature.empty)
+    )
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    return wrapper
 
 
 @asynccontextmanager

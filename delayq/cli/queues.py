@@ -18,22 +18,19 @@ from ..keys import DEFAULT_GROUP
 from ..service import EventService
 from ..storage.store import QueueCounts
 from .ops import (
-    DEFAULT_URL,
     MAX_OFFSET,
-    Cluster,
+    Connection,
     EventId,
     Json,
-    Prefix,
-    RedisUrl,
     TypeName,
-    connect,
     known_type,
     parse_delay,
     run,
+    with_connection,
 )
 from .output import add_columns, console, fail, human_seconds, print_json, text, when
 
-__all__ = ["register"]
+__all__ = ["inspect", "register", "scheduled", "stats"]
 
 
 def _counts_dict(c: QueueCounts) -> dict[str, Any]:
@@ -128,166 +125,159 @@ def _stats_table(
     return table
 
 
+@with_connection
+def stats(
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh until Ctrl-C.")] = False,
+    interval: Annotated[
+        str, typer.Option("--interval", help="Refresh period with --watch (a duration).")
+    ] = "2s",
+    as_json: Json = False,
+    conn: Connection = Connection(),
+) -> None:
+    """Per event type: scheduled, ready, in flight, dead, due now, the next due time and
+    the backlog's age (how long the oldest due, unclaimed event has waited).
+
+    With --watch --json, one JSON object per line at every refresh.
+    Types with named delivery groups get one more row per group ("type [group]"; in
+    JSON, a "groups" object of the same fields per group).
+    """
+    period = parse_delay(interval)
+    if period < 0.1:
+        fail("--interval must be at least 100ms")
+
+    async def read(service: EventService) -> _Read:
+        stats = await service.stats()
+        return stats, await _group_stats(service, sorted(stats))
+
+    def as_data(got: _Read) -> dict[str, Any]:
+        stats, groups = got
+        types: dict[str, Any] = {}
+        for n, c in sorted(stats.items()):
+            types[n] = _counts_dict(c)
+            if n in groups:
+                types[n]["groups"] = {g: _counts_dict(gc) for g, gc in sorted(groups[n].items())}
+        return {"prefix": conn.prefix, "types": types}
+
+    async def main() -> None:
+        async with conn.connect() as service:
+            if not watch:
+                got = await read(service)
+                if as_json:
+                    print_json(as_data(got))
+                else:
+                    console.print(_stats_table(conn.prefix, *got))
+                return
+            if as_json:
+                while True:
+                    data = as_data(await read(service))
+                    data["checked_at"] = (
+                        datetime.now(timezone.utc)
+                        .isoformat(timespec="milliseconds")
+                        .replace("+00:00", "Z")
+                    )
+                    sys.stdout.write(json.dumps(data) + "\n")
+                    sys.stdout.flush()
+                    await asyncio.sleep(period)
+            with Live(console=console, auto_refresh=False) as live:
+                while True:
+                    got = await read(service)
+                    at = datetime.now(timezone.utc).strftime("%H:%M:%S UTC")
+                    refreshed = f"refreshed {at}, every {human_seconds(period)} · Ctrl-C to stop"
+                    live.update(_stats_table(conn.prefix, *got, refreshed), refresh=True)
+                    await asyncio.sleep(period)
+
+    try:
+        run(main)
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
+
+
+@with_connection
+def inspect(
+    type_name: TypeName,
+    event_id: EventId,
+    as_json: Json = False,
+    conn: Connection = Connection(),
+) -> None:
+    """Where one event is (scheduled, ready, in_flight, dead or absent) and all that is
+    known: due time, attempts, lease deadline, last error, context, payload as JSON."""
+
+    async def main() -> None:
+        async with conn.connect() as service:
+            info = await service.inspect(await known_type(service, type_name), event_id)
+        if as_json:
+            print_json(info.to_dict())
+            return
+        table = Table(show_header=False, box=None)
+        table.add_column(style="bold")
+        table.add_column()
+        rows = [
+            ("type", text(info.type_name)),
+            ("id", text(info.id)),
+            ("state", text(info.state)),
+            ("due at", when(info.due_at)),
+            ("attempts", text(str(info.attempts))),
+            ("lease deadline", when(info.lease_deadline)),
+            ("failed at", when(info.failed_at)),
+            ("last error", text(info.last_error)),
+            ("enqueued at", when(info.enqueued_at)),
+            ("context", text(dict(info.context) or None)),
+            ("payload", text(json.dumps(info.payload, ensure_ascii=False, indent=2))),
+        ]
+        if info.decode_error:
+            rows.append(("decode error", text(info.decode_error)))
+        for name, g in info.groups.items():  # a type with delivery groups: each group's
+            detail = g.due_at or g.lease_deadline or g.failed_at
+            line = (
+                f"{g.state}, {g.attempts} attempt(s)"
+                + (f", {detail.isoformat()}" if detail else "")
+                + (f", {g.last_error}" if g.last_error else "")
+            )
+            rows.append((f"group {name}", text(line)))
+        for label, value in rows:
+            table.add_row(label, value)
+        console.print(table)
+
+    run(main)
+
+
+@with_connection
+def scheduled(
+    type_name: TypeName,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="Most rows.")] = 20,
+    offset: Annotated[
+        int,
+        typer.Option("--offset", min=0, max=MAX_OFFSET, help="Skip this many (earliest first)."),
+    ] = 0,
+    as_json: Json = False,
+    conn: Connection = Connection(),
+) -> None:
+    """Upcoming events of one type, earliest due first (retries waiting included)."""
+
+    async def main() -> None:
+        async with conn.connect() as service:
+            items = await service.scheduled(await known_type(service, type_name), limit, offset)
+        if as_json:
+            print_json(
+                {"type": type_name, "offset": offset, "events": [e.to_dict() for e in items]}
+            )
+            return
+        table = Table(title=f"{type_name}: scheduled from #{offset}", title_justify="left")
+        add_columns(table, ("id", "due", "attempts", "payload", "last error"))
+        for e in items:
+            table.add_row(
+                text(e.id),
+                when(e.due_at, short=True),
+                str(e.attempts),
+                text(json.dumps(e.payload, ensure_ascii=False)),
+                text(e.last_error),
+            )
+        console.print(table)
+
+    run(main)
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``stats``, ``inspect`` and ``scheduled`` commands to ``app``."""
-
-    @app.command(rich_help_panel="Operate")
-    def stats(
-        watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh until Ctrl-C.")] = False,
-        interval: Annotated[
-            str, typer.Option("--interval", help="Refresh period with --watch (a duration).")
-        ] = "2s",
-        as_json: Json = False,
-        redis_url: RedisUrl = DEFAULT_URL,
-        prefix: Prefix = "delayq",
-        cluster: Cluster = False,
-    ) -> None:
-        """Per event type: scheduled, ready, in flight, dead, due now, the next due time and
-        the backlog's age (how long the oldest due, unclaimed event has waited).
-
-        With --watch --json, one JSON object per line at every refresh.
-        Types with named delivery groups get one more row per group ("type [group]"; in
-        JSON, a "groups" object of the same fields per group).
-        """
-        period = parse_delay(interval)
-        if period < 0.1:
-            fail("--interval must be at least 100ms")
-
-        async def read(service: EventService) -> _Read:
-            stats = await service.stats()
-            return stats, await _group_stats(service, sorted(stats))
-
-        def as_data(got: _Read) -> dict[str, Any]:
-            stats, groups = got
-            types: dict[str, Any] = {}
-            for n, c in sorted(stats.items()):
-                types[n] = _counts_dict(c)
-                if n in groups:
-                    types[n]["groups"] = {
-                        g: _counts_dict(gc) for g, gc in sorted(groups[n].items())
-                    }
-            return {"prefix": prefix, "types": types}
-
-        async def main() -> None:
-            async with connect(redis_url, prefix, cluster) as service:
-                if not watch:
-                    got = await read(service)
-                    if as_json:
-                        print_json(as_data(got))
-                    else:
-                        console.print(_stats_table(prefix, *got))
-                    return
-                if as_json:
-                    while True:
-                        data = as_data(await read(service))
-                        data["checked_at"] = (
-                            datetime.now(timezone.utc)
-                            .isoformat(timespec="milliseconds")
-                            .replace("+00:00", "Z")
-                        )
-                        sys.stdout.write(json.dumps(data) + "\n")
-                        sys.stdout.flush()
-                        await asyncio.sleep(period)
-                with Live(console=console, auto_refresh=False) as live:
-                    while True:
-                        got = await read(service)
-                        at = datetime.now(timezone.utc).strftime("%H:%M:%S UTC")
-                        refreshed = (
-                            f"refreshed {at}, every {human_seconds(period)} · Ctrl-C to stop"
-                        )
-                        live.update(_stats_table(prefix, *got, refreshed), refresh=True)
-                        await asyncio.sleep(period)
-
-        try:
-            run(main)
-        except KeyboardInterrupt:
-            raise typer.Exit(0) from None
-
-    @app.command(rich_help_panel="Operate")
-    def inspect(
-        type_name: TypeName,
-        event_id: EventId,
-        as_json: Json = False,
-        redis_url: RedisUrl = DEFAULT_URL,
-        prefix: Prefix = "delayq",
-        cluster: Cluster = False,
-    ) -> None:
-        """Where one event is (scheduled, ready, in_flight, dead or absent) and all that is
-        known: due time, attempts, lease deadline, last error, context, payload as JSON."""
-
-        async def main() -> None:
-            async with connect(redis_url, prefix, cluster) as service:
-                info = await service.inspect(await known_type(service, type_name), event_id)
-            if as_json:
-                print_json(info.to_dict())
-                return
-            table = Table(show_header=False, box=None)
-            table.add_column(style="bold")
-            table.add_column()
-            rows = [
-                ("type", text(info.type_name)),
-                ("id", text(info.id)),
-                ("state", text(info.state)),
-                ("due at", when(info.due_at)),
-                ("attempts", text(str(info.attempts))),
-                ("lease deadline", when(info.lease_deadline)),
-                ("failed at", when(info.failed_at)),
-                ("last error", text(info.last_error)),
-                ("enqueued at", when(info.enqueued_at)),
-                ("context", text(dict(info.context) or None)),
-                ("payload", text(json.dumps(info.payload, ensure_ascii=False, indent=2))),
-            ]
-            if info.decode_error:
-                rows.append(("decode error", text(info.decode_error)))
-            for name, g in info.groups.items():  # a type with delivery groups: each group's
-                detail = g.due_at or g.lease_deadline or g.failed_at
-                line = (
-                    f"{g.state}, {g.attempts} attempt(s)"
-                    + (f", {detail.isoformat()}" if detail else "")
-                    + (f", {g.last_error}" if g.last_error else "")
-                )
-                rows.append((f"group {name}", text(line)))
-            for label, value in rows:
-                table.add_row(label, value)
-            console.print(table)
-
-        run(main)
-
-    @app.command(rich_help_panel="Operate")
-    def scheduled(
-        type_name: TypeName,
-        limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="Most rows.")] = 20,
-        offset: Annotated[
-            int,
-            typer.Option(
-                "--offset", min=0, max=MAX_OFFSET, help="Skip this many (earliest first)."
-            ),
-        ] = 0,
-        as_json: Json = False,
-        redis_url: RedisUrl = DEFAULT_URL,
-        prefix: Prefix = "delayq",
-        cluster: Cluster = False,
-    ) -> None:
-        """Upcoming events of one type, earliest due first (retries waiting included)."""
-
-        async def main() -> None:
-            async with connect(redis_url, prefix, cluster) as service:
-                items = await service.scheduled(await known_type(service, type_name), limit, offset)
-            if as_json:
-                print_json(
-                    {"type": type_name, "offset": offset, "events": [e.to_dict() for e in items]}
-                )
-                return
-            table = Table(title=f"{type_name}: scheduled from #{offset}", title_justify="left")
-            add_columns(table, ("id", "due", "attempts", "payload", "last error"))
-            for e in items:
-                table.add_row(
-                    text(e.id),
-                    when(e.due_at, short=True),
-                    str(e.attempts),
-                    text(json.dumps(e.payload, ensure_ascii=False)),
-                    text(e.last_error),
-                )
-            console.print(table)
-
-        run(main)
+    for command in (stats, inspect, scheduled):
+        app.command(rich_help_panel="Operate")(command)

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from ..events import validate_name
 from ..schedules.api import ScheduleInfo
-from .ops import DEFAULT_URL, Cluster, Json, Prefix, RedisUrl, connect, run
+from .ops import Connection, Json, run, with_connection
 from .output import console, fail, print_json, text, when
 
 __all__ = ["register", "schedule_json"]
@@ -60,126 +60,132 @@ def _check(name: str) -> None:
         fail(str(exc))
 
 
+schedules = typer.Typer(
+    help="Recurring schedules: list, show, pause, resume, trigger, remove.",
+    no_args_is_help=True,
+)
+
+
+@schedules.command("list")
+@with_connection
+def list_(
+    as_json: Json = False,
+    conn: Connection = Connection(),
+) -> None:
+    """Every schedule under the prefix: expression, next and last fire, lag, state."""
+
+    async def main() -> list[ScheduleInfo]:
+        async with conn.connect() as service:
+            return await service.schedules()
+
+    infos = run(main)
+    if as_json:
+        print_json([schedule_json(i) for i in infos])
+        return
+    if not infos:
+        console.print("no schedules")
+        return
+    now = datetime.now(timezone.utc)
+    table = Table("name", "type", "expression", "zone", "next fire", "last fire", "lag",
+                  "state", "fires", "skipped")  # fmt: skip
+    for i in infos:
+        lag = "-" if i.lag is None else f"{i.lag.total_seconds() * 1000:.0f}ms"
+        table.add_row(
+            text(i.name), text(i.event_type), text(i.expression), text(i.timezone),
+            when(i.next_fire, now), when(i.last_fire, now), text(lag),
+            text("paused" if i.paused else "active"), text(str(i.fires)), text(str(i.skipped)),
+        )  # fmt: skip
+    console.print(table)
+
+
+@schedules.command()
+@with_connection
+def show(
+    name: Name,
+    as_json: Json = False,
+    conn: Connection = Connection(),
+) -> None:
+    """One schedule in full. Exit code 1 when there is none by that name."""
+    _check(name)
+
+    async def main() -> ScheduleInfo | None:
+        async with conn.connect() as service:
+            return await service.schedule_info(name)
+
+    info = run(main)
+    if info is None:
+        if as_json:
+            print_json(None)
+        else:
+            console.print(text(f"no schedule named {name!r}"))
+        raise typer.Exit(1)
+    data = schedule_json(info)
+    if as_json:
+        print_json(data)
+        return
+    table = Table("field", "value", show_header=False)
+    for key, value in data.items():
+        table.add_row(text(key), text(value))
+    console.print(table)
+
+
+def _action(verb: str, name: str, as_json: bool, conn: Connection) -> None:
+    _check(name)
+
+    async def main() -> bool | str | None:
+        async with conn.connect() as service:
+            if verb == "pause":
+                return await service.pause_schedule(name)
+            if verb == "resume":
+                return await service.resume_schedule(name)
+            if verb == "trigger":
+                return await service.trigger_schedule(name)
+            return await service.unschedule(name)
+
+    result = run(main)
+    done = bool(result)
+    if as_json:
+        data: dict[str, Any] = {"name": name, "action": verb, "done": done}
+        if verb == "trigger":
+            data["id"] = result if isinstance(result, str) else None
+        print_json(data)
+    elif not done:
+        console.print(text(f"no schedule named {name!r}"))
+    elif verb == "trigger":
+        console.print(text(f"fired {name!r} now: event {result}"))
+    else:
+        console.print(text(f"{verb}d {name!r}" if verb.endswith("e") else f"{verb}ed {name!r}"))
+    raise typer.Exit(0 if done else 1)
+
+
+@schedules.command()
+@with_connection
+def pause(name: Name, as_json: Json = False, conn: Connection = Connection()) -> None:
+    """Stop firing a schedule until resumed. Exit code 1 when there is none."""
+    _action("pause", name, as_json, conn)
+
+
+@schedules.command()
+@with_connection
+def resume(name: Name, as_json: Json = False, conn: Connection = Connection()) -> None:
+    """Fire a paused schedule again from its next slot. Exit code 1 when there is none."""
+    _action("resume", name, as_json, conn)
+
+
+@schedules.command()
+@with_connection
+def trigger(name: Name, as_json: Json = False, conn: Connection = Connection()) -> None:
+    """Fire a schedule once now, besides its regular slots. Exit code 1 when there is none."""
+    _action("trigger", name, as_json, conn)
+
+
+@schedules.command()
+@with_connection
+def remove(name: Name, as_json: Json = False, conn: Connection = Connection()) -> None:
+    """Delete a schedule (fires already enqueued stay). Exit code 1 when there is none."""
+    _action("remove", name, as_json, conn)
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``schedules`` command group to ``app``."""
-    group = typer.Typer(
-        help="Recurring schedules: list, show, pause, resume, trigger, remove.",
-        no_args_is_help=True,
-    )
-    app.add_typer(group, name="schedules", rich_help_panel="Operate")
-
-    @group.command("list")
-    def list_(
-        as_json: Json = False,
-        redis_url: RedisUrl = DEFAULT_URL,
-        prefix: Prefix = "delayq",
-        cluster: Cluster = False,
-    ) -> None:
-        """Every schedule under the prefix: expression, next and last fire, lag, state."""
-
-        async def main() -> list[ScheduleInfo]:
-            async with connect(redis_url, prefix, cluster) as service:
-                return await service.schedules()
-
-        infos = run(main)
-        if as_json:
-            print_json([schedule_json(i) for i in infos])
-            return
-        if not infos:
-            console.print("no schedules")
-            return
-        now = datetime.now(timezone.utc)
-        table = Table("name", "type", "expression", "zone", "next fire", "last fire", "lag",
-                      "state", "fires", "skipped")  # fmt: skip
-        for i in infos:
-            lag = "-" if i.lag is None else f"{i.lag.total_seconds() * 1000:.0f}ms"
-            table.add_row(
-                text(i.name), text(i.event_type), text(i.expression), text(i.timezone),
-                when(i.next_fire, now), when(i.last_fire, now), text(lag),
-                text("paused" if i.paused else "active"), text(str(i.fires)), text(str(i.skipped)),
-            )  # fmt: skip
-        console.print(table)
-
-    @group.command()
-    def show(
-        name: Name,
-        as_json: Json = False,
-        redis_url: RedisUrl = DEFAULT_URL,
-        prefix: Prefix = "delayq",
-        cluster: Cluster = False,
-    ) -> None:
-        """One schedule in full. Exit code 1 when there is none by that name."""
-        _check(name)
-
-        async def main() -> ScheduleInfo | None:
-            async with connect(redis_url, prefix, cluster) as service:
-                return await service.schedule_info(name)
-
-        info = run(main)
-        if info is None:
-            if as_json:
-                print_json(None)
-            else:
-                console.print(text(f"no schedule named {name!r}"))
-            raise typer.Exit(1)
-        data = schedule_json(info)
-        if as_json:
-            print_json(data)
-            return
-        table = Table("field", "value", show_header=False)
-        for key, value in data.items():
-            table.add_row(text(key), text(value))
-        console.print(table)
-
-    def _action(verb: str, name: str, as_json: bool, redis_url: str, prefix: str,
-                cluster: bool) -> None:  # fmt: skip
-        _check(name)
-
-        async def main() -> bool | str | None:
-            async with connect(redis_url, prefix, cluster) as service:
-                if verb == "pause":
-                    return await service.pause_schedule(name)
-                if verb == "resume":
-                    return await service.resume_schedule(name)
-                if verb == "trigger":
-                    return await service.trigger_schedule(name)
-                return await service.unschedule(name)
-
-        result = run(main)
-        done = bool(result)
-        if as_json:
-            data: dict[str, Any] = {"name": name, "action": verb, "done": done}
-            if verb == "trigger":
-                data["id"] = result if isinstance(result, str) else None
-            print_json(data)
-        elif not done:
-            console.print(text(f"no schedule named {name!r}"))
-        elif verb == "trigger":
-            console.print(text(f"fired {name!r} now: event {result}"))
-        else:
-            console.print(text(f"{verb}d {name!r}" if verb.endswith("e") else f"{verb}ed {name!r}"))
-        raise typer.Exit(0 if done else 1)
-
-    @group.command()
-    def pause(name: Name, as_json: Json = False, redis_url: RedisUrl = DEFAULT_URL,
-              prefix: Prefix = "delayq", cluster: Cluster = False) -> None:  # fmt: skip
-        """Stop firing a schedule until resumed. Exit code 1 when there is none."""
-        _action("pause", name, as_json, redis_url, prefix, cluster)
-
-    @group.command()
-    def resume(name: Name, as_json: Json = False, redis_url: RedisUrl = DEFAULT_URL,
-               prefix: Prefix = "delayq", cluster: Cluster = False) -> None:  # fmt: skip
-        """Fire a paused schedule again from its next slot. Exit code 1 when there is none."""
-        _action("resume", name, as_json, redis_url, prefix, cluster)
-
-    @group.command()
-    def trigger(name: Name, as_json: Json = False, redis_url: RedisUrl = DEFAULT_URL,
-                prefix: Prefix = "delayq", cluster: Cluster = False) -> None:  # fmt: skip
-        """Fire a schedule once now, besides its regular slots. Exit code 1 when there is none."""
-        _action("trigger", name, as_json, redis_url, prefix, cluster)
-
-    @group.command()
-    def remove(name: Name, as_json: Json = False, redis_url: RedisUrl = DEFAULT_URL,
-               prefix: Prefix = "delayq", cluster: Cluster = False) -> None:  # fmt: skip
-        """Delete a schedule (fires already enqueued stay). Exit code 1 when there is none."""
-        _action("remove", name, as_json, redis_url, prefix, cluster)
+    app.add_typer(schedules, name="schedules", rich_help_panel="Operate")

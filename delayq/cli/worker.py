@@ -27,7 +27,7 @@ from .logs import LEVELS, setup_logging
 from .output import fail
 from .target import load_service
 
-__all__ = ["ServiceAddon", "WorkerConfig", "register", "run_async", "run_worker"]
+__all__ = ["ServiceAddon", "WorkerConfig", "register", "run_async", "run_worker", "worker"]
 
 log = logging.getLogger("delayq.cli.worker")
 
@@ -234,141 +234,142 @@ Target = Annotated[
 ]
 
 
+def worker(
+    target: Target,
+    factory: Annotated[
+        bool, typer.Option("--factory", help="Call MODULE:ATTR to get the service.")
+    ] = False,
+    processes: Annotated[
+        int,
+        typer.Option(
+            "--processes",
+            "-p",
+            min=1,
+            max=256,
+            help="Run N worker processes under a small supervisor (asyncio uses one "
+            "core per process): it forwards SIGTERM/SIGINT, restarts a child that "
+            "crashed (with backoff) and exits once all children have drained.",
+        ),
+    ] = 1,
+    use_uvloop: Annotated[
+        bool | None,
+        typer.Option(
+            "--uvloop/--no-uvloop",
+            help="Use the uvloop event loop. Default: on when uvloop is installed "
+            "(pip install 'delayq\\[uvloop]').",
+            show_default=False,
+        ),
+    ] = None,
+    log_level: Annotated[
+        str,
+        typer.Option(
+            "--log-level",
+            help=f"One of {', '.join(LEVELS)}. 'debug' also shows tracebacks of "
+            "import errors and handler failures.",
+        ),
+    ] = "info",
+    log_format: Annotated[
+        str,
+        typer.Option(
+            "--log-format",
+            help="'text', or 'json' (one object per line; handler failures carry "
+            "event_type, event_id and attempt fields).",
+        ),
+    ] = "text",
+    health_port: Annotated[
+        int | None,
+        typer.Option(
+            "--health-port",
+            min=0,
+            max=65535,
+            help="Serve GET /healthz (the process and its loops are alive) and GET "
+            "/readyz (Redis reachable and every consumer running) on this port, "
+            "for Kubernetes probes. Off by default.",
+            show_default=False,
+        ),
+    ] = None,
+    health_host: Annotated[
+        str, typer.Option("--health-host", help="Address the health endpoints bind to.")
+    ] = "0.0.0.0",
+    burst: Annotated[
+        bool,
+        typer.Option(
+            "--burst",
+            help="Handle everything that is due now, then drain and exit 0 (cron jobs, tests).",
+        ),
+    ] = False,
+    reload: Annotated[
+        bool,
+        typer.Option(
+            "--reload",
+            help="Development: restart the worker when a .py file changes (watchfiles).",
+        ),
+    ] = False,
+    reload_dir: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--reload-dir",
+            exists=True,
+            file_okay=False,
+            help="Directory to watch with --reload (repeatable; default: .).",
+        ),
+    ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            min=0,
+            max=65535,
+            help="Serve Prometheus metrics at GET /metrics on this port (needs "
+            "delayq[prometheus]): queue depth and backlog age read from Redis, plus this "
+            "process's counters and histograms when the service was built with "
+            "metrics=PrometheusMetrics(). With --processes N, worker i uses PORT+i.",
+            show_default=False,
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str, typer.Option("--metrics-host", help="Address the metrics endpoint binds to.")
+    ] = "0.0.0.0",
+    child_health_file: Annotated[
+        str | None, typer.Option("--child-health-file", hidden=True)
+    ] = None,
+) -> None:
+    """Run the handlers of an EventService until SIGTERM or SIGINT.
+
+    A signal starts a graceful drain: fetching stops, running handlers get the
+    service's shutdown_grace to finish, finished ones are acknowledged, and the
+    command exits 0. A second SIGINT stops at once (unfinished events come back
+    when their leases expire). Exit code 2: the service could not be loaded.
+    """
+    if log_level.lower() not in LEVELS:
+        fail(f"--log-level must be one of {', '.join(LEVELS)}, not {log_level!r}")
+    if log_format not in ("text", "json"):
+        fail(f"--log-format must be 'text' or 'json', not {log_format!r}")
+    cfg = WorkerConfig(
+        target=target,
+        factory=factory,
+        processes=processes,
+        use_uvloop=use_uvloop,
+        log_level=log_level.lower(),
+        log_format=log_format,
+        health_port=health_port,
+        health_host=health_host,
+        burst=burst,
+        reload=reload,
+        reload_dirs=list(reload_dir or []),
+        child_health_file=child_health_file,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
+        addons=list(WORKER_ADDONS),
+    )
+    if metrics_port is not None and processes == 1 and not reload:
+        cfg.addons.append(_metrics_addon(metrics_host, metrics_port))
+    raise typer.Exit(run_worker(cfg))
+
+
 def register(app: typer.Typer) -> None:
     """Add ``worker`` to the app."""
-
-    @app.command(rich_help_panel="Run")
-    def worker(
-        target: Target,
-        factory: Annotated[
-            bool, typer.Option("--factory", help="Call MODULE:ATTR to get the service.")
-        ] = False,
-        processes: Annotated[
-            int,
-            typer.Option(
-                "--processes",
-                "-p",
-                min=1,
-                max=256,
-                help="Run N worker processes under a small supervisor (asyncio uses one "
-                "core per process): it forwards SIGTERM/SIGINT, restarts a child that "
-                "crashed (with backoff) and exits once all children have drained.",
-            ),
-        ] = 1,
-        use_uvloop: Annotated[
-            bool | None,
-            typer.Option(
-                "--uvloop/--no-uvloop",
-                help="Use the uvloop event loop. Default: on when uvloop is installed "
-                "(pip install 'delayq\\[uvloop]').",
-                show_default=False,
-            ),
-        ] = None,
-        log_level: Annotated[
-            str,
-            typer.Option(
-                "--log-level",
-                help=f"One of {', '.join(LEVELS)}. 'debug' also shows tracebacks of "
-                "import errors and handler failures.",
-            ),
-        ] = "info",
-        log_format: Annotated[
-            str,
-            typer.Option(
-                "--log-format",
-                help="'text', or 'json' (one object per line; handler failures carry "
-                "event_type, event_id and attempt fields).",
-            ),
-        ] = "text",
-        health_port: Annotated[
-            int | None,
-            typer.Option(
-                "--health-port",
-                min=0,
-                max=65535,
-                help="Serve GET /healthz (the process and its loops are alive) and GET "
-                "/readyz (Redis reachable and every consumer running) on this port, "
-                "for Kubernetes probes. Off by default.",
-                show_default=False,
-            ),
-        ] = None,
-        health_host: Annotated[
-            str, typer.Option("--health-host", help="Address the health endpoints bind to.")
-        ] = "0.0.0.0",
-        burst: Annotated[
-            bool,
-            typer.Option(
-                "--burst",
-                help="Handle everything that is due now, then drain and exit 0 (cron jobs, tests).",
-            ),
-        ] = False,
-        reload: Annotated[
-            bool,
-            typer.Option(
-                "--reload",
-                help="Development: restart the worker when a .py file changes (watchfiles).",
-            ),
-        ] = False,
-        reload_dir: Annotated[
-            list[Path] | None,
-            typer.Option(
-                "--reload-dir",
-                exists=True,
-                file_okay=False,
-                help="Directory to watch with --reload (repeatable; default: .).",
-            ),
-        ] = None,
-        metrics_port: Annotated[
-            int | None,
-            typer.Option(
-                "--metrics-port",
-                min=0,
-                max=65535,
-                help="Serve Prometheus metrics at GET /metrics on this port (needs "
-                "delayq[prometheus]): queue depth and backlog age read from Redis, plus this "
-                "process's counters and histograms when the service was built with "
-                "metrics=PrometheusMetrics(). With --processes N, worker i uses PORT+i.",
-                show_default=False,
-            ),
-        ] = None,
-        metrics_host: Annotated[
-            str, typer.Option("--metrics-host", help="Address the metrics endpoint binds to.")
-        ] = "0.0.0.0",
-        child_health_file: Annotated[
-            str | None, typer.Option("--child-health-file", hidden=True)
-        ] = None,
-    ) -> None:
-        """Run the handlers of an EventService until SIGTERM or SIGINT.
-
-        A signal starts a graceful drain: fetching stops, running handlers get the
-        service's shutdown_grace to finish, finished ones are acknowledged, and the
-        command exits 0. A second SIGINT stops at once (unfinished events come back
-        when their leases expire). Exit code 2: the service could not be loaded.
-        """
-        if log_level.lower() not in LEVELS:
-            fail(f"--log-level must be one of {', '.join(LEVELS)}, not {log_level!r}")
-        if log_format not in ("text", "json"):
-            fail(f"--log-format must be 'text' or 'json', not {log_format!r}")
-        cfg = WorkerConfig(
-            target=target,
-            factory=factory,
-            processes=processes,
-            use_uvloop=use_uvloop,
-            log_level=log_level.lower(),
-            log_format=log_format,
-            health_port=health_port,
-            health_host=health_host,
-            burst=burst,
-            reload=reload,
-            reload_dirs=list(reload_dir or []),
-            child_health_file=child_health_file,
-            metrics_port=metrics_port,
-            metrics_host=metrics_host,
-            addons=list(WORKER_ADDONS),
-        )
-        if metrics_port is not None and processes == 1 and not reload:
-            cfg.addons.append(_metrics_addon(metrics_host, metrics_port))
-        raise typer.Exit(run_worker(cfg))
+    app.command(rich_help_panel="Run")(worker)
 
 
 def _metrics_addon(host: str, port: int) -> ServiceAddon:

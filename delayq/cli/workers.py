@@ -9,10 +9,10 @@ import typer
 from rich.table import Table
 
 from ..runtime.heartbeat import WorkerInfo
-from .ops import DEFAULT_URL, Cluster, Json, Prefix, RedisUrl, connect, run
+from .ops import Connection, Json, run, with_connection
 from .output import console, print_json, text, when
 
-__all__ = ["register"]
+__all__ = ["register", "worker_dict", "workers"]
 
 
 def _iso(moment: datetime) -> str:
@@ -34,43 +34,41 @@ def worker_dict(w: WorkerInfo) -> dict[str, Any]:
     }
 
 
+@with_connection
+def workers(
+    limit: Annotated[int, typer.Option("--limit", min=1, max=10000, help="Most rows.")] = 1000,
+    as_json: Json = False,
+    conn: Connection = Connection(),
+) -> None:
+    """The live worker processes (their heartbeats): host, pid, the types each handles
+    with its concurrency and handlers running, when it started and was last seen."""
+
+    async def main() -> list[WorkerInfo]:
+        async with conn.connect() as service:
+            return await service.workers(limit)
+
+    found = run(main)
+    if as_json:
+        print_json({"prefix": conn.prefix, "workers": [worker_dict(w) for w in found]})
+        return
+    table = Table(title=f"workers · prefix {conn.prefix}", title_justify="left")
+    for column in ("id", "host", "pid", "handling (running/concurrency)", "started", "seen"):
+        table.add_column(column, overflow="fold")
+    now = datetime.now(timezone.utc)
+    for w in found:
+        handling = ", ".join(
+            f"{name} {w.in_flight.get(name, 0)}/{limit_}"
+            for name, limit_ in sorted(w.types.items())
+        )
+        table.add_row(
+            text(w.id), text(w.host), str(w.pid), text(handling or None),
+            when(w.started_at, now, short=True), when(w.seen_at, now, short=True),
+        )  # fmt: skip
+    if not found:
+        table.caption = "no live workers under this prefix (heartbeat_interval=0 hides a worker)"
+    console.print(table)
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``workers`` command to ``app``."""
-
-    @app.command(rich_help_panel="Operate")
-    def workers(
-        limit: Annotated[int, typer.Option("--limit", min=1, max=10000, help="Most rows.")] = 1000,
-        as_json: Json = False,
-        redis_url: RedisUrl = DEFAULT_URL,
-        prefix: Prefix = "delayq",
-        cluster: Cluster = False,
-    ) -> None:
-        """The live worker processes (their heartbeats): host, pid, the types each handles
-        with its concurrency and handlers running, when it started and was last seen."""
-
-        async def main() -> list[WorkerInfo]:
-            async with connect(redis_url, prefix, cluster) as service:
-                return await service.workers(limit)
-
-        found = run(main)
-        if as_json:
-            print_json({"prefix": prefix, "workers": [worker_dict(w) for w in found]})
-            return
-        table = Table(title=f"workers · prefix {prefix}", title_justify="left")
-        for column in ("id", "host", "pid", "handling (running/concurrency)", "started", "seen"):
-            table.add_column(column, overflow="fold")
-        now = datetime.now(timezone.utc)
-        for w in found:
-            handling = ", ".join(
-                f"{name} {w.in_flight.get(name, 0)}/{limit_}"
-                for name, limit_ in sorted(w.types.items())
-            )
-            table.add_row(
-                text(w.id), text(w.host), str(w.pid), text(handling or None),
-                when(w.started_at, now, short=True), when(w.seen_at, now, short=True),
-            )  # fmt: skip
-        if not found:
-            table.caption = (
-                "no live workers under this prefix (heartbeat_interval=0 hides a worker)"
-            )
-        console.print(table)
+    app.command(rich_help_panel="Operate")(workers)
