@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 
 import pytest
 import redis
@@ -99,7 +100,7 @@ def test_operations(cli, redis_url, prefix):
     assert job["due"] == 2 and job["next_due_at"].endswith("Z")
     assert job["backlog_age_seconds"] >= 0
     out, _ = cli("stats")
-    assert "cli-job" in out and "backlog age" in out
+    assert "cli-job" in out and "backlog" in out  # headers on two lines: "backlog" / "age"
 
     info = cli("inspect", "cli-job", "s1", "--json")
     assert info["state"] == "scheduled" and info["context"] == {"k": "v"}
@@ -495,3 +496,72 @@ def test_lists_cut_nothing_at_80_columns(cli, redis_url, prefix, monkeypatch):
     out, _ = cli("scheduled", "cli-job")
     cells = "".join(line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│"))
     assert long_id in cells  # the id column, read top to bottom
+
+
+def test_stats_and_schedules_list_at_80_columns(redis_url, prefix):
+    """The real commands on an 80-column terminal: type and schedule names of everyday
+    length stay whole on one line, nothing ends in '…', and a paused type or schedule says
+    so (a paused type's backlog grows while workers run: stats must show why)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    class Reminder(Event, event_name="send-reminder"):
+        user: str = ""
+
+    class Renewal(Event, event_name="payment-check-for-subscription-renewals"):
+        pass
+
+    async def setup() -> None:
+        async with EventService.from_url(redis_url, prefix=prefix) as svc:
+            await svc.enqueue_with_delay(Reminder(id="r1", user="ann"), 300)
+            await svc.enqueue_with_delay(Renewal(id="p1"), 0)
+            await svc.schedule("nightly-reminders-berlin", Reminder, payload={"user": "all"},
+                               cron="0 9 * * *", timezone="Europe/Berlin")  # fmt: skip
+            await svc.schedule("hourly-digest", Reminder, every=3600)
+            await svc.pause(Reminder)
+            await svc.pause_schedule("hourly-digest")
+
+    asyncio.run(setup())
+    env = {**os.environ, "COLUMNS": "80", "REDIS_URL": redis_url, "DELAYQ_PREFIX": prefix}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent.parent), env.get("PYTHONPATH", "")])  # fmt: skip
+
+    def shown(*args: str) -> list[str]:
+        got = subprocess.run([sys.executable, "-m", "delayq", *args], env=env,
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert got.returncode == 0, got.stderr
+        lines = got.stdout.splitlines()
+        assert "…" not in got.stdout, got.stdout
+        assert max(len(line) for line in lines) <= 80, got.stdout
+        return lines
+
+    lines = shown("stats")
+    assert any(line.startswith("send-reminder (paused) ") for line in lines), lines
+    assert any("payment-check-for" in line for line in lines), lines
+    lines = shown("schedules", "list")
+    assert any(line.startswith("nightly-reminders-berlin ") for line in lines), lines
+    assert any(line.startswith("hourly-digest (paused) ") for line in lines), lines
+    assert any("Europe/Berlin" in line for line in lines), lines
+    assert sum("send-reminder" in line for line in lines) == 2, lines
+    got = json.loads(subprocess.run([sys.executable, "-m", "delayq", "stats", "--json"],
+                                    env=env, capture_output=True, text=True, timeout=60,
+                                    check=True).stdout)  # fmt: skip
+    assert got["types"]["send-reminder"]["paused"] is True
+    assert got["types"]["payment-check-for-subscription-renewals"]["paused"] is False
+
+
+def test_an_empty_answer_says_where_it_looked(cli, redis_url):
+    """No types, workers or schedules under the prefix: the answer names the prefix and
+    the Redis (without its password) it looked at, and how to choose them."""
+    url = redis_url.replace("redis://", "redis://:hunter2@") if "@" not in redis_url else None
+    for args in (["stats"], ["workers"], ["schedules", "list"]):
+        out, _ = cli(*args)
+        flat = " ".join(out.split())
+        assert "under prefix 't-" in flat and redis_url in flat, out
+        assert "--prefix or DELAYQ_PREFIX" in flat and "--redis-url or REDIS_URL" in flat
+    _, err = cli("inspect", "nothing-here", "x", code=2)
+    assert "--prefix or DELAYQ_PREFIX" in err
+    if url:  # a password in the URL is never shown
+        from delayq.cli.ops import Connection
+
+        assert "hunter2" not in Connection(url, "p").nothing("event types")

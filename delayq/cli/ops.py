@@ -24,6 +24,7 @@ from .durations import parse_duration
 from .output import fail
 
 __all__ = [
+    "CHOOSE_WHERE",
     "DEFAULT_PREFIX",
     "DEFAULT_URL",
     "MAX_OFFSET",
@@ -38,6 +39,7 @@ __all__ = [
     "parse_delay",
     "pick_ids",
     "run",
+    "safe_url",
     "with_connection",
 ]
 
@@ -84,7 +86,13 @@ DEFAULT_URL = "redis://localhost:6379/0"
 DEFAULT_PREFIX = "delayq"
 
 
-def _safe_url(url: str) -> str:
+CHOOSE_WHERE = (
+    "choose the prefix with --prefix or DELAYQ_PREFIX (the services' prefix= option) "
+    "and the Redis with --redis-url or REDIS_URL"
+)
+
+
+def safe_url(url: str) -> str:
     """``url`` without its password (for messages)."""
     try:
         parts = urlsplit(url)
@@ -107,6 +115,13 @@ class Connection:
     def connect(self) -> AbstractAsyncContextManager[EventService]:
         """An unstarted service on this Redis and prefix (see :func:`connect`)."""
         return connect(self.redis_url, self.prefix, self.cluster)
+
+    def nothing(self, what: str) -> str:
+        """``no <what>`` here, saying where it looked and how to look elsewhere (a newcomer
+        whose services use another prefix or Redis sees an empty answer, not an error)."""
+        return (
+            f"no {what} under prefix {self.prefix!r} on {safe_url(self.redis_url)}; {CHOOSE_WHERE}"
+        )
 
 
 _CONNECTION_OPTIONS: tuple[tuple[str, Any, object], ...] = (
@@ -164,7 +179,7 @@ async def connect(url: str, prefix: str, cluster: bool) -> AsyncIterator[EventSe
             await asyncio.wait_for(service.store.server_time_ms(), 10)
         except Exception as exc:
             reason = "no answer" if isinstance(exc, asyncio.TimeoutError) else str(exc)
-            fail(f"cannot reach Redis at {_safe_url(url)}: {reason or type(exc).__name__}")
+            fail(f"cannot reach Redis at {safe_url(url)}: {reason or type(exc).__name__}")
         yield service
     finally:
         try:
@@ -181,7 +196,7 @@ async def known_type(service: EventService, name: str) -> str:
         fail(str(exc))
     known = await service.store.known_types()
     if name not in known:
-        listed = ", ".join(sorted(known)[:20]) or "none"
+        listed = ", ".join(sorted(known)[:20]) or f"none; {CHOOSE_WHERE}"
         fail(
             f"unknown event type {name!r} under prefix {service.options.prefix!r} (known: {listed})"
         )

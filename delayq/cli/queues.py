@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -44,6 +45,7 @@ def _counts_dict(c: QueueCounts) -> dict[str, Any]:
         if c.next_due_at is None
         else c.next_due_at.isoformat().replace("+00:00", "Z"),
         "backlog_age_seconds": round(c.backlog_age, 3),
+        "paused": c.paused,
     }
 
 
@@ -69,37 +71,39 @@ def _next_due(moment: datetime | None, now: datetime) -> Text:
     return Text(f"in {human_seconds(delta)}" if delta >= 0 else f"{human_seconds(-delta)} ago")
 
 
+def _type_cell(label: str, paused: bool) -> Text:
+    """A type's (or group's) name, and ``paused`` beside it while it is paused."""
+    cell = text(label)
+    if paused:  # why its backlog grows while workers run
+        cell.append(" (paused)", style="bold yellow")
+    return cell
+
+
 def _stats_table(
     prefix: str,
     stats: dict[str, QueueCounts],
     groups: dict[str, dict[str, QueueCounts]] | None = None,
     refreshed: str | None = None,
+    *,
+    empty: str = "no event types under this prefix",
 ) -> Table:
+    """The ``stats`` table. It fits 80 columns with type names of up to ~23 characters
+    whole: no vertical rules, two-line headers, numbers and times that never wrap."""
     title = f"delayq · prefix {prefix}" + (f" · {refreshed}" if refreshed else "")
-    table = Table(title=text(title), title_justify="left")
-    for column in (
-        "type",
-        "scheduled",
-        "ready",
-        "in flight",
-        "dead",
-        "due",
-        "next due",
-        "backlog age",
-    ):
-        if column == "type":  # long names fold; the numbers and times never wrap
-            table.add_column(column, overflow="fold", min_width=8)
-        else:
-            table.add_column(
-                column, justify="left" if column == "next due" else "right", no_wrap=True
-            )
+    table = Table(
+        title=text(title), title_justify="left", caption_justify="left", box=box.SIMPLE_HEAD,
+        show_edge=False, pad_edge=False, collapse_padding=True,
+    )  # fmt: skip
+    table.add_column("type", overflow="fold")  # only a name longer than the room folds
+    for column in ("scheduled", "ready", "in\nflight", "dead", "due", "next\ndue", "backlog\nage"):
+        table.add_column(column, justify="left" if "next" in column else "right", no_wrap=True)
     now = datetime.now(timezone.utc)
     for name, c in sorted(stats.items()):
         age = text(human_seconds(c.backlog_age) if c.backlog_age else "0")
         if c.backlog_age >= 60:
             age.stylize("bold red")
         table.add_row(
-            text(name),
+            _type_cell(name, c.paused),
             str(c.scheduled),
             str(c.ready),
             str(c.in_flight),
@@ -111,7 +115,7 @@ def _stats_table(
         for group, g in sorted((groups or {}).get(name, {}).items()):
             # a group has its own ready, in-flight and dead sets; due times are the type's
             table.add_row(
-                text(f"  {name} [{group}]"),
+                _type_cell(f"  {name} [{group}]", g.paused),
                 str(g.scheduled),
                 str(g.ready),
                 str(g.in_flight),
@@ -121,7 +125,7 @@ def _stats_table(
                 "",
             )
     if not stats:
-        table.caption = "no event types under this prefix"
+        table.caption = text(empty)
     return table
 
 
@@ -138,7 +142,7 @@ def stats(
     the backlog's age (how long the oldest due, unclaimed event has waited).
 
     With --watch --json, one JSON object per line at every refresh.
-    Types with named delivery groups get one more row per group ("type [group]"; in
+    Types with named delivery groups get one more row per group ("type \\[group]"; in
     JSON, a "groups" object of the same fields per group).
     """
     period = parse_delay(interval)
@@ -165,7 +169,9 @@ def stats(
                 if as_json:
                     print_json(as_data(got))
                 else:
-                    console.print(_stats_table(conn.prefix, *got))
+                    console.print(
+                        _stats_table(conn.prefix, *got, empty=conn.nothing("event types"))
+                    )
                 return
             if as_json:
                 while True:
@@ -183,7 +189,12 @@ def stats(
                     got = await read(service)
                     at = datetime.now(timezone.utc).strftime("%H:%M:%S UTC")
                     refreshed = f"refreshed {at}, every {human_seconds(period)} · Ctrl-C to stop"
-                    live.update(_stats_table(conn.prefix, *got, refreshed), refresh=True)
+                    live.update(
+                        _stats_table(
+                            conn.prefix, *got, refreshed, empty=conn.nothing("event types")
+                        ),
+                        refresh=True,
+                    )
                     await asyncio.sleep(period)
 
     try:

@@ -7,12 +7,13 @@ from datetime import datetime, timezone
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.table import Table
 
 from ..events import validate_name
 from ..schedules.api import ScheduleInfo
 from .ops import Connection, Json, run, with_connection
-from .output import console, fail, print_json, text, when
+from .output import add_columns, console, fail, print_json, text, when
 
 __all__ = ["register", "schedule_json"]
 
@@ -72,7 +73,8 @@ def list_(
     as_json: Json = False,
     conn: Connection = Connection(),
 ) -> None:
-    """Every schedule under the prefix: expression, next and last fire, lag, state."""
+    """Every schedule under the prefix: expression and zone, next and last fire, lag,
+    state, fires (and skipped slots)."""
 
     async def main() -> list[ScheduleInfo]:
         async with conn.connect() as service:
@@ -83,19 +85,35 @@ def list_(
         print_json([schedule_json(i) for i in infos])
         return
     if not infos:
-        console.print("no schedules")
+        console.print(text(conn.nothing("schedules")))
         return
+    console.print(_schedules_table(infos, console.width))
+
+
+def _schedules_table(infos: list[ScheduleInfo], width: int) -> Table:
+    """Every schedule, one row each, the type under the name and the zone under the
+    expression. On a terminal too narrow for it (80 columns) the times wrap between
+    date, time and how far off, so that names stay whole; nothing is cut."""
     now = datetime.now(timezone.utc)
-    table = Table("name", "type", "expression", "zone", "next fire", "last fire", "lag",
-                  "state", "fires", "skipped")  # fmt: skip
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    add_columns(table, ("name\ntype", "expression\nzone", "next fire", "last fire", "fires"))
     for i in infos:
-        lag = "-" if i.lag is None else f"{i.lag.total_seconds() * 1000:.0f}ms"
+        name = text(i.name)
+        if i.paused:
+            name.append(" (paused)", style="bold yellow")
+        name.append("\n" + i.event_type, style="dim")
+        last = when(i.last_fire, now, short=True)
+        if i.lag is not None:
+            last.append(f" lag {i.lag.total_seconds() * 1000:.0f}ms")
+        fires = f"{i.fires}" + (f", {i.skipped} skipped" if i.skipped else "")
         table.add_row(
-            text(i.name), text(i.event_type), text(i.expression), text(i.timezone),
-            when(i.next_fire, now), when(i.last_fire, now), text(lag),
-            text("paused" if i.paused else "active"), text(str(i.fires)), text(str(i.skipped)),
+            name, text(f"{i.expression}\n{i.timezone}"), when(i.next_fire, now, short=True),
+            last, text(fires),
         )  # fmt: skip
-    console.print(table)
+    if console.measure(table, options=console.options.update(max_width=10_000)).maximum > width:
+        for column in table.columns[2:4]:  # "2026-11-29" is the longest word of a time
+            column.width = len("(in 23h59m)")
+    return table
 
 
 @schedules.command()

@@ -321,7 +321,7 @@ def worker(
             min=0,
             max=65535,
             help="Serve Prometheus metrics at GET /metrics on this port (needs "
-            "delayq[prometheus]): queue depth and backlog age read from Redis, plus this "
+            "delayq\\[prometheus]): queue depth and backlog age read from Redis, plus this "
             "process's counters and histograms when the service was built with "
             "metrics=PrometheusMetrics(). With --processes N, worker i uses PORT+i.",
             show_default=False,

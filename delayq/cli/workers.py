@@ -51,7 +51,9 @@ def workers(
     if as_json:
         print_json({"prefix": conn.prefix, "workers": [worker_dict(w) for w in found]})
         return
-    table = Table(title=f"workers · prefix {conn.prefix}", title_justify="left")
+    table = Table(
+        title=text(f"workers · prefix {conn.prefix}"), title_justify="left", caption_justify="left"
+    )
     for column in ("id", "host", "pid", "handling (running/concurrency)", "started", "seen"):
         table.add_column(column, overflow="fold")
     now = datetime.now(timezone.utc)
@@ -65,7 +67,9 @@ def workers(
             when(w.started_at, now, short=True), when(w.seen_at, now, short=True),
         )  # fmt: skip
     if not found:
-        table.caption = "no live workers under this prefix (heartbeat_interval=0 hides a worker)"
+        table.caption = text(
+            conn.nothing("live workers") + " (heartbeat_interval=0 hides a worker)"
+        )
     console.print(table)
 
 
