@@ -27,7 +27,25 @@ def cli(redis_url, prefix, capsys, monkeypatch):
     return run
 
 
-def test_limits_and_pause(cli) -> None:
+@pytest.fixture
+def flow_type(redis_url, prefix) -> str:
+    """A type the prefix knows (one event enqueued): the commands refuse unknown ones."""
+    import asyncio
+
+    from delayq import Event, EventService
+
+    class CliFlow(Event, event_name="cli-flow"):
+        pass
+
+    async def enqueue() -> None:
+        async with EventService.from_url(redis_url, prefix=prefix) as svc:
+            await svc.enqueue_with_delay(CliFlow(id="one"), 3600)
+
+    asyncio.run(enqueue())
+    return "cli-flow"
+
+
+def test_limits_and_pause(cli, flow_type) -> None:
     assert cli("limits", "show", "cli-flow", "--json") == {
         "type": "cli-flow", "group": "default", "concurrency": None, "rate": None,
         "paused": False, "per_key_concurrency": None, "per_key_rate": None,
@@ -50,7 +68,7 @@ def test_limits_and_pause(cli) -> None:
     assert cli("limits", "show", "cli-flow", "--json")["concurrency"] is None
 
 
-def test_bad_input(cli) -> None:
+def test_bad_input(cli, flow_type) -> None:
     _, err = cli("limits", "set", "cli-flow", "--rate", "fast", code=2)
     assert "not like" in err
     _, err = cli("limits", "set", "cli-flow", code=2)
@@ -86,3 +104,25 @@ def test_per_key_limits_and_keys(cli, redis_url, prefix) -> None:
     assert "[bold]zeta" in out  # shown as is, not as markup
     got = cli("limits", "clear", "cli-keyed", "--per-key", "--json")
     assert got["per_key_concurrency"] is None and got["per_key_rate"] is None
+
+
+def test_an_unknown_type_is_refused(cli, flow_type) -> None:
+    """A mistyped type name would store limits or a pause nothing reads: exit 2, nothing
+    written, unless --allow-unknown (a type whose first worker has not started yet)."""
+    for args in (
+        ("limits", "set", "cli-flwo", "--concurrency", "3"),
+        ("pause", "cli-flwo"),
+        ("resume", "cli-flwo"),
+        ("limits", "show", "cli-flwo"),
+        ("limits", "clear", "cli-flwo"),
+        ("limits", "keys", "cli-flwo"),
+    ):
+        _, err = cli(*args, code=2)
+        assert "unknown event type 'cli-flwo'" in err and "known: cli-flow" in err, err
+        assert "--allow-unknown" in err
+    got = cli("limits", "show", "cli-flwo", "--allow-unknown", "--json")
+    assert got["concurrency"] is None and got["paused"] is False  # nothing was written
+    got = cli("limits", "set", "cli-new", "--concurrency", "3", "--allow-unknown", "--json")
+    assert got["concurrency"] == 3
+    assert cli("pause", "cli-new", "--allow-unknown", "--json")["paused"] is True
+    assert cli("resume", "cli-new", "--allow-unknown", "--json")["paused"] is False

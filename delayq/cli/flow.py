@@ -14,10 +14,27 @@ from ..flow.keys import KeyBacklogs
 from ..flow.limits import FlowLimits
 from ..keys import DEFAULT_GROUP
 from ..service import EventService
-from .ops import Connection, GroupName, Json, TypeName, run, with_connection
+from .ops import Connection, GroupName, Json, TypeName, known_type, run, with_connection
 from .output import console, fail, print_json, text
 
 __all__ = ["limits", "pause", "register", "resume"]
+
+
+AllowUnknown = Annotated[
+    bool,
+    typer.Option(
+        "--allow-unknown",
+        help="Accept a type no service has used under the prefix yet (to set its limits "
+        "or pause it before its first worker starts or event is enqueued).",
+    ),
+]
+
+
+async def _known(service: EventService, type_name: str, allow_unknown: bool) -> None:
+    """Refuse a type the prefix does not know (a typo would store limits or a pause that
+    nothing reads), unless ``--allow-unknown``."""
+    if not allow_unknown:
+        await known_type(service, type_name, "; --allow-unknown accepts it anyway")
 
 
 def _checked(type_name: str, group: str) -> str | None:
@@ -68,6 +85,7 @@ def limits_show(
     type_name: TypeName,
     group: GroupName = DEFAULT_GROUP,
     as_json: Json = False,
+    allow_unknown: AllowUnknown = False,
     conn: Connection = Connection(),
 ) -> None:
     """The flow limits and paused state of a type (of one delivery group)."""
@@ -75,6 +93,7 @@ def limits_show(
 
     async def main() -> FlowLimits:
         async with conn.connect() as service:
+            await _known(service, type_name, allow_unknown)
             return await _call(service, "limits", event_type=type_name, group=g)
 
     _show(type_name, group, run(main), as_json)
@@ -104,6 +123,7 @@ def limits_set(
     ] = None,
     group: GroupName = DEFAULT_GROUP,
     as_json: Json = False,
+    allow_unknown: AllowUnknown = False,
     conn: Connection = Connection(),
 ) -> None:
     """Set limits; those not given are left as they are. Every worker obeys within ~1 s."""
@@ -124,6 +144,7 @@ def limits_set(
 
     async def main() -> FlowLimits:
         async with conn.connect() as service:
+            await _known(service, type_name, allow_unknown)
             return await _call(
                 service, "set_limits", event_type=type_name, group=g,
                 concurrency=KEEP if concurrency is None else concurrency,
@@ -146,6 +167,7 @@ def limits_clear(
     ] = False,
     group: GroupName = DEFAULT_GROUP,
     as_json: Json = False,
+    allow_unknown: AllowUnknown = False,
     conn: Connection = Connection(),
 ) -> None:
     """Remove limits (all, unless --concurrency, --rate or --per-key picks); pause is kept."""
@@ -154,6 +176,7 @@ def limits_clear(
 
     async def main() -> FlowLimits:
         async with conn.connect() as service:
+            await _known(service, type_name, allow_unknown)
             return await _call(
                 service, "set_limits", event_type=type_name, group=g,
                 concurrency=None if every or concurrency else KEEP,
@@ -172,6 +195,7 @@ def limits_keys(
     limit: Annotated[int, typer.Option("--limit", help="How many keys (1-1000).")] = 20,
     group: GroupName = DEFAULT_GROUP,
     as_json: Json = False,
+    allow_unknown: AllowUnknown = False,
     conn: Connection = Connection(),
 ) -> None:
     """The flow keys with the most ready events: ready, running, held back by a
@@ -180,6 +204,7 @@ def limits_keys(
 
     async def main() -> KeyBacklogs:
         async with conn.connect() as service:
+            await _known(service, type_name, allow_unknown)
             try:
                 return await service.key_backlog(type_name, group=g, limit=limit)
             except (TypeError, ValueError) as exc:
@@ -208,11 +233,14 @@ def limits_keys(
     console.print(table)
 
 
-def _set_paused(paused: bool, type_name: str, group: str, as_json: bool, conn: Connection) -> None:
+def _set_paused(
+    paused: bool, type_name: str, group: str, as_json: bool, allow_unknown: bool, conn: Connection
+) -> None:
     g = _checked(type_name, group)
 
     async def main() -> FlowLimits:
         async with conn.connect() as service:
+            await _known(service, type_name, allow_unknown)
             await _call(service, "pause" if paused else "resume", event_type=type_name, group=g)
             return await _call(service, "limits", event_type=type_name, group=g)
 
@@ -229,10 +257,11 @@ def pause(
     type_name: TypeName,
     group: GroupName = DEFAULT_GROUP,
     as_json: Json = False,
+    allow_unknown: AllowUnknown = False,
     conn: Connection = Connection(),
 ) -> None:
     """Pause a type (or group) fleet-wide: no new handler starts; events are still accepted."""
-    _set_paused(True, type_name, group, as_json, conn)
+    _set_paused(True, type_name, group, as_json, allow_unknown, conn)
 
 
 @with_connection
@@ -240,10 +269,11 @@ def resume(
     type_name: TypeName,
     group: GroupName = DEFAULT_GROUP,
     as_json: Json = False,
+    allow_unknown: AllowUnknown = False,
     conn: Connection = Connection(),
 ) -> None:
     """Resume a paused type (or group): waiting workers start at once."""
-    _set_paused(False, type_name, group, as_json, conn)
+    _set_paused(False, type_name, group, as_json, allow_unknown, conn)
 
 
 def register(app: typer.Typer) -> None:

@@ -188,8 +188,9 @@ async def connect(url: str, prefix: str, cluster: bool) -> AsyncIterator[EventSe
             pass
 
 
-async def known_type(service: EventService, name: str) -> str:
-    """``name`` if it is a valid type name used under the prefix; else a one-line failure."""
+async def known_type(service: EventService, name: str, hint: str = "") -> str:
+    """``name`` if it is a valid type name used under the prefix; else a one-line failure
+    (ending with ``hint``)."""
     try:
         validate_name(name)
     except (TypeError, ValueError) as exc:
@@ -199,6 +200,7 @@ async def known_type(service: EventService, name: str) -> str:
         listed = ", ".join(sorted(known)[:20]) or f"none; {CHOOSE_WHERE}"
         fail(
             f"unknown event type {name!r} under prefix {service.options.prefix!r} (known: {listed})"
+            + hint
         )
     return name
 
