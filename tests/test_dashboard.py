@@ -414,8 +414,13 @@ async def test_flow_card_and_pause_resume(setup) -> None:
         assert (await service.limits("dash-page")).paused
         page = await http.get("/type", params={"name": "dash-page"})
         assert 'id="resume-btn"' in page.text and ">paused<" in page.text
+        overview = await http.get("/")  # a paused type's backlog grows: the overview says why
+        row = overview.text.split('data-type="dash-page"')[1].split("</tr>")[0]
+        assert 'data-flag="paused" data-group="default"' in row and ">paused</a>" in row
         r = await http.post("/actions/flow", data={**data, "action": "resume", "csrf": token})
         assert r.status_code == 200 and not (await service.limits("dash-page")).paused
+        overview = await http.get("/")
+        assert 'data-flag="paused"' not in overview.text
     async with _client(create_app(service, read_only=True)) as http:
         page = await http.get("/type", params={"name": "dash-page"})
         assert 'id="limit-concurrency"' in page.text and 'id="pause-btn"' not in page.text

@@ -40,8 +40,9 @@ class TypeRow:
     groups: int
     """How many delivery groups it has (1: only the default one)."""
     flags: list[tuple[str, str, str]] = field(default_factory=list)
-    """``(kind, group, text)``: ``dead`` for a named group's dead letters, ``no-consumer``
-    for a group with ready events that no live worker handles."""
+    """``(kind, group, text)``: ``paused`` for a paused type or group (why its backlog
+    grows), ``dead`` for a named group's dead letters, ``no-consumer`` for a group with
+    ready events that no live worker handles."""
 
     @property
     def needs_consumer(self) -> bool:
@@ -68,6 +69,9 @@ def type_row(name: str, per_group: Mapping[str, QueueCounts], consumers: set[str
         due=sum(c.due for c in counts),
     )
     flags = []
+    for group, c in sorted(per_group.items()):
+        if c.paused:
+            flags.append(("paused", group, "paused" if len(per_group) == 1 else f"{group}: paused"))
     for group, c in sorted(per_group.items(), key=lambda kv: (-kv[1].dead, kv[0])):
         if c.ready and _consumer_key(name, group) not in consumers:
             flags.append(("no-consumer", group, f"{group}: {c.ready:,} ready, no live consumer"))
