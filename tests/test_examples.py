@@ -204,16 +204,20 @@ async def _stop(proc: asyncio.subprocess.Process, log: Path) -> int:
 async def test_fastapi_web_process_and_workers(
     redis_url: str, prefix: str, tmp_path: Path, wait_for: WaitFor, redis_client: aioredis.Redis
 ) -> None:
-    """The README's "FastAPI: a web process and workers": uvicorn runs web.py (enqueues only),
-    `delayq worker tasks:service --processes 2` runs the handlers."""
+    """examples/README.md's "A FastAPI web process and separate workers": uvicorn runs
+    web.py (enqueues only), `delayq worker tasks:create_service --factory --processes 2`
+    declares the schedules in each worker (the async factory is where a worker awaits
+    before it starts) and runs the handlers; results go through the app's own database."""
     for module in ("fastapi", "uvicorn", "typer"):
         pytest.importorskip(module)
     from delayq import EventService
 
-    env = {"REDIS_URL": redis_url, "DELAYQ_PREFIX": prefix, "PYTHONPATH": str(ROOT)}
+    env = {"REDIS_URL": redis_url, "DELAYQ_PREFIX": prefix, "PYTHONPATH": str(ROOT),
+           "CHECKS_DB": str(tmp_path / "checks.sqlite3")}  # fmt: skip
     worker_log, web_log = tmp_path / "worker.log", tmp_path / "web.log"
     worker = await _start(
-        [sys.executable, "-m", "delayq", "worker", "tasks:service", "--processes", "2"],
+        [sys.executable, "-m", "delayq", "worker", "tasks:create_service", "--factory",
+         "--processes", "2"],
         SPLIT, env, worker_log,
     )  # fmt: skip
     port = free_port()
@@ -240,7 +244,7 @@ async def test_fastapi_web_process_and_workers(
             async def two_workers() -> bool:
                 assert worker.returncode is None, _read(worker_log)
                 found = await observer.workers()
-                return len(found) == 2 and all(w.types == {"payment-check": 8} for w in found)
+                return len(found) == 2 and all(w.types.get("payment-check") == 8 for w in found)
 
             await wait_for(two_workers, timeout=STARTUP_TIMEOUT, message="2 worker processes")
 
@@ -253,8 +257,14 @@ async def test_fastapi_web_process_and_workers(
             assert (await http.post("/orders/99", params={"delay": 3600})).json()["scheduled"]
             assert (await http.post("/orders/99", params={"delay": 5})).json()["scheduled"] is False
 
+            # the schedule both workers declared at start, once (an upsert by name)
+            nightly = await observer.schedule_info("nightly-reconcile")
+            assert nightly is not None and nightly.timezone == "Europe/Berlin"
+            assert [i.name for i in await observer.schedules()] == ["nightly-reconcile"]
+
             async def all_checked() -> bool:
-                return await redis_client.hlen(f"{prefix}-checks") == 6
+                got = [(await http.get(f"/orders/{n}/check")).json() for n in range(1, 7)]
+                return all(c["result"] is not None for c in got)
 
             await wait_for(all_checked, timeout=30, message="6 checks handled by the workers")
             check = (await http.get("/orders/3/check")).json()
@@ -266,7 +276,42 @@ async def test_fastapi_web_process_and_workers(
         web_code = await _stop(web, web_log)
         worker_code = await _stop(worker, worker_log)
         keys = [key async for key in redis_client.scan_iter(match=f"{{{prefix}*", count=1000)]
-        await redis_client.delete(f"{prefix}-checks", *keys)
+        if keys:
+            await redis_client.delete(*keys)
     assert web_code in (0, -signal.SIGTERM), _read(web_log)
     assert worker_code == 0, _read(worker_log)
     assert "checked payment of order" in _read(worker_log)
+
+
+async def test_the_examples_throw_away_redis_runs_in_the_background(
+    tmp_path: Path, wait_for: WaitFor
+) -> None:
+    """``python examples/private_redis.py &`` (examples/README.md): with no terminal to read
+    from (stdin closed) it serves until SIGTERM, which stops its redis-server too. (The
+    one-liner it replaces called input() and died with EOFError in the background.)"""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    port = free_port()
+    log = tmp_path / "private_redis.log"
+    argv = [sys.executable, str(EXAMPLES / "private_redis.py"), "--port", str(port)]
+    proc = await _start(argv, tmp_path, {"PYTHONPATH": str(ROOT)}, log)
+    client = aioredis.Redis.from_url(f"redis://127.0.0.1:{port}/0")
+    try:
+
+        async def answers() -> bool:
+            assert proc.returncode is None, _read(log)
+            try:
+                return bool(await client.ping())
+            except RedisConnectionError:
+                return False
+
+        await wait_for(answers, timeout=STARTUP_TIMEOUT, interval=0.05, message="Redis up")
+        assert f"redis://127.0.0.1:{port}/0" in _read(log)
+        assert await _stop(proc, log) == 0, _read(log)
+        assert "stopped" in _read(log)
+        await client.aclose()
+        with pytest.raises(RedisConnectionError):  # its server went with it
+            await client.ping()
+    finally:
+        await _stop(proc, log)
+        await client.aclose()

@@ -11,3 +11,7 @@ class PaymentCheck(Event, event_name="payment-check"):
     """Look at an order's payment some time after the order was placed."""
 
     order_id: int
+
+
+class ReconcilePayments(Event, event_name="reconcile-payments"):
+    """Compare the day's payments with the provider's report (fired by a schedule)."""

@@ -1,16 +1,23 @@
 """The handlers, run by worker processes apart from the web app::
 
-    delayq worker tasks:service --processes 2      # from this directory
+    delayq worker tasks:create_service --factory --processes 2      # from this directory
 
-``delayq worker`` imports this module (handlers are registered at import), starts the
-service, and on SIGTERM drains it: fetching stops, running handlers get ``shutdown_grace``.
+``delayq worker`` imports this module (handlers are registered at import), calls
+``create_service()`` in each worker process, starts the service it returns and, on SIGTERM,
+drains it: fetching stops, running handlers get ``shutdown_grace``.
+
+``create_service`` is where a worker awaits something before it starts: here it declares
+the schedules. ``schedule()`` is an upsert by name, meant to be called at every start, and
+it needs ``await``, which a module-level ``tasks:service`` has no place for. (Without
+schedules, ``delayq worker tasks:service`` runs the same handlers.)
 """
 
-import json
+import asyncio
 import logging
 import os
 
-from events import PaymentCheck
+from events import PaymentCheck, ReconcilePayments
+from results import save_check
 
 from delayq import EventService, current_delivery, event_context
 
@@ -27,11 +34,26 @@ async def check_payment(event: PaymentCheck) -> None:
     delivery = current_delivery()
     assert delivery is not None  # always set while a handler runs
     request_id = event_context().get("request_id")
-    # A real handler would ask the payment provider and update the database; this one
-    # records what it did in Redis, where the web app's GET /orders/{id}/check finds it.
+    # A real handler would ask the payment provider; this one records what it did in the
+    # application's database, where the web app's GET /orders/{id}/check finds it.
     record = {"request_id": request_id, "attempt": delivery.attempt, "pid": os.getpid()}
-    await service.store.redis.hset(f"{PREFIX}-checks", str(event.order_id), json.dumps(record))
+    await asyncio.to_thread(save_check, event.order_id, record)  # sqlite3 blocks: a thread
     log.info("checked payment of order %d (request %s)", event.order_id, request_id)
 
 
+async def reconcile(event: ReconcilePayments) -> None:
+    """Fired by the "nightly-reconcile" schedule, once per slot whatever the worker count."""
+    delivery = current_delivery()
+    log.info("reconciling the payments of slot %s", delivery.slot if delivery else None)
+
+
 service.add_handler(PaymentCheck, check_payment, concurrency=8)
+service.add_handler(ReconcilePayments, reconcile)
+
+
+async def create_service() -> EventService:
+    """The service, once its schedules are declared (``--factory`` calls this)."""
+    await service.schedule(
+        "nightly-reconcile", ReconcilePayments, cron="0 3 * * *", timezone="Europe/Berlin"
+    )
+    return service

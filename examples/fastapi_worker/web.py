@@ -3,7 +3,7 @@
     uvicorn web:app --port 8000                     # from this directory
 """
 
-import json
+import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 from events import PaymentCheck
 from fastapi import Depends, FastAPI, Header, Query, Request, status
+from results import load_check
 
 from delayq import EventService
 
@@ -64,5 +65,6 @@ async def place_order(
 async def check_status(order_id: int, service: Service) -> dict[str, Any]:
     """Where the order's check is (scheduled, ready, in_flight, dead, absent) and its result."""
     info = await service.inspect(PaymentCheck, f"order-{order_id}")
-    done = await service.store.redis.hget(f"{PREFIX}-checks", str(order_id))
-    return {"state": info.state, "result": None if done is None else json.loads(done)}
+    # the handler's result is in the application's database (delayq keeps none)
+    result = await asyncio.to_thread(load_check, order_id)
+    return {"state": info.state, "result": result}
