@@ -4,6 +4,7 @@ every kind of bad input: one-line error, exit code 2, nothing written."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 
@@ -14,6 +15,7 @@ from cli_app import CliJob
 from delayq import Event, EventService, fixed
 from delayq.cli.app import main
 from delayq.cli.durations import parse_duration
+from delayq.cli.ops import Connection, with_connection
 from delayq.testing import free_port, wait_for
 
 
@@ -565,3 +567,20 @@ def test_an_empty_answer_says_where_it_looked(cli, redis_url):
         from delayq.cli.ops import Connection
 
         assert "hunter2" not in Connection(url, "p").nothing("event types")
+
+
+def test_with_connection_puts_the_options_where_conn_was() -> None:
+    """The connection options are declared once (delayq.cli.ops): a command takes
+    ``conn: Connection`` and Typer sees --redis-url, --prefix and --cluster in its place."""
+
+    def command(name: str, as_json: bool = False, conn: Connection = Connection()) -> Connection:
+        return conn
+
+    wrapped = with_connection(command)
+    assert list(inspect.signature(wrapped).parameters) == [
+        "name", "as_json", "redis_url", "prefix", "cluster",
+    ]  # fmt: skip
+    got = wrapped("x", redis_url="redis://h:1/0", prefix="p", cluster=True)
+    assert got == Connection("redis://h:1/0", "p", True)
+    with pytest.raises(TypeError, match="conn"):
+        with_connection(lambda name: None)

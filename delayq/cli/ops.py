@@ -155,7 +155,7 @@ def with_connection(command: Callable[..., T]) -> Callable[..., T]:
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> T:
-        conn = Connection(*(kwargs.pop(name) for name, _, _ in _CONNECTION_OPTIONS))
+        conn = Connection(**{name: kwargs.pop(name) for name, _, _ in _CONNECTION_OPTIONS})
         return command(*args, conn=conn, **kwargs)
 
     wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
