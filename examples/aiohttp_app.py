@@ -138,4 +138,3 @@ if __name__ == "__main__":
         host=os.environ.get("HOST", "localhost"),
         port=int(os.environ.get("PORT", "8080")),
     )
-

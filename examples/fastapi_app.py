@@ -124,4 +124,3 @@ def _four(counts: QueueCounts) -> dict[str, int]:
 async def stats(service: Service) -> dict[str, dict[str, int]]:
     """Scheduled, ready, in-flight and dead events per event type under the prefix."""
     return {name: _four(counts) for name, counts in (await service.stats()).items()}
-

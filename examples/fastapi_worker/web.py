@@ -1,6 +1,6 @@
 """The web process: it only enqueues. The handlers run in workers (see tasks.py)::
 
-    uvicorn web:app --port 8000                     # from this directory
+uvicorn web:app --port 8000                     # from this directory
 """
 
 import asyncio
