@@ -58,6 +58,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="record every handler run: pid, id, claim time (Redis clock), start time",
     )
+    p.add_argument(
+        "--hold",
+        default=None,
+        metavar="KEY",
+        help="handlers finish only once KEY exists in the recorder Redis",
+    )
     p.add_argument("--metrics", action="store_true", help="on exit, record the service's counters")
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
@@ -157,6 +163,8 @@ async def main(args: argparse.Namespace) -> None:
                         pipe.hincrby(rec_key(run, "stalled"), i, 1)
                     await pipe.execute()
             time.sleep(job.block_ms / 1000)  # blocks the event loop on purpose
+        while args.hold and not await rec.exists(args.hold):
+            await asyncio.sleep(0.02)  # held until the test lets it go
         if attempt <= job.fail_times:
             await rec.hincrby(rec_key(run, "fail"), job.id, 1)
             return False
