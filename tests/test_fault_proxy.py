@@ -7,8 +7,11 @@ Durations are only checked from below (a fault makes a call take at least so lon
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import re
 import time
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -162,3 +165,17 @@ async def test_bandwidth_cap(private_server: RedisServer) -> None:
             proxy.set_bandwidth(to_client=0)
         await client.aclose()
     await direct.aclose()
+
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "SERVERS.md"
+
+
+def _docs_example() -> str:
+    blocks = re.findall(r"```python\n(.*?)```", DOCS.read_text(encoding="utf-8"), flags=re.S)
+    (block,) = [b for b in blocks if "FaultProxy(server.url)" in b]
+    return block
+
+
+async def test_the_docs_example_runs_as_written() -> None:
+    code = compile(_docs_example(), str(DOCS), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    await eval(code, {"__name__": "docs_example"})  # our own docs, never a payload
