@@ -158,8 +158,12 @@ async def scenario(
                     ids.extend(j.id for j, _ in batch)
                     await anyio.sleep(0.1)
 
+            async def busy() -> bool:  # a fault that catches nothing would test little
+                return await rec.scard(rec_key(run, f"inprog:{faulted.pid}")) >= 3
+
             async def fault() -> None:
                 await anyio.sleep(warmup)
+                await wait_for(busy, timeout=30)
                 window.append(time.time() * 1000)
                 if name == "blackhole":
                     proxy.blackhole()
