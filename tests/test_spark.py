@@ -1012,7 +1012,7 @@ def test_malformed_times_are_rejects_not_failures(
 ) -> None:
     from delayq.spark import enqueue_dataframe
 
-    df = spark.createDataFrame(malformed_times(), MALFORMED_SCHEMA)
+    df = spark.createDataFrame(malformed_times(), MALFORMED_SCHEMA).coalesce(1)
     for column, reasons in MALFORMED_REASONS.items():
         kind = "delay_col" if column.startswith("delay") else "due_col"
         p = f"{prefix}-{column}"
@@ -1032,3 +1032,52 @@ def test_malformed_times_are_rejects_not_failures(
         assert sorted(sync_client.hkeys(keys.events)) == [b"good-1", b"good-2"]
         _, context = Codec().decode(sync_client.hget(keys.events, "good-2"), SparkOrder, "good-2")
         assert context == {"customer": "bob"}
+
+
+def test_stream_sink_rejects_malformed_times_and_goes_on(
+    spark: Any, ansi: bool, redis_url: str, prefix: str, sync_client: redis.Redis, tmp_path: Path
+) -> None:
+    from delayq.spark import stream_sink
+
+    source = tmp_path / "in"
+    source.mkdir()
+    names = ("id", "order_id", "amount", "customer", "due_s", "delay_s")
+    rows = [dict(zip(names, row)) for row in malformed_times()]
+    (source / "rows.json").write_bytes(b"\n".join(msgspec.json.encode(r) for r in rows))
+    got: dict[str, dict[str, str]] = {}
+    sinks = [
+        stream_sink(
+            SparkOrder,
+            name="times",
+            redis_url=redis_url,
+            prefix=f"{prefix}-{column}",
+            on_rejects=lambda df, _, c=column: got.setdefault(c, {}).update(
+                (r.id, r.reason) for r in df.collect()
+            ),
+            **{"delay_col" if column == "delay_s" else "due_col": column},
+        )
+        for column in ("due_s", "delay_s")
+    ]
+
+    def both(df: Any, batch_id: int) -> None:
+        for sink in sinks:
+            sink(df, batch_id)
+
+    schema = MALFORMED_SCHEMA.rsplit(", ", 1)[0]  # without due_d (JSON has no NaN)
+    stream = spark.readStream.schema(schema).json(str(source))
+    query = (
+        stream.writeStream.foreachBatch(both)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(120), "the query did not finish"
+    finally:
+        query.stop()
+    assert query.exception() is None
+    for column in ("due_s", "delay_s"):
+        assert got[column] == MALFORMED_REASONS[column]
+        keys = TypeKeys(f"{prefix}-{column}", SparkOrder.event_name)
+        assert sorted(sync_client.hkeys(keys.events)) == [b"good-1", b"good-2"]
+    assert [s.last and (s.last.scheduled, s.last.rejected) for s in sinks] == [(2, 4), (2, 4)]
