@@ -342,6 +342,17 @@ def test_columns_are_checked_before_any_job(spark: Any, redis_url: str, prefix: 
         )
     with pytest.raises(ValueError, match="not a column"):
         enqueue_dataframe(df, SparkOrder, redis_url=redis_url, prefix=prefix, due_col="nope")
+    # a type that is never a time (try_cast and ANSI mode refuse it when the plan is made)
+    with pytest.raises(TypeError, match="due_col='flag' is a boolean column"):
+        enqueue_dataframe(
+            df.withColumn("flag", F.lit(True)),
+            SparkOrder,
+            redis_url=redis_url,
+            prefix=prefix,
+            due_col="flag",
+        )
+    with pytest.raises(TypeError, match="delay_col='due_at' is a timestamp column"):
+        enqueue_dataframe(df, SparkOrder, redis_url=redis_url, prefix=prefix, delay_col="due_at")
     with pytest.raises(TypeError, match=r"subclass of delayq\.Event"):
         enqueue_dataframe(df, dict, redis_url=redis_url, prefix=prefix)  # type: ignore[arg-type]
 
