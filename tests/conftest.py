@@ -130,7 +130,7 @@ def _in_subset(nodeid: str) -> bool:
 # files count more than they take alone: their JVMs need the CPU the other lanes share.
 # Every lane computes the same split from the same collection, so the lanes never overlap.
 LANE_SECONDS = {
-    "tests/test_spark.py": 150.0,
+    "tests/test_spark.py": 165.0,
     "tests/test_spark_stream.py": 170.0,  # two starts of a local cluster
     "tests/test_cli_worker.py": 95.0,
     "tests/test_schedules_processes.py": 95.0,
