@@ -93,6 +93,49 @@ async def test_identical_declarations_seconds_apart_keep_the_overdue_slot(
     await producer.aclose()
 
 
+class Money(Event, event_name="sched-money"):
+    amount: float = 0.0
+    note: str = ""
+
+
+@pytest.mark.parametrize("serializer", ["msgpack", "json"])
+async def test_what_counts_as_the_same_definition(
+    redis_url: str, prefix: str, raw, serializer: str
+) -> None:
+    """docs/SCHEDULES.md's rule, as written: these pairs declare the same schedule."""
+    producer = make(redis_url, prefix, enable_scheduling=False, serializer=serializer)
+    start = datetime(2030, 1, 1, tzinfo=UTC)
+    pairs: list[tuple[dict[str, Any], dict[str, Any]]] = [
+        ({"cron": "@daily"}, {"cron": "0  0 * * *"}),
+        ({"every": timedelta(seconds=90)}, {"every": 90.0}),
+        ({"every": 5, "payload": {}}, {"every": 5, "payload": {"note": ""}}),
+        ({"every": 5, "payload": {"amount": 1}}, {"every": 5, "payload": {"amount": 1.0}}),
+        ({"every": 5, "context": {"a": "1", "b": "2"}}, {"every": 5, "context": {"b": "2", "a": "1"}}),
+        ({"every": 5, "context": {}}, {"every": 5}),
+        ({"every": 5, "start_at": start},
+         {"every": 5, "start_at": start.astimezone(timezone(timedelta(hours=-5)))}),
+    ]  # fmt: skip
+    tag = f"{{{prefix}:{Money.event_name}}}"
+    for i, (one, other) in enumerate(pairs):
+        name = f"pair-{i}"
+        await producer.schedule(name, Money, **one)
+        stored = (
+            await raw.hget(f"{tag}:schedules", name),
+            await raw.hget(f"{tag}:schedule-state", name),
+        )
+        await producer.schedule(name, Money, **other)
+        again = (
+            await raw.hget(f"{tag}:schedules", name),
+            await raw.hget(f"{tag}:schedule-state", name),
+        )
+        assert again == stored, f"{one} and {other} counted as a change"
+    # and a difference anywhere is a change
+    await producer.schedule("pair-0", Money, cron="@daily", timezone="Europe/Berlin")
+    info = await producer.schedule_info("pair-0")
+    assert info is not None and info.timezone == "Europe/Berlin"
+    await producer.aclose()
+
+
 async def test_a_definition_stored_with_its_encode_time_is_the_same_definition(
     redis_url: str, prefix: str, raw, wait_for, monkeypatch: pytest.MonkeyPatch
 ) -> None:
