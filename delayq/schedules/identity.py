@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import msgspec
 
-from .spec import ScheduleSpec, decode_spec
+# the template's layout (_Envelope), read as every fire reads it (_opened)
+from .spec import ScheduleSpec, _Envelope, _opened, decode_spec
 
 __all__ = ["canonical_template", "same_definition"]
 
@@ -24,27 +25,14 @@ __all__ = ["canonical_template", "same_definition"]
 TEMPLATE_STAMP = 1
 
 
-class _Template(msgspec.Struct, array_like=True, omit_defaults=True):
-    """The codec's envelope without an id: ``[body, enqueued_at_ms, context?]``."""
-
-    body: msgspec.Raw
-    enqueued_at: int
-    context: dict[str, str] | None = None
-
-
-_msgpack_template = msgspec.msgpack.Decoder(_Template)
-_json_template = msgspec.json.Decoder(_Template)
-
-
 def canonical_template(template: bytes) -> bytes:
     """The envelope ``template`` as stored in a definition: the same body and context
     (keys sorted), the fixed :data:`TEMPLATE_STAMP` for its time, the same serializer.
     Two envelopes of the same payload and context give the same bytes."""
-    is_json = template[:1] == b"["
-    env = (_json_template if is_json else _msgpack_template).decode(template)
+    env = _opened(template)
     context = dict(sorted(env.context.items())) if env.context else None
-    out = _Template(env.body, TEMPLATE_STAMP, context)
-    return msgspec.json.encode(out) if is_json else msgspec.msgpack.encode(out)
+    out = _Envelope(env.body, TEMPLATE_STAMP, context)
+    return msgspec.json.encode(out) if template[:1] == b"[" else msgspec.msgpack.encode(out)
 
 
 def same_definition(stored: bytes, spec: ScheduleSpec) -> bool:
