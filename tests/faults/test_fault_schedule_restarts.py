@@ -9,8 +9,8 @@ measured so far so that its replacement declares 0.05-0.3 s after the slot, whil
 still owes it (``takeover_delay``, 0.5 s) or none is up. Meanwhile, every 0.2-1 s, another
 worker that has declared is SIGKILLed (every third: SIGTERMed) and replaced; never more
 than two start at once. Before the fix every declaration was a new version that moved the
-schedule's mark to now, so a slot owed at that moment was never fired (27 of 104 slots
-lost in a run of this test), and a declaration landing between the firer's two reads could
+schedule's mark to now, so a slot owed at that moment was never fired (27 of 104 and 31
+of 142 slots lost in two runs of this test), and a declaration landing between the firer's two reads could
 stop a process's firer for good.
 
 Every slot from the first fire to the end of the faults must be handled, and a slot may run
@@ -64,7 +64,7 @@ async def _handled(rec: aioredis.Redis, run: str) -> dict[int, str]:
     return out
 
 
-@pytest.mark.slow  # 30-40 s on an idle machine; 2 min at a load of 10 (start-ups take 6 s)
+@pytest.mark.slow  # the start-ups set its pace: 2 min at a load of 10-15 (each takes 4-6 s)
 async def test_schedule_declared_at_every_start_through_restarts_and_kills(
     redis_server_factory, pools, rec, prefix, run_id, wait_for
 ):
