@@ -12,6 +12,7 @@ import redis.asyncio as aioredis
 
 from delayq import Event, EventService, current_delivery
 from delayq.schedules import api as schedules_api
+from delayq.schedules.spec import decode_spec
 from delayq.schedules.state import ScheduleState
 
 UTC = timezone.utc
@@ -217,6 +218,7 @@ async def test_a_declaration_between_the_firers_reads_never_stops_the_schedule(
     real_execute = store.redis.execute_command
     armed = False
     hooked: list[str] = []
+    pairs: list[tuple[str, str]] = []  # (definition's version, state's version) per load
 
     async def execute_command(*args: Any, **options: Any) -> Any:
         nonlocal armed
@@ -231,9 +233,12 @@ async def test_a_declaration_between_the_firers_reads_never_stops_the_schedule(
         nonlocal armed
         armed = bool(rec.ids) and not hooked  # once, after the first fire
         try:
-            return await real_load(shard, names)
+            loaded = await real_load(shard, names)
         finally:
             armed = False
+        for data, state in loaded:  # what was read together agrees on the version
+            pairs.append((decode_spec(data).version, ScheduleState.decode(state).version))
+        return loaded
 
     store.schedule_load = schedule_load  # type: ignore[method-assign]
     store.redis.execute_command = execute_command  # type: ignore[method-assign]
@@ -248,3 +253,4 @@ async def test_a_declaration_between_the_firers_reads_never_stops_the_schedule(
         )
     await producer.aclose()
     assert len(set(rec.ids)) == len(rec.ids)
+    assert all(spec == state for spec, state in pairs), pairs
