@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import anyio
 
-__all__ = ["MIN_RETRY", "wait_to_retry"]
+__all__ = ["MIN_RETRY", "Backoffs", "wait_to_retry"]
 
 MIN_RETRY = 0.1
 """Seconds a failed pass waits at least, whatever wakes its loop meanwhile."""
@@ -23,3 +23,47 @@ async def wait_to_retry(wake: anyio.Event, backoff: float) -> None:
     await anyio.sleep(first)
     with anyio.move_on_after(backoff - first):
         await wake.wait()
+
+
+class Backoffs:
+    """Each key's own backoff (a shard, a type, the membership): one that keeps failing
+    is tried again later and later, up to ``cap``, while the others go on.
+
+    ``cap`` is short on purpose: a key fails most often because its cluster node is
+    failing over, and it should resume soon after the promotion, not a long backoff
+    later. A try costs one refused command.
+    """
+
+    def __init__(self, first: float = 0.1, cap: float = 0.5) -> None:
+        self._first = first
+        self._cap = cap
+        self._delay: dict[str, float] = {}
+        self._until: dict[str, float] = {}
+
+    def failed(self, key: str, now: float) -> float:
+        """``key`` failed at ``now``: return how long it waits before its next try."""
+        delay = self._delay.get(key, self._first / 2) * 2
+        self._delay[key] = delay = min(delay, self._cap)
+        self._until[key] = now + delay
+        return delay
+
+    def hold(self, key: str, until: float) -> None:
+        """Keep ``key`` from being tried before ``until``."""
+        self._until[key] = until
+
+    def succeeded(self, key: str) -> bool:
+        """``key`` succeeded: forget its backoff; return whether it was failing."""
+        self._until.pop(key, None)
+        return self._delay.pop(key, None) is not None
+
+    def waiting(self, key: str, now: float) -> bool:
+        """True while ``key`` waits for its next try."""
+        return self._until.get(key, -1.0) > now
+
+    def until(self, key: str) -> float:
+        """When ``key`` may be tried next (``-1`` when it is not waiting)."""
+        return self._until.get(key, -1.0)
+
+    def failing(self, key: str) -> bool:
+        """True from ``key``'s failure until its next success."""
+        return key in self._delay
