@@ -132,6 +132,7 @@ class Spread:
         self._failing = Backoffs()  # per partition, and "" for the membership
         self._lease_end = -math.inf  # when the members forget this process (monotonic)
         self._evict: dict[str, int] = {}  # owners found silent by the moves, ms overdue
+        self._in_membership = False  # its task (beat, evictions) is under way
 
     # -- what the scheduler tells it ---------------------------------------------
 
@@ -215,6 +216,7 @@ class Spread:
         finally:
             self._moves = None
             self._moving.clear()
+            self._in_membership = False
             if self._joined:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                     try:
@@ -235,7 +237,7 @@ class Spread:
                     if not (self._heard or self._joined or await self._alone(join_by)):
                         sleep_for = self._interval  # or until the subscription is up
                     else:
-                        await self._keep_membership()
+                        await self._membership()
                         sleep_for = await self._pass()
                     backoff = 0.1
                 except Exception as exc:  # loops never die
@@ -270,6 +272,27 @@ class Spread:
 
     def _next_beat(self) -> float:
         return max(self._last_beat + self._interval, self._failing.until(""))
+
+    async def _membership(self) -> None:
+        """Evict the owners found silent and beat once per ``interval``: awaited until the
+        process has joined, then a task of its own, so that a call to the ``{prefix}``
+        node that fails slowly holds up no partition's move."""
+        if self._in_membership or (not self._evict and time.monotonic() < self._next_beat()):
+            return
+        if not self._joined:
+            await self._keep_membership()
+            return
+        assert self._moves is not None
+        self._in_membership = True
+        self._moves.start_soon(self._membership_task)
+
+    async def _membership_task(self) -> None:
+        try:
+            await self._evict_silent()
+            await self._keep_membership()
+        finally:
+            self._in_membership = False
+            self._interrupt()
 
     async def _keep_membership(self) -> None:
         """Beat once per ``interval``. A failed beat (the ``{prefix}`` node is away) does
@@ -343,7 +366,8 @@ class Spread:
                 continue
             self._moving.add(unit)
             self._moves.start_soon(self._move, unit, behind)
-        await self._evict_silent()
+        if self._evict:
+            await self._membership()
         now = time.monotonic()
         wake_at = min(
             (
@@ -353,7 +377,8 @@ class Spread:
             ),
             default=math.inf,
         )
-        wake_at = min(wake_at, self._next_beat(), self._last_full + _FULL_SWEEP * self._interval)
+        beat_at = math.inf if self._in_membership else self._next_beat()  # (its task wakes)
+        wake_at = min(wake_at, beat_at, self._last_full + _FULL_SWEEP * self._interval)
         if any(self.mine(u) for u in self._active):
             wake_at = min(wake_at, self._last_sweep + self._interval)
         self._wake_at = wake_at

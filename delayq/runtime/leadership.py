@@ -7,7 +7,8 @@ twice. That makes a **lease** safe. A leader whose renewal fails (the ``{prefix}
 node is away: killed, failing over, cut off) goes on leading until the lock it last
 took or renewed would expire on its own, counted from when that call was *sent*
 (Redis set the expiry later, so no other process can have taken the lock before this
-lease ends), and tries again on its own short backoff meanwhile. When the lease ends
+lease ends), and tries again on its own short backoff meanwhile; it renews in a task
+of its own, so a renewal that fails slowly holds up none of its moves. When the lease ends
 without a renewal it steps down and stands by. A standby that cannot reach the lock
 stays a standby: it moves what the leader leaves overdue by ``takeover_delay``, as
 always, and takes the lock once it can. A lock lost with a failed-over node (a
@@ -20,6 +21,8 @@ import logging
 import math
 import time
 from collections.abc import Callable
+
+import anyio.abc
 
 from .._pacing import Backoffs
 from ..metrics import ServiceMetrics
@@ -56,6 +59,9 @@ class Leadership:
         """When the lock was last taken, renewed or tried (monotonic)."""
         self._lease_end = -math.inf
         self._failing = Backoffs()
+        self._renewing = False
+        self.tasks: anyio.abc.TaskGroup | None = None
+        """Where a leader's renewals run (the scheduler's task group, set by its run())."""
 
     def released(self) -> None:
         """The leader released the lock (its ``:released`` wake-up): try it at once."""
@@ -66,30 +72,45 @@ class Leadership:
         return max(self.tried_at + self._interval, self._failing.until(""))
 
     async def hold(self) -> bool:
-        """Keep the lock (renewed once a third of its time to live has passed), or try to
-        take it once per ``interval`` while standing by; return whether this process
-        leads. A failed call leaves a leader leading until its lease ends."""
+        """Keep the lock (renewed once a third of its time to live has passed, in a task),
+        or try to take it once per ``interval`` while standing by; return whether this
+        process leads. A failed call leaves a leader leading until its lease ends."""
         now = time.monotonic()
-        since = now - self.tried_at
-        if self._failing.waiting("", now):
+        if self.is_leader:
+            due = now - self.tried_at >= self._lock_ms / 3000
+            if due and not self._renewing and not self._failing.waiting("", now):
+                if self.tasks is None:
+                    await self._renew()
+                else:
+                    self._renewing = True
+                    self.tasks.start_soon(self._renew)
             return self._within_lease(now)
-        if self.is_leader and since < self._lock_ms / 3000:
-            return True
-        if not self.is_leader and since < self._interval:
+        if self._failing.waiting("", now) or now - self.tried_at < self._interval:
             return False
         try:
             return await self.take()
         except Exception as exc:
-            self._metrics.increment("redis_errors")
-            wait = self._failing.failed("", now)
-            if self.is_leader and self._within_lease(now):
-                log.warning("scheduler %s cannot reach the lock (%s: %s); leading for %.1fs "
-                            "more (its lease), trying again in %.2fs", self._token()[:8],
-                            type(exc).__name__, exc, self._lease_end - now, wait)  # fmt: skip
-            else:
-                log.warning("scheduler %s cannot reach the lock (%s: %s); trying again in "
-                            "%.2fs", self._token()[:8], type(exc).__name__, exc, wait)  # fmt: skip
-            return self.is_leader
+            self._failed(exc, now)
+            return False
+
+    async def _renew(self) -> None:
+        try:
+            await self.take()
+        except Exception as exc:
+            self._failed(exc, time.monotonic())
+        finally:
+            self._renewing = False
+
+    def _failed(self, exc: Exception, now: float) -> None:
+        self._metrics.increment("redis_errors")
+        wait = self._failing.failed("", now)
+        if self.is_leader and now < self._lease_end:
+            log.warning("scheduler %s cannot reach the lock (%s: %s); leading for %.1fs "
+                        "more (its lease), trying again in %.2fs", self._token()[:8],
+                        type(exc).__name__, exc, self._lease_end - now, wait)  # fmt: skip
+        else:
+            log.warning("scheduler %s cannot reach the lock (%s: %s); trying again in "
+                        "%.2fs", self._token()[:8], type(exc).__name__, exc, wait)  # fmt: skip
 
     def _within_lease(self, now: float) -> bool:
         if self.is_leader and now >= self._lease_end:

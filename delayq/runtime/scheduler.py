@@ -186,6 +186,7 @@ class Scheduler:
                 if self._stopping:
                     return
                 async with anyio.create_task_group() as tg:
+                    self.leadership.tasks = tg
                     tg.start_soon(self._listen)
                     tg.start_soon(self.spread.run)
                     tg.start_soon(self._mover.drainer)
@@ -193,6 +194,7 @@ class Scheduler:
                     self.spread.stop()
                     tg.cancel_scope.cancel()
         finally:
+            self.leadership.tasks = None
             with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                 await self.leadership.release()
 
