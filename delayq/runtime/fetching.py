@@ -27,6 +27,11 @@ from .settlement import Settlement
 log = logging.getLogger("delayq.consumer")
 
 _MAX_BACKOFF = 5.0
+# A fetcher's longest wait between failed BRPOPs: one partition's fetcher fails when its
+# cluster node does (killed, failing over), and must be back within about a second of
+# the promotion; up to 5 s, it left events the scheduler had moved waiting in the ready
+# list of a healthy node long after (issue 37). A try is one refused connection.
+_FETCH_MAX_BACKOFF = 1.0
 # The most entries one claim call takes. A claim costs Redis about 15 µs per entry
 # (benchmarks/script_cost.py), and every other client waits while it runs: 64 keeps a
 # call near 1 ms; more free slots are filled by the next claims, at once, without a BRPOP.
@@ -186,7 +191,7 @@ class Fetching:
                     backoff,
                 )
                 await anyio.sleep(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF)
+                backoff = min(backoff * 2, _FETCH_MAX_BACKOFF)
 
     def _bind_claim_metrics(self) -> None:
         view, name = self._metrics, self.type_name
