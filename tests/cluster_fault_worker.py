@@ -10,7 +10,8 @@ each, so the test reads from the outside what ran when and how many ran at once:
 
 - ``starts`` HASH id -> handler starts; ``ends`` HASH id -> handler ends
 - ``log`` LIST ``"<start|end> <id> <recorder ms>"``
-- ``running`` / ``max``: handlers running across the fleet, and the most at once
+- ``running:<type>`` / ``max:<type>``: handlers of the type running across the fleet, and
+  the most at once
 - ``ready`` SET: NAME once the service has started
 """
 
@@ -61,11 +62,13 @@ async def main() -> None:
     mark = rec.register_script(_MARK)
 
     async def handle(event: Event) -> None:
-        await mark(keys=["running", "max", "starts", "log"], args=[1, event.id, "start"])
+        name = type(event).event_name
+        counters = [f"running:{name}", f"max:{name}"]
+        await mark(keys=[*counters, "starts", "log"], args=[1, event.id, "start"])
         try:
             await asyncio.sleep(args.ms / 1000)
         finally:
-            await mark(keys=["running", "max", "ends", "log"], args=[-1, event.id, "end"])
+            await mark(keys=[*counters, "ends", "log"], args=[-1, event.id, "end"])
 
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)

@@ -116,7 +116,7 @@ class Records:
     ends: Counter[str]
     first_start: dict[str, int]  # id -> recorder ms of its first start
     extra_starts: list[tuple[str, int]]  # (id, ms) of every start after the first
-    max_running: int
+    max_running: dict[str, int]  # event type -> the most handlers running at once
 
     @classmethod
     async def read(cls, rec: aioredis.Redis) -> Records:
@@ -132,7 +132,10 @@ class Records:
                     extra.append((event_id, int(ms)))
                 else:
                     first[event_id] = int(ms)
-        return cls(starts, ends, first, extra, int(await rec.get("max") or 0))
+        most = {}
+        for name in ("cf-hot", "cf-tick"):
+            most[name] = int(await rec.get(f"max:{name}") or 0)
+        return cls(starts, ends, first, extra, most)
 
 
 @dataclass
