@@ -333,7 +333,23 @@ class RedisClusterServer(Lifecycle):
         """Restart a killed node (same port and ``nodes.conf``): it rejoins as a replica of
         the master that replaced it. Waits until the cluster is ok with it."""
         node.start()
-        self.wait_ok(timeout)
+        deadline = time.monotonic() + timeout
+        while not self._follows(node):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{node.url} did not rejoin as a replica")
+            time.sleep(0.05)
+        self.wait_ok(max(0.0, deadline - time.monotonic()))
+
+    def _follows(self, node: RedisServer) -> bool:
+        """``node`` replicates a master (link up) and that master lists it as its replica."""
+        try:
+            role = node._call("ROLE")
+            if _text(role[0]) != "slave" or _text(role[3]) != "connected":
+                return False
+            master = self._node(int(role[2]))
+            return node in self._replicas_of(master)
+        except (OSError, _RespError, IndexError, ValueError, StopIteration):
+            return False
 
     def _replicas_of(self, master: RedisServer) -> list[RedisServer]:
         master_id = self._view(master)[master.port].id
