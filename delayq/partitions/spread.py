@@ -39,6 +39,10 @@ partition as a non-owner does, ``takeover_delay`` late, until a beat goes throug
 Moving is atomic and idempotent, so the overlap this allows (another process
 taking the partitions over while this one still moves them) moves nothing twice.
 
+(Over 400 lines: one job, moving the partitions, whose membership, per-partition
+moves and planning share one state: who owns what and when each partition is due;
+split apart, each half would read and write the other's.)
+
 A process joins only once its wake-up subscription is up: an enqueue publishes
 a wake-up only when it brings a partition's next due time forward, so an owner
 that missed one would not look at that partition until its next full sweep,
