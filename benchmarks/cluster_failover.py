@@ -12,7 +12,7 @@ default), two worker processes (``tests/cluster_fault_worker.py``) handling ``cf
 * ``failover``: ``CLUSTER FAILOVER`` on the replica of the ``{prefix}`` master.
 
 For each fault, on the recorder's clock (every process shares the machine's): the
-*untouched* shards' lateness (handler start minus due time) for events due in the
+*untouched* shards' lateness (claim minus due time, on the queue's clock) for events due in the
 ``--every`` s before the fault and in the fault's outage (kill to promotion), p50/p99/max;
 the *touched* shards' recovery (first handler start of theirs after the promotion, and
 when their backlog due before it was handled, both from the promotion); events lost
@@ -166,8 +166,10 @@ def _figures(
     first = records.first_start
 
     def late(lo: int, hi: int, mine: bool) -> list[float]:
+        # the delivery's own lateness (claim minus due, on the queue's clock): the due time
+        # the producer notes is off by its enqueue call's duration
         return [
-            float(first[i] - d) for i, (d, _) in producer.returned.items()
+            records.lateness[i] for i, (d, _) in producer.returned.items()
             if lo <= d < hi and (shard_of(i) in touched) == mine and i in first
         ]  # fmt: skip
 

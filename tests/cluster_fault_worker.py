@@ -9,7 +9,8 @@ Redis (a plain server no fault touches), on the recorder's clock, by one small s
 each, so the test reads from the outside what ran when and how many ran at once:
 
 - ``starts`` HASH id -> handler starts; ``ends`` HASH id -> handler ends
-- ``log`` LIST ``"<start|end> <id> <recorder ms>"``
+- ``log`` LIST ``"<start|end> <id> <recorder ms> <lateness ms>"`` (the delivery's lateness:
+  its claim minus its due time, both on the queue's clock)
 - ``running:<type>`` / ``max:<type>``: handlers of the type running across the fleet, and
   the most at once
 - ``ready`` SET: NAME once the service has started
@@ -24,7 +25,7 @@ import signal
 
 import redis.asyncio as aioredis
 
-from delayq import Event, EventService
+from delayq import Event, EventService, current_delivery
 
 _MARK = """
 local t = redis.call('TIME')
@@ -32,7 +33,7 @@ local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local n = redis.call('INCRBY', KEYS[1], tonumber(ARGV[1]))
 if n > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], n) end
 redis.call('HINCRBY', KEYS[3], ARGV[2], 1)
-redis.call('RPUSH', KEYS[4], ARGV[3] .. ' ' .. ARGV[2] .. ' ' .. ms)
+redis.call('RPUSH', KEYS[4], ARGV[3] .. ' ' .. ARGV[2] .. ' ' .. ms .. ' ' .. ARGV[4])
 return n
 """
 
@@ -64,11 +65,13 @@ async def main() -> None:
     async def handle(event: Event) -> None:
         name = type(event).event_name
         counters = [f"running:{name}", f"max:{name}"]
-        await mark(keys=[*counters, "starts", "log"], args=[1, event.id, "start"])
+        delivery = current_delivery()
+        late = delivery.lateness_ms if delivery is not None else None
+        await mark(keys=[*counters, "starts", "log"], args=[1, event.id, "start", late or 0])
         try:
             await asyncio.sleep(args.ms / 1000)
         finally:
-            await mark(keys=[*counters, "ends", "log"], args=[-1, event.id, "end"])
+            await mark(keys=[*counters, "ends", "log"], args=[-1, event.id, "end", 0])
 
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)

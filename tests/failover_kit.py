@@ -115,6 +115,7 @@ class Records:
     starts: Counter[str]
     ends: Counter[str]
     first_start: dict[str, int]  # id -> recorder ms of its first start
+    lateness: dict[str, float]  # id -> its first delivery's lateness (ms, the queue's clock)
     extra_starts: list[tuple[str, int]]  # (id, ms) of every start after the first
     max_running: dict[str, int]  # event type -> the most handlers running at once
 
@@ -124,18 +125,20 @@ class Records:
         starts = Counter({k.decode(): int(v) for k, v in (await rec.hgetall("starts")).items()})
         ends = Counter({k.decode(): int(v) for k, v in (await rec.hgetall("ends")).items()})
         first: dict[str, int] = {}
+        late: dict[str, float] = {}
         extra: list[tuple[str, int]] = []
         for raw in await rec.lrange("log", 0, -1):
-            kind, event_id, ms = raw.decode().split(" ")
+            kind, event_id, ms, lateness = raw.decode().split(" ")
             if kind == "start":
                 if event_id in first:
                     extra.append((event_id, int(ms)))
                 else:
                     first[event_id] = int(ms)
+                    late[event_id] = float(lateness)
         most = {}
         for name in ("cf-hot", "cf-tick"):
             most[name] = int(await rec.get(f"max:{name}") or 0)
-        return cls(starts, ends, first, extra, most)
+        return cls(starts, ends, first, late, extra, most)
 
 
 @dataclass
