@@ -48,6 +48,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 import redis.asyncio as aioredis  # noqa: E402
 from failover_kit import Fleet, Producer, Records, Replication, now_ms, shard_of, shard_ports  # noqa: E402
 
+from benchmarks.partitions import _stats  # noqa: E402
 from delayq import EventService  # noqa: E402
 from delayq.testing import RedisServer  # noqa: E402
 from delayq.testing.cluster import RedisClusterServer  # noqa: E402
@@ -74,18 +75,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=HERE / "results", help="where the JSON goes")
     p.add_argument("--no-write", action="store_true", help="print only, write no JSON")
     return p.parse_args(argv)
-
-
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def _stats(values: list[float]) -> dict[str, float]:
-    return {"n": len(values), "p50": _pct(values, 0.5), "p99": _pct(values, 0.99),
-            "max": max(values, default=float("nan"))}  # fmt: skip
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -9,7 +9,11 @@ subscription is back, among others), but never before :data:`MIN_RETRY`.
 
 from __future__ import annotations
 
+import logging
+
 import anyio
+
+from .errors import RedisResponseError, is_transient
 
 __all__ = ["MIN_RETRY", "Backoffs", "wait_to_retry"]
 
@@ -67,3 +71,21 @@ class Backoffs:
     def failing(self, key: str) -> bool:
         """True from ``key``'s failure until its next success."""
         return key in self._delay
+
+    def move_failed(
+        self, key: str, exc: Exception, now: float, *, refused_wait: float, log: logging.Logger
+    ) -> None:
+        """A move of ``key`` (a type or a partition) raised ``exc``: log it and back ``key``
+        off, the others going on. Refused by Redis (a key of the wrong type written by
+        someone else): ``refused_wait``. Its node away, failing over or busy (a lost
+        connection, a timeout, a "not now" such as ``READONLY``): the backoff."""
+        if isinstance(exc, RedisResponseError) and not is_transient(exc):
+            log.error("%s: moving due events failed: %s; trying again later", key, exc)
+            self.hold(key, now + refused_wait)
+            return
+        first = not self.failing(key)
+        wait = self.failed(key, now)
+        (log.warning if first else log.debug)(
+            "%s: moving due events failed (%s: %s); retrying in %.2fs",
+            key, type(exc).__name__, exc, wait,
+        )  # fmt: skip

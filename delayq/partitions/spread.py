@@ -65,7 +65,6 @@ import anyio.abc
 import anyio.lowlevel
 
 from .._pacing import Backoffs, wait_to_retry
-from ..errors import RedisResponseError, is_transient
 from ..storage.store import Store
 
 __all__ = ["Spread", "owner_of"]
@@ -419,18 +418,9 @@ class Spread:
     def _move_failed(self, unit: str, exc: Exception) -> None:
         self._on_error()
         now = time.monotonic()
-        if isinstance(exc, RedisResponseError) and not is_transient(exc):
-            # Redis refused this partition's script (a key of the wrong type
-            # written by someone else): the other partitions must still move
-            log.error("%s: moving due events failed: %s; trying again later", unit, exc)
-            self._failing.hold(unit, now + _FULL_SWEEP * self._interval)
-        else:  # its node is away, failing over or busy: this partition alone waits
-            first = not self._failing.failing(unit)
-            wait = self._failing.failed(unit, now)
-            (log.warning if first else log.debug)(
-                "%s: moving due events failed (%s: %s); retrying in %.2fs",
-                unit, type(exc).__name__, exc, wait,
-            )  # fmt: skip
+        # this partition alone waits; the others must still move
+        self._failing.move_failed(unit, exc, now, refused_wait=_FULL_SWEEP * self._interval,
+                                  log=log)  # fmt: skip
         self._next[unit] = min(self._next.get(unit, math.inf), now)  # looked at on retry
 
     async def _evict_silent(self) -> None:

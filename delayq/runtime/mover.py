@@ -17,7 +17,6 @@ from collections.abc import Callable
 import anyio
 
 from .._pacing import Backoffs
-from ..errors import RedisResponseError, is_transient
 from ..keys import DEFAULT_GROUP
 from ..metrics import ServiceMetrics
 from ..partitions.shards import type_of
@@ -124,19 +123,9 @@ class Mover:
 
     def _failed(self, type_name: str, exc: Exception) -> None:
         self._metrics.increment("redis_errors", event_type=type_name)
+        # this type alone waits; the others must still move
         now = time.monotonic()
-        if isinstance(exc, RedisResponseError) and not is_transient(exc):
-            # Redis refused this type's script (say, a key of the wrong type
-            # written by someone else): the other types must still move.
-            log.error("%s: moving due events failed: %s; trying again later", type_name, exc)
-            self.failing.hold(type_name, now + 10 * self._interval)
-        else:  # its node is away, failing over or busy ("not now"): this type waits
-            first = not self.failing.failing(type_name)
-            wait = self.failing.failed(type_name, now)
-            (log.warning if first else log.debug)(
-                "%s: moving due events failed (%s: %s); retrying in %.2fs",
-                type_name, type(exc).__name__, exc, wait,
-            )  # fmt: skip
+        self.failing.move_failed(type_name, exc, now, refused_wait=10 * self._interval, log=log)
         self.next[type_name] = self.failing.until(type_name)
         self.backlog.discard(type_name)  # not at once again: at that time
 
