@@ -260,17 +260,18 @@ class Settlement:
             by_shard: dict[str, list[tuple[bytes, bytes]]] = {}
             for shard, raw_id, token in leased:
                 by_shard.setdefault(shard, []).append((raw_id, token))
-            try:
-                lost = []
-                for shard, leases in by_shard.items():
+            lost = []
+            for shard, leases in by_shard.items():
+                # shard by shard: one whose cluster node is away must not keep the others'
+                # leases from being renewed (they expired, and ran again, issue 37)
+                try:
                     for i in range(0, len(leases), ACK_MAX):  # bounded calls, as acks
                         lost += await self._store.renew(
                             shard, leases[i : i + ACK_MAX], self._visibility_ms, group=self._group
                         )
-            except Exception as exc:
-                self._metrics.increment("redis_errors", event_type=self._type_name)
-                log.warning("%s: renewing leases failed (%s)", self._label, exc)
-                continue
+                except Exception as exc:
+                    self._metrics.increment("redis_errors", event_type=self._type_name)
+                    log.warning("%s: renewing leases failed (%s)", self._label, exc)
             # an ack or fail that ran just before this renew ended the lease itself
             held = {p[1] for p in leased - self._settling}
             lost = [i for i in lost if i in held]
