@@ -170,35 +170,68 @@ class Settlement:
             self._acking = batch
             self._settling.update(batch)
             try:
-                by_shard: dict[str, list[tuple[bytes, bytes]]] = {}
-                for shard, raw_id, token in batch:
-                    by_shard.setdefault(shard, []).append((raw_id, token))
-                if len(by_shard) == 1:
-                    ((shard, done),) = by_shard.items()
-                    removed = await self._store.ack(shard, done, group=self._group)
-                else:  # one call per partition, sent together
-                    removed = sum(
-                        await asyncio.gather(
-                            *(self._store.ack(s, d, group=self._group) for s, d in by_shard.items())
-                        )
-                    )
-            except Exception as exc:
-                self._settling.difference_update(batch)
-                self.acks = batch + self.acks
-                self._metrics.increment("redis_errors", event_type=self._type_name)
-                log.warning("%s: ack failed (%s); retrying in %.2fs", self._label, exc, backoff)
-                await anyio.sleep(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF)
-                continue
+                settled, unsettled, error = await self._ack_batch(batch)
             finally:
                 self._acking = []
-            self.leased.difference_update(batch)
+            self.leased.difference_update(settled)
             self._settling.difference_update(batch)
-            # only the acks that removed their event succeeded; the rest found their lease
-            # gone (expired and redelivered, replaced, cancelled) and changed nothing
+            if unsettled:
+                # only these go again: a partition that took its acks is not held back by
+                # one whose node failed (nor are its acks sent twice and counted stale)
+                self.acks = unsettled + self.acks
+                self._metrics.increment("redis_errors", event_type=self._type_name)
+                log.warning("%s: ack failed (%s); retrying in %.2fs", self._label, error, backoff)
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, _MAX_BACKOFF)
+
+    async def _ack_batch(
+        self, batch: list[Lease]
+    ) -> tuple[list[Lease], list[Lease], Exception | None]:
+        """Send one batch's acks: one call per partition, sent together.
+
+        Returns the leases settled, those to send again (their partition's call
+        failed) and that failure. Counts the successes and the stale acks.
+        """
+        by_shard: dict[str, list[Lease]] = {}
+        for lease in batch:
+            by_shard.setdefault(lease[0], []).append(lease)
+        if len(by_shard) == 1:  # the common case, without a gather
+            try:
+                outcomes: list[int | BaseException] = [
+                    await self._store.ack(
+                        batch[0][0], [(i, t) for _, i, t in batch], group=self._group
+                    )
+                ]
+            except Exception as exc:
+                outcomes = [exc]
+        else:
+            outcomes = await asyncio.gather(
+                *(
+                    self._store.ack(s, [(i, t) for _, i, t in leases], group=self._group)
+                    for s, leases in by_shard.items()
+                ),
+                return_exceptions=True,
+            )
+        settled: list[Lease] = []
+        unsettled: list[Lease] = []
+        error: Exception | None = None
+        removed = 0
+        for leases, outcome in zip(by_shard.values(), outcomes):
+            if isinstance(outcome, Exception):
+                unsettled += leases
+                error = outcome
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                settled += leases
+                removed += outcome
+        # only the acks that removed their event succeeded; the rest found their lease
+        # gone (expired and redelivered, replaced, cancelled) and changed nothing
+        if removed:
             self._metrics.increment("succeeded", removed, event_type=self._type_name)
-            if removed < len(batch):
-                self._count_stale(len(batch) - removed, "acks")
+        if removed < len(settled):
+            self._count_stale(len(settled) - removed, "acks")
+        return settled, unsettled, error
 
     async def ack_loop(self) -> None:
         """The one task that sends acks, until :meth:`close_acks` and none are left.
