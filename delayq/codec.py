@@ -110,6 +110,29 @@ def _open(data: bytes, event_id: str | bytes) -> tuple[bytes, Serializer, dict[s
         raise DecodeError(f"cannot decode envelope: {exc}") from exc
 
 
+def add_to_context(data: bytes, extra: Mapping[str, str]) -> bytes:
+    """Envelope ``data`` with ``extra`` merged into its context (payload and enqueue time as
+    they were); raise :class:`DecodeError` when ``data`` is not an envelope."""
+    if data[:1] == b"[":
+        fmt: Serializer = "json"
+    elif data[:1] and data[0] in _MSGPACK_STARTS:
+        fmt = "msgpack"
+    else:
+        raise DecodeError(f"not a delayq envelope (starts with {data[:8]!r})")
+    stripped, whole = _DECODERS[fmt]
+    encode = _ENCODE_STR[fmt]
+    try:
+        try:
+            env = stripped.decode(data)
+        except msgspec.ValidationError:
+            old = whole.decode(data)
+            context = {**(old.context or {}), **extra}
+            return encode(_WholeEnvelope(old.payload, context, old.enqueued_at))
+        return encode(_Envelope(env.body, env.enqueued_at, {**(env.context or {}), **extra}))
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise DecodeError(f"cannot decode envelope: {exc}") from exc
+
+
 def _without_id(payload: bytes, fmt: Serializer, encoded_id: bytes) -> bytes | None:
     """``payload`` (a map whose last entry is ``id``) without that entry, or None."""
     suffix = _ID_KEY[fmt] + encoded_id

@@ -24,7 +24,9 @@ leaves them out unless asked.
 """
 # a recurring schedule's fires carry its name and slot (see delayq.schedules.spec)
 _SCHEDULE_KEY, _SLOT_KEY = "delayq-schedule", "delayq-slot"
-_hidden: frozenset[str] = PROPAGATION_KEYS | {_SCHEDULE_KEY, _SLOT_KEY}
+# one event's handler timeout in ms (``enqueue_*(..., timeout=...)``), only when given
+TIMEOUT_KEY = "delayq-timeout"
+_hidden: frozenset[str] = PROPAGATION_KEYS | {_SCHEDULE_KEY, _SLOT_KEY, TIMEOUT_KEY}
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,12 @@ def _seconds(name: str, value: Any, *, low: float, high: float) -> float:
     return seconds
 
 
+def check_timeout(value: Any, what: str = "timeout") -> float:
+    """A handler timeout (timedelta or seconds) as seconds from 0.001 to 7 days, or raise
+    ``TypeError``/``ValueError``."""
+    return _seconds(what, value, low=0.001, high=7 * 24 * 3600.0)
+
+
 def _int(name: str, value: Any, *, low: int, high: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"{name} must be an int, not {value!r}")
@@ -96,9 +102,7 @@ class Options:
             if name in opts and opts[name] != 0:
                 opts[name] = _seconds(name, opts[name], low=0.05, high=3600.0)
         if opts.get("handler_timeout") is not None:
-            opts["handler_timeout"] = _seconds(
-                "handler_timeout", opts["handler_timeout"], low=0.001, high=7 * 24 * 3600.0
-            )
+            opts["handler_timeout"] = check_timeout(opts["handler_timeout"], "handler_timeout")
         if "scheduling_batch_size" in opts:
             _int("scheduling_batch_size", opts["scheduling_batch_size"], low=1, high=2000)
         if opts.get("outbox") is not None and not callable(opts["outbox"]):

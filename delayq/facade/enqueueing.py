@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 
 from ..events import Event
 from ..flow.dedup import Dedup, check_debounce, dedup_mode
+from ..operations.enqueueing import EnqueueHook, timed_envelopes, with_timeout
 from ..retry import delay_ms, due_unix_ms
 from ..views.inspection import EventTypeRef
 from .parts import ServiceParts
@@ -29,6 +30,7 @@ class EnqueueMixin(ServiceParts):
         debounce: float | timedelta | None = None,
         unique_for: float | timedelta | None = None,
         key: str | None = None,
+        timeout: float | timedelta | None = None,
     ) -> bool:
         """Handle ``event`` once ``delay`` (a timedelta or seconds, >= 0) has passed.
 
@@ -48,7 +50,13 @@ class EnqueueMixin(ServiceParts):
         keys"): ready events are served in fair turns between keys, and
         per-key limits apply to each key. None: the field named by the class's
         ``flow_key=...``, if any; events without a key share one.
+
+        ``timeout`` (a timedelta or seconds): this event's handler timeout, over the
+        handler's ``add_handler(timeout=...)`` and the service's ``handler_timeout``
+        (docs/guides/running-handlers.md). None: theirs.
         """
+        if timeout is not None:
+            context = with_timeout(context, timeout)
         ms = delay_ms(delay)
         if debounce is None and unique_for is None:  # the usual call: no dedup mode to check
             mode: bool | Dedup = bool(replace)
@@ -69,15 +77,18 @@ class EnqueueMixin(ServiceParts):
         debounce: float | timedelta | None = None,
         unique_for: float | timedelta | None = None,
         key: str | None = None,
+        timeout: float | timedelta | None = None,
     ) -> bool:
         """Handle ``event`` at ``when`` (a timezone-aware datetime); past times mean now.
 
-        ``replace``, ``debounce``, ``unique_for`` and ``key`` as in
+        ``replace``, ``debounce``, ``unique_for``, ``key`` and ``timeout`` as in
         :meth:`enqueue_with_delay`. With ``debounce=max_wait`` the due time is capped
         (on Redis's clock) at the id's first enqueue + ``max_wait``; ``when`` further
         than ``max_wait`` from now (this process's clock: a check for mistakes) raises
         ``ValueError``.
         """
+        if timeout is not None:
+            context = with_timeout(context, timeout)
         ms = due_unix_ms(when)
         mode = dedup_mode(replace, debounce, unique_for)
         check_debounce(mode, ms - round(time.time() * 1000))
@@ -95,6 +106,7 @@ class EnqueueMixin(ServiceParts):
         debounce: float | timedelta | None = None,
         unique_for: float | timedelta | None = None,
         key: str | None = None,
+        timeout: float | timedelta | None = None,
     ) -> list[bool]:
         """Enqueue many events in pipelined batches; one result per event, in order.
 
@@ -103,8 +115,10 @@ class EnqueueMixin(ServiceParts):
         (every item's delay at most ``max_wait``) and ``unique_for`` as in
         :meth:`enqueue_with_delay` (with ``debounce``, an id given twice in one call:
         the later replaces the earlier); ``key`` is every event's flow key (None: each
-        class's ``flow_key`` field, if any).
+        class's ``flow_key`` field, if any); ``timeout`` is every event's handler timeout.
         """
+        if timeout is not None:
+            context = with_timeout(context, timeout)
         mode = dedup_mode(replace, debounce, unique_for)
         return await self._enqueuer.many(events, delay, context, mode, key)
 
@@ -116,6 +130,7 @@ class EnqueueMixin(ServiceParts):
         absolute: bool = False,
         replace: bool = False,
         keys: Sequence[str | None] | None = None,
+        timeout: float | timedelta | None = None,
     ) -> list[int]:
         """Enqueue events already encoded into envelopes; one code per item, in order.
 
@@ -127,11 +142,29 @@ class EnqueueMixin(ServiceParts):
         ``replace`` rule as every enqueue apply. Codes: 1 added, 0 kept (the id
         existed), 2 replaced. Envelopes are not decoded here: one that does not
         decode becomes a dead letter when it is delivered. ``keys``: a flow key
-        per item (None: none; see :meth:`enqueue_with_delay`).
+        per item (None: none; see :meth:`enqueue_with_delay`). ``timeout``: every
+        item's handler timeout (as in :meth:`enqueue_with_delay`), added to each
+        envelope's context. Enqueue hooks (:meth:`use_enqueue`) do not run here: the
+        envelopes are already encoded.
         """
+        items = timed_envelopes(items, timeout)
         return await self._enqueuer.envelopes(
             event_type, items, absolute=absolute, replace=replace, keys=keys
         )
+
+    def use_enqueue(self, hook: EnqueueHook) -> None:
+        """Run ``hook(event, context)`` (sync or async) before every enqueue of one event
+        or of ``enqueue_many``, in the order added.
+
+        ``context`` is a dict of str to str that is stored with the event: a hook may add
+        to it (a request id, a tenant) and handlers read it with
+        :func:`~delayq.event_context`. A hook that raises refuses the event: the call
+        raises that exception and nothing of it (or, for ``enqueue_many``, of the whole
+        call) is written. With no hook, an enqueue does no extra work. Not run by
+        :meth:`enqueue_envelopes` nor by schedules' fires (see
+        docs/guides/running-handlers.md).
+        """
+        self._enqueuer.add_hook(hook)
 
     async def cancel(self, event_type: EventTypeRef, id: str) -> bool:
         """Remove a pending (scheduled, ready or in-flight) event; True when one was removed.

@@ -4,10 +4,13 @@ which group, and the groups registered in Redis (:mod:`~delayq.runtime.runtime`,
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from ..events import Event
 from ..operations.groups import check_group
 from ..retry import Backoff
 from ..runtime.consumer import Handler
+from ..runtime.middleware import Middleware
 from ..storage.store import QueueCounts
 from ..views.inspection import EventTypeRef
 from .parts import ServiceParts
@@ -29,6 +32,7 @@ class HandlersMixin(ServiceParts):
         group: str | None = None,
         retry_attempts: int | None = None,
         retry_backoff: Backoff | None = None,
+        timeout: float | timedelta | None = None,
     ) -> None:
         """Handle events of ``event_type`` with ``async def handler(event)``.
 
@@ -44,13 +48,28 @@ class HandlersMixin(ServiceParts):
         returns reaches the group. (Other processes' enqueues reach it once it
         is registered; ``await register_group(...)`` first to be sure.)
         Without ``group`` the handler joins the default group. ``retry_attempts`` and ``retry_backoff`` override the service's
-        options for this group's deliveries.
+        options for this group's deliveries, and ``timeout`` (a timedelta or seconds) the
+        service's ``handler_timeout``: a run past it is cancelled and fails with
+        ``HandlerTimeout`` (retried like any failure). An event enqueued with its own
+        ``timeout=`` uses that one (docs/guides/running-handlers.md).
         """
         name = self._types.register(event_type)
         self._runtime.add_consumer(
             name, event_type, handler, concurrency, check_group(group), retry_attempts,
-            retry_backoff,
+            retry_backoff, timeout,
         )  # fmt: skip
+
+    def use(self, middleware: Middleware) -> None:
+        """Run every handler inside ``middleware`` from now on (the first added outermost).
+
+        ``middleware`` is ``async def mw(delivery, call_next)``, which returns
+        ``await call_next()`` (the handler's result) or raises, or a callable taking the
+        :class:`~delayq.Delivery` and returning an async context manager (such as an
+        ``@asynccontextmanager`` function). It runs in the handler's task, inside the
+        handler's timeout, and must let ``CancelledError`` through
+        (docs/guides/running-handlers.md). Works before and after :meth:`start`.
+        """
+        self._runtime.pipeline.add(middleware)
 
     async def remove_handler(self, event_type: type[Event], *, group: str | None = None) -> bool:
         """Stop handling ``event_type`` (in ``group``) once its in-flight handlers finish.

@@ -13,16 +13,21 @@ travels in the stored envelope.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import inspect
+import math
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from ..codec import Codec, check_context
+from ..codec import Codec, add_to_context, check_context
+from ..context import TIMEOUT_KEY
+from ..errors import DecodeError
 from ..events import Event, EventTypes, check_event, find_event_type, validate_name
 from ..flow.dedup import Dedup, check_debounce
 from ..flow.keys import check_key, event_key
 from ..metrics import ServiceMetrics
 from ..observer import Observer
+from ..options import check_timeout
 from ..partitions.routing import Router
 from ..retry import delay_ms
 from ..storage.store import Store
@@ -30,13 +35,47 @@ from ..storage.store import Store
 if TYPE_CHECKING:
     from .groups import PendingGroups
 
-__all__ = ["Enqueuer", "Item", "item_due"]
+__all__ = ["EnqueueHook", "Enqueuer", "Item", "item_due", "with_timeout"]
 
 _OUTCOMES = ("kept", "enqueued", "replaced")  # the counter of each enqueue.lua code
 _UNBOUND: Any = object()
 
 Item = Event | tuple[Event, float | timedelta]
 """An item of ``enqueue_many``: an event, or ``(event, delay)``."""
+
+
+EnqueueHook = Callable[[Event, dict[str, str]], "Awaitable[None] | None"]
+"""``hook(event, context)``, sync or async: may add to ``context`` (a dict of str to str
+stored with the event) or raise to refuse the event (nothing is written)."""
+
+
+def with_timeout(
+    context: Mapping[str, str] | None, timeout: float | timedelta | None
+) -> Mapping[str, str] | None:
+    """``context`` carrying one event's handler ``timeout`` (checked; None: as it was)."""
+    if timeout is None:
+        return context
+    ms = str(math.ceil(check_timeout(timeout) * 1000))
+    return {**(check_context(context) or {}), TIMEOUT_KEY: ms}
+
+
+def timed_envelopes(
+    items: Sequence[tuple[str, bytes, int]], timeout: float | timedelta | None
+) -> Sequence[tuple[str, bytes, int]]:
+    """``enqueue_envelopes`` items whose envelopes carry ``timeout`` (None: as they were)."""
+    if timeout is None:
+        return items
+    extra = with_timeout(None, timeout)
+    assert extra is not None
+    out = []
+    for item in items:
+        if not (isinstance(item, tuple) and len(item) == 3 and isinstance(item[1], bytes)):
+            raise TypeError(f"items are (id: str, envelope: bytes, ms: int), not {item!r}")
+        try:
+            out.append((item[0], add_to_context(item[1], extra), item[2]))
+        except DecodeError as exc:
+            raise ValueError(f"{item[0]!r}: {exc}") from exc
+    return out
 
 
 def item_due(item: Item, default_ms: int) -> tuple[Event, int]:
@@ -75,6 +114,26 @@ class Enqueuer:
         self._by_code: dict[str, list[Any]] = {}
         # classes enqueued before -> (wire name, has a flow_key field)
         self._known: dict[type, tuple[str, bool]] = {}
+        # (async, hook) of service.use_enqueue, in order; empty: no per-event work
+        self.hooks: list[tuple[bool, EnqueueHook]] = []
+
+    def add_hook(self, hook: EnqueueHook) -> None:
+        """Check and append an enqueue hook (see :data:`EnqueueHook`)."""
+        if not callable(hook):
+            raise TypeError(f"an enqueue hook must be callable, not {hook!r}")
+        is_async = inspect.iscoroutinefunction(hook) or inspect.iscoroutinefunction(
+            getattr(hook, "__call__", None)  # noqa: B004
+        )
+        self.hooks.append((is_async, hook))
+
+    async def _hooked(self, event: Any, context: Mapping[str, str] | None) -> dict[str, str] | None:
+        """``context`` as the hooks leave it (a new dict; they may raise to refuse)."""
+        ctx = dict(check_context(context) or {})
+        for is_async, hook in self.hooks:
+            returned = hook(event, ctx)
+            if is_async:
+                await returned  # type: ignore[misc]
+        return check_context(ctx)
 
     def _prepare(
         self,
@@ -133,6 +192,8 @@ class Enqueuer:
     ) -> bool:
         """Enqueue one event due in ``ms`` (or at unix ms ``ms`` when ``absolute``), under
         flow key ``key`` (None: its class's ``flow_key`` field, if any)."""
+        if self.hooks:
+            context = await self._hooked(event, context)
         if self._pending.any:
             await self._pending.flush()
         observer = self._observer
@@ -200,11 +261,17 @@ class Enqueuer:
         check_context(context)
         key = check_key(key)
         items = list(events)
+        # each item's context as the hooks leave it, all before anything is written
+        hooked = (
+            [await self._hooked(item_due(i, 0)[0], context) for i in items] if self.hooks else None
+        )
         if self._pending.any:
             await self._pending.flush()
         names = [] if self._observer.tracing is None else self._type_names(items)
         with self._observer.sending_many(names, len(items), context) as stored_context:
-            return await self._enqueue_items(items, default_ms, stored_context, replace, key)
+            return await self._enqueue_items(
+                items, default_ms, stored_context, replace, key, hooked
+            )
 
     def _type_names(self, items: list[Any]) -> list[str]:
         return [getattr(type(i[0] if isinstance(i, tuple) else i), "event_name", "") for i in items]
@@ -216,6 +283,7 @@ class Enqueuer:
         context: Mapping[str, str] | None,
         replace: bool | Dedup,
         key: str | None,
+        hooked: list[dict[str, str] | None] | None = None,
     ) -> list[bool]:
         by_type: dict[str, list[tuple[int, tuple[str, bytes, int]]]] = {}
         keys: dict[str, list[str | None]] = {}
@@ -224,7 +292,8 @@ class Enqueuer:
         for index, item in enumerate(items):
             event, ms = item_due(item, default_ms)
             check_debounce(replace, ms)
-            name, envelope, flow_key = self._prepare(event, context, key)
+            ctx = context if hooked is None else {**(context or {}), **(hooked[index] or {})}
+            name, envelope, flow_key = self._prepare(event, ctx, key)
             partitions[name] = type(event).event_partitions
             by_type.setdefault(name, []).append((index, (event.id, envelope, ms)))
             keys.setdefault(name, []).append(flow_key)

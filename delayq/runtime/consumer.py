@@ -25,7 +25,7 @@ from typing import Any
 import anyio
 
 from ..codec import Codec
-from ..context import Delivery, _set_delivery
+from ..context import TIMEOUT_KEY, Delivery, _set_delivery
 from ..errors import DecodeError
 from ..events import Event
 from ..flow.waits import FlowWaits
@@ -38,6 +38,7 @@ from .fetching import CLAIM_MAX as CLAIM_MAX  # the claim bound, imported from h
 from .fetching import Fetching
 from .handler_tasks import HandlerTasks
 from .history import LATENESS_BOUNDS_MS, LATENESS_ROW_START, HistoryRecorder
+from .middleware import Chain, Pipeline
 from .settlement import Settlement, delivery_fields
 
 __all__ = ["Consumer", "ConsumerSettings", "Handler"]
@@ -66,6 +67,7 @@ class Consumer(Fetching):
         group: str | None = None,
         on_registered: Callable[[], None] | None = None,
         history: HistoryRecorder | None = None,
+        pipeline: Pipeline | None = None,
     ):
         self.event_type = event_type
         self.type_name = event_type.event_name
@@ -76,6 +78,10 @@ class Consumer(Fetching):
         self._group_name = group or DEFAULT_GROUP  # as a Delivery names it
         self.handler = handler
         self.concurrency = concurrency
+        # the service's middleware (shared, only ever added to) and this handler wrapped
+        # in the first n of them
+        self._pipeline = Pipeline() if pipeline is None else pipeline
+        self._chain: tuple[int, Chain] | None = None
         self._store = store
         self._codec = codec
         self._s = settings
@@ -237,8 +243,11 @@ class Consumer(Fetching):
             run = None if hooks is None else hooks.started(delivery)
             error: Exception | None = None
             failure: str | None = CANCELLED  # unless the handler comes back
+            timeout = self._s.handler_timeout
+            if context and TIMEOUT_KEY in context:  # the event's own (enqueue's timeout=)
+                timeout = _event_timeout(context[TIMEOUT_KEY], timeout)
             try:
-                if self._s.handler_timeout is None:  # no cancel scope (nor call) to pay for
+                if timeout is None and not self._pipeline.items:  # no scope nor frame to pay for
                     try:
                         result = await self.handler(event)
                     except Exception as exc:
@@ -246,7 +255,7 @@ class Consumer(Fetching):
                     else:
                         failure = None if result is not False else _RETURNED_FALSE
                 else:
-                    failure, error = await self._call_with_timeout(event, c)
+                    failure, error = await self._call_guarded(event, c, delivery, timeout)
             finally:
                 if run is not None and hooks is not None:
                     hooks.finished(delivery, run, failure, error)
@@ -271,19 +280,29 @@ class Consumer(Fetching):
             if self._slot_wanted:
                 self._free_slot()
 
-    async def _call_with_timeout(
-        self, event: Event, c: Claimed
+    async def _call_guarded(
+        self, event: Event, c: Claimed, delivery: Delivery, timeout: float | None
     ) -> tuple[str | None, Exception | None]:
-        """Run the handler under ``handler_timeout``: ``(None, None)`` on success, else the
-        failure and the exception the handler raised (None for a timeout or False)."""
-        timeout = self._s.handler_timeout
-        assert timeout is not None
+        """Run the handler in its middleware, under ``timeout`` (seconds, None: none):
+        ``(None, None)`` on success, else the failure and the exception raised (None for
+        a timeout or False)."""
+        items = self._pipeline.items
+        chain = self._chain
+        if items and (chain is None or chain[0] != len(items)):
+            chain = self._chain = (len(items), self._pipeline.chain(self.handler))
         try:
-            with anyio.CancelScope() as scope:
-                scope.deadline = anyio.current_time() + timeout
-                result = await self.handler(event)
-            if scope.cancelled_caught:
-                return f"{TIMEOUT_PREFIX} handler ran longer than {timeout}s", None
+            if timeout is None:
+                result = await (self.handler(event) if chain is None else chain[1](delivery, event))
+            else:
+                with anyio.CancelScope() as scope:
+                    scope.deadline = anyio.current_time() + timeout
+                    if chain is None:
+                        result = await self.handler(event)
+                    else:
+                        result = await chain[1](delivery, event)
+                # cancel_called: the deadline passed, even if a middleware swallowed the cancel
+                if scope.cancel_called:
+                    return f"{TIMEOUT_PREFIX} handler ran longer than {timeout}s", None
         except Exception as exc:
             return self._failed(exc, c), exc
         return (None if result is not False else _RETURNED_FALSE), None
@@ -301,3 +320,9 @@ class Consumer(Fetching):
             extra=delivery_fields(self.type_name, c),
         )
         return f"{type(exc).__name__}: {exc}"
+
+
+def _event_timeout(raw: str, default: float | None) -> float | None:
+    """One event's timeout (ms as digits in its context) in seconds; ``default`` if malformed."""
+    ms = int(raw) if raw.isdigit() else 0
+    return ms / 1000 if ms else default

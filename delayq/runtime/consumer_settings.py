@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
+from ..options import check_timeout
 from ..retry import Backoff
 
 __all__ = ["ConsumerSettings"]
@@ -23,10 +25,15 @@ class ConsumerSettings:
     shutdown_grace: float
 
     def overridden(
-        self, retry_attempts: int | None, retry_backoff: Backoff | None
+        self,
+        retry_attempts: int | None,
+        retry_backoff: Backoff | None,
+        handler_timeout: float | timedelta | None = None,
     ) -> ConsumerSettings:
         """These settings with a handler's (a delivery group's) overrides, checked."""
         changes: dict[str, Any] = {}
+        if handler_timeout is not None:
+            changes["handler_timeout"] = check_timeout(handler_timeout)
         if retry_attempts is not None:
             if (
                 not isinstance(retry_attempts, int)

@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -34,6 +35,7 @@ from .consumer import Consumer, ConsumerSettings, Handler
 from .health import ServiceHealth
 from .heartbeat import RUNNING_SHOWN, Heartbeat
 from .history import HistoryRecorder, HistoryWriter
+from .middleware import Pipeline
 from .scheduler import Scheduler, SchedulerSettings
 
 if TYPE_CHECKING:
@@ -71,6 +73,7 @@ class Runtime:
         self._observer = observer
         self._metrics = metrics
         self._history = history  # the recorder the consumers count lateness into
+        self.pipeline = Pipeline()  # the middleware around every handler run (service.use)
         self._owned = owned  # clients the service made (from_url), closed last
         self._watch = watch  # the Sentinel failover watch of a from_sentinel service
         self._outbox = outbox  # the outbox relay run beside the loops, if any
@@ -140,10 +143,11 @@ class Runtime:
         group: str | None,
         retry_attempts: int | None,
         retry_backoff: Backoff | None,
+        timeout: float | timedelta | None = None,
     ) -> None:
         """Check and add a handler's consumer (``group`` checked, None: the default group);
         start it at once if the service runs."""
-        settings = self._consumer_settings.overridden(retry_attempts, retry_backoff)
+        settings = self._consumer_settings.overridden(retry_attempts, retry_backoff, timeout)
         if not callable(handler) or not (
             inspect.iscoroutinefunction(handler)
             or inspect.iscoroutinefunction(getattr(handler, "__call__", None))  # noqa: B004
@@ -175,6 +179,7 @@ class Runtime:
             group=group,
             on_registered=None if group is None else lambda: self.pending.discard(name, group),
             history=self._history,
+            pipeline=self.pipeline,
         )
         self.consumers[name, group] = consumer
         self._metrics.for_group(group).handler_added(name, concurrency)

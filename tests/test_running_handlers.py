@@ -1,0 +1,252 @@
+"""Control over running handlers (issue 36): timeouts per type and per event, middleware
+around handler runs, enqueue hooks (docs/guides/running-handlers.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from core_support import Recorder, ServicePool, keys_of
+
+from delayq import Delivery, Event, EventService, fixed
+from delayq.codec import Codec
+
+
+class RunJob(Event, event_name="rh-job"):
+    """The event type of these tests."""
+
+    sleep: float = 0.0
+
+
+class OtherJob(Event, event_name="rh-other"):
+    """A second type, without a per-type timeout."""
+
+    sleep: float = 0.0
+
+
+@pytest.fixture
+async def services(redis_url: str, prefix: str):
+    pool = ServicePool(redis_url, prefix, retry_backoff=fixed(0.05))
+    yield pool
+    await pool.aclose()
+
+
+async def sleeper(event: Any) -> None:
+    await asyncio.sleep(event.sleep)
+
+
+def dead(service: EventService, event_type: type[Event], n: int):
+    async def check() -> bool:
+        return (await service.stats_for(event_type)).dead >= n
+
+    return check
+
+
+# -- timeouts -------------------------------------------------------------------------
+
+
+async def test_type_timeout_overrides_the_services(services, wait_for) -> None:
+    # the service's 30 s would let the run finish; the type's 0.2 s cancels it
+    service = await services.start(retry_attempts=0, handler_timeout=30)
+    recorder = Recorder(sleeper)
+    service.add_handler(RunJob, recorder, timeout=timedelta(seconds=0.2))
+    fast = Recorder(sleeper)
+    service.add_handler(OtherJob, fast)
+    assert await service.enqueue_with_delay(RunJob(id="slow", sleep=5), 0)
+    assert await service.enqueue_with_delay(OtherJob(id="other", sleep=0.5), 0)
+    await wait_for(dead(service, RunJob, 1), timeout=10)
+    (letter,) = await service.dead_letters(RunJob)
+    assert letter.error.startswith("HandlerTimeout"), letter.error
+    await wait_for(fast.handled(1), timeout=10)  # the other type keeps the service's 30 s
+    assert (await service.stats_for(OtherJob)).dead == 0
+
+
+async def test_event_timeout_overrides_the_types(services, wait_for) -> None:
+    service = await services.start(retry_attempts=0)
+    recorder = Recorder(sleeper)
+    service.add_handler(RunJob, recorder, concurrency=4, timeout=0.2)
+    # longer than the type's: this event's 10 s lets it finish
+    assert await service.enqueue_with_delay(RunJob(id="long", sleep=0.6), 0, timeout=10)
+    # shorter than none at all: a type without a timeout still cancels this one
+    other = Recorder(sleeper)
+    service.add_handler(OtherJob, other)
+    assert await service.enqueue_at(
+        OtherJob(id="short", sleep=5), datetime.now(timezone.utc),
+        timeout=timedelta(milliseconds=200),
+    )  # fmt: skip
+    await wait_for(recorder.handled(1), timeout=10)
+    await wait_for(dead(service, OtherJob, 1), timeout=10)
+    assert (await service.stats_for(RunJob)).dead == 0
+    (letter,) = await service.dead_letters(OtherJob)
+    assert letter.error.startswith("HandlerTimeout: handler ran longer than 0.2s"), letter.error
+    # the timeout is the handler's business: event_context does not show it
+    assert recorder.contexts == [{}]
+
+
+async def test_event_timeout_on_many_and_envelopes(services, wait_for) -> None:
+    service = await services.start(retry_attempts=0)
+    recorder = Recorder(sleeper)
+    service.add_handler(RunJob, recorder, concurrency=4)
+    assert await service.enqueue_many([RunJob(id="m1", sleep=5), RunJob(id="m2", sleep=5)],
+                                      timeout=0.1) == [True, True]  # fmt: skip
+    codec = Codec()
+    envelope = codec.encode(RunJob(id="e1", sleep=5), {"k": "v"})
+    assert await service.enqueue_envelopes("rh-job", [("e1", envelope, 0)], timeout=0.1) == [1]
+    await wait_for(dead(service, RunJob, 3), timeout=10)
+    letters = await service.dead_letters(RunJob)
+    assert sorted(d.id for d in letters) == ["e1", "m1", "m2"]
+    assert all(d.error.startswith("HandlerTimeout") for d in letters)
+    assert sorted(map(sorted, map(dict.items, recorder.contexts))) == [[], [], [("k", "v")]]
+
+
+async def test_plain_envelope_unchanged_without_timeout(services, redis_client, prefix) -> None:
+    service = services.producer()
+    await service.enqueue_with_delay(RunJob(id="plain"), 60)
+    await service.enqueue_with_delay(RunJob(id="timed"), 60, timeout=2.5)
+    events = keys_of(prefix, "rh-job").events
+    plain = await redis_client.hget(events, "plain")
+    timed = await redis_client.hget(events, "timed")
+    assert plain[0] == 0x92  # [body, enqueued_at]: no context at all
+    _, context = Codec().decode(timed, RunJob, "timed")
+    assert context == {"delayq-timeout": "2500"}
+
+
+@pytest.mark.parametrize(
+    ("timeout", "error"),
+    [(0, ValueError), (-1, ValueError), (8 * 24 * 3600, ValueError), ("1", TypeError),
+     (True, TypeError), (float("nan"), ValueError)],
+)  # fmt: skip
+async def test_timeouts_are_checked_before_anything_is_written(
+    services, redis_client, prefix, timeout, error
+) -> None:
+    service = services.producer()
+    with pytest.raises(error):
+        service.add_handler(RunJob, sleeper, timeout=timeout)
+    with pytest.raises(error):
+        await service.enqueue_with_delay(RunJob(id="x"), 0, timeout=timeout)
+    with pytest.raises(error):
+        await service.enqueue_many([RunJob(id="y")], timeout=timeout)
+    with pytest.raises(error):
+        await service.enqueue_envelopes("rh-job", [("z", Codec().encode(RunJob(id="z")), 0)],
+                                        timeout=timeout)  # fmt: skip
+    with pytest.raises(ValueError):
+        await service.enqueue_envelopes("rh-job", [("z", b"\x93garbage", 0)], timeout=1)
+    assert await redis_client.exists(keys_of(prefix, "rh-job").events) == 0
+
+
+# -- middleware -------------------------------------------------------------------------
+
+
+async def test_middleware_order_and_both_styles(services, wait_for) -> None:
+    seen: list[str] = []
+
+    async def outer(delivery: Delivery, call_next: Any) -> Any:
+        seen.append(f"outer>{delivery.id}")
+        result = await call_next()
+        seen.append(f"outer<{result}")
+        return result
+
+    @contextlib.asynccontextmanager
+    async def middle(delivery: Delivery) -> AsyncIterator[None]:
+        seen.append(f"middle>{delivery.attempt}")
+        try:
+            yield
+        finally:
+            seen.append("middle<")
+
+    async def handler(event: RunJob) -> str:
+        seen.append("handler")
+        return "done"
+
+    service = await services.start()
+    service.add_handler(RunJob, handler)
+    service.use(outer)
+    service.use(middle)  # added after add_handler: applies all the same
+    assert await service.enqueue_with_delay(RunJob(id="a"), 0)
+    await wait_for(lambda: "outer<done" in seen, timeout=10)
+    assert seen == ["outer>a", "middle>1", "handler", "middle<", "outer<done"]
+
+
+async def test_middleware_exceptions_are_failures(services, wait_for) -> None:
+    async def refuse(delivery: Delivery, call_next: Any) -> Any:
+        if delivery.id == "bad":
+            raise PermissionError("no tenant")
+        return await call_next()
+
+    service = await services.start(retry_attempts=1)
+    recorder = Recorder()
+    service.add_handler(RunJob, recorder, concurrency=2)
+    service.use(refuse)
+    assert await service.enqueue_many([RunJob(id="bad"), RunJob(id="good")]) == [True, True]
+    await wait_for(dead(service, RunJob, 1), timeout=10)
+    (letter,) = await service.dead_letters(RunJob)
+    assert (letter.id, letter.attempts, letter.error) == ("bad", 2, "PermissionError: no tenant")
+    assert recorder.ids == ["good"]  # the handler never ran for "bad"
+
+
+async def test_middleware_runs_inside_the_timeout_and_cannot_swallow_it(services, wait_for) -> None:
+    async def swallow(delivery: Delivery, call_next: Any) -> Any:
+        try:
+            return await call_next()
+        except asyncio.CancelledError:
+            return None  # what a middleware must not do: the run still times out
+
+    service = await services.start(retry_attempts=0)
+    service.use(swallow)
+    service.add_handler(RunJob, sleeper, timeout=0.2)
+    assert await service.enqueue_with_delay(RunJob(id="s", sleep=5), 0)
+    await wait_for(dead(service, RunJob, 1), timeout=10)
+    (letter,) = await service.dead_letters(RunJob)
+    assert letter.error.startswith("HandlerTimeout"), letter.error
+
+
+def test_middleware_is_checked() -> None:
+    service = EventService.from_url("redis://127.0.0.1:1")
+
+    async def one_arg(delivery: Delivery) -> None: ...
+
+    with pytest.raises(TypeError):
+        service.use("not callable")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        service.use(one_arg)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        service.use_enqueue(42)  # type: ignore[arg-type]
+
+
+# -- enqueue hooks ----------------------------------------------------------------------
+
+
+async def test_enqueue_hooks_add_context_and_refuse(services, redis_client, prefix, wait_for):
+    async def request_id(event: Event, context: dict[str, str]) -> None:
+        context.setdefault("request-id", "r-42")
+
+    def no_drafts(event: Event, context: dict[str, str]) -> None:
+        if event.id.startswith("draft"):
+            raise ValueError("drafts are not enqueued")
+
+    service = await services.start()
+    recorder = Recorder()
+    service.add_handler(RunJob, recorder, concurrency=4)
+    service.use_enqueue(request_id)
+    service.use_enqueue(no_drafts)
+    assert await service.enqueue_with_delay(RunJob(id="a"), 0, context={"user": "u1"})
+    with pytest.raises(ValueError, match="drafts"):
+        await service.enqueue_with_delay(RunJob(id="draft-1"), 0)
+    with pytest.raises(ValueError, match="drafts"):  # one refused: none of the call written
+        await service.enqueue_many([RunJob(id="b"), RunJob(id="draft-2")])
+    assert await service.enqueue_many([RunJob(id="c"), (RunJob(id="d"), 0)], timeout=30) == [
+        True,
+        True,
+    ]
+    await wait_for(recorder.handled(3), timeout=10)
+    assert sorted(recorder.ids) == ["a", "c", "d"]
+    by_id = dict(zip(recorder.ids, recorder.contexts, strict=True))
+    assert by_id["a"] == {"user": "u1", "request-id": "r-42"}
+    assert by_id["c"] == by_id["d"] == {"request-id": "r-42"}
+    # the refused ids were never written
+    for refused in ("draft-1", "draft-2", "b"):
+        assert not await redis_client.hexists(keys_of(prefix, "rh-job").events, refused)
