@@ -33,6 +33,7 @@ from .views.inspection import (
     EventState,
     EventTypeRef,
     GroupState,
+    RunProgress,
     ScheduledEvent,
 )
 from .views.searching import DeadLetterSearch, IdMatch, IdSearch, ReadyEvent
@@ -66,6 +67,7 @@ __all__ = [
     "QueueFullError",
     "Rate",
     "ReadyEvent",
+    "RunProgress",
     "ScheduleInfo",
     "ScheduledEvent",
     "Serializer",

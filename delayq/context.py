@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
 from datetime import timezone as _timezone
 from types import MappingProxyType
+from typing import Any
 
 _UTC = _timezone.utc
 
@@ -94,6 +95,20 @@ class Delivery:
             return None
         return datetime.fromtimestamp(int(raw) / 1000, _UTC)
 
+    async def progress(self, value: Any, note: str | None = None) -> None:
+        """Report how far the handler got: ``value`` a number (say 0 to 100) or small
+        JSON-able data, ``note`` an optional short text.
+
+        Stored with the run (``inspect``, ``delayq inspect`` and the dashboard show it)
+        at most once a second: a call in a tight loop costs no Redis call, and the last
+        value is written. Raises ``TypeError``/``ValueError`` for a value that is not
+        small JSON-able data, ``RuntimeError`` outside the handler's run.
+        """
+        sink = _progress_sink.get()
+        if sink is None:
+            raise RuntimeError("progress() is for the delivery a handler is running")
+        sink(self, value, note)
+
     @property
     def lateness_ms(self) -> float | None:
         """How long after its due time the event was claimed, in ms (Redis's clock)."""
@@ -103,6 +118,10 @@ class Delivery:
 
 
 _current: ContextVar[Delivery | None] = ContextVar("delayq_delivery", default=None)
+# the running consumer's progress reporter (set once per consumer run, inherited by its tasks)
+_progress_sink: ContextVar[Callable[[Delivery, Any, str | None], None] | None] = ContextVar(
+    "delayq_progress", default=None
+)
 
 
 def event_context(*, propagation: bool = False) -> Mapping[str, str]:

@@ -136,6 +136,11 @@ class PrefixKeys:
         """HASH: the ``ring`` ("minute" or "coarse") of one type's handled/failed/lateness history."""
         return f"{{{self.prefix}}}:history:{ring}:{type_name}"
 
+    @property
+    def cancel_channel(self) -> str:
+        """Pub/sub channel on which ``cancel`` tells workers to stop a running handler."""
+        return f"{{{self.prefix}}}:cancel"
+
     def for_type(self, type_name: str) -> TypeKeys:
         """The keys of one event type."""
         return TypeKeys(self.prefix, type_name)
@@ -262,6 +267,12 @@ class TypeKeys:
         (``delayq.spark.stream_sink``), one per type partition; it holds one batch's ids."""
         validate_name(name, "sink name")
         return self._key(f"sink:{name}")
+
+    def progress(self, group: str | None = None) -> str:
+        """HASH id -> ``token NUL progress`` of running handlers that reported progress, of the
+        type (``None``: its default group) or a named group; expires a day after its last
+        write."""
+        return self._key("progress") if group is None else self.group_key(group, "progress")
 
     def group_key(self, group: str, suffix: str) -> str:
         """The key ``suffix`` of one named delivery group."""

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from core_support import Recorder, ServicePool, keys_of
 
-from delayq import Delivery, Event, EventService, fixed
+from delayq import Delivery, Event, EventService, current_delivery, fixed
 from delayq.codec import Codec
 
 
@@ -250,3 +250,63 @@ async def test_enqueue_hooks_add_context_and_refuse(services, redis_client, pref
     # the refused ids were never written
     for refused in ("draft-1", "draft-2", "b"):
         assert not await redis_client.hexists(keys_of(prefix, "rh-job").events, refused)
+
+
+# -- progress ---------------------------------------------------------------------------
+
+
+async def test_progress_is_rate_limited_and_the_last_value_written(
+    services, redis_client, prefix, wait_for
+) -> None:
+    service = await services.start()
+    store = service._store
+    writes: list[int] = []
+    write = store.write_progress
+
+    async def counted(shard: str, group: str | None, items: Any) -> None:
+        writes.append(len(items))
+        await write(shard, group, items)
+
+    store.write_progress = counted  # type: ignore[method-assign]
+    release = asyncio.Event()
+    calls = 0
+
+    async def busy(event: RunJob) -> None:
+        nonlocal calls
+        delivery = current_delivery()
+        assert delivery is not None
+        for step in range(1, 201):  # 200 reports in about 1 s
+            await delivery.progress(step / 2, note=f"step {step}")
+            calls += 1
+            await asyncio.sleep(0.005)
+        await release.wait()
+
+    service.add_handler(RunJob, busy)
+    assert await service.enqueue_with_delay(RunJob(id="p"), 0)
+
+    async def last_value_shown() -> bool:
+        info = await service.inspect(RunJob, "p")
+        return info.progress is not None and info.progress.value == 100
+
+    await wait_for(last_value_shown, timeout=10)
+    info = await service.inspect(RunJob, "p")
+    assert info.state == "in_flight"
+    assert info.progress is not None and info.progress.note == "step 200"
+    assert info.to_dict()["progress"]["value"] == 100
+    assert calls == 200
+    # the first at once, then at most one a second: the 1 s of reports take 2 or 3 writes
+    assert 2 <= len(writes) <= 3, writes
+    release.set()
+    progress_key = f"{{{prefix}:rh-job}}:progress"
+
+    async def cleared() -> bool:
+        return await redis_client.hlen(progress_key) == 0
+
+    await wait_for(cleared, timeout=10)
+    assert (await service.inspect(RunJob, "p")).progress is None
+
+
+async def test_progress_is_checked() -> None:
+    delivery = Delivery("rh-job", "x", 1, None, 0, {})
+    with pytest.raises(RuntimeError):
+        await delivery.progress(5)  # no handler runs it

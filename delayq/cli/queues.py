@@ -18,6 +18,7 @@ from rich.text import Text
 from ..keys import DEFAULT_GROUP
 from ..service import EventService
 from ..storage.store import QueueCounts
+from ..views.inspection import EventInfo
 from .ops import (
     MAX_OFFSET,
     Connection,
@@ -231,6 +232,7 @@ def inspect(
             ("lease deadline", when(info.lease_deadline)),
             ("failed at", when(info.failed_at)),
             ("last error", text(info.last_error)),
+            ("progress", text(_progress(info))),
             ("enqueued at", when(info.enqueued_at)),
             ("context", text(dict(info.context) or None)),
             ("payload", text(json.dumps(info.payload, ensure_ascii=False, indent=2))),
@@ -292,3 +294,12 @@ def register(app: typer.Typer) -> None:
     """Add the ``stats``, ``inspect`` and ``scheduled`` commands to ``app``."""
     for command in (stats, inspect, scheduled):
         app.command(rich_help_panel="Operate")(command)
+
+
+def _progress(info: EventInfo) -> str | None:
+    """A running handler's last progress report as one line (None: none)."""
+    p = info.progress
+    if p is None:
+        return None
+    value = json.dumps(p.value, ensure_ascii=False)
+    return value if p.note is None else f"{value} ({p.note})"

@@ -60,6 +60,7 @@ STANDALONE = (
     "schedule_index",
     "schedule_due",
     "limits_set",
+    "progress",
 )
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import anyio
 
 from ..codec import Codec
-from ..context import TIMEOUT_KEY, Delivery, _set_delivery
+from ..context import TIMEOUT_KEY, Delivery, _progress_sink, _set_delivery
 from ..errors import DecodeError
 from ..events import Event
 from ..flow.waits import FlowWaits
@@ -39,6 +39,7 @@ from .fetching import Fetching
 from .handler_tasks import HandlerTasks
 from .history import LATENESS_BOUNDS_MS, LATENESS_ROW_START, HistoryRecorder
 from .middleware import Chain, Pipeline
+from .progress import ProgressWriter, encode_progress
 from .settlement import Settlement, delivery_fields
 
 __all__ = ["Consumer", "ConsumerSettings", "Handler"]
@@ -112,7 +113,10 @@ class Consumer(Fetching):
         self._running = 0
         # claim token -> (id, claim time in µs, Redis's clock) of each running handler:
         # the heartbeat shows the longest-running ones (see running_since)
-        self._started: dict[bytes, tuple[bytes, int]] = {}
+        self._started: dict[bytes, tuple[bytes, int, str]] = {}
+        # progress reports of running handlers (made at the first report)
+        self._progress: ProgressWriter | None = None
+        self._helpers: anyio.abc.TaskGroup | None = None
         self._reserved = 0  # slots promised to claims under way (several fetchers)
         self._n_shards = 1
         # leases, acks and failures of the deliveries, from claim to the end
@@ -144,7 +148,7 @@ class Consumer(Fetching):
     def running_since(self, most: int) -> list[tuple[str, int]]:
         """``(event id, claim time in ms)`` of up to ``most`` running handlers, longest first."""
         started = sorted(self._started.values(), key=lambda item: item[1])[:most]
-        return [(raw.decode("utf-8", "replace"), us // 1000) for raw, us in started]
+        return [(raw.decode("utf-8", "replace"), us // 1000) for raw, us, _ in started]
 
     @property
     def stopping(self) -> bool:
@@ -174,8 +178,11 @@ class Consumer(Fetching):
         self._slot_wanted = False
         settlement = self._settlement
         settlement.open()
+        _progress_sink.set(self._report_progress)  # the handler tasks inherit it
+        self._progress = None  # a writer of an earlier run ended with its task group
         try:
             async with anyio.create_task_group() as helpers:
+                self._helpers = helpers
                 helpers.start_soon(settlement.renew_loop)
                 helpers.start_soon(settlement.ack_loop)
                 handlers = self._handlers = HandlerTasks(self.label)
@@ -200,7 +207,23 @@ class Consumer(Fetching):
                 await settlement.close_acks()
                 helpers.cancel_scope.cancel()
         finally:
+            self._helpers = None
             self._finished.set()
+
+    def _report_progress(self, delivery: Delivery, value: object, note: str | None) -> None:
+        """``Delivery.progress`` of one of this consumer's runs: kept for the writer task."""
+        data = encode_progress(value, note)
+        writer = self._progress
+        if writer is None:
+            writer = self._progress = ProgressWriter(self._store, self.group, self.label)
+        if not writer.started and self._helpers is not None:
+            writer.started = True
+            self._helpers.start_soon(writer.run)
+        raw = delivery.id.encode()
+        for token, (raw_id, claimed_us, shard) in self._started.items():
+            if raw_id == raw and claimed_us == delivery.claimed_us:
+                writer.report(shard, raw_id, token, data)
+                return
 
     # -- fetching --------------------------------------------------------------
 
@@ -279,6 +302,11 @@ class Consumer(Fetching):
                 self._set_in_flight(self._running)
             if self._slot_wanted:
                 self._free_slot()
+            writer = self._progress
+            if writer is not None and writer.runs:
+                reported = writer.finished(c.token)
+                if reported is not None:
+                    await writer.clear(c.token, reported)
 
     async def _call_guarded(
         self, event: Event, c: Claimed, delivery: Delivery, timeout: float | None

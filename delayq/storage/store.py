@@ -39,6 +39,7 @@ from .records import (
     sum_counts,
     token_flow_key,
 )
+from .running import RunControl
 from .schedules import ScheduleStore
 from .scheduling import Scheduling
 from .workers import Workers
@@ -68,6 +69,7 @@ class Store(
     ScheduleStore,
     FlowLimitsStore,
     FormatVersions,
+    RunControl,
 ):
     """Queue operations on one Redis for one prefix.
 
@@ -140,6 +142,10 @@ class Store(
             )
             return WakeupListener(blocking.pubsub(node), self.keys.wakeup_channel, self.connect)
         return WakeupListener(blocking.pubsub(), self.keys.wakeup_channel, self.connect)
+
+    def cancel_signals(self) -> WakeupListener:
+        """A subscription to the prefix's cancel channel (messages: ``running.cancel_message``)."""
+        return WakeupListener(self.blocking.pubsub(), self.keys.cancel_channel, self.connect)
 
 
 class WakeupListener:

@@ -16,11 +16,12 @@ consistent view per call, bounded by the page size); nothing here writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 
 from ..codec import Codec
 from ..events import EventTypes
+from ..keys import DEFAULT_GROUP
 from ..partitions.routing import Router
 from ..storage.store import EventRecord, QueueCounts, Store
 from .records import (
@@ -30,6 +31,7 @@ from .records import (
     EventState,
     EventTypeRef,
     GroupState,
+    RunProgress,
     ScheduledEvent,
     _Decoded,
     check_page,
@@ -45,6 +47,7 @@ __all__ = [
     "EventTypeRef",
     "GroupState",
     "Inspector",
+    "RunProgress",
     "ScheduledEvent",
     "check_page",
     "decode_payload",
@@ -111,10 +114,12 @@ class Inspector:
         if cls is not None:
             self._store.declare(name, cls.event_partitions)
         shard_list = self._router.shards_of_id(name, event_id)
-        r = await self._store.inspect(shard_list[0], event_id)
+        found = shard_list[0]
+        r = await self._store.inspect(found, event_id)
         for shard in shard_list[1:]:  # a partition count being changed: look in each layout
             if r.envelope is not None:
                 break
+            found = shard
             r = await self._store.inspect(shard, event_id)
         groups = _group_states(r) if r.groups is not None else {}
         state: EventState
@@ -166,7 +171,23 @@ class Inspector:
             decode_error=decoded.error,
             checked_at=datetime.fromtimestamp(r.now_ms / 1000, timezone.utc),
             groups=groups,
+            progress=await self._progress(found, event_id, groups)
+            if state == "in_flight"
+            else None,
         )
+
+    async def _progress(
+        self, shard: str, event_id: str, groups: Mapping[str, GroupState]
+    ) -> RunProgress | None:
+        """The progress of the run holding the event's lease (of the first group running it)."""
+        running = [n for n, g in groups.items() if g.state == "in_flight"] if groups else [None]
+        for name in running:
+            data = await self._store.read_progress(
+                shard, None if name in (None, DEFAULT_GROUP) else name, event_id
+            )
+            if data is not None:
+                return RunProgress.decode(data)
+        return None
 
     async def scheduled(
         self,

@@ -28,6 +28,7 @@ __all__ = [
     "EventState",
     "EventTypeRef",
     "GroupState",
+    "RunProgress",
     "ScheduledEvent",
     "check_page",
     "decode_payload",
@@ -185,6 +186,8 @@ class EventInfo:
     """For a type with named delivery groups: the event's state in each registered group,
     by name (empty otherwise). ``state`` and the fields from ``due_at`` to ``last_error``
     are then those of the most active group (in flight, else ready, scheduled, dead)."""
+    progress: RunProgress | None = None
+    """``in_flight``: what its handler last reported (``Delivery.progress``), if anything."""
 
     def to_dict(self) -> dict[str, Any]:
         """Stable JSON-able fields (times as ISO 8601 UTC, ``raw`` as base64)."""
@@ -205,7 +208,44 @@ class EventInfo:
             "decode_error": self.decode_error,
             "checked_at": _iso(self.checked_at),
             "groups": {name: g.to_dict() for name, g in self.groups.items()},
+            "progress": None if self.progress is None else self.progress.to_dict(),
         }
+
+
+@dataclass(frozen=True, slots=True)
+class RunProgress:
+    """What a running handler last reported with ``current_delivery().progress(...)``."""
+
+    value: Any
+    """The value reported (a number, say 0 to 100, or small JSON-able data)."""
+    note: str | None
+    """The note given with it, if any."""
+    reported_at: datetime | None
+    """When the handler reported it (the worker's clock)."""
+
+    @classmethod
+    def decode(cls, data: bytes) -> RunProgress | None:
+        """From its stored JSON; None for anything else (never raises)."""
+        try:
+            raw = msgspec.json.decode(data)
+        except msgspec.DecodeError:
+            return None
+        if not isinstance(raw, dict):
+            return None
+        note, at = raw.get("note"), raw.get("at")
+        return cls(
+            value=raw.get("value"),
+            note=note if isinstance(note, str) else None,
+            reported_at=(
+                datetime.fromtimestamp(at / 1000, timezone.utc)
+                if isinstance(at, int) and not isinstance(at, bool) and 0 <= at < 2**45
+                else None
+            ),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able fields."""
+        return {"value": self.value, "note": self.note, "reported_at": _iso(self.reported_at)}
 
 
 @dataclass(frozen=True, slots=True)
