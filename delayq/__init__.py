@@ -19,6 +19,7 @@ from .events import Event, event_name
 from .flow.keys import KeyBacklog, KeyBacklogs
 from .flow.limits import FlowLimits, Rate
 from .metrics import InMemoryMetrics, Metrics, NoopMetrics
+from .operations.enqueueing import CancelResult
 from .options import Options
 from .retry import Backoff, exponential, fixed
 from .runtime.health import ServiceHealth
@@ -40,6 +41,7 @@ from .views.searching import DeadLetterSearch, IdMatch, IdSearch, ReadyEvent
 
 __all__ = [
     "Backoff",
+    "CancelResult",
     "DeadLetter",
     "DeadLetterSearch",
     "DecodeError",

@@ -13,6 +13,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from ..keys import DEFAULT_GROUP
+from ..operations.enqueueing import CancelResult
 from ..service import EventService
 from .ops import (
     Connection,
@@ -60,7 +61,7 @@ async def purge_waiting(
                 if not page:
                     break
                 removed = await asyncio.gather(*(service.cancel(name, i) for i in page))
-                cancelled = sum(removed)
+                cancelled = sum(map(bool, removed))
                 skip += len(page) - cancelled
                 done += cancelled
                 budget -= len(page)
@@ -206,19 +207,22 @@ def cancel(
     as_json: Json = False,
     conn: Connection = Connection(),
 ) -> None:
-    """Remove a pending (scheduled, ready or in-flight) event. Exit code 1 when there was
-    none (dead letters are removed with `dead purge`)."""
+    """Remove a pending (scheduled, ready or in-flight) event; a running handler of it is
+    cancelled wherever it runs. Exit code 1 when there was none (dead letters are removed
+    with `dead purge`)."""
 
-    async def main() -> bool:
+    async def main() -> CancelResult:
         async with conn.connect() as service:
             return await service.cancel(await known_type(service, type_name), event_id)
 
-    removed = run(main)
+    result = run(main)
     if as_json:
-        print_json({"type": type_name, "id": event_id, "cancelled": removed})
+        print_json(
+            {"type": type_name, "id": event_id, "cancelled": bool(result), "result": result.value}
+        )
     else:
-        console.print("cancelled" if removed else "no such pending event")
-    raise typer.Exit(0 if removed else 1)
+        console.print(_CANCEL_SAID[result])
+    raise typer.Exit(0 if result else 1)
 
 
 @with_connection
@@ -287,7 +291,7 @@ def purge(
             name = await known_type(service, type_name)
             if chosen is not None:
                 removed = await asyncio.gather(*(service.cancel(name, i) for i in chosen))
-                return sum(removed)
+                return sum(map(bool, removed))
             count = await waiting_count(service, name)
             confirm(f"Cancel all {count} waiting events of {name} for good?", yes, True)
             with Progress(
@@ -310,3 +314,10 @@ def register(app: typer.Typer) -> None:
     app.command(rich_help_panel="Operate")(cancel)
     app.command("run-now", rich_help_panel="Operate")(run_now)
     app.command(rich_help_panel="Operate")(purge)
+
+
+_CANCEL_SAID = {
+    CancelResult.REMOVED: "cancelled",
+    CancelResult.SIGNALLED: "cancelled; its running handler was told to stop",
+    CancelResult.UNKNOWN: "no such pending event",
+}

@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..keys import DEFAULT_GROUP
+from ..operations.enqueueing import CancelResult
 from .view import DashboardView
 
 __all__ = ["Actions"]
@@ -129,10 +130,13 @@ class Actions:
             return dash.render(request, "confirm_event.html", name=name, event_id=event_id,
                                info=info, group=group, group_param=back_group)  # fmt: skip
         if action == "cancel":
-            ok = await dash.service.cancel(name, event_id)
+            result = await dash.service.cancel(name, event_id)
+            ok = bool(result)
             heading = "Cancelled" if ok else "Nothing to cancel"
             message = (
-                f"{name} {event_id!r} was removed." if ok
+                f"{name} {event_id!r} was removed." if result is CancelResult.REMOVED
+                else f"{name} {event_id!r} was running: it was removed and its handler was "
+                "told to stop." if result is CancelResult.SIGNALLED
                 else f"{name} {event_id!r} is not pending (already handled, cancelled, or a dead letter)."
             )  # fmt: skip
         else:

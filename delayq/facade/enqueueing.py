@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 from ..events import Event
 from ..flow.dedup import Dedup, check_debounce, dedup_mode
-from ..operations.enqueueing import EnqueueHook, timed_envelopes, with_timeout
+from ..operations.enqueueing import CancelResult, EnqueueHook, timed_envelopes, with_timeout
 from ..retry import delay_ms, due_unix_ms
 from ..views.inspection import EventTypeRef
 from .parts import ServiceParts
@@ -166,11 +166,18 @@ class EnqueueMixin(ServiceParts):
         """
         self._enqueuer.add_hook(hook)
 
-    async def cancel(self, event_type: EventTypeRef, id: str) -> bool:
-        """Remove a pending (scheduled, ready or in-flight) event; True when one was removed.
+    async def cancel(self, event_type: EventTypeRef, id: str) -> CancelResult:
+        """Remove a pending (scheduled, ready or in-flight) event, and stop its handler if
+        one is running.
 
-        ``event_type`` is the class or its wire name. Dead letters are not
-        touched: use :meth:`purge_dead_letters`.
+        Returns :class:`~delayq.CancelResult`: ``REMOVED`` (it was pending),
+        ``SIGNALLED`` (it was running: its handler's task, wherever it runs, sees
+        ``CancelledError`` within about a second, and the event is neither retried nor a
+        dead letter) or ``UNKNOWN`` (nothing under that id). Only ``UNKNOWN`` is false,
+        so ``if await service.cancel(...)`` reads as before. ``event_type`` is the class
+        or its wire name; with delivery groups, every group's delivery goes and every
+        group's run is cancelled. Dead letters are not touched: use
+        :meth:`purge_dead_letters`. See docs/guides/running-handlers.md.
         """
         name = self._types.name(event_type)
         return await self._enqueuer.cancel(name, id)

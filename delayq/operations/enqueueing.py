@@ -13,6 +13,7 @@ travels in the stored envelope.
 
 from __future__ import annotations
 
+import enum
 import inspect
 import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -30,18 +31,35 @@ from ..observer import Observer
 from ..options import check_timeout
 from ..partitions.routing import Router
 from ..retry import delay_ms
+from ..storage.running import cancel_message
 from ..storage.store import Store
 
 if TYPE_CHECKING:
     from .groups import PendingGroups
 
-__all__ = ["EnqueueHook", "Enqueuer", "Item", "item_due", "with_timeout"]
+__all__ = ["CancelResult", "EnqueueHook", "Enqueuer", "Item", "item_due", "with_timeout"]
 
 _OUTCOMES = ("kept", "enqueued", "replaced")  # the counter of each enqueue.lua code
 _UNBOUND: Any = object()
 
 Item = Event | tuple[Event, float | timedelta]
 """An item of ``enqueue_many``: an event, or ``(event, delay)``."""
+
+
+class CancelResult(enum.Enum):
+    """What :meth:`~delayq.EventService.cancel` did. True unless ``UNKNOWN``, as the bool
+    ``cancel`` returned before was True when it removed an event."""
+
+    REMOVED = "removed"
+    """The event was pending (scheduled, ready, or waiting for a retry) and is gone."""
+    SIGNALLED = "signalled"
+    """The event was running: it is gone, and its handler's task is being cancelled
+    wherever it runs (it sees ``CancelledError`` within about a second)."""
+    UNKNOWN = "unknown"
+    """No pending or running event has that id (never enqueued, handled, or a dead letter)."""
+
+    def __bool__(self) -> bool:
+        return self is not CancelResult.UNKNOWN
 
 
 EnqueueHook = Callable[[Event, dict[str, str]], "Awaitable[None] | None"]
@@ -240,12 +258,20 @@ class Enqueuer:
         self._count_codes(name, [code])
         return code != 0
 
-    async def cancel(self, name: str, event_id: str) -> bool:
-        """Remove a pending event of type ``name``; True (and counted) when one was removed."""
-        removed = await self._router.cancel(name, event_id)
-        if removed:
-            self._metrics.increment("cancelled", event_type=name)
-        return removed
+    async def cancel(self, name: str, event_id: str) -> CancelResult:
+        """Remove a pending or running event of type ``name`` (counted when one was) and
+        tell the processes running it to cancel their handlers."""
+        # the leases held before the removal: a run claimed between the two is stopped by
+        # its next lease renewal instead (it finds its lease gone)
+        runs = await self._router.running(name, event_id)
+        if not await self._router.cancel(name, event_id):
+            return CancelResult.UNKNOWN
+        self._metrics.increment("cancelled", event_type=name)
+        if not runs:
+            return CancelResult.REMOVED
+        raw_id = event_id.encode()
+        await self._store.signal_cancel([cancel_message(s, g, raw_id, t) for s, g, t in runs])
+        return CancelResult.SIGNALLED
 
     async def many(
         self,

@@ -87,6 +87,14 @@ class Router:
             removed = await self._store.cancel(shard, event_id) or removed
         return removed
 
+    async def running(self, type_name: str, event_id: str) -> list[tuple[str, str | None, bytes]]:
+        """``(shard, group, claim token)`` of every lease held on the id now."""
+        return [
+            (shard, group, token)
+            for shard in self.shards_of_id(type_name, event_id)
+            for group, token in await self._store.running_tokens(shard, event_id)
+        ]
+
     async def dead_letters(
         self, type_name: str, offset: int, limit: int, group: str | None
     ) -> list[DeadRecord]:

@@ -113,7 +113,7 @@ class Consumer(Fetching):
         self._running = 0
         # claim token -> (id, claim time in µs, Redis's clock) of each running handler:
         # the heartbeat shows the longest-running ones (see running_since)
-        self._started: dict[bytes, tuple[bytes, int, str]] = {}
+        self._started: dict[bytes, tuple[bytes, int, str, asyncio.Task[None]]] = {}
         # progress reports of running handlers (made at the first report)
         self._progress: ProgressWriter | None = None
         self._helpers: anyio.abc.TaskGroup | None = None
@@ -130,6 +130,7 @@ class Consumer(Fetching):
             retry_backoff=settings.retry_backoff,
             shutdown_grace=settings.shutdown_grace,
         )
+        self._settlement.on_lost = self._leases_lost
         self._handlers = HandlerTasks(self.label)
         self._flow = FlowWaits(store, metrics, self.type_name, group)
         # fetchers waiting for a free slot wait on this; it is set (and cleared at
@@ -148,7 +149,7 @@ class Consumer(Fetching):
     def running_since(self, most: int) -> list[tuple[str, int]]:
         """``(event id, claim time in ms)`` of up to ``most`` running handlers, longest first."""
         started = sorted(self._started.values(), key=lambda item: item[1])[:most]
-        return [(raw.decode("utf-8", "replace"), us // 1000) for raw, us, _ in started]
+        return [(raw.decode("utf-8", "replace"), us // 1000) for raw, us, _, _ in started]
 
     @property
     def stopping(self) -> bool:
@@ -210,6 +211,29 @@ class Consumer(Fetching):
             self._helpers = None
             self._finished.set()
 
+    def cancel_run(self, token: bytes, why: str) -> bool:
+        """Cancel the handler task of the delivery ``token`` if it runs here: its event was
+        cancelled, or its lease lost. True when a task was told."""
+        entry = self._started.get(token)
+        if entry is None or entry[3].done():
+            return False
+        raw_id, _, shard, task = entry
+        log.info(
+            "%s %r: cancelling its handler (%s)", self.label, raw_id.decode("utf-8", "replace"), why
+        )
+        task.cancel()
+        # the run records nothing (its event is gone, or another delivery holds it): its
+        # lease is no longer renewed once the task has ended
+        lease = (shard, raw_id, token)
+        task.add_done_callback(lambda _: self._settlement.leased.discard(lease))
+        return True
+
+    def _leases_lost(self, leases: list[tuple[str, bytes, bytes]]) -> None:
+        """A renewal found these leases lost (expired while this process stalled, say, and
+        maybe claimed by another worker): cancel their runs, which must not go on."""
+        for _, _, token in leases:
+            self.cancel_run(token, "its lease was lost")
+
     def _report_progress(self, delivery: Delivery, value: object, note: str | None) -> None:
         """``Delivery.progress`` of one of this consumer's runs: kept for the writer task."""
         data = encode_progress(value, note)
@@ -220,7 +244,7 @@ class Consumer(Fetching):
             writer.started = True
             self._helpers.start_soon(writer.run)
         raw = delivery.id.encode()
-        for token, (raw_id, claimed_us, shard) in self._started.items():
+        for token, (raw_id, claimed_us, shard, _) in self._started.items():
             if raw_id == raw and claimed_us == delivery.claimed_us:
                 writer.report(shard, raw_id, token, data)
                 return

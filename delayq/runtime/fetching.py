@@ -54,7 +54,7 @@ class Fetching:
     _running: int
     _reserved: int
     _n_shards: int
-    _started: dict[bytes, tuple[bytes, int, str]]
+    _started: dict[bytes, tuple[bytes, int, str, asyncio.Task[None]]]
     _slot_freed: asyncio.Event
     _slot_wanted: bool
     _on_registered: Callable[[], None] | None
@@ -161,9 +161,9 @@ class Fetching:
                         drain = len(claimed) >= share
                         for c in claimed:
                             self._running += 1
-                            self._started[c.token] = (c.raw_id, now_us, shard)
                             leased.add((shard, c.raw_id, c.token))
-                            handlers.start_soon(self._handle, c, now_us, shard)
+                            task = handlers.start_soon(self._handle, c, now_us, shard)
+                            self._started[c.token] = (c.raw_id, now_us, shard, task)
                 finally:
                     self._reserved -= share
                     if self._n_shards > 1:  # a fetcher may wait for slots this claim left

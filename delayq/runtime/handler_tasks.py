@@ -34,8 +34,11 @@ class HandlerTasks:
         self._plain = False
         self._on_done = self._done  # bound once
 
-    def start_soon(self, func: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
-        """Start ``func(*args)`` in a new task (it copies the current context, as anyio does)."""
+    def start_soon(
+        self, func: Callable[..., Coroutine[Any, Any, None]], *args: Any
+    ) -> asyncio.Task[None]:
+        """Start ``func(*args)`` in a new task (it copies the current context, as anyio does);
+        return the task (the consumer cancels it when its run is cancelled)."""
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
@@ -50,6 +53,7 @@ class HandlerTasks:
             task = loop.create_task(func(*args))
         self._tasks.add(task)
         task.add_done_callback(self._on_done)
+        return task
 
     def settling(self) -> None:
         """Mark the calling task as past its handler: a drain lets it finish recording.

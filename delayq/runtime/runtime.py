@@ -31,6 +31,7 @@ from ..options import Options
 from ..retry import Backoff
 from ..schedules.firing import ScheduleFirer
 from ..storage.store import Store
+from .cancels import CancelSignals
 from .consumer import Consumer, ConsumerSettings, Handler
 from .health import ServiceHealth
 from .heartbeat import RUNNING_SHOWN, Heartbeat
@@ -46,7 +47,7 @@ __all__ = ["Runtime"]
 # the logger the service's lifecycle has always logged to (users' logging config names it)
 log = logging.getLogger("delayq.service")
 
-_Loop = Consumer | Scheduler | Heartbeat | HistoryWriter | ScheduleFirer
+_Loop = Consumer | Scheduler | Heartbeat | HistoryWriter | ScheduleFirer | CancelSignals
 
 
 class Runtime:
@@ -127,6 +128,8 @@ class Runtime:
         self._history_writer: HistoryWriter | None = None
         if history is not None:
             self._history_writer = HistoryWriter(store, history, opts.history_interval)
+        # started with the first consumer: cancel() of a running event reaches its handler
+        self._cancels = CancelSignals(store, self._cancel_run)
         self._supervisor: asyncio.Task[None] | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._closing: asyncio.Event | None = None
@@ -187,6 +190,17 @@ class Runtime:
             if group is not None:  # registered before this process's next enqueue or move
                 self.pending.add(name, group, consumer.max_deliveries)
             self._task_group.start_soon(self._keep_running, consumer)
+            self._listen_for_cancels(self._task_group)
+
+    def _listen_for_cancels(self, tg: anyio.abc.TaskGroup) -> None:
+        """Start the cancel channel's listener (once, and only in a process with handlers)."""
+        if not self._cancels.started:
+            self._cancels.started = True
+            tg.start_soon(self._keep_running, self._cancels)
+
+    def _cancel_run(self, type_name: str, group: str | None, token: bytes) -> bool:
+        consumer = self.consumers.get((type_name, group))
+        return consumer is not None and consumer.cancel_run(token, "its event was cancelled")
 
     async def remove_consumer(self, name: str, group: str | None) -> bool:
         """Stop a consumer and, while the service runs, wait for its handlers; False if none."""
@@ -309,6 +323,8 @@ class Runtime:
                     tg.start_soon(self._keep_running, self.firer)
                 for consumer in self.consumers.values():
                     tg.start_soon(self._keep_running, consumer)
+                if self.consumers:
+                    self._listen_for_cancels(tg)
                 for reporter in (self.heartbeat, self._history_writer):
                     if reporter is not None:
                         tg.start_soon(self._keep_running, reporter)
@@ -330,6 +346,7 @@ class Runtime:
                 with anyio.move_on_after(self._options.shutdown_grace * 2 + 5):
                     for consumer in consumers:
                         await consumer.wait_finished()
+                self._cancels.stop()
                 for reporter in (self.heartbeat, self._history_writer):
                     if reporter is not None:
                         reporter.stop()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -88,6 +89,8 @@ class Settlement:
         self._acking: list[Lease] = []  # the batch of the ack call under way
         self._acks_closing = False
         self._acks_done: anyio.Event | None = None
+        self.on_lost: Callable[[list[Lease]], None] | None = None
+        """Called with the leases a renewal found lost (the consumer cancels their runs)."""
 
     def open(self) -> None:
         """Get ready for a run of the consumer (in its event loop), before its tasks start.
@@ -317,5 +320,8 @@ class Settlement:
                     [i.decode("utf-8", "replace") for i in lost[:10]],
                 )
                 gone = set(lost)
+                lost_leases = [p for p in leased if p[1] in gone]
                 # in place: the consumer holds a reference to the set
-                leased.difference_update([p for p in leased if p[1] in gone])
+                leased.difference_update(lost_leases)
+                if self.on_lost is not None:  # another delivery may run them now: stop ours
+                    self.on_lost(lost_leases)

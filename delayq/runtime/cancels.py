@@ -1,0 +1,84 @@
+"""The cancel channel's listener: ``cancel`` of a running event stops its handler here.
+
+``EventService.cancel`` removes the event (one script) and then publishes one message
+per lease it found on ``{prefix}:cancel``: the shard, group, id and claim token. Every
+process with handlers holds one subscription to that channel; the one running that
+delivery cancels its task (:meth:`~delayq.runtime.consumer.Consumer.cancel_run`), the
+others find no such token and ignore it. Idle, the channel costs one connection per
+process and no traffic. A message missed while the subscription was down is made up
+for by the lease renewal, which finds the lease gone within a third of the visibility
+timeout and cancels the run the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import anyio
+
+from ..partitions.shards import parse_shard
+from ..storage.running import parse_cancel_message
+from ..storage.store import Store
+
+__all__ = ["CancelSignals"]
+
+log = logging.getLogger("delayq.consumer")
+
+_MAX_BACKOFF = 5.0
+
+
+class CancelSignals:
+    """Hears the cancel channel and hands each message to the consumer it names."""
+
+    def __init__(self, store: Store, cancel_run: Callable[[str, str | None, bytes], bool]):
+        self._store = store
+        # (type name, group, token) -> True when a handler task of this process was told
+        self._cancel_run = cancel_run
+        self._stopping = False
+        self._scope: anyio.CancelScope | None = None
+        self.started = False
+
+    @property
+    def stopping(self) -> bool:
+        """True once :meth:`stop` has been called."""
+        return self._stopping
+
+    def stop(self) -> None:
+        """Stop listening."""
+        self._stopping = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    def on_message(self, data: str) -> bool:
+        """Act on one message; True when a handler here was told to stop."""
+        parsed = parse_cancel_message(data.encode("utf-8", "surrogateescape"))
+        if parsed is None:
+            return False
+        shard, group, _, token = parsed
+        try:
+            type_name = parse_shard(shard)[0]
+        except ValueError:
+            return False
+        return self._cancel_run(type_name, group, token)
+
+    async def run(self) -> None:
+        """Listen until :meth:`stop`; subscribe again after a dropped connection."""
+        backoff = 0.1
+        with anyio.CancelScope() as self._scope:
+            while not self._stopping:
+                listener = self._store.cancel_signals()
+                try:
+                    await listener.subscribe()
+                    backoff = 0.1
+                    while True:
+                        message = await listener.next(timeout=30.0)
+                        if message:
+                            self.on_message(message)
+                except Exception as exc:
+                    log.info("cancel subscription dropped (%s); again in %.2fs", exc, backoff)
+                    await anyio.sleep(backoff)
+                    backoff = min(backoff * 2, _MAX_BACKOFF)
+                finally:
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+                        await listener.aclose()

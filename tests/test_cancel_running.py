@@ -1,0 +1,164 @@
+"""Cancelling a running handler in another process, and a run whose lease was lost
+(issue 36): worker processes run tests/control_worker.py against a private Redis."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from core_support import ServicePool
+
+from delayq import CancelResult, Event
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER = Path(__file__).with_name("control_worker.py")
+
+
+class CtlJob(Event, event_name="ctl-job"):
+    """Same wire name and shape as the workers' class."""
+
+    n: int = 0
+
+
+class Workers:
+    """Worker processes, each killed when the test ends."""
+
+    def __init__(self, url: str, prefix: str, logs: Path):
+        self.url, self.prefix, self.logs = url, prefix, logs
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, *extra: str) -> subprocess.Popen[bytes]:
+        with open(self.logs / f"{name}.log", "wb") as log:
+            self.procs[name] = subprocess.Popen(
+                [sys.executable, str(WORKER), self.url, self.prefix, name, *extra],
+                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        return self.procs[name]
+
+    def log(self, name: str) -> str:
+        return (self.logs / f"{name}.log").read_text(errors="replace")
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+async def pool(redis_url: str, prefix: str):
+    services = ServicePool(redis_url, prefix)
+    yield services
+    await services.aclose()
+
+
+@pytest.fixture
+def workers(redis_url: str, prefix: str, tmp_path: Path):
+    started = Workers(redis_url, prefix, tmp_path)
+    yield started
+    started.close()
+
+
+def tkey(prefix: str, what: str) -> str:
+    return f"{prefix}-test:{what}"
+
+
+async def ready(redis_client, prefix: str, wait_for, *names: str) -> None:
+    async def all_ready() -> bool:
+        members = await redis_client.smembers(tkey(prefix, "ready"))
+        return {m.decode() for m in members} >= set(names)
+
+    await wait_for(all_ready, timeout=30)
+
+
+def field_is(redis_client, prefix: str, what: str, field: str, start: str):
+    async def check() -> bool:
+        value = await redis_client.hget(tkey(prefix, what), field)
+        return value is not None and value.decode().startswith(start)
+
+    return check
+
+
+async def test_cancel_reaches_a_handler_in_another_process(
+    pool, workers, redis_client, prefix, wait_for
+) -> None:
+    workers.start("w1", "--concurrency", "2")
+    workers.start("w2", "--concurrency", "2")
+    await ready(redis_client, prefix, wait_for, "w1", "w2")
+    producer = pool.producer()
+    assert await producer.enqueue_many([CtlJob(id="a"), CtlJob(id="b")]) == [True, True]
+    started = tkey(prefix, "started")
+
+    async def both_running() -> bool:
+        return await redis_client.hlen(started) == 2
+
+    await wait_for(both_running, timeout=15)
+    result = await producer.cancel(CtlJob, "a")
+    assert result is CancelResult.SIGNALLED and result
+    # the handler sees CancelledError (well within the lease: nothing else could end it)
+    await wait_for(field_is(redis_client, prefix, "cancelled", "a", "w"), timeout=5)
+    assert (await producer.inspect(CtlJob, "a")).state == "absent"
+    assert await producer.dead_letters(CtlJob) == []
+    assert await redis_client.hget(tkey(prefix, "cancelled"), "b") is None
+    assert (await producer.inspect(CtlJob, "b")).state == "in_flight"
+    assert await producer.cancel(CtlJob, "a") is CancelResult.UNKNOWN
+    assert not await producer.cancel(CtlJob, "a")
+    await producer.enqueue_with_delay(CtlJob(id="after"), 5)
+    assert await producer.cancel(CtlJob, "after") is CancelResult.REMOVED
+    assert await producer.cancel(CtlJob, "b") is CancelResult.SIGNALLED
+    await wait_for(field_is(redis_client, prefix, "cancelled", "b", "w"), timeout=5)
+    # neither came back (a cancelled event is gone: no retry, no dead letter)
+    runs = await redis_client.hgetall(tkey(prefix, "runs"))
+    assert runs == {b"a": b"1", b"b": b"1"}
+    assert await producer.dead_letters(CtlJob) == []
+
+
+async def test_cancel_stops_every_groups_run(
+    pool, workers, redis_client, prefix, wait_for
+) -> None:
+    workers.start("g1", "--groups", "audit,mail")
+    await ready(redis_client, prefix, wait_for, "g1")
+    producer = pool.producer()
+    await producer.register_group(CtlJob, "audit")
+    await producer.register_group(CtlJob, "mail")
+    assert await producer.enqueue_with_delay(CtlJob(id="o"), 0)
+    await wait_for(field_is(redis_client, prefix, "started", "o/audit", "g1"), timeout=15)
+    await wait_for(field_is(redis_client, prefix, "started", "o/mail", "g1"), timeout=15)
+    assert await producer.cancel(CtlJob, "o") is CancelResult.SIGNALLED
+    await wait_for(field_is(redis_client, prefix, "cancelled", "o/audit", "g1"), timeout=5)
+    await wait_for(field_is(redis_client, prefix, "cancelled", "o/mail", "g1"), timeout=5)
+    assert (await producer.inspect(CtlJob, "o")).state == "absent"
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="needs SIGSTOP")
+async def test_a_run_that_lost_its_lease_is_cancelled_and_its_ack_changes_nothing(
+    pool, workers, redis_client, prefix, wait_for
+) -> None:
+    frozen = workers.start("frozen", "--visibility", "2")
+    await ready(redis_client, prefix, wait_for, "frozen")
+    producer = pool.producer()
+    assert await producer.enqueue_with_delay(CtlJob(id="z"), 0)
+    await wait_for(field_is(redis_client, prefix, "started", "z", "frozen:1"), timeout=15)
+    os.kill(frozen.pid, signal.SIGSTOP)
+    try:
+        workers.start("other", "--visibility", "2")
+        # the lease runs out; the other worker's scheduler hands the event on
+        await wait_for(field_is(redis_client, prefix, "started", "z", "other:2"), timeout=30)
+        leases = f"{{{prefix}:ctl-job}}:leases"
+        token = await redis_client.hget(leases, "z")
+    finally:
+        os.kill(frozen.pid, signal.SIGCONT)
+    # thawed, the frozen worker's renewal finds its lease gone and cancels its run
+    await wait_for(field_is(redis_client, prefix, "cancelled", "z", "frozen:1"), timeout=15)
+    # the newer delivery is untouched: same lease, still running, one more attempt only
+    assert await redis_client.hget(leases, "z") == token
+    info = await producer.inspect(CtlJob, "z")
+    assert (info.state, info.attempts) == ("in_flight", 2)
+    assert await redis_client.hget(tkey(prefix, "cancelled"), "z") is not None
+    assert (await redis_client.hget(tkey(prefix, "cancelled"), "z")).startswith(b"frozen:1")
+    assert await producer.cancel(CtlJob, "z") is CancelResult.SIGNALLED
+    await wait_for(field_is(redis_client, prefix, "cancelled", "z", "other:2"), timeout=5)
