@@ -117,9 +117,7 @@ async def test_cancel_reaches_a_handler_in_another_process(
     assert await producer.dead_letters(CtlJob) == []
 
 
-async def test_cancel_stops_every_groups_run(
-    pool, workers, redis_client, prefix, wait_for
-) -> None:
+async def test_cancel_stops_every_groups_run(pool, workers, redis_client, prefix, wait_for) -> None:
     workers.start("g1", "--groups", "audit,mail")
     await ready(redis_client, prefix, wait_for, "g1")
     producer = pool.producer()

@@ -9,11 +9,13 @@ from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import httpx
 import pytest
 from core_support import Recorder, ServicePool, keys_of
 
 from delayq import Delivery, Event, EventService, current_delivery, fixed
 from delayq.codec import Codec
+from delayq.dashboard import create_app
 
 
 class RunJob(Event, event_name="rh-job"):
@@ -296,6 +298,16 @@ async def test_progress_is_rate_limited_and_the_last_value_written(
     assert calls == 200
     # the first at once, then at most one a second: the 1 s of reports take 2 or 3 writes
     assert 2 <= len(writes) <= 3, writes
+    (running,) = await service.in_flight(RunJob)
+    assert running.progress is not None and running.progress.value == 100
+    # the dashboard's event page and running list show it, escaped
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=create_app(service)), base_url="http://dash.test"
+    ) as http:
+        page = (await http.get("/event", params={"type": "rh-job", "id": "p"})).text
+        assert 'id="event-progress">100' in page and "step 200" in page
+        live = (await http.get("/type", params={"name": "rh-job"})).text
+        assert '<td class="progress" data-label="progress" title="step 200">100.0</td>' in live
     release.set()
     progress_key = f"{{{prefix}:rh-job}}:progress"
 

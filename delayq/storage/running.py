@@ -61,6 +61,23 @@ class RunControl(StoreBase):
             return None
         return bytes(stored[len(token) + 1 :])
 
+    async def progress_many(
+        self, shard: str, group: str | None, ids: Sequence[bytes]
+    ) -> dict[bytes, bytes]:
+        """id -> progress value of those of ``ids`` whose current run reported some."""
+        if not ids:
+            return {}
+        leases, progress = self._progress_keys(shard, group)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(leases, list(ids))
+            pipe.hmget(progress, list(ids))
+            tokens, stored = await pipe.execute()
+        return {
+            i: bytes(v[len(t) + 1 :])
+            for i, t, v in zip(ids, tokens, stored, strict=True)
+            if t is not None and v is not None and v.startswith(t + b"\0")
+        }
+
     async def running_tokens(self, shard: str, event_id: str) -> list[tuple[str | None, bytes]]:
         """``(group, claim token)`` of every lease held on ``event_id`` now (None: the
         default group)."""

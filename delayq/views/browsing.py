@@ -19,7 +19,7 @@ from ..partitions.routing import Router
 from ..runtime.heartbeat import WorkerInfo, read_workers
 from ..runtime.history import HistoryPoint, Window, read_history
 from ..storage.store import Store
-from .records import check_page, utc
+from .records import RunProgress, check_page, utc
 
 __all__ = ["DUE_RANGES", "Browser", "DueHistogram", "InFlightEvent"]
 
@@ -44,6 +44,8 @@ class InFlightEvent:
     """When the lease runs out unless the handler's process renews it (UTC, Redis's clock)."""
     checked_at: datetime
     """Redis's time of the read."""
+    progress: RunProgress | None = None
+    """What its handler last reported with ``Delivery.progress``, if anything."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +85,18 @@ class Browser:
                 page.extend(part)
             page = sorted(page, key=lambda e: (e[1], e[0]))[offset : offset + limit]
         checked = utc(now_ms)
+        ids = [raw for raw, _, _ in page]
+        reported: dict[bytes, bytes] = {}
+        for shard in shards if ids else []:
+            reported.update(await store.progress_many(shard, group, ids))
         return [
-            InFlightEvent(raw.decode("utf-8", "replace"), attempt, utc(deadline), checked)
+            InFlightEvent(
+                raw.decode("utf-8", "replace"),
+                attempt,
+                utc(deadline),
+                checked,
+                RunProgress.decode(reported[raw]) if raw in reported else None,
+            )
             for raw, deadline, attempt in page
         ]
 
