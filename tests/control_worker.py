@@ -1,10 +1,11 @@
 """A worker process for tests/test_cancel_running.py and benchmarks/cancel_latency.py.
 
     python tests/control_worker.py URL PREFIX NAME [--visibility S] [--concurrency N]
-        [--groups G1,G2]
+        [--groups G1,G2] [--cluster] [--marks URL]
 
 Runs an EventService handling ``ctl-job`` events (in each delivery group named, else in
-the default group) until SIGTERM. Each handler records under ``<PREFIX>-test:*``, outside
+the default group) and ``ctl-part`` events (3 partitions) until SIGTERM; ``--cluster``:
+URL is a Redis Cluster. The marks below go to ``--marks`` (default: URL, a plain Redis). Each handler records under ``<PREFIX>-test:*``, outside
 the queue's keys: ``HSET started <id>[/<group>] <NAME>:<attempt>`` and ``HINCRBY runs``,
 then sleeps for an hour; on ``CancelledError`` it records ``HSET cancelled <id>[/<group>]
 <NAME>:<attempt>:<unix time>`` (shielded) and re-raises. When the service has started it
@@ -31,6 +32,12 @@ class CtlJob(Event, event_name="ctl-job"):
     n: int = 0
 
 
+class CtlPart(Event, event_name="ctl-part", partitions=3):
+    """A partitioned type."""
+
+    n: int = 0
+
+
 async def main() -> None:
     """Parse the arguments and run the worker until SIGTERM."""
     parser = argparse.ArgumentParser()
@@ -40,11 +47,13 @@ async def main() -> None:
     parser.add_argument("--visibility", type=float, default=2.0)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--groups", default="")
+    parser.add_argument("--cluster", action="store_true")
+    parser.add_argument("--marks", default=None)
     args = parser.parse_args()
     test_key = f"{args.prefix}-test"
-    raw = aioredis.Redis.from_url(args.url, protocol=2)
+    raw = aioredis.Redis.from_url(args.marks or args.url, protocol=2)
 
-    async def handle(event: CtlJob) -> None:
+    async def handle(event: CtlJob | CtlPart) -> None:
         delivery = current_delivery()
         assert delivery is not None
         run = event.id if delivery.group == "default" else f"{event.id}/{delivery.group}"
@@ -62,6 +71,7 @@ async def main() -> None:
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     async with EventService.from_url(
         args.url,
+        cluster=args.cluster,
         prefix=args.prefix,
         visibility_timeout=args.visibility,
         scheduling_interval=0.2,
@@ -71,6 +81,7 @@ async def main() -> None:
     ) as service:
         for group in args.groups.split(",") if args.groups else [None]:
             service.add_handler(CtlJob, handle, concurrency=args.concurrency, group=group)
+        service.add_handler(CtlPart, handle, concurrency=args.concurrency)
         await raw.sadd(f"{test_key}:ready", args.name)
         await stop.wait()
     await raw.aclose()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from core_support import ServicePool
 
-from delayq import CancelResult, Event
+from delayq import CancelResult, Event, EventService
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).with_name("control_worker.py")
@@ -20,6 +20,12 @@ WORKER = Path(__file__).with_name("control_worker.py")
 
 class CtlJob(Event, event_name="ctl-job"):
     """Same wire name and shape as the workers' class."""
+
+    n: int = 0
+
+
+class CtlPart(Event, event_name="ctl-part", partitions=3):
+    """Same wire name, shape and partitions as the workers' class."""
 
     n: int = 0
 
@@ -35,8 +41,10 @@ class Workers:
         with open(self.logs / f"{name}.log", "wb") as log:
             self.procs[name] = subprocess.Popen(
                 [sys.executable, str(WORKER), self.url, self.prefix, name, *extra],
-                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         return self.procs[name]
 
     def log(self, name: str) -> str:
@@ -143,7 +151,9 @@ async def test_a_run_that_lost_its_lease_is_cancelled_and_its_ack_changes_nothin
     await wait_for(field_is(redis_client, prefix, "started", "z", "frozen:1"), timeout=15)
     os.kill(frozen.pid, signal.SIGSTOP)
     try:
-        workers.start("other", "--visibility", "2")
+        # a long lease for the newer delivery: under load a 2 s one could run out too, and
+        # a third delivery would change the token this test compares
+        workers.start("other", "--visibility", "20")
         # the lease runs out; the other worker's scheduler hands the event on
         await wait_for(field_is(redis_client, prefix, "started", "z", "other:2"), timeout=30)
         leases = f"{{{prefix}:ctl-job}}:leases"
@@ -160,3 +170,27 @@ async def test_a_run_that_lost_its_lease_is_cancelled_and_its_ack_changes_nothin
     assert (await redis_client.hget(tkey(prefix, "cancelled"), "z")).startswith(b"frozen:1")
     assert await producer.cancel(CtlJob, "z") is CancelResult.SIGNALLED
     await wait_for(field_is(redis_client, prefix, "cancelled", "z", "other:2"), timeout=5)
+
+
+async def test_cancel_on_a_cluster_and_a_partitioned_type(
+    cluster, workers, redis_client, redis_url, prefix, wait_for
+) -> None:
+    workers.url = cluster.url  # the marks go to the plain Redis the test reads
+    workers.start("c1", "--cluster", "--marks", redis_url)
+    await ready(redis_client, prefix, wait_for, "c1")
+    producer = EventService.from_url(cluster.url, cluster=True, prefix=prefix)
+    try:
+        assert await producer.enqueue_with_delay(CtlJob(id="a"), 0)
+        assert await producer.enqueue_many([CtlPart(id=f"p{i}") for i in range(4)]) == [True] * 4
+        for run in ("a", "p0", "p1", "p2", "p3"):
+            await wait_for(field_is(redis_client, prefix, "started", run, "c1"), timeout=30)
+        assert await producer.cancel(CtlJob, "a") is CancelResult.SIGNALLED
+        for i in range(4):
+            assert await producer.cancel(CtlPart, f"p{i}") is CancelResult.SIGNALLED
+        # (a partitioned type's shards hand out the same claim tokens: each run is found
+        # by its shard and token)
+        for run in ("a", "p0", "p1", "p2", "p3"):
+            await wait_for(field_is(redis_client, prefix, "cancelled", run, "c1"), timeout=5)
+        assert await producer.cancel(CtlPart, "p0") is CancelResult.UNKNOWN
+    finally:
+        await producer.aclose()

@@ -31,9 +31,9 @@ _MAX_BACKOFF = 5.0
 class CancelSignals:
     """Hears the cancel channel and hands each message to the consumer it names."""
 
-    def __init__(self, store: Store, cancel_run: Callable[[str, str | None, bytes], bool]):
+    def __init__(self, store: Store, cancel_run: Callable[[str, str, str | None, bytes], bool]):
         self._store = store
-        # (type name, group, token) -> True when a handler task of this process was told
+        # (shard, type name, group, token) -> True when a handler task here was told
         self._cancel_run = cancel_run
         self._stopping = False
         self._scope: anyio.CancelScope | None = None
@@ -60,7 +60,7 @@ class CancelSignals:
             type_name = parse_shard(shard)[0]
         except ValueError:
             return False
-        return self._cancel_run(type_name, group, token)
+        return self._cancel_run(shard, type_name, group, token)
 
     async def run(self) -> None:
         """Listen until :meth:`stop`; subscribe again after a dropped connection."""

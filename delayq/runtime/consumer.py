@@ -113,7 +113,8 @@ class Consumer(Fetching):
         self._running = 0
         # claim token -> (id, claim time in µs, Redis's clock) of each running handler:
         # the heartbeat shows the longest-running ones (see running_since)
-        self._started: dict[bytes, tuple[bytes, int, str, asyncio.Task[None]]] = {}
+        # (tokens count per shard: a partitioned type's shards may hand out the same one)
+        self._started: dict[tuple[str, bytes], tuple[bytes, int, str, asyncio.Task[None]]] = {}
         # progress reports of running handlers (made at the first report)
         self._progress: ProgressWriter | None = None
         self._helpers: anyio.abc.TaskGroup | None = None
@@ -211,10 +212,10 @@ class Consumer(Fetching):
             self._helpers = None
             self._finished.set()
 
-    def cancel_run(self, token: bytes, why: str) -> bool:
+    def cancel_run(self, shard: str, token: bytes, why: str) -> bool:
         """Cancel the handler task of the delivery ``token`` if it runs here: its event was
         cancelled, or its lease lost. True when a task was told."""
-        entry = self._started.get(token)
+        entry = self._started.get((shard, token))
         if entry is None or entry[3].done():
             return False
         raw_id, _, shard, task = entry
@@ -231,8 +232,8 @@ class Consumer(Fetching):
     def _leases_lost(self, leases: list[tuple[str, bytes, bytes]]) -> None:
         """A renewal found these leases lost (expired while this process stalled, say, and
         maybe claimed by another worker): cancel their runs, which must not go on."""
-        for _, _, token in leases:
-            self.cancel_run(token, "its lease was lost")
+        for shard, _, token in leases:
+            self.cancel_run(shard, token, "its lease was lost")
 
     def _report_progress(self, delivery: Delivery, value: object, note: str | None) -> None:
         """``Delivery.progress`` of one of this consumer's runs: kept for the writer task."""
@@ -244,7 +245,7 @@ class Consumer(Fetching):
             writer.started = True
             self._helpers.start_soon(writer.run)
         raw = delivery.id.encode()
-        for token, (raw_id, claimed_us, shard, _) in self._started.items():
+        for (_, token), (raw_id, claimed_us, shard, _) in self._started.items():
             if raw_id == raw and claimed_us == delivery.claimed_us:
                 writer.report(shard, raw_id, token, data)
                 return
@@ -321,7 +322,7 @@ class Consumer(Fetching):
                 )
         finally:
             self._running -= 1
-            self._started.pop(c.token, None)
+            self._started.pop((shard, c.token), None)
             if self._reports and self._set_in_flight is not None:
                 self._set_in_flight(self._running)
             if self._slot_wanted:

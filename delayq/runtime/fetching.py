@@ -54,7 +54,7 @@ class Fetching:
     _running: int
     _reserved: int
     _n_shards: int
-    _started: dict[bytes, tuple[bytes, int, str, asyncio.Task[None]]]
+    _started: dict[tuple[str, bytes], tuple[bytes, int, str, asyncio.Task[None]]]
     _slot_freed: asyncio.Event
     _slot_wanted: bool
     _on_registered: Callable[[], None] | None
@@ -163,7 +163,7 @@ class Fetching:
                             self._running += 1
                             leased.add((shard, c.raw_id, c.token))
                             task = handlers.start_soon(self._handle, c, now_us, shard)
-                            self._started[c.token] = (c.raw_id, now_us, shard, task)
+                            self._started[shard, c.token] = (c.raw_id, now_us, shard, task)
                 finally:
                     self._reserved -= share
                     if self._n_shards > 1:  # a fetcher may wait for slots this claim left
