@@ -13,7 +13,15 @@ import httpx
 import pytest
 from core_support import Recorder, ServicePool, keys_of
 
-from delayq import Delivery, Event, EventService, current_delivery, fixed
+from delayq import (
+    CancelResult,
+    Delivery,
+    Event,
+    EventService,
+    InMemoryMetrics,
+    current_delivery,
+    fixed,
+)
 from delayq.codec import Codec
 from delayq.dashboard import create_app
 
@@ -322,3 +330,24 @@ async def test_progress_is_checked() -> None:
     delivery = Delivery("rh-job", "x", 1, None, 0, {})
     with pytest.raises(RuntimeError):
         await delivery.progress(5)  # no handler runs it
+
+
+async def test_metrics_see_runs_through_middleware_and_cancels(services, wait_for) -> None:
+    metrics = InMemoryMetrics()
+    service = await services.start(metrics=metrics, retry_attempts=0)
+    seen: list[str] = []
+
+    async def note(delivery: Delivery, call_next: Any) -> Any:
+        seen.append(delivery.id)
+        return await call_next()
+
+    service.use(note)
+    service.add_handler(RunJob, sleeper, concurrency=4)
+    assert await service.enqueue_with_delay(RunJob(id="ok"), 0)
+    assert await service.enqueue_with_delay(RunJob(id="long", sleep=60), 0)
+    await wait_for(lambda: metrics.observed("handler_duration", "success") == 1, timeout=10)
+    await wait_for(lambda: "long" in seen, timeout=10)
+    assert await service.cancel(RunJob, "long") is CancelResult.SIGNALLED
+    await wait_for(lambda: metrics.observed("handler_duration", "cancelled") == 1, timeout=5)
+    assert (await service.inspect(RunJob, "long")).state == "absent"
+    assert await service.dead_letters(RunJob) == []
