@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from core_support import Recorder, ServicePool, keys_of
@@ -351,3 +352,27 @@ async def test_metrics_see_runs_through_middleware_and_cancels(services, wait_fo
     await wait_for(lambda: metrics.observed("handler_duration", "cancelled") == 1, timeout=5)
     assert (await service.inspect(RunJob, "long")).state == "absent"
     assert await service.dead_letters(RunJob) == []
+
+
+async def test_a_cancel_waits_for_a_shielded_section(services, wait_for) -> None:
+    service = await services.start()
+    steps: list[str] = []
+    inside = asyncio.Event()
+
+    async def careful(event: RunJob) -> None:
+        with anyio.CancelScope(shield=True):
+            inside.set()
+            await asyncio.sleep(0.3)  # the cancel comes now: this step still ends
+            steps.append("charged")
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            steps.append("cancelled")
+            raise
+
+    service.add_handler(RunJob, careful)
+    assert await service.enqueue_with_delay(RunJob(id="pay"), 0)
+    await wait_for(inside.is_set, timeout=10)
+    assert await service.cancel(RunJob, "pay") is CancelResult.SIGNALLED
+    await wait_for(lambda: len(steps) == 2, timeout=5)
+    assert steps == ["charged", "cancelled"]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 
+import anyio
+
 from delayq import Event, EventService, InMemoryMetrics
 
 
@@ -28,7 +30,10 @@ async def test_acks_and_failures_of_cancelled_deliveries_are_stale(
 
     async def handle(event: Settled) -> None:
         running.add(event.id)
-        await gate.wait()
+        # shielded: a cancel of a running event would stop the handler (docs/guides/
+        # running-handlers.md); here each must come back and record its stale outcome
+        with anyio.CancelScope(shield=True):
+            await gate.wait()
         if event.fail:
             raise RuntimeError("planned")
 

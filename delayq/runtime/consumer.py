@@ -36,7 +36,7 @@ from ..storage.store import Claimed, Store, token_flow_key
 from .consumer_settings import ConsumerSettings
 from .fetching import CLAIM_MAX as CLAIM_MAX  # the claim bound, imported from here
 from .fetching import Fetching
-from .handler_tasks import HandlerTasks
+from .handler_tasks import HandlerTasks, cancel_unless_shielded
 from .history import LATENESS_BOUNDS_MS, LATENESS_ROW_START, HistoryRecorder
 from .middleware import Chain, Pipeline
 from .progress import ProgressWriter, encode_progress
@@ -222,7 +222,7 @@ class Consumer(Fetching):
         log.info(
             "%s %r: cancelling its handler (%s)", self.label, raw_id.decode("utf-8", "replace"), why
         )
-        task.cancel()
+        cancel_unless_shielded(task, self._handlers.settled)
         # the run records nothing (its event is gone, or another delivery holds it): its
         # lease is no longer renewed once the task has ended
         lease = (shard, raw_id, token)

@@ -9,10 +9,45 @@ from typing import Any
 
 import anyio
 
-__all__ = ["HandlerTasks"]
+__all__ = ["HandlerTasks", "cancel_unless_shielded"]
 
 # the consumer's logger: these records are about its handlers
 log = logging.getLogger("delayq.consumer")
+
+
+# while a task is inside anyio.CancelScope(shield=True), a cancel waits this long between looks
+_SHIELD_RECHECK = 0.02
+
+
+def cancel_unless_shielded(
+    task: asyncio.Task[Any], settled: Callable[[asyncio.Task[Any]], bool] = lambda _: False
+) -> None:
+    """Cancel ``task`` now, or as soon as it leaves an ``anyio.CancelScope(shield=True)``.
+
+    A native ``Task.cancel()`` is not held back by anyio's shield, so a handler's shielded
+    critical section would be cut in half: this looks at the task's anyio cancel scopes
+    first (anyio's asyncio backend keeps the innermost one per task) and, while one of
+    them shields, looks again shortly after. No extra work per event: only a cancel pays.
+    """
+    if task.done():
+        return
+    if _shielded(task):
+        asyncio.get_running_loop().call_later(_SHIELD_RECHECK, cancel_unless_shielded, task)
+        return
+    task.cancel()
+
+
+def _shielded(task: asyncio.Task[Any]) -> bool:
+    try:
+        from anyio._backends._asyncio import _task_states
+    except ImportError:  # another anyio layout: cancel at once
+        return False
+    scope = getattr(_task_states.get(task), "cancel_scope", None)
+    while scope is not None:
+        if getattr(scope, "_shield", False):
+            return True
+        scope = getattr(scope, "_parent_scope", None)
+    return False
 
 
 class HandlerTasks:
@@ -65,6 +100,10 @@ class HandlerTasks:
         task = asyncio.current_task()
         if task in self._tasks:
             self._settling.add(task)
+
+    def settled(self, task: asyncio.Task[Any]) -> bool:
+        """True when ``task``'s handler has returned and it is recording the outcome."""
+        return task in self._settling
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
