@@ -24,6 +24,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+import anyio
+
 sys.path.insert(0, str(Path(__file__).parent))
 
 import redis.asyncio as aioredis
@@ -163,7 +165,14 @@ async def main(args: argparse.Namespace) -> None:
                 )
             await pipe.execute()
         if job.sleep_ms:
-            await asyncio.sleep(job.sleep_ms / 1000)
+            try:
+                await asyncio.sleep(job.sleep_ms / 1000)
+            except asyncio.CancelledError:
+                # delayq cancelled the run (its lease was lost, its event cancelled, or the
+                # service stops): it stays in inprog, and is counted here
+                with anyio.CancelScope(shield=True):
+                    await rec.hincrby(rec_key(run, "cancelled"), job.id, 1)
+                raise
         if job.block_ms:
             # everything in progress here stalls with the event loop: remember what
             stalled = await rec.smembers(inprog)
