@@ -88,6 +88,7 @@ def open_envelope(data: bytes, event_id: str | bytes) -> OpenedEnvelope:
 
 def _open(data: bytes, event_id: str | bytes) -> tuple[bytes, Serializer, dict[str, str], int]:
     """:func:`open_envelope` as a tuple (a consumer opens one per event: no object to build)."""
+    # _format_of inline: one call fewer per delivered event
     if data[:1] == b"[":
         fmt: Serializer = "json"
     elif data[:1] and data[0] in _MSGPACK_STARTS:
@@ -110,15 +111,19 @@ def _open(data: bytes, event_id: str | bytes) -> tuple[bytes, Serializer, dict[s
         raise DecodeError(f"cannot decode envelope: {exc}") from exc
 
 
+def _format_of(data: bytes) -> Serializer:
+    """An envelope's encoding, from its first byte; :class:`DecodeError` for anything else."""
+    if data[:1] == b"[":
+        return "json"
+    if data[:1] and data[0] in _MSGPACK_STARTS:
+        return "msgpack"
+    raise DecodeError(f"not a delayq envelope (starts with {data[:8]!r})")
+
+
 def add_to_context(data: bytes, extra: Mapping[str, str]) -> bytes:
     """Envelope ``data`` with ``extra`` merged into its context (payload and enqueue time as
     they were); raise :class:`DecodeError` when ``data`` is not an envelope."""
-    if data[:1] == b"[":
-        fmt: Serializer = "json"
-    elif data[:1] and data[0] in _MSGPACK_STARTS:
-        fmt = "msgpack"
-    else:
-        raise DecodeError(f"not a delayq envelope (starts with {data[:8]!r})")
+    fmt = _format_of(data)
     stripped, whole = _DECODERS[fmt]
     encode = _ENCODE_STR[fmt]
     try:
