@@ -12,7 +12,10 @@ private redis-server:
   SUBSCRIBE).
 * ``middleware``: handler throughput and CPU per event with no middleware, one
   ``async def mw(delivery, call_next)`` and one ``@asynccontextmanager`` middleware,
-  ``--rounds`` alternated rounds of ``--events`` due events each, no-op handler.
+  ``--rounds`` alternated rounds of ``--events`` due events each, no-op handler; and,
+  since on a loaded machine that difference drowns in the rounds' spread, the CPU one
+  run through the chain adds, alone: ``--calls`` awaits of the handler with and without
+  the middleware around it (the consumer's own code in between), best of 5.
 
 Prints a table and writes ``benchmarks/results/handler-control-<time>.json``::
 
@@ -41,6 +44,7 @@ import anyio
 import redis.asyncio as aioredis
 
 from delayq import CancelResult, Delivery, Event, EventService, current_delivery
+from delayq.runtime.middleware import Pipeline
 from delayq.testing import RedisServer
 
 HERE = Path(__file__).resolve().parent
@@ -188,12 +192,50 @@ async def one_round(url: str, mode: str, events: int, concurrency: int) -> dict[
     return {"events_per_s": events / elapsed, "cpu_us_per_event": cpu / events * 1e6}
 
 
+async def chain_overhead(calls: int) -> dict[str, float]:
+    """CPU µs one run through each middleware adds to a no-op handler's await."""
+
+    async def handler(event: CtlBench) -> None:
+        return None
+
+    delivery = Delivery("ctl-bench", "e", 1, None, 0, {})
+    event = CtlBench(id="e")
+    chains: dict[str, Any] = {}
+    for mode, middleware in MODES.items():
+        if middleware is not None:
+            pipeline = Pipeline()
+            pipeline.add(middleware)
+            chains[mode] = pipeline.chain(handler)
+
+    async def plain() -> None:
+        for _ in range(calls):
+            await handler(event)
+
+    def through(chain: Any) -> Any:
+        async def loop() -> None:
+            for _ in range(calls):
+                await chain(delivery, event)
+
+        return loop
+
+    best: dict[str, float] = {}
+    for _ in range(5):
+        for mode in MODES:
+            body = plain if mode == "none" else through(chains[mode])
+            cpu0 = time.process_time()
+            await body()
+            us = (time.process_time() - cpu0) / calls * 1e6
+            best[mode] = min(best.get(mode, us), us)
+    return {mode: best[mode] - best["none"] for mode in MODES}
+
+
 async def middleware_figures(url: str, args: argparse.Namespace) -> dict[str, Any]:
     rounds: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
     for _ in range(args.rounds):
         for mode in MODES:
             rounds[mode].append(await one_round(url, mode, args.events, args.concurrency))
     base = rounds["none"]
+    overhead = await chain_overhead(args.calls)
     return {
         mode: {
             "events_per_s_median": statistics.median(r["events_per_s"] for r in results),
@@ -201,6 +243,7 @@ async def middleware_figures(url: str, args: argparse.Namespace) -> dict[str, An
             "cpu_us_added_median": statistics.median(
                 r["cpu_us_per_event"] - b["cpu_us_per_event"] for r, b in zip(results, base)
             ),
+            "chain_cpu_us_added": overhead[mode],
         }
         for mode, results in rounds.items()
     }
@@ -230,6 +273,7 @@ def run() -> None:
     parser.add_argument("--events", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument("--calls", type=int, default=200_000)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     results = asyncio.run(main(args))
@@ -243,12 +287,15 @@ def run() -> None:
         f"idle cancel channel: {c['cancel_channel_subscribers']} subscribed connections, "
         f"{c['channel_commands_while_idle']} PUBLISH/SUBSCRIBE in {c['idle_seconds']:g} s"
     )
-    print(f"\n| middleware | events/s (median of {args.rounds}) | CPU µs/event | added µs/event |")
-    print("|---|---:|---:|---:|")
+    print(
+        f"\n| middleware | events/s (median of {args.rounds}) | CPU µs/event "
+        "| added µs/event (rounds) | added µs/run (the chain alone) |"
+    )
+    print("|---|---:|---:|---:|---:|")
     for mode, m in results["middleware"].items():
         print(
             f"| {mode} | {m['events_per_s_median']:.0f} | {m['cpu_us_per_event_median']:.1f} "
-            f"| {m['cpu_us_added_median']:+.1f} |"
+            f"| {m['cpu_us_added_median']:+.1f} | {m['chain_cpu_us_added']:+.2f} |"
         )
     results["settings"] = vars(args) | {"out": None}
     results["machine"] = {"python": platform.python_version(), "cpus": os.cpu_count()}
