@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import time
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -281,15 +283,18 @@ async def test_progress_is_rate_limited_and_the_last_value_written(
     store.write_progress = counted  # type: ignore[method-assign]
     release = asyncio.Event()
     calls = 0
+    reporting: list[float] = []  # monotonic times: first report, last report
 
     async def busy(event: RunJob) -> None:
         nonlocal calls
         delivery = current_delivery()
         assert delivery is not None
+        reporting.append(time.monotonic())
         for step in range(1, 201):  # 200 reports in about 1 s
             await delivery.progress(step / 2, note=f"step {step}")
             calls += 1
             await asyncio.sleep(0.005)
+        reporting.append(time.monotonic())
         await release.wait()
 
     service.add_handler(RunJob, busy)
@@ -305,8 +310,9 @@ async def test_progress_is_rate_limited_and_the_last_value_written(
     assert info.progress is not None and info.progress.note == "step 200"
     assert info.to_dict()["progress"]["value"] == 100
     assert calls == 200
-    # the first at once, then at most one a second: the 1 s of reports take 2 or 3 writes
-    assert 2 <= len(writes) <= 3, writes
+    # the first at once, then at most one a second (the reports took about 1 s, longer on
+    # a loaded machine: the bound is counted from the time they took), the last one too
+    assert 2 <= len(writes) <= math.ceil(reporting[1] - reporting[0]) + 2, (writes, reporting)
     (running,) = await service.in_flight(RunJob)
     assert running.progress is not None and running.progress.value == 100
     # the dashboard's event page and running list show it, escaped
