@@ -82,6 +82,7 @@ class Consumer(Fetching):
         # the service's middleware (shared, only ever added to) and this handler wrapped
         # in the first n of them
         self._pipeline = Pipeline() if pipeline is None else pipeline
+        self._middleware = self._pipeline.items  # the same list, read per event
         self._chain: tuple[int, Chain] | None = None
         self._store = store
         self._codec = codec
@@ -245,9 +246,10 @@ class Consumer(Fetching):
             writer.started = True
             self._helpers.start_soon(writer.run)
         raw = delivery.id.encode()
-        for (_, token), (raw_id, claimed_us, shard, _) in self._started.items():
+        for (_, token), (raw_id, claimed_us, shard, task) in self._started.items():
             if raw_id == raw and claimed_us == delivery.claimed_us:
-                writer.report(shard, raw_id, token, data)
+                if writer.report(shard, raw_id, token, data):  # its first: clear it at its end
+                    task.add_done_callback(lambda _, t=token: writer.finished(t))
                 return
 
     # -- fetching --------------------------------------------------------------
@@ -295,7 +297,7 @@ class Consumer(Fetching):
             if context and TIMEOUT_KEY in context:  # the event's own (enqueue's timeout=)
                 timeout = _event_timeout(context[TIMEOUT_KEY], timeout)
             try:
-                if timeout is None and not self._pipeline.items:  # no scope nor frame to pay for
+                if timeout is None and not self._middleware:  # no scope nor frame to pay for
                     try:
                         result = await self.handler(event)
                     except Exception as exc:
@@ -327,11 +329,6 @@ class Consumer(Fetching):
                 self._set_in_flight(self._running)
             if self._slot_wanted:
                 self._free_slot()
-            writer = self._progress
-            if writer is not None and writer.runs:
-                reported = writer.finished(c.token)
-                if reported is not None:
-                    await writer.clear(c.token, reported)
 
     async def _call_guarded(
         self, event: Event, c: Claimed, delivery: Delivery, timeout: float | None

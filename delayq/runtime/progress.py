@@ -60,33 +60,42 @@ class ProgressWriter:
         self._label = label
         self.runs: dict[bytes, _Run] = {}  # claim token -> the run's reports
         self._wanted = asyncio.Event()
+        self._clears: list[tuple[bytes, _Run]] = []  # finished runs whose progress was written
         self.started = False  # the consumer starts run() at the first report
 
-    def report(self, shard: str, raw_id: bytes, token: bytes, data: bytes) -> None:
-        """Keep ``data`` as the run's latest progress; written within a second."""
+    def report(self, shard: str, raw_id: bytes, token: bytes, data: bytes) -> bool:
+        """Keep ``data`` as the run's latest progress, written within a second; True for the
+        run's first report (the consumer then calls :meth:`finished` when the run ends)."""
         run = self.runs.get(token)
+        first = run is None
         if run is None:
             run = self.runs[token] = _Run(shard, raw_id)
         run.waiting = data
         self._wanted.set()
+        return first
 
-    def finished(self, token: bytes) -> _Run | None:
-        """Forget a run that ended; the run if its progress was written (to be cleared)."""
+    def finished(self, token: bytes) -> None:
+        """A run that reported ended: forget it, and have its stored progress removed."""
         run = self.runs.pop(token, None)
-        return run if run is not None and run.written else None
+        if run is not None and run.written:
+            self._clears.append((token, run))
+            self._wanted.set()
 
-    async def clear(self, token: bytes, run: _Run) -> None:
-        """Remove a finished run's stored progress (a newer delivery's stays)."""
-        try:
-            await self._store.clear_progress(run.shard, self._group, run.raw_id, token)
-        except Exception as exc:  # it expires with the hash
-            log.debug("%s: clearing progress failed: %s", self._label, exc)
+    async def _clear(self) -> None:
+        """Remove finished runs' stored progress (a newer delivery's stays)."""
+        while self._clears:
+            token, run = self._clears.pop()
+            try:
+                await self._store.clear_progress(run.shard, self._group, run.raw_id, token)
+            except Exception as exc:  # it expires with the hash
+                log.debug("%s: clearing progress failed: %s", self._label, exc)
 
     async def run(self) -> None:
         """Write waiting reports, each run's at most once per :data:`INTERVAL`."""
         while True:
             await self._wanted.wait()
             self._wanted.clear()
+            await self._clear()
             while True:
                 now = time.monotonic()
                 due: dict[str, list[tuple[bytes, bytes, bytes]]] = {}
@@ -104,6 +113,7 @@ class ProgressWriter:
                         await self._store.write_progress(shard, self._group, items)
                     except Exception as exc:  # progress is for people looking: never fatal
                         log.warning("%s: writing progress failed: %s", self._label, exc)
+                await self._clear()
                 if later == math.inf:
                     break
                 await anyio.sleep(max(0.0, later - time.monotonic()))
