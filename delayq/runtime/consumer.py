@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from bisect import bisect_left
+from functools import partial
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -249,7 +250,7 @@ class Consumer(Fetching):
         for (_, token), (raw_id, claimed_us, shard, task) in self._started.items():
             if raw_id == raw and claimed_us == delivery.claimed_us:
                 if writer.report(shard, raw_id, token, data):  # its first: clear it at its end
-                    task.add_done_callback(lambda _, t=token: writer.finished(t))
+                    task.add_done_callback(partial(_run_ended, writer, token))
                 return
 
     # -- fetching --------------------------------------------------------------
@@ -370,6 +371,11 @@ class Consumer(Fetching):
             extra=delivery_fields(self.type_name, c),
         )
         return f"{type(exc).__name__}: {exc}"
+
+
+def _run_ended(writer: ProgressWriter, token: bytes, _: object) -> None:
+    """A reporting run's task ended: its progress goes."""
+    writer.finished(token)
 
 
 def _event_timeout(raw: str, default: float | None) -> float | None:
