@@ -19,8 +19,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from bisect import bisect_left
-from functools import partial
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import anyio
