@@ -3,16 +3,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import anyio.to_thread
 import pytest
 from core_support import ServicePool
 
 from delayq import CancelResult, Event, EventService
+from delayq.cli.app import main as cli_main
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).with_name("control_worker.py")
@@ -194,3 +197,25 @@ async def test_cancel_on_a_cluster_and_a_partitioned_type(
         assert await producer.cancel(CtlPart, "p0") is CancelResult.UNKNOWN
     finally:
         await producer.aclose()
+
+
+async def test_delayq_cancel_says_it_stopped_a_running_handler(
+    pool, workers, redis_client, redis_url, prefix, wait_for, capsys, monkeypatch
+) -> None:
+    workers.start("w1")
+    await ready(redis_client, prefix, wait_for, "w1")
+    producer = pool.producer()
+    assert await producer.enqueue_with_delay(CtlJob(id="x"), 0)
+    await wait_for(field_is(redis_client, prefix, "started", "x", "w1"), timeout=15)
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("DELAYQ_PREFIX", prefix)
+
+    def cancel(*extra: str) -> tuple[int, str]:
+        code = cli_main(["cancel", "ctl-job", "x", *extra])
+        return code, capsys.readouterr().out
+
+    code, out = await anyio.to_thread.run_sync(cancel, "--json")
+    assert code == 0 and json.loads(out)["result"] == "signalled", out
+    await wait_for(field_is(redis_client, prefix, "cancelled", "x", "w1"), timeout=5)
+    code, out = await anyio.to_thread.run_sync(cancel)
+    assert code == 1 and "no such pending event" in out
