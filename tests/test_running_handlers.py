@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import re
 import time
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
@@ -382,3 +383,31 @@ async def test_a_cancel_waits_for_a_shielded_section(services, wait_for) -> None
     assert await service.cancel(RunJob, "pay") is CancelResult.SIGNALLED
     await wait_for(lambda: len(steps) == 2, timeout=5)
     assert steps == ["charged", "cancelled"]
+
+
+async def test_the_dashboard_cancels_a_running_handler(services, wait_for) -> None:
+    service = await services.start()
+    steps: list[str] = []
+
+    async def long(event: RunJob) -> None:
+        steps.append("started")
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            steps.append("cancelled")
+            raise
+
+    service.add_handler(RunJob, long)
+    assert await service.enqueue_with_delay(RunJob(id="d"), 0)
+    await wait_for(lambda: steps == ["started"], timeout=10)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=create_app(service)), base_url="http://dash.test"
+    ) as http:
+        page = await http.get("/event", params={"type": "rh-job", "id": "d"})
+        assert "Cancel and stop its handler" in page.text
+        match = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert match is not None
+        form = {"type": "rh-job", "id": "d", "action": "cancel", "csrf": match.group(1)}
+        r = await http.post("/actions/event", data={**form, "confirm": "yes"})
+        assert r.status_code == 200 and "was running" in r.text, r.text
+    await wait_for(lambda: steps == ["started", "cancelled"], timeout=5)
