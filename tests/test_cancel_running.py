@@ -154,11 +154,13 @@ async def test_a_run_that_lost_its_lease_is_cancelled_and_its_ack_changes_nothin
     await wait_for(field_is(redis_client, prefix, "started", "z", "frozen:1"), timeout=15)
     os.kill(frozen.pid, signal.SIGSTOP)
     try:
-        # a long lease for the newer delivery: under load a 2 s one could run out too, and
-        # a third delivery would change the token this test compares
-        workers.start("other", "--visibility", "20")
+        # A longer lease for the newer delivery (a 2 s one could run out too under load,
+        # and a third delivery would change the token compared below), but not much longer:
+        # the frozen process's BRPOP, first in line, may pop the entry the expired lease
+        # put back; it comes back once the scheduler's orphan rule (this visibility) sees it
+        workers.start("other", "--visibility", "4")
         # the lease runs out; the other worker's scheduler hands the event on
-        await wait_for(field_is(redis_client, prefix, "started", "z", "other:2"), timeout=30)
+        await wait_for(field_is(redis_client, prefix, "started", "z", "other:2"), timeout=45)
         leases = f"{{{prefix}:ctl-job}}:leases"
         token = await redis_client.hget(leases, "z")
     finally:
