@@ -74,9 +74,15 @@ __all__ = [
 ]
 
 DELIVERY_COUNTERS: tuple[str, ...] = (
-    "delivered", "succeeded", "failed", "retried", "dead_lettered", "decode_errors",
-    "leases_lost", "redis_errors",
-)  # fmt: skip
+    "delivered",
+    "succeeded",
+    "failed",
+    "retried",
+    "dead_lettered",
+    "decode_errors",
+    "leases_lost",
+    "redis_errors",
+)
 """The counters a handler's consumer moves: reported as 0 when the handler is added."""
 
 FOLD_EVERY = 1024
@@ -171,8 +177,15 @@ class ServiceMetrics:
     """
 
     __slots__ = (
-        "_by_group", "_recorder", "_sink", "_sink_view", "_takes", "fold", "group", "reports",
-    )  # fmt: skip
+        "_by_group",
+        "_recorder",
+        "_sink",
+        "_sink_view",
+        "_takes",
+        "fold",
+        "group",
+        "reports",
+    )
 
     def __init__(self, sink: Metrics, recorder: Metrics | None = None, group: str | None = None):
         self._sink = sink
@@ -187,8 +200,10 @@ class ServiceMetrics:
         """The sink's ``fold()``, if it has one: what its bound observers kept goes into
         its figures (see the module's docs)."""
         self._takes = (
-            _takes_group(sink.increment), _takes_group(sink.gauge), _takes_group(sink.observe)
-        )  # fmt: skip
+            _takes_group(sink.increment),
+            _takes_group(sink.gauge),
+            _takes_group(sink.observe),
+        )
         self._by_group: dict[str, ServiceMetrics] = {}
         self._sink_view: ServiceMetrics | None = None
 
