@@ -74,15 +74,9 @@ __all__ = [
 ]
 
 DELIVERY_COUNTERS: tuple[str, ...] = (
-    "delivered",
-    "succeeded",
-    "failed",
-    "retried",
-    "dead_lettered",
-    "decode_errors",
-    "leases_lost",
-    "redis_errors",
-)
+    "delivered", "succeeded", "failed", "retried", "dead_lettered", "decode_errors",
+    "leases_lost", "redis_errors",
+)  # fmt: skip
 """The counters a handler's consumer moves: reported as 0 when the handler is added."""
 
 FOLD_EVERY = 1024
