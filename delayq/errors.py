@@ -77,11 +77,16 @@ class NotReplicatedError(DelayqError):
 # dropped the script's sha from errors raised in scripts), so delayq decides on the code only.
 
 #: Codes of a server that cannot serve this command right now, whatever the command:
-#: failing over (READONLY, MASTERDOWN), starting (LOADING), stuck in a script (BUSY), or a
-#: cluster resharding or electing (MOVED, ASK, TRYAGAIN, CLUSTERDOWN). Retrying later helps.
+#: failing over (READONLY, MASTERDOWN, and UNBLOCKED for a blocking command it ended),
+#: short of replicas (NOREPLICAS) or of a working disk (MISCONF), starting (LOADING), stuck
+#: in a script (BUSY), or a cluster resharding or electing (MOVED, ASK, TRYAGAIN,
+#: CLUSTERDOWN). Retrying later helps.
 TRANSIENT_CODES = frozenset(
-    {"READONLY", "MASTERDOWN", "LOADING", "BUSY", "MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN"}
-)
+    {
+        "READONLY", "MASTERDOWN", "UNBLOCKED", "NOREPLICAS", "MISCONF", "LOADING", "BUSY",
+        "MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN",
+    }
+)  # fmt: skip
 
 # redis-py strips the code from the message of the classes it maps (and only 8.x keeps it
 # in ``status_code``): the class tells the code then. Most specific classes first.

@@ -9,7 +9,9 @@ Names reported:
 
 counters: ``enqueued``, ``kept``, ``replaced``, ``cancelled``, ``moved``,
 ``delivered``, ``succeeded``, ``failed``, ``retried``, ``dead_lettered``,
-``decode_errors``, ``leases_lost``, ``redis_errors``; recurring schedules
+``decode_errors``, ``leases_lost``, ``stale_outcomes`` (a success's ack or a
+failure's record that changed nothing: the lease had gone), ``redis_errors``;
+recurring schedules
 (:mod:`delayq.schedules`): ``schedule_fires``, ``schedule_skipped`` (by the
 overlap policy), ``schedule_catch_up`` (fired over a second after the slot),
 ``schedule_missed`` (passed over by the catch-up policy), ``schedule_triggers``
@@ -75,7 +77,7 @@ __all__ = [
 
 DELIVERY_COUNTERS: tuple[str, ...] = (
     "delivered", "succeeded", "failed", "retried", "dead_lettered", "decode_errors",
-    "leases_lost", "redis_errors",
+    "leases_lost", "stale_outcomes", "redis_errors",
 )  # fmt: skip
 """The counters a handler's consumer moves: reported as 0 when the handler is added."""
 

@@ -130,7 +130,7 @@ def _in_subset(nodeid: str) -> bool:
 # files count more than they take alone: their JVMs need the CPU the other lanes share.
 # Every lane computes the same split from the same collection, so the lanes never overlap.
 LANE_SECONDS = {
-    "tests/test_spark.py": 150.0,
+    "tests/test_spark.py": 165.0,
     "tests/test_spark_stream.py": 170.0,  # two starts of a local cluster
     "tests/test_cli_worker.py": 95.0,
     "tests/test_schedules_processes.py": 95.0,
@@ -141,6 +141,7 @@ LANE_SECONDS = {
     "tests/test_docs_site.py": 45.0,  # mkdocs build --strict
     "tests/test_wheel.py": 35.0,  # python -m build, a fresh venv, the demo
     "tests/test_failover_benchmark.py": 45.0,
+    "tests/faults/test_fault_network.py": 60.0,  # a 10 s blackhole, latency, a freeze
     "tests/faults/test_fault_soak_short.py": 35.0,
     "tests/test_properties.py": 32.0,
     "tests/test_dashboard_phone.py": 25.0,
@@ -156,6 +157,8 @@ LANE_SECONDS = {
     "tests/test_examples.py": 16.0,
     "tests/test_partitions_join.py": 16.0,
     "tests/test_dashboard_hardening.py": 15.0,
+    "tests/test_fault_proxy.py": 12.0,
+    "tests/faults/test_fault_frozen_worker.py": 10.0,
     "tests/faults/test_fault_dropped_connections.py": 14.0,
     "tests/test_resilience.py": 14.0,
     "tests/test_cli_ops.py": 14.0,

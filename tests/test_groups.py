@@ -36,10 +36,10 @@ def keys(prefix: str) -> TypeKeys:
 
 
 async def leftovers(redis_client, prefix: str) -> list[str]:
-    """Keys of the prefix other than counters and registries (which outlive events), and
-    the running services' heartbeats and history."""
+    """Keys of the prefix other than counters, registries and the format mark (which outlive
+    events), and the running services' heartbeats and history."""
     names = [k.decode() for k in await prefix_keys(redis_client, prefix)]
-    keep = (":types", ":meta", ":groups", ":scheduler-lock", ":workers")
+    keep = (":types", ":meta", ":groups", ":scheduler-lock", ":workers", ":format")
     return [
         k for k in names if not k.endswith(keep) and ":worker:" not in k and ":history:" not in k
     ]

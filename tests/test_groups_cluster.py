@@ -65,7 +65,7 @@ def _keys_everywhere(cluster: RedisClusterServer, prefix: str) -> list[str]:
 
 def _leftovers(cluster: RedisClusterServer, prefix: str) -> list[str]:
     """Keys other than counters, registries, heartbeats and history (which outlive events)."""
-    keep = (":types", ":meta", ":groups", ":scheduler-lock", ":workers", ":schedulers")
+    keep = (":types", ":meta", ":groups", ":scheduler-lock", ":workers", ":schedulers", ":format")
     return [
         k
         for k in _keys_everywhere(cluster, prefix)

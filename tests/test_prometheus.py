@@ -215,7 +215,7 @@ async def test_metrics_over_http_match_the_workload(
         for event_type in types:
             got = value(samples, f"delayq_{name}_total", event_type=event_type, **labels)
             assert got == by_type.get(event_type, 0), (name, event_type, got)
-    for name in ("leases_lost", "redis_errors"):
+    for name in ("leases_lost", "stale_outcomes", "redis_errors"):
         assert sum(v for (n, _), v in samples.items() if n == f"delayq_{name}_total") == 0
     assert attempts == Counter(
         {**{f"ok-{i}": 1 for i in range(5)}, **{f"flaky-{i}": 2 for i in range(3)}, "dead-1": 3}
@@ -435,7 +435,8 @@ async def test_every_metric_is_documented_and_the_dashboard_uses_real_ones() -> 
     metrics = PrometheusMetrics(registry)
     for name in (
         "enqueued", "kept", "replaced", "cancelled", "moved", "delivered", "succeeded", "failed",
-        "retried", "dead_lettered", "decode_errors", "leases_lost", "redis_errors",
+        "retried", "dead_lettered", "decode_errors", "leases_lost", "stale_outcomes",
+        "redis_errors",
     ):  # fmt: skip
         metrics.increment(name, event_type="t")
     metrics.gauge("in_flight", 1, event_type="t")
@@ -525,7 +526,7 @@ async def test_handler_counters_exist_at_zero_and_slots_show_busy_vs_capacity(
             labels = frozenset({**fan, "group": group}.items())
             for name in (
                 "delivered", "succeeded", "failed", "retried", "dead_lettered", "decode_errors",
-                "leases_lost",
+                "leases_lost", "stale_outcomes",
             ):  # fmt: skip
                 assert samples[f"delayq_{name}_total", labels] == 0, (name, group)
         assert samples["delayq_redis_errors_total", frozenset(fan.items())] == 0

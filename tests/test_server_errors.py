@@ -192,6 +192,110 @@ async def test_readonly_and_masterdown_on_replicas(redis_server_factory, private
         await s.aclose()
 
 
+async def _blocked_id(client: aioredis.Redis, cmd: str = "brpop") -> int | None:
+    for c in await client.client_list():
+        if c.get("cmd") == cmd:
+            return int(c["id"])
+    return None
+
+
+async def test_unblocked_noreplicas_misconf(
+    private_server: RedisServer, client: aioredis.Redis
+) -> None:
+    # UNBLOCKED: a blocking command ended by the server (a master turned replica answers it
+    # to every blocked client; CLIENT UNBLOCK ... ERROR sends the same reply)
+    blocker = aioredis.Redis.from_url(private_server.url, protocol=2)
+    try:
+        pop = asyncio.ensure_future(blocker.brpop(["nothing"], timeout=0))
+        client_id = await wait_for(lambda: _blocked_id(client), timeout=10)
+        assert await client.client_unblock(client_id, error=True)
+        code, exc = await code_of(pop)
+        assert code == "UNBLOCKED" and is_transient(exc), exc
+    finally:
+        await blocker.aclose()
+    # NOREPLICAS: min-replicas-to-write and too few replicas: no write is taken
+    await client.config_set("min-replicas-to-write", 1)
+    try:
+        code, exc = await code_of(client.set("k", "v"))
+        assert code == "NOREPLICAS" and is_transient(exc), exc
+        code, exc = await code_of(client.eval(WRITE, 1, "k"))
+        assert code == "NOREPLICAS", exc
+    finally:
+        await client.config_set("min-replicas-to-write", 0)
+
+
+async def test_misconf_is_transient(redis_server_factory) -> None:
+    """MISCONF: the last RDB save failed (here its directory is gone), so no write is taken
+    until a save works again. (``dir`` is a protected config since Redis 7.)"""
+    try:
+        server = redis_server_factory({"enable-protected-configs": "yes"})
+    except RuntimeError:
+        pytest.skip("this server has no enable-protected-configs (Redis < 7)")
+    client = aioredis.Redis.from_url(server.url, protocol=2)
+    gone = Path(server.dir) / "gone"
+    gone.mkdir()
+    await client.config_set("dir", str(gone))
+    gone.rmdir()
+    await client.config_set("save", "3600 1")
+    try:
+        await client.bgsave()
+
+        async def refused() -> RedisError | None:
+            try:
+                await client.set("k", "v")
+            except RedisError as exc:
+                return exc
+            return None
+
+        exc = await wait_for(refused, timeout=10)
+        assert error_code(exc) == "MISCONF" and is_transient(exc), exc
+        assert await pipeline_code(client, "SET", "k", "v") == "MISCONF"
+    finally:
+        await client.config_set("dir", server.dir)
+        await client.bgsave()  # a save that works lets writes in again
+
+        async def writable() -> bool:
+            try:
+                return bool(await client.set("k", "v"))
+            except RedisError:
+                return False
+
+        await wait_for(writable, timeout=10)
+        await client.aclose()
+
+
+async def test_a_consumer_unblocked_or_demoted_fetches_again(
+    redis_server_factory, private_server: RedisServer, client: aioredis.Redis, prefix: str
+) -> None:
+    """UNBLOCKED ends the consumer's BRPOP; it backs off (50 ms) and blocks again, and
+    after a demotion (REPLICAOF: UNBLOCKED, then READONLY) it carries on once its server
+    is a master again."""
+    from delayq import Event, EventService
+
+    class Unblocked(Event, event_name="unblocked-fetch"):
+        pass
+
+    seen: list[str] = []
+
+    async def handle(event: Unblocked) -> None:
+        seen.append(event.id)
+
+    service = EventService.from_url(private_server.url, prefix=prefix, polling_timeout=30)
+    service.add_handler(Unblocked, handle)
+    other = redis_server_factory()
+    async with service:
+        client_id = await wait_for(lambda: _blocked_id(client), timeout=10)
+        assert await client.client_unblock(client_id, error=True)
+        await wait_for(lambda: _blocked_id(client), timeout=10)  # blocked again
+        await service.enqueue_with_delay(Unblocked(id="after-unblock"), 0)
+        await wait_for(lambda: seen == ["after-unblock"], timeout=10)
+        # a failover demotes the master: blocked clients get UNBLOCKED, writes READONLY
+        await client.execute_command("REPLICAOF", other.host, other.port)
+        await client.execute_command("REPLICAOF", "NO", "ONE")
+        await service.enqueue_with_delay(Unblocked(id="after-demotion"), 0)
+        await wait_for(lambda: seen == ["after-unblock", "after-demotion"], timeout=15)
+
+
 async def test_loading_while_a_restarted_server_reads_its_data(redis_server_factory) -> None:
     server = redis_server_factory({"save": "", "appendonly": "no"})
     c = aioredis.Redis.from_url(server.url, protocol=2)

@@ -286,7 +286,7 @@ def test_bad_rows_are_rejected_with_reasons_and_not_written(
     assert "must not be empty" in reasons[""]
     assert "Expected `float` >= 0" in reasons["neg"] and "$.amount" in reasons["neg"]
     assert "missing required field `customer`" in reasons["nocust"]
-    assert reasons["nodue"] == "column 'due_at' is null or not a valid time"
+    assert reasons["nodue"] == "due column 'due_at' is null"
     assert "max_payload_bytes=2000" in reasons["huge"]
     row = msgspec.json.decode(rejects[("neg", reasons["neg"])])
     assert list(row) == df.columns  # the whole input row, columns in order
@@ -342,6 +342,17 @@ def test_columns_are_checked_before_any_job(spark: Any, redis_url: str, prefix: 
         )
     with pytest.raises(ValueError, match="not a column"):
         enqueue_dataframe(df, SparkOrder, redis_url=redis_url, prefix=prefix, due_col="nope")
+    # a type that is never a time (try_cast and ANSI mode refuse it when the plan is made)
+    with pytest.raises(TypeError, match="due_col='flag' is a boolean column"):
+        enqueue_dataframe(
+            df.withColumn("flag", F.lit(True)),
+            SparkOrder,
+            redis_url=redis_url,
+            prefix=prefix,
+            due_col="flag",
+        )
+    with pytest.raises(TypeError, match="delay_col='due_at' is a timestamp column"):
+        enqueue_dataframe(df, SparkOrder, redis_url=redis_url, prefix=prefix, delay_col="due_at")
     with pytest.raises(TypeError, match=r"subclass of delayq\.Event"):
         enqueue_dataframe(df, dict, redis_url=redis_url, prefix=prefix)  # type: ignore[arg-type]
 
@@ -945,3 +956,139 @@ def test_stream_sink_reports_rejects_like_enqueue_dataframe(
     )
     to_path(df, 3)
     assert len(spark.read.parquet(str(out / "batch=3")).collect()) == 6
+
+
+# --------------------------------------------------------------------------- ANSI mode
+# Spark 4 turns spark.sql.ansi.enabled on by default: a plain CAST of a malformed value then
+# fails the task (CAST_INVALID_INPUT, CAST_OVERFLOW) instead of giving null. Each test below
+# runs with it on and off, set explicitly in the shared session.
+
+MALFORMED_SCHEMA = (
+    "id STRING, order_id LONG, amount DOUBLE, customer STRING, "
+    "due_s STRING, delay_s STRING, due_d DOUBLE"
+)
+# the bad row of each kind, per column: its reason
+MALFORMED_REASONS = {
+    "due_s": {
+        "bad-1": "due column 'due_s': 'tomorrow' is not a timestamp",
+        "bad-2": "due column 'due_s': '2026-13-45' is not a timestamp",
+        "bad-3": "due column 'due_s' is null",
+        "bad-4": "due column 'due_s': '' is not a timestamp",
+    },
+    "delay_s": {
+        "bad-1": "delay column 'delay_s': 'soon' is not a number of seconds",
+        "bad-2": "delay column 'delay_s' must be a finite number of seconds >= 0, not nan",
+        "bad-3": "delay column 'delay_s' is null",
+        "bad-4": "delay column 'delay_s' must be a finite number of seconds >= 0, not -1.0",
+    },
+    "due_d": {  # seconds since the epoch
+        "bad-1": "due column 'due_d': 'NaN' is not a timestamp",
+        "bad-2": "due column 'due_d' is outside the years 1 to 9999",
+        "bad-3": "due column 'due_d' is null",
+        "bad-4": "due column 'due_d': 'Infinity' is not a timestamp",
+    },
+}
+
+
+BAD_TEXT = {"due_s": "tomorrow", "delay_s": "soon", "due_d": "NaN"}  # bad-1's, as Spark shows them
+
+
+def malformed_times() -> list[tuple[Any, ...]]:
+    """Two good rows, then one row per kind of bad time (see MALFORMED_REASONS)."""
+    later = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(hours=1)
+    text, secs = later.strftime("%Y-%m-%d %H:%M:%S"), later.timestamp()
+    return [
+        ("good-1", 1, 1.0, "ann", text, "2.5", secs),
+        ("good-2", 2, 1.0, "bob", later.isoformat(), "60", secs + 1.5),
+        ("bad-1", 3, 1.0, "cy", "tomorrow", "soon", float("nan")),
+        ("bad-2", 4, 1.0, "di", "2026-13-45", "NaN", 1e12),  # 1e12 s: year 33658
+        ("bad-3", 5, 1.0, "eve", None, None, None),
+        ("bad-4", 6, 1.0, "fay", "", "-1", float("inf")),
+    ]
+
+
+@pytest.fixture(params=[True, False], ids=["ansi-on", "ansi-off"])
+def ansi(request: pytest.FixtureRequest, spark: Any) -> Iterator[bool]:
+    """``spark.sql.ansi.enabled`` set in the shared session for one test (then restored)."""
+    before = spark.conf.get("spark.sql.ansi.enabled")
+    spark.conf.set("spark.sql.ansi.enabled", "true" if request.param else "false")
+    try:
+        yield bool(request.param)
+    finally:
+        spark.conf.set("spark.sql.ansi.enabled", before)
+
+
+def test_malformed_times_are_rejects_not_failures(
+    spark: Any, ansi: bool, redis_url: str, prefix: str, sync_client: redis.Redis
+) -> None:
+    from delayq.spark import enqueue_dataframe
+
+    df = spark.createDataFrame(malformed_times(), MALFORMED_SCHEMA).coalesce(1)
+    for column, reasons in MALFORMED_REASONS.items():
+        kind = "delay_col" if column.startswith("delay") else "due_col"
+        p = f"{prefix}-{column}"
+        report = enqueue_dataframe(
+            df, SparkOrder, redis_url=redis_url, prefix=p, **{kind: column},
+            context_cols=("customer", "customer"),  # a name given twice is one entry
+        )  # fmt: skip
+        assert (report.rows, report.scheduled, report.rejected) == (6, 2, 4), column
+        assert report.rejects is not None
+        rejects = {r.id: r for r in report.rejects.collect()}
+        report.rejects.unpersist()
+        assert {i: r.reason for i, r in rejects.items()} == reasons
+        # the value that could not be read is shown as Spark printed it
+        bad = msgspec.json.decode(rejects["bad-1"].row_json)
+        assert (bad["id"], bad[column]) == ("bad-1", BAD_TEXT[column])
+        keys = TypeKeys(p, SparkOrder.event_name)
+        assert sorted(sync_client.hkeys(keys.events)) == [b"good-1", b"good-2"]
+        _, context = Codec().decode(sync_client.hget(keys.events, "good-2"), SparkOrder, "good-2")
+        assert context == {"customer": "bob"}
+
+
+def test_stream_sink_rejects_malformed_times_and_goes_on(
+    spark: Any, ansi: bool, redis_url: str, prefix: str, sync_client: redis.Redis, tmp_path: Path
+) -> None:
+    from delayq.spark import stream_sink
+
+    source = tmp_path / "in"
+    source.mkdir()
+    names = ("id", "order_id", "amount", "customer", "due_s", "delay_s")
+    rows = [dict(zip(names, row)) for row in malformed_times()]
+    (source / "rows.json").write_bytes(b"\n".join(msgspec.json.encode(r) for r in rows))
+    got: dict[str, dict[str, str]] = {}
+    sinks = [
+        stream_sink(
+            SparkOrder,
+            name="times",
+            redis_url=redis_url,
+            prefix=f"{prefix}-{column}",
+            on_rejects=lambda df, _, c=column: got.setdefault(c, {}).update(
+                (r.id, r.reason) for r in df.collect()
+            ),
+            **{"delay_col" if column == "delay_s" else "due_col": column},
+        )
+        for column in ("due_s", "delay_s")
+    ]
+
+    def both(df: Any, batch_id: int) -> None:
+        for sink in sinks:
+            sink(df, batch_id)
+
+    schema = MALFORMED_SCHEMA.rsplit(", ", 1)[0]  # without due_d (JSON has no NaN)
+    stream = spark.readStream.schema(schema).json(str(source))
+    query = (
+        stream.writeStream.foreachBatch(both)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(120), "the query did not finish"
+    finally:
+        query.stop()
+    assert query.exception() is None
+    for column in ("due_s", "delay_s"):
+        assert got[column] == MALFORMED_REASONS[column]
+        keys = TypeKeys(f"{prefix}-{column}", SparkOrder.event_name)
+        assert sorted(sync_client.hkeys(keys.events)) == [b"good-1", b"good-2"]
+    assert [s.last and (s.last.scheduled, s.last.rejected) for s in sinks] == [(2, 4), (2, 4)]

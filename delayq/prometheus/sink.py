@@ -51,6 +51,11 @@ _COUNTERS: dict[str, tuple[str, str, str | None]] = {
     ),
     "decode_errors": ("decode_errors", "Stored events that did not decode", None),
     "leases_lost": ("leases_lost", "Leases lost while a handler ran", None),
+    "stale_outcomes": (
+        "stale_outcomes",
+        "Acks and failure records that changed nothing: the delivery's lease had gone",
+        None,
+    ),
     "redis_errors": ("redis_errors", "Redis calls that failed (then retried)", None),
     "schedule_fires": ("schedule_fires", "Slots of recurring schedules fired", None),
     "schedule_skipped": ("schedule_skipped", "Schedule slots skipped by the overlap policy", None),
@@ -85,6 +90,7 @@ _GROUP_COUNTERS = frozenset(
         "dead_lettered",
         "decode_errors",
         "leases_lost",
+        "stale_outcomes",
         "throttled",
     }
 )
@@ -141,7 +147,8 @@ class PrometheusMetrics:
     ``outcome``) and ``enqueue_to_done_seconds``; ``handlers_in_flight`` (busy)
     and ``handler_concurrency`` (capacity) are gauges. The metrics of deliveries
     (``delivered``, ``succeeded``, ``failed``, ``retried``, ``dead_lettered``,
-    ``decode_errors``, ``leases_lost``, the three histograms and both gauges)
+    ``decode_errors``, ``leases_lost``, ``stale_outcomes``, the three histograms and
+    both gauges)
     also have a ``group`` label: the delivery group (``default`` for handlers
     added without one). Every counter a handler moves exists with the value 0
     from ``add_handler`` on. One instance can serve several services of a

@@ -146,7 +146,9 @@ class Settlement:
         self.leased.discard(lease)
         self._settling.discard(lease)
         self._metrics.increment("failed", event_type=self._type_name)
-        if code == 2:
+        if code == 0:  # the lease had gone: the failure changed nothing
+            self._count_stale(1, "failure records")
+        elif code == 2:
             self._metrics.increment("dead_lettered", event_type=self._type_name)
             log.error(
                 "%s %r: dead letter after %d deliveries: %s",
@@ -173,10 +175,12 @@ class Settlement:
                     by_shard.setdefault(shard, []).append((raw_id, token))
                 if len(by_shard) == 1:
                     ((shard, done),) = by_shard.items()
-                    await self._store.ack(shard, done, group=self._group)
+                    removed = await self._store.ack(shard, done, group=self._group)
                 else:  # one call per partition, sent together
-                    await asyncio.gather(
-                        *(self._store.ack(s, d, group=self._group) for s, d in by_shard.items())
+                    removed = sum(
+                        await asyncio.gather(
+                            *(self._store.ack(s, d, group=self._group) for s, d in by_shard.items())
+                        )
                     )
             except Exception as exc:
                 self._settling.difference_update(batch)
@@ -190,7 +194,11 @@ class Settlement:
                 self._acking = []
             self.leased.difference_update(batch)
             self._settling.difference_update(batch)
-            self._metrics.increment("succeeded", len(batch), event_type=self._type_name)
+            # only the acks that removed their event succeeded; the rest found their lease
+            # gone (expired and redelivered, replaced, cancelled) and changed nothing
+            self._metrics.increment("succeeded", removed, event_type=self._type_name)
+            if removed < len(batch):
+                self._count_stale(len(batch) - removed, "acks")
 
     async def ack_loop(self) -> None:
         """The one task that sends acks, until :meth:`close_acks` and none are left.
@@ -228,6 +236,16 @@ class Settlement:
                 self._label,
                 len(self.acks) + len(self._acking),
             )
+
+    def _count_stale(self, n: int, what: str) -> None:
+        self._metrics.increment("stale_outcomes", n, event_type=self._type_name)
+        log.info(
+            "%s: %d %s changed nothing: the lease had gone (expired and redelivered, "
+            "replaced or cancelled)",
+            self._label,
+            n,
+            what,
+        )
 
     # -- leases ------------------------------------------------------------------
 

@@ -70,19 +70,21 @@ def generate_orders(
     base = F.expr("date_trunc('MINUTE', current_timestamp())")
     df = spark.range(1, rows + 1, numPartitions=partitions or spark.sparkContext.defaultParallelism)
     h = F.xxhash64(F.col("id"), F.lit(seed))
+    # abs(h % m), not abs(h) % m: the same values, but abs of the smallest long overflows
+    # (an error under ANSI mode)
     return df.select(
         F.col("id").alias("order_id"),
         F.when(F.col("id") % 500 == 17, F.lit(None))
-        .otherwise(F.concat(F.lit("customer-"), (F.abs(h) % 5000).cast("string")))
+        .otherwise(F.concat(F.lit("customer-"), F.abs(h % 5000).cast("string")))
         .alias("customer"),
         F.when(F.col("id") % 1000 == 3, F.lit(-1.0))
-        .otherwise(F.round((F.abs(h) % 100_000) / 100 + 1, 2))
+        .otherwise(F.round(F.abs(h % 100_000) / 100 + 1, 2))
         .alias("amount"),
         (
-            base - F.make_interval(secs=F.abs(F.xxhash64(F.col("id"), F.lit(seed + 1))) % 21_600)
+            base - F.make_interval(secs=F.abs(F.xxhash64(F.col("id"), F.lit(seed + 1)) % 21_600))
         ).alias("created_at"),
         (
-            (F.abs(F.xxhash64(F.col("id"), F.lit(seed + 2))) % 10 >= 3)
+            (F.abs(F.xxhash64(F.col("id"), F.lit(seed + 2)) % 10) >= 3)
             & (F.col("id") % 1000 != 3)
             & (F.col("id") % 500 != 17)
         ).alias("paid"),

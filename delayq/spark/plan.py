@@ -2,6 +2,12 @@
 job the executors run (:class:`~delayq.spark.validate.EnqueueJob`) and the columns they read.
 
 No Spark job runs here; :func:`~delayq.spark.enqueue.run_job` runs the plan.
+
+Nothing the plan computes may fail on a row's value, whatever ``spark.sql.ansi.enabled``
+says (on by default since Spark 4, where a plain ``CAST`` of a malformed value fails the
+task and so the whole job or micro-batch): the due and delay columns are read with
+``try_cast``, which gives null under both modes, and the validation pass turns that null
+into a reject. Casts to string cannot fail; nothing else is cast or computed.
 """
 
 from __future__ import annotations
@@ -12,6 +18,14 @@ from typing import Any
 import msgspec
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    DataType,
+    DateType,
+    NumericType,
+    StringType,
+    TimestampNTZType,
+    TimestampType,
+)
 
 from ..codec import Codec, Serializer
 from ..events import Event, check_event_type
@@ -55,6 +69,11 @@ def plan_job(
     for name in context_cols:
         if name not in df.columns:
             raise ValueError(f"context column {name!r} is not a column of the DataFrame")
+    # a name given twice would be a duplicate map key: an error for every row
+    context_cols = tuple(dict.fromkeys(context_cols))
+    time_col = due_col or delay_col
+    if time_col is not None:
+        _check_time_type(df, time_col, "due_col" if due_col else "delay_col")
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, not {batch_size!r}")
     Codec(serializer, max_payload_bytes)  # validates the serializer
@@ -70,14 +89,14 @@ def plan_job(
         serializer=serializer,
         max_payload_bytes=max_payload_bytes,
         id_col=id_col,
-        time_col=due_col or delay_col,
+        time_col=time_col,
         nullable_required=tuple(
             f.encode_name
             for f in msgspec.structs.fields(event_type)
             if f.required and f.name != "id" and _admits_none(f.type)
         ),
         row_columns=tuple(
-            (c, _field_columns(df, event_type).get(c, "" if c == (due_col or delay_col) else None))
+            (c, _field_columns(df, event_type).get(c, "" if c == time_col else None))
             for c in df.columns
         ),
     )
@@ -87,7 +106,7 @@ def plan_job(
         id_col=id_col,
         time_col=job.time_col,
         mode=mode,
-        context_cols=tuple(context_cols),
+        context_cols=context_cols,
     )
 
     return job, prepared
@@ -102,9 +121,58 @@ def _admits_none(tp: Any) -> bool:
     return False
 
 
+def _quoted(name: str) -> str:
+    """A column name as SQL text (dots and backticks in names are no paths)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 def _col(name: str) -> Column:
-    """A column by its exact name (dots and backticks in names are no paths)."""
-    return F.col("`" + name.replace("`", "``") + "`")
+    """A column by its exact name."""
+    return F.col(_quoted(name))
+
+
+# what a due column may hold (numbers: seconds since the epoch), and a delay column
+_DUE_TYPES = (TimestampType, TimestampNTZType, DateType, StringType, NumericType)
+_DELAY_TYPES = (StringType, NumericType)
+
+
+def _check_time_type(df: DataFrame, name: str, what: str) -> None:
+    """Refuse, before any job, a time column of a type that is never a time.
+
+    Such a cast is refused by ``try_cast`` (and by ANSI mode) when the query is analysed.
+    """
+    dtype: DataType = df.schema[name].dataType
+    allowed = _DUE_TYPES if what == "due_col" else _DELAY_TYPES
+    if not isinstance(dtype, allowed):
+        wants = (
+            "a timestamp, date, string or number (seconds since the epoch)"
+            if what == "due_col"
+            else "a number of seconds or a string"
+        )
+        raise TypeError(f"{what}={name!r} is a {dtype.simpleString()} column; it must be {wants}")
+
+
+def _try_cast(name: str, dtype: DataType, target: str) -> Column:
+    """The column cast to ``target`` (a SQL type name), null where a value does not convert.
+
+    SQL ``try_cast`` exists since Spark 3.2 (``Column.try_cast`` only since 4.0).
+    """
+    if dtype.typeName() == target.lower():
+        return _col(name)
+    return F.expr(f"try_cast({_quoted(name)} AS {target})")
+
+
+def _time_columns(df: DataFrame, name: str, mode: Mode) -> list[Column]:
+    """``t``: due time in µs since the epoch, or delay in seconds; null when the value is
+    null or does not convert. ``b``: the value as text when it is not null and does not
+    convert (null otherwise, so the plain path carries nothing more)."""
+    dtype = df.schema[name].dataType
+    if mode == "at":
+        t = F.unix_micros(_try_cast(name, dtype, "TIMESTAMP"))
+    else:
+        t = _try_cast(name, dtype, "DOUBLE")
+    bad = F.when(t.isNull() & _col(name).isNotNull(), _col(name).cast("string"))
+    return [t.alias("t"), bad.alias("b")]
 
 
 def _field_columns(df: DataFrame, event_type: type[Event]) -> dict[str, str]:
@@ -146,12 +214,9 @@ def _prepare(
             f"column of that name (columns: {', '.join(df.columns)})"
         )
     selected = [F.struct(*payload).alias("p"), _col(id_col).cast("string").alias("i")]
-    if mode == "at":
+    if mode != "now":
         assert time_col is not None
-        selected.append(F.unix_micros(_col(time_col).cast("timestamp")).alias("t"))
-    elif mode == "delay":
-        assert time_col is not None
-        selected.append(_col(time_col).cast("double").alias("t"))
+        selected += _time_columns(df, time_col, mode)
     if context_cols:
         pairs: list[Column] = []
         for name in context_cols:

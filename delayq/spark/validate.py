@@ -7,7 +7,7 @@ import logging
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
 import msgspec
@@ -25,12 +25,22 @@ class Row(msgspec.Struct):
 
     p: msgspec.Raw = msgspec.Raw(b"{}")  # the event's fields, as a JSON object
     i: str | None = None  # the event id
-    t: int | float | None = None  # due time (µs since the epoch) or delay (s)
+    # due time (µs since the epoch) or delay (s); a delay may be "NaN", "Infinity" or
+    # "-Infinity", as the JVM writes those doubles
+    t: int | float | str | None = None
+    b: str | None = None  # the time column's value as text, when it does not convert
     c: dict[str, str | None] | None = None  # context
     r: msgspec.Raw = msgspec.Raw(b"")  # the row's columns that are not in ``p``
 
 
 Mode = Literal["at", "delay", "now"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_US = timedelta(microseconds=1)
+# the due times a datetime can hold (years 1 to 9999), in µs since the epoch
+_MIN_US = (datetime.min.replace(tzinfo=timezone.utc) - _EPOCH) // _US
+_MAX_US = (datetime.max.replace(tzinfo=timezone.utc) - _EPOCH) // _US
+_SHOWN = 100  # characters of a bad value shown in a reason
 
 
 @dataclass(frozen=True)
@@ -96,13 +106,19 @@ class Validator:
         if job.mode == "now":
             ms = 0
         elif row.t is None:
-            return None, f"column {job.time_col!r} is null or not a valid time"
+            return None, self._unreadable_time(row.b)
         elif job.mode == "at":
-            ms = -(-int(row.t) // 1000)  # µs -> ms, rounded up like enqueue_at
+            us = int(row.t)
+            if not _MIN_US <= us <= _MAX_US:
+                return None, f"due column {job.time_col!r} is outside the years 1 to 9999"
+            ms = -(-us // 1000)  # µs -> ms, rounded up like enqueue_at
         else:
             delay = float(row.t)
             if not math.isfinite(delay) or delay < 0:
-                return None, f"delay column {job.time_col!r} must be >= 0 seconds, not {delay!r}"
+                return None, (
+                    f"delay column {job.time_col!r} must be a finite number of seconds >= 0, "
+                    f"not {delay!r}"
+                )
             ms = math.ceil(delay * 1000)
         try:
             event = self._decode_payload(row.p)
@@ -117,6 +133,16 @@ class Validator:
             return None, str(exc)
         return (event.id, envelope, ms), None
 
+    def _unreadable_time(self, text: str | None) -> str:
+        """The reason for a null ``t``: the column is null, or ``text`` does not convert."""
+        what = "due" if self.job.mode == "at" else "delay"
+        column = f"{what} column {self.job.time_col!r}"
+        if text is None:
+            return f"{column} is null"
+        shown = text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
+        wanted = "a timestamp" if what == "due" else "a number of seconds"
+        return f"{column}: {shown!r} is not {wanted}"
+
     def row_json(self, row: Row) -> str | None:
         """The input row of a reject as a JSON object (columns in their order)."""
         try:
@@ -125,7 +151,7 @@ class Validator:
             out = {}
             for column, inner in self.job.row_columns:
                 if inner == "":
-                    out[column] = self._time_value(row.t)
+                    out[column] = row.b if row.b is not None else self._time_value(row.t)
                 elif inner is None:
                     out[column] = rest.get(column)
                 else:
@@ -134,10 +160,12 @@ class Validator:
         except (msgspec.DecodeError, AttributeError, TypeError):
             return None
 
-    def _time_value(self, t: float | None) -> Any:
+    def _time_value(self, t: float | str | None) -> Any:
         if t is None or self.job.mode != "at":
             return t  # a delay in seconds (or nothing)
-        return datetime.fromtimestamp(int(t) / 1_000_000, timezone.utc)
+        if not _MIN_US <= int(t) <= _MAX_US:
+            return t  # no datetime holds it: the µs as they are
+        return _EPOCH + int(t) * _US
 
     def parse(self, line: str) -> Row | None:
         """Decode one prepared row (None if the JVM's JSON is unreadable, which it never is)."""

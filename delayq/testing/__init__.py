@@ -18,6 +18,9 @@ Typical use::
     with private_redis() as url:  # DELAYQ_TEST_REDIS_URL, else Docker, else a local redis-server
         ...
 
+    async with FaultProxy(url) as proxy:  # network faults between clients and that server
+        ...                       # use proxy.url; proxy.blackhole(), set_latency(...), reset()
+
     with PostgresServer() as pg:  # initdb + postgres on a free port (see delayq.testing.postgres)
         ...                       # use pg.url
 
@@ -48,6 +51,7 @@ from .binary import (
 )
 from .postgres import PG_BIN_ENV, PG_USER_ENV, PostgresServer, find_postgres_bin, private_postgres
 from .private import TEST_REDIS_URL_ENV, docker_available, private_redis, redis_url_context
+from .proxy import FaultProxy
 from .server import RedisServer
 from .waiting import WaitTimeout, wait_for
 
@@ -58,6 +62,7 @@ __all__ = [
     "SERVER_ENV",
     "SERVER_NAMES",
     "TEST_REDIS_URL_ENV",
+    "FaultProxy",
     "PostgresServer",
     "RedisServer",
     "WaitTimeout",

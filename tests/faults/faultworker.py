@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import redis.asyncio as aioredis
 from faultkit import Job, job_types, rec_key
 
-from delayq import EventService, current_delivery, fixed
+from delayq import EventService, InMemoryMetrics, current_delivery, fixed
+from delayq.metrics import NoopMetrics
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -52,6 +53,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--record-lateness", action="store_true")
     p.add_argument("--count-moves", action="store_true", help="count move_due calls by role")
     p.add_argument("--group", default=None, help="handle in this delivery group")
+    p.add_argument(
+        "--record-runs",
+        action="store_true",
+        help="record every handler run: pid, id, claim time (Redis clock), start time",
+    )
+    p.add_argument(
+        "--hold",
+        default=None,
+        metavar="KEY",
+        help="handlers finish only once KEY exists in the recorder Redis",
+    )
+    p.add_argument("--metrics", action="store_true", help="on exit, record the service's counters")
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
 
@@ -71,9 +84,11 @@ async def main(args: argparse.Namespace) -> None:
     run = args.run
     inprog = rec_key(run, f"inprog:{pid}")
 
+    metrics = InMemoryMetrics()
     service = EventService.from_url(
         args.url,
         prefix=args.prefix,
+        metrics=metrics if args.metrics else NoopMetrics(),
         visibility_timeout=args.visibility,
         handler_timeout=args.handler_timeout,
         retry_attempts=args.retry_attempts,
@@ -131,6 +146,11 @@ async def main(args: argparse.Namespace) -> None:
                 pipe.rpush(
                     rec_key(run, "due-late"), f"{delivery.due_ms} {delivery.lateness_ms:.1f}"
                 )
+            if args.record_runs and delivery:
+                claimed_ms = delivery.claimed_us // 1000
+                pipe.rpush(
+                    rec_key(run, "runs"), f"{pid} {job.id} {claimed_ms} {time.time_ns() // 10**6}"
+                )
             await pipe.execute()
         if job.sleep_ms:
             await asyncio.sleep(job.sleep_ms / 1000)
@@ -143,6 +163,8 @@ async def main(args: argparse.Namespace) -> None:
                         pipe.hincrby(rec_key(run, "stalled"), i, 1)
                     await pipe.execute()
             time.sleep(job.block_ms / 1000)  # blocks the event loop on purpose
+        while args.hold and not await rec.exists(args.hold):
+            await asyncio.sleep(0.02)  # held until the test lets it go
         if attempt <= job.fail_times:
             await rec.hincrby(rec_key(run, "fail"), job.id, 1)
             return False
@@ -163,6 +185,12 @@ async def main(args: argparse.Namespace) -> None:
             await rec.hset(rec_key(run, "tokens"), sched.token, pid)
         await rec.hset(rec_key(run, "ready"), pid, 1)
         await stop.wait()
+    if args.metrics:  # the counters of this process, for the history checks
+        totals: dict[str, int] = {}
+        for (name, _), value in metrics.counters.items():
+            totals[name] = totals.get(name, 0) + value
+        if totals:
+            await rec.hset(rec_key(run, f"metrics:{pid}"), mapping=totals)
     await rec.aclose()
 
 
