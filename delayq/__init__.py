@@ -11,6 +11,7 @@ from .context import Delivery, current_delivery, event_context
 from .errors import (
     DecodeError,
     DelayqError,
+    EventFailed,
     FormatVersionError,
     NotReplicatedError,
     QueueFullError,
@@ -20,6 +21,7 @@ from .flow.keys import KeyBacklog, KeyBacklogs
 from .flow.limits import FlowLimits, Rate
 from .metrics import InMemoryMetrics, Metrics, NoopMetrics
 from .options import Options
+from .results import Outcome, Result
 from .retry import Backoff, exponential, fixed
 from .runtime.health import ServiceHealth
 from .runtime.heartbeat import WorkerInfo
@@ -45,6 +47,7 @@ __all__ = [
     "DelayqError",
     "Delivery",
     "Event",
+    "EventFailed",
     "EventInfo",
     "EventService",
     "EventState",
@@ -62,10 +65,12 @@ __all__ = [
     "NoopMetrics",
     "NotReplicatedError",
     "Options",
+    "Outcome",
     "QueueCounts",
     "QueueFullError",
     "Rate",
     "ReadyEvent",
+    "Result",
     "ScheduleInfo",
     "ScheduledEvent",
     "Serializer",

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ..operations.enqueueing import Enqueuer
     from ..operations.flow_control import FlowControl
     from ..operations.groups import Groups
+    from ..operations.results import ResultReader
     from ..options import Options
     from ..partitions.routing import Router
     from ..runtime.runtime import Runtime
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
         _flow: FlowControl
         _scheduler: Scheduler | None
         _schedules: Schedules
+        _results: ResultReader
 
 else:
 

@@ -93,6 +93,12 @@ class PrefixKeys:
         return f"{{{self.prefix}}}:wakeup"
 
     @property
+    def results_channel(self) -> str:
+        """Pub/sub channel on which outcomes of types with ``results=`` are announced
+        (``"<shard> <id>"``), to wake ``result()`` waiters (a timed re-check still runs)."""
+        return f"{{{self.prefix}}}:results"
+
+    @property
     def workers(self) -> str:
         """ZSET worker id -> expiry (ms) of the live workers' heartbeat records."""
         return f"{{{self.prefix}}}:workers"
@@ -246,6 +252,18 @@ class TypeKeys:
         """HASH name -> state (the mark of the last slot fired, ...) of those schedules."""
         return self._key("schedule-state")
 
+    @property
+    def results(self) -> str:
+        """HASH id -> outcome of a finished event of a type that keeps results
+        (``results=`` class option): ``"o"`` + the serializer's mark + the encoded return
+        value, or ``"f"`` + the dead letter's error (see :mod:`delayq.results`)."""
+        return self._key("results")
+
+    @property
+    def rexp(self) -> str:
+        """ZSET id -> when (Redis time, ms) the kept outcome in :attr:`results` expires."""
+        return self._key("rexp")
+
     def sink(self, name: str) -> str:
         """ZSET id -> micro-batch id: the ledger of the Spark streaming sink ``name``
         (``delayq.spark.stream_sink``), one per type partition; it holds one batch's ids."""
@@ -309,6 +327,8 @@ class TypeKeys:
             **dict(zip(TYPE_KEYS[-len(lines) :], lines, strict=True)),
             "schedules": self.schedules,
             "schedule_state": self.schedule_state,
+            "results": self.results,
+            "rexp": self.rexp,
         }
 
     def group_call(self, names: Sequence[str], groups: Sequence[str]) -> list[str]:

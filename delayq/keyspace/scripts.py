@@ -68,6 +68,8 @@ KEY_KINDS = {
     "sink": "zset",
     "schedules": "hash",
     "schedule_state": "hash",
+    "results": "hash",
+    "rexp": "zset",
     "index": "zset",
     "homes": "hash",
     "lock": "string",
@@ -105,11 +107,18 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
         "events ready inflight leases attempts errors meta pending limits wake dedup "
         "fkeys klines krot kwait krun"
     ),
+    # ack.lua's keys, then the type's kept outcomes (only for a type with results=)
+    "ack_results": _names(
+        "events ready inflight leases attempts errors meta pending limits wake dedup "
+        "fkeys klines krot kwait krun results rexp"
+    ),
     "renew": _names("inflight leases meta"),
+    # a type without results= sends its keys through krun
     "fail": _names(
         "events scheduled ready queued inflight leases errors dead meta groups retries "
-        "limits wake fkeys klines krot kwait krun"
+        "limits wake fkeys klines krot kwait krun results rexp"
     ),
+    "result_get": _names("events dead errors results rexp"),
     "cancel": _names(
         "events scheduled queued inflight leases attempts errors dead groups dedup fkeys"
     ),

@@ -26,6 +26,8 @@ PER_TYPE = (
     "move_due",
     "claim",
     "ack",
+    "ack_results",
+    "result_get",
     "renew",
     "fail",
     "cancel",

@@ -32,6 +32,7 @@ from ..events import Event
 from ..keyspace.groups import group_name
 from ..metrics import ServiceMetrics
 from ..observer import CANCELLED, TIMEOUT_PREFIX, Observer
+from ..results import encode_value, returned_value
 from ..storage.store import Claimed, Store, token_flow_key
 from .consumer_settings import ConsumerSettings
 from .fetching import CLAIM_MAX as CLAIM_MAX  # the claim bound, imported from here
@@ -39,7 +40,7 @@ from .fetching import Fetcher, Slots
 from .flow_waits import FlowWaits
 from .handler_tasks import HandlerTasks
 from .history import LATENESS_BOUNDS_MS, LATENESS_ROW_START, HistoryRecorder
-from .settlement import Settlement, delivery_fields
+from .settlement import Lease, Settlement, delivery_fields
 
 __all__ = ["Consumer", "ConsumerSettings", "Handler"]
 
@@ -111,7 +112,10 @@ class Consumer:
             visibility_ms=settings.visibility_ms,
             retry_backoff=settings.retry_backoff,
             shutdown_grace=settings.shutdown_grace,
+            keep_results_ms=event_type.event_results_ms,
         )
+        # a type with results= keeps each handler's return value (see _keep)
+        self._keeps = event_type.event_results_ms is not None
         self._handlers = HandlerTasks(self.label)
         self._fetcher = Fetcher(
             store=store,
@@ -256,7 +260,9 @@ class Consumer:
                     else:
                         failure = None if result is not False else _RETURNED_FALSE
                 else:
-                    failure, error = await self._call_with_timeout(event, c)
+                    failure, error, result = await self._call_with_timeout(event, c)
+                if failure is None and self._keeps:
+                    failure = self._keep(result, (shard, c.raw_id, c.token))
             finally:
                 if run is not None and hooks is not None:
                     hooks.finished(delivery, run, failure, error)
@@ -276,11 +282,24 @@ class Consumer:
         finally:
             self._slots.ended(c.token, self._reports)
 
+    def _keep(self, returned: object, lease: Lease) -> str | None:
+        """Note the outcome record of a handler's return value for its ack (a type with
+        ``results=``); the failure to record instead when the value cannot be kept."""
+        try:
+            record = encode_value(
+                returned_value(returned), self._codec.serializer, self._codec.max_payload_bytes
+            )
+        except (TypeError, ValueError) as exc:
+            return f"ResultNotKept: {exc}"
+        self._settlement.results[lease] = record
+        return None
+
     async def _call_with_timeout(
         self, event: Event, c: Claimed
-    ) -> tuple[str | None, Exception | None]:
-        """Run the handler under ``handler_timeout``: ``(None, None)`` on success, else the
-        failure and the exception the handler raised (None for a timeout or False)."""
+    ) -> tuple[str | None, Exception | None, object]:
+        """Run the handler under ``handler_timeout``: ``(None, None, returned)`` on success,
+        else the failure and the exception the handler raised (None for a timeout or
+        False), and None."""
         timeout = self._s.handler_timeout
         assert timeout is not None
         try:
@@ -288,10 +307,10 @@ class Consumer:
                 scope.deadline = anyio.current_time() + timeout
                 result = await self.handler(event)
             if scope.cancelled_caught:
-                return f"{TIMEOUT_PREFIX} handler ran longer than {timeout}s", None
+                return f"{TIMEOUT_PREFIX} handler ran longer than {timeout}s", None, None
         except Exception as exc:
-            return self._failed(exc, c), exc
-        return (None if result is not False else _RETURNED_FALSE), None
+            return self._failed(exc, c), exc, None
+        return (None if result is not False else _RETURNED_FALSE), None, result
 
     def _failed(self, exc: Exception, c: Claimed) -> str:
         """Log the handler's exception; return the failure as "Type: message"."""

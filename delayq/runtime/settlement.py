@@ -70,6 +70,7 @@ class Settlement:
         visibility_ms: int,
         retry_backoff: Backoff,
         shutdown_grace: float,
+        keep_results_ms: int | None = None,
     ):
         self._store = store
         self._metrics = metrics
@@ -79,6 +80,11 @@ class Settlement:
         self._visibility_ms = visibility_ms
         self._retry_backoff = retry_backoff
         self._shutdown_grace = shutdown_grace
+        # a type that keeps results: its acks go through ack_results with these records
+        self._keep_ms = keep_results_ms
+        self.results: dict[Lease, bytes] = {}
+        """Lease -> outcome record of an acked delivery (types with ``results=``):
+        filled by the consumer before it appends the lease to :attr:`acks`."""
         # (shard, id, token) of every delivery whose lease we hold, acked or not yet
         self.leased: set[Lease] = set()
         # the subset whose ack or fail call is under way: a renew racing it finds
@@ -125,7 +131,7 @@ class Settlement:
             try:
                 code = await self._store.fail(
                     shard, c, dead=dead, delay_ms=delay_ms, error=error[:4000],
-                    group=self._group,
+                    group=self._group, keep_ms=self._keep_ms,
                 )  # fmt: skip
                 break
             except Exception as exc:
@@ -173,7 +179,9 @@ class Settlement:
                 by_shard: dict[str, list[tuple[bytes, bytes]]] = {}
                 for shard, raw_id, token in batch:
                     by_shard.setdefault(shard, []).append((raw_id, token))
-                if len(by_shard) == 1:
+                if self._keep_ms is not None:
+                    removed = await self._ack_results(by_shard)
+                elif len(by_shard) == 1:
                     ((shard, done),) = by_shard.items()
                     removed = await self._store.ack(shard, done, group=self._group)
                 else:  # one call per partition, sent together
@@ -194,11 +202,26 @@ class Settlement:
                 self._acking = []
             self.leased.difference_update(batch)
             self._settling.difference_update(batch)
+            if self._keep_ms is not None:
+                for lease in batch:
+                    self.results.pop(lease, None)
             # only the acks that removed their event succeeded; the rest found their lease
             # gone (expired and redelivered, replaced, cancelled) and changed nothing
             self._metrics.increment("succeeded", removed, event_type=self._type_name)
             if removed < len(batch):
                 self._count_stale(len(batch) - removed, "acks")
+
+    async def _ack_results(self, by_shard: dict[str, list[tuple[bytes, bytes]]]) -> int:
+        """The acks of a type that keeps results, each with its outcome record."""
+        keep_ms, results = self._keep_ms, self.results
+        assert keep_ms is not None
+        calls = [
+            self._store.ack_results(
+                shard, [(i, t, results[shard, i, t]) for i, t in done], keep_ms, group=self._group
+            )
+            for shard, done in by_shard.items()
+        ]
+        return sum(await asyncio.gather(*calls))
 
     async def ack_loop(self) -> None:
         """The one task that sends acks, until :meth:`close_acks` and none are left.

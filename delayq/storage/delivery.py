@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import cast
+from typing import Any, cast
 
 from .base import StoreBase, log
 from .records import Claimed, Throttle
@@ -133,6 +133,23 @@ class Deliveries(StoreBase):
         last = None if keyed else "dedup"
         return int(await self._run("ack", shard, args, group=group, last=last, durable=True))
 
+    async def ack_results(
+        self,
+        shard: str,
+        done: Iterable[tuple[bytes, bytes, bytes]],
+        keep_ms: int,
+        *,
+        group: str | None = None,
+    ) -> int:
+        """:meth:`ack` for a type that keeps results: ``done`` holds (id, token, outcome
+        record) triples; each record is kept ``keep_ms`` in the step that removes its event
+        (ack_results.lua)."""
+        args: list[Any] = [keep_ms, self.keys.results_channel, shard]
+        args += [x for triple in done for x in triple]
+        if len(args) == 3:
+            return 0
+        return int(await self._run("ack_results", shard, args, group=group, durable=True))
+
     async def renew(
         self,
         shard: str,
@@ -156,9 +173,13 @@ class Deliveries(StoreBase):
         delay_ms: int,
         error: str,
         group: str | None = None,
+        keep_ms: int | None = None,
     ) -> int:
-        """Retry after ``delay_ms`` or dead-letter; 0 when the lease was no longer ours."""
-        args = [
+        """Retry after ``delay_ms`` or dead-letter; 0 when the lease was no longer ours.
+
+        ``keep_ms`` (a type that keeps results): a dead letter also keeps its error as the
+        event's outcome that long."""
+        args: list[Any] = [
             claimed.raw_id,
             claimed.token,
             "dead" if dead else "retry",
@@ -167,4 +188,7 @@ class Deliveries(StoreBase):
             self.keys.wakeup_channel,
             shard,
         ]
+        if keep_ms is None:
+            return int(await self._run("fail", shard, args, group=group, last="krun"))
+        args += [keep_ms, self.keys.results_channel]
         return int(await self._run("fail", shard, args, group=group))

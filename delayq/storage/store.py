@@ -40,6 +40,7 @@ from .records import (
     sum_counts,
     token_flow_key,
 )
+from .results import OutcomeReads
 from .schedules import ScheduleStore
 from .scheduling import Scheduling
 from .workers import Workers
@@ -70,6 +71,7 @@ class Store(
     ScheduleStore,
     FlowLimitsStore,
     FormatVersions,
+    OutcomeReads,
 ):
     """Queue operations on one Redis for one prefix.
 
@@ -124,6 +126,10 @@ class Store(
     def wakeups(self) -> WakeupListener:
         """A subscription to the prefix's wake-up channel."""
         return WakeupListener(self.blocking.pubsub(), self.keys.wakeup_channel, self.connect)
+
+    def result_wakeups(self) -> WakeupListener:
+        """A subscription to the prefix's results channel (``"<shard> <id>"`` messages)."""
+        return WakeupListener(self.blocking.pubsub(), self.keys.results_channel, self.connect)
 
 
 class WakeupListener:
