@@ -107,13 +107,16 @@ async def test_result_values_booleans_failures_and_lookups(redis_url: str, prefi
         # the dead letter purged: its failure record is still the outcome
         assert await service.purge_dead_letters(Thumb, ["bad"]) == 1
         assert (await service.results(Thumb, ["bad"]))["bad"].status == "failed"
-        # a dead letter requeued: pending again, and its new run is waited for
+        # cancelled: no outcome
         await service.cancel(Thumb, "later")
         assert (await service.results(Thumb, ["later"]))["later"].status == "missing"
         with pytest.raises(ValueError, match="keeps no results"):
             await service.result(Plain, "x")  # type: ignore[arg-type]
         info = await service.inspect(Thumb, "a.png")
-        assert info.state == "absent"
+        assert info.state == "absent" and info.outcome == "ok"
+        assert info.to_dict()["outcome"] == "ok"
+        assert (await service.inspect(Thumb, "bad")).outcome == "failed"
+        assert (await service.inspect(Thumb, "nope")).outcome is None
 
 
 async def test_result_and_ack_are_one_step(redis_url: str, prefix: str) -> None:
@@ -284,3 +287,72 @@ async def test_results_on_a_cluster(cluster: RedisClusterServer, prefix: str) ->
 def test_public_names() -> None:
     assert delayq.Result(False).value is False
     assert issubclass(delayq.EventFailed, delayq.DelayqError)
+
+
+async def test_a_requeued_dead_letter_is_waited_for(redis_url: str, prefix: str) -> None:
+    service = EventService.from_url(redis_url, prefix=prefix, retry_attempts=0, **FAST)
+    fixed_now = asyncio.Event()
+
+    async def handle(event: Thumb) -> str:
+        if not fixed_now.is_set():
+            raise RuntimeError("broken")
+        return "repaired"
+
+    service.add_handler(Thumb, handle)
+    async with service:
+        await service.enqueue_with_delay(Thumb(id="d"), 0)
+        with pytest.raises(EventFailed):
+            await service.result(Thumb, "d", timeout=10)
+        fixed_now.set()
+        assert await service.requeue_dead_letters(Thumb, ["d"], delay=0.3) == 1
+        assert (await service.results(Thumb, ["d"]))["d"].status == "pending"
+        assert await service.result(Thumb, "d", timeout=10) == "repaired"
+
+
+async def test_with_delivery_groups_the_last_group_finishes_the_event(
+    redis_url: str, prefix: str
+) -> None:
+    service = EventService.from_url(redis_url, prefix=prefix, **FAST)
+    slow_gate = asyncio.Event()
+
+    async def fast(event: Thumb) -> str:
+        return "fast"
+
+    async def slow(event: Thumb) -> str:
+        await slow_gate.wait()
+        return "slow"
+
+    service.add_handler(Thumb, fast)  # the default group is a group too
+    service.add_handler(Thumb, fast, group="fast")
+    service.add_handler(Thumb, slow, group="slow")
+    async with service:
+        await service.enqueue_with_delay(Thumb(id="g"), 0)
+        waiter = asyncio.create_task(service.result(Thumb, "g", timeout=20))
+        with pytest.raises(TimeoutError):  # two groups are done, the slow one is not
+            await service.result(Thumb, "g", timeout=1.0)
+        assert not waiter.done()
+        slow_gate.set()
+        assert await waiter == "slow"
+
+
+def test_delayq_inspect_shows_a_kept_result(
+    redis_url: str, prefix: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from delayq.cli.app import main
+
+    async def handled() -> None:
+        service = EventService.from_url(redis_url, prefix=prefix, **FAST)
+        service.add_handler(Thumb, _thumb)
+        async with service:
+            await service.enqueue_with_delay(Thumb(id="cli", path="c.png"), 0)
+            await service.result(Thumb, "cli", timeout=10)
+
+    asyncio.run(handled())
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("DELAYQ_PREFIX", prefix)
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["inspect", Thumb.event_name, "cli"]) == 0
+    out = capsys.readouterr().out
+    assert "result" in out and "kept" in out
+    assert main(["inspect", Thumb.event_name, "cli", "--json"]) == 0
+    assert '"outcome": "ok"' in capsys.readouterr().out

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime, timezone
+from typing import Literal
 
 from ..codec import Codec
 from ..events import EventTypes
@@ -117,6 +118,7 @@ class Inspector:
                 break
             r = await self._store.inspect(shard, event_id)
         groups = _group_states(r) if r.groups is not None else {}
+        outcome: Literal["ok", "failed"] | None = None
         state: EventState
         due_at, lease_deadline, failed_at = None, utc(r.lease_deadline_ms), utc(r.dead_at_ms)
         attempts, last_error = r.attempts, r.error
@@ -141,6 +143,7 @@ class Inspector:
             due_at = utc(r.scheduled_ms)
         elif r.envelope is None:
             state = "absent"
+            outcome = await self._kept_outcome(shard_list, event_id)
         else:
             state = "stranded"
         decoded = (
@@ -166,7 +169,19 @@ class Inspector:
             decode_error=decoded.error,
             checked_at=datetime.fromtimestamp(r.now_ms / 1000, timezone.utc),
             groups=groups,
+            outcome=outcome,
         )
+
+    async def _kept_outcome(
+        self, shard_list: list[str], event_id: str
+    ) -> Literal["ok", "failed"] | None:
+        """Whether a done event's outcome is kept (types with ``results=``; one more read,
+        for absent events only)."""
+        for shard in shard_list:
+            ((found, _),) = await self._store.outcomes(shard, [event_id])
+            if found in ("o", "f"):
+                return "ok" if found == "o" else "failed"
+        return None
 
     async def scheduled(
         self,

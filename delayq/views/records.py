@@ -185,6 +185,10 @@ class EventInfo:
     """For a type with named delivery groups: the event's state in each registered group,
     by name (empty otherwise). ``state`` and the fields from ``due_at`` to ``last_error``
     are then those of the most active group (in flight, else ready, scheduled, dead)."""
+    outcome: Literal["ok", "failed"] | None = None
+    """For an ``absent`` event of a type with ``results=``: ``"ok"`` when its result is
+    kept, ``"failed"`` when its dead letter's error is (read it with
+    ``EventService.result``); else None."""
 
     def to_dict(self) -> dict[str, Any]:
         """Stable JSON-able fields (times as ISO 8601 UTC, ``raw`` as base64)."""
@@ -205,6 +209,7 @@ class EventInfo:
             "decode_error": self.decode_error,
             "checked_at": _iso(self.checked_at),
             "groups": {name: g.to_dict() for name, g in self.groups.items()},
+            "outcome": self.outcome,
         }
 
 
