@@ -356,3 +356,14 @@ def test_delayq_inspect_shows_a_kept_result(
     assert "result" in out and "kept" in out
     assert main(["inspect", Thumb.event_name, "cli", "--json"]) == 0
     assert '"outcome": "ok"' in capsys.readouterr().out
+
+
+async def test_stats_count_the_kept_results(redis_url: str, prefix: str) -> None:
+    service = EventService.from_url(redis_url, prefix=prefix, **FAST)
+    service.add_handler(Thumb, _thumb, concurrency=4)
+    async with service:
+        await service.enqueue_many([Thumb(id=f"k{i}", path="p") for i in range(5)])
+        for i in range(5):
+            await service.result(Thumb, f"k{i}", timeout=10)
+        assert (await service.stats_for(Thumb)).results_kept == 5
+        assert (await service.stats_for(Plain)).results_kept == 0

@@ -145,7 +145,7 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     "dead_list": _names("events attempts errors dead"),
     "inflight_list": _names("inflight attempts"),
     "due_histogram": _names("scheduled retries"),
-    "counts": _names("scheduled ready queued inflight dead retries limits klines"),
+    "counts": _names("scheduled ready queued inflight dead retries limits klines rexp"),
     "scheduled_list": _names("events scheduled attempts errors retries"),
     "ready_list": _names("events queued attempts errors"),
     "dead_find": _names("events attempts errors dead"),

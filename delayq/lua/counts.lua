@@ -2,13 +2,15 @@
 -- due, and how far behind its consumers are.
 --
 -- KEYS (delayq/keyspace/scripts.py): `scheduled`, `ready`, `queued`, `inflight`, `dead`,
---   `retries`, `limits`, `klines` for one delivery group its read view (TypeKeys.read_view:
---   the type's schedule and the group's lists; `retries` the group's retry schedule, counted
---   as scheduled too; for the type's own counts its schedule again, so not counted twice),
---   the limits HASH and the group's flow-key lines.
+--   `retries`, `limits`, `klines`, `rexp` for one delivery group its read view
+--   (TypeKeys.read_view: the type's schedule and the group's lists; the group's retry
+--   schedule, counted as scheduled too; for the type's own counts its schedule again, so
+--   not counted twice), the limits HASH, the group's flow-key lines, and the type's kept
+--   outcomes' expiry times (types with results=).
 -- ARGV: none
 -- Returns: {scheduled, ready, in_flight, dead, next_due_ms (-1: none scheduled),
---           scheduled_overdue, oldest_ready_entry or false, now_ms, paused}
+--           scheduled_overdue, oldest_ready_entry or false, now_ms, paused, results_kept}
+--   results_kept       outcomes kept and not expired yet (0 for a type without results=)
 --   paused             1 while the type (group) is paused (see limits.lua), else 0
 --   scheduled_overdue  scheduled events whose due time has passed (the
 --                      scheduler has not moved them yet)
@@ -46,4 +48,5 @@ return {
   head,
   now,
   K_LIMITS and redis.call('HEXISTS', K_LIMITS, 'paused') or 0,
+  K_REXP and redis.call('ZCOUNT', K_REXP, '(' .. now, '+inf') or 0,
 }

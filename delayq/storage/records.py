@@ -129,6 +129,8 @@ class QueueCounts:
     due time has passed."""
     paused: bool = field(default=False, compare=False)
     """True while the type (its default group) is paused (``EventService.pause``)."""
+    results_kept: int = field(default=0, compare=False)
+    """Outcomes of done events kept and not expired (types with ``results=``; else 0)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +226,7 @@ def _counts(r: Sequence[Any]) -> QueueCounts:
         backlog_age=max(0, now - oldest) / 1000 if oldest is not None else 0.0,
         due=ready + overdue,
         paused=len(r) > 8 and int(r[8]) == 1,
+        results_kept=int(r[9]) if len(r) > 9 else 0,
     )
 
 
@@ -240,5 +243,6 @@ def sum_counts(parts: Sequence[QueueCounts]) -> QueueCounts:
         next_due_at=min(dues) if dues else None,
         backlog_age=max(p.backlog_age for p in parts),
         due=sum(p.due for p in parts),
+        results_kept=sum(p.results_kept for p in parts),
         paused=any(p.paused for p in parts),  # pause() writes every partition
     )
