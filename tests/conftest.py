@@ -134,6 +134,7 @@ LANE_SECONDS = {
     "tests/test_spark_stream.py": 170.0,  # two starts of a local cluster
     "tests/test_cli_worker.py": 95.0,
     "tests/test_schedules_processes.py": 95.0,
+    "tests/faults/test_fault_schedule_restarts.py": 90.0,
     "tests/test_sentinel.py": 90.0,
     "tests/test_dashboard_browser.py": 75.0,
     "tests/test_benchmarks_smoke.py": 70.0,

@@ -77,6 +77,7 @@ STANDALONE = (
     "history_add",
     "members",
     "schedule_write",
+    "schedule_load",
     "schedule_index",
     "schedule_due",
     "limits_set",

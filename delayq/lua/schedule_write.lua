@@ -4,15 +4,22 @@
 --   HASH (name -> definition) and schedule-state HASH (name -> state; see
 --   schedule_fire.lua).
 -- ARGV[1] 'upsert', 'pause', 'resume', 'remove' or 'read'; ARGV[2] the name;
---   for 'upsert' ARGV[3] the definition, ARGV[4] its version
--- Returns: {found (0/1), gen, state or false, definition or false, now ms}
---   (after the change; for 'remove' what was there).
+--   for 'upsert' ARGV[3] the definition, ARGV[4] its version (a digest of the
+--   definition, no time in it) and ARGV[5] what a different stored version means:
+--   '' a change; '?' ask (write nothing, answer found = 2 with what is stored); or
+--   a version: if the stored one is exactly that, it is this same definition as an
+--   older release encoded it (its template carried an encode time), replaced
+--   without moving the mark; any other version is a change
+-- Returns: {found (0/1; 2: '?' found another version), gen, state or false,
+--   definition or false, now ms} (after the change; for 'remove' what was there).
 -- Guarantees: the mark (the last slot fired) never moves back, so no write
---   here lets a slot fire twice. An upsert of the same definition changes
---   nothing (a process that declares its schedules at every start keeps any
---   slot due while it was down); a changed definition, and a resume, move
---   the mark to now: slots before the change are not fired late. `gen` (Redis
---   µs) grows with every change (see schedule_index.lua).
+--   here lets a slot fire twice. An upsert of the same definition (the same
+--   version) writes nothing at all: no new version, no gen, no mark moved (a
+--   process that declares its schedules at every start keeps any slot due while
+--   it was down, even one another process's firer owes right now); a changed
+--   definition, and a resume, move the mark to now: slots before the change are
+--   not fired late. A definition and its state's version change together, here
+--   only. `gen` (Redis µs) grows with every change (see schedule_index.lua).
 local op, name = ARGV[1], ARGV[2]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -30,11 +37,14 @@ end
 if op == 'upsert' then
   if not st then
     st = {ARGV[4], now, '', 0, 0, 0, gen, 0, 0, 0}
-  elseif st[1] ~= ARGV[4] then
-    st[1], st[7] = ARGV[4], gen
-    if tonumber(st[2]) < now then st[2] = now end
-  else
+  elseif st[1] == ARGV[4] then
     return reply(1)  -- the same definition: nothing changes
+  elseif ARGV[5] == '?' then
+    return reply(2)
+  else
+    local same = ARGV[5] ~= '' and st[1] == ARGV[5]
+    st[1], st[7] = ARGV[4], gen
+    if not same and tonumber(st[2]) < now then st[2] = now end
   end
   redis.call('HSET', K_SCHEDULES, name, ARGV[3])
   redis.call('HSET', K_SCHEDULE_STATE, name, cmsgpack.pack(st))

@@ -4,6 +4,7 @@ exactly once by any number of processes (see docs/SCHEDULES.md).
 * :mod:`.cron`: cron expressions in a time zone and their slots (cronsim, zoneinfo, DST);
 * :mod:`.spec`: the stored definition and its slots, fire ids, jitter;
 * :mod:`.state`: the state the Lua scripts keep (the mark of the last slot fired, ...);
+* :mod:`.identity`: when two declarations are the same definition (nothing then changes);
 * :mod:`.api`: ``Schedules``, the operations ``EventService.schedule`` and friends call,
   and ``ScheduleInfo``;
 * :mod:`.firing`: ``ScheduleFirer``, the loop every scheduler process runs.

@@ -18,6 +18,7 @@ from ..observer import Observer
 from ..partitions.shards import shard_for, type_of
 from ..storage.store import Store
 from .firing import write_fires
+from .identity import canonical_template, same_definition
 from .spec import (
     OVERLAPS,
     ScheduleSpec,
@@ -241,7 +242,8 @@ class Schedules:
             event = msgspec.convert({**payload, "id": _PLACEHOLDER_ID}, event_type)
         except msgspec.ValidationError as exc:
             raise ValueError(f"payload is not a valid {event_type.__name__}: {exc}") from None
-        template = self._codec.encode(event, check_context(context))
+        # no encode time, context keys in order: the same declaration, the same version
+        template = canonical_template(self._codec.encode(event, check_context(context)))
         check_template(template)
         spec = ScheduleSpec(
             name=name, event_type=type_name, partitions=event_type.event_partitions,
@@ -266,9 +268,17 @@ class Schedules:
             removed = await self._store.schedule_write(home, "remove", spec.name)
             await self._store.schedule_index([(spec.name, removed.gen, "", None)])
         # the stored version says whether the definition changed (the mark moves then)
-        w = await self._store.schedule_write(
-            shard, "upsert", spec.name, encode_spec(spec), spec.version
-        )
+        data = encode_spec(spec)
+        w = await self._store.schedule_write(shard, "upsert", spec.name, data, spec.version, "?")
+        if w.differs:
+            # another version: a change, unless it is this definition as an older release
+            # stored it (with its encode time); the script replaces exactly that version
+            assert w.state is not None and w.definition is not None
+            same = same_definition(w.definition, spec)
+            old = ScheduleState.decode(w.state).version if same else ""
+            w = await self._store.schedule_write(
+                shard, "upsert", spec.name, data, spec.version, old
+            )
         assert w.state is not None
         state = ScheduleState.decode(w.state)
         nxt = _next(spec, state, w.now_ms)

@@ -96,7 +96,9 @@ async def write_fires(
 log = logging.getLogger("delayq.schedules")
 
 _MAX_BACKOFF = 5.0
-# A schedule whose definition is missing (being written or removed) is looked at again then.
+# A schedule the index lists but its shard lacks (removed meanwhile), or whose definition is
+# not its state's version (written by something else than schedule_write.lua), is looked at
+# again then.
 _RETRY_MS = 5000
 # A fire more than this late (ms) counts as a catch-up fire.
 CATCH_UP_MS = 1000
@@ -211,6 +213,8 @@ class ScheduleFirer:
         spec = self._specs.get((name, version))
         if spec is None:
             spec = decode_spec(data)
+            if spec.version != version:
+                return spec  # never cached under another definition's version
             if len(self._specs) > 10_000:
                 self._specs.clear()
             self._specs[name, version] = spec
@@ -238,9 +242,10 @@ class ScheduleFirer:
         specs: dict[str, ScheduleSpec] = {}
         for (name, seen_gen), (data, raw_state) in zip(entries, loaded, strict=True):
             if data is None or raw_state is None:
-                # being written or removed: look again later, unless it changed meanwhile
+                # removed meanwhile: look again later, unless the index learnt of it first
                 index.append((name, seen_gen, shard, now + _RETRY_MS))
                 continue
+            # read together (schedule_load.lua): the definition is the state's version's
             state = ScheduleState.decode(raw_state)
             spec = self._spec(name, data, state.version)
             if spec.version != state.version:

@@ -35,6 +35,8 @@ class ScheduleWrite:
     state: bytes | None
     definition: bytes | None
     now_ms: int
+    differs: bool = False
+    """An upsert with ``other="?"`` found another version stored and wrote nothing."""
 
 
 _pack = msgspec.msgpack.Encoder().encode
@@ -58,16 +60,28 @@ class ScheduleStore(Layouts):
         return keys.schedules, keys.schedule_state
 
     async def schedule_write(
-        self, shard: str, op: str, name: str, definition: bytes = b"", version: str = ""
+        self,
+        shard: str,
+        op: str,
+        name: str,
+        definition: bytes = b"",
+        version: str = "",
+        other: str = "",
     ) -> ScheduleWrite:
-        """Upsert, pause, resume, remove or read one schedule (``schedule_write.lua``)."""
+        """Upsert, pause, resume, remove or read one schedule (``schedule_write.lua``).
+
+        ``other``: what an upsert does when another version is stored: ``""`` change it
+        (the mark moves to now), ``"?"`` write nothing and answer ``differs`` with what is
+        stored, or a version: replace exactly that one keeping the mark (the same
+        definition as an older release encoded it)."""
         if op == "upsert":
             await self.register_type(shard)  # the scheduler sweeps the types it knows
         r = await self._scripts["schedule_write"](
-            keys=list(self.schedule_keys(shard)), args=[op, name, definition, version]
+            keys=list(self.schedule_keys(shard)), args=[op, name, definition, version, other]
         )
         return ScheduleWrite(
-            found=bool(int(r[0])),
+            found=int(r[0]) != 0,
+            differs=int(r[0]) == 2,
             gen=int(r[1]),
             state=r[2] or None,
             definition=r[3] or None,
@@ -92,11 +106,14 @@ class ScheduleStore(Layouts):
     async def schedule_load(
         self, shard: str, names: Sequence[str]
     ) -> list[tuple[bytes | None, bytes | None]]:
-        """``(definition, state)`` of each name in ``shard`` (two HMGETs, one slot)."""
-        defs_key, state_key = self.schedule_keys(shard)
-        defs = cast(list[bytes | None], await self.redis.hmget(defs_key, list(names)))
-        states = cast(list[bytes | None], await self.redis.hmget(state_key, list(names)))
-        return list(zip(defs, states, strict=True))
+        """``(definition, state)`` of each name in ``shard`` (at most 1000), read together
+        (``schedule_load.lua``): the state's version is always the definition's."""
+        if not names:
+            return []
+        r = await self._scripts["schedule_load"](
+            keys=list(self.schedule_keys(shard)), args=list(names)
+        )
+        return [(r[i] or None, r[i + 1] or None) for i in range(0, len(r), 2)]
 
     async def schedule_index(
         self, entries: Sequence[tuple[str, int, str, int | None]], *, publish: bool = False

@@ -22,6 +22,8 @@ cannot erase the evidence), under ``rec:{run}:``:
                                    (with ``--count-moves``)
 ``rec:{run}:stalled``       HASH   id -> times it was in progress in a process whose event
                                    loop a ``Job.block_ms`` handler then blocked
+``rec:{run}:declared``      LIST   ``"<pid> <unix s>"`` when a process declared its schedule
+                                   (with ``--declare-every``)
 =========================== ====== ==========================================================
 
 An id still in ``inprog:{pid}`` when ``pid`` dies was *interrupted*: the handler was running,

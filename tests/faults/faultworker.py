@@ -9,6 +9,7 @@ It records every handler start, success and failure into the recorder Redis (see
 ``faultkit``), keeps the ids it has started but not yet acked or failed in
 ``rec:{run}:inprog:{pid}``, and exits cleanly (closing the service) on SIGTERM.
 ``--clock-skew S`` shifts this process's ``time.time()``/``time.time_ns()`` by S seconds.
+``--declare-every S`` declares a recurring schedule of ``Job`` at every start.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import signal
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -65,6 +67,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="handlers finish only once KEY exists in the recorder Redis",
     )
     p.add_argument("--metrics", action="store_true", help="on exit, record the service's counters")
+    p.add_argument(
+        "--declare-every",
+        type=float,
+        default=None,
+        metavar="S",
+        help="declare the schedule 'tick' (Job every S seconds, overlap allow, catch-up 5 min) "
+        "at start, as docs/SCHEDULES.md advises; record when in rec:{run}:declared",
+    )
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
 
@@ -180,6 +190,12 @@ async def main(args: argparse.Namespace) -> None:
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
     async with service:
+        if args.declare_every is not None:
+            await service.schedule(
+                "tick", Job, every=timedelta(seconds=args.declare_every), overlap="allow",
+                catch_up=timedelta(minutes=5),
+            )  # fmt: skip
+            await rec.rpush(rec_key(run, "declared"), f"{pid} {time.time():.3f}")
         sched = service._scheduler  # the fault tests map lock tokens to processes
         if sched is not None:
             await rec.hset(rec_key(run, "tokens"), sched.token, pid)
