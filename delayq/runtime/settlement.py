@@ -33,6 +33,9 @@ ACK_MAX = 256
 # A stopping consumer gives its last acks at least this long, even with shutdown_grace=0.
 _MIN_ACK_FLUSH = 2.0
 
+# the outcome record of a handler that returned no value (delayq.results, MessagePack nil)
+_NO_VALUE = b"om\xc0"
+
 Lease = tuple[str, bytes, bytes]
 """One delivery's lease: (shard, id, claim token)."""
 
@@ -104,6 +107,9 @@ class Settlement:
         Acks a previous run could not send are kept, with their leases, for this one.
         """
         self.leased.intersection_update(self.acks)  # in place: the consumer holds the set
+        if self.results:  # the outcome records of acks that were dropped go with them
+            kept = set(self.acks)
+            self.results = {lease: r for lease, r in self.results.items() if lease in kept}
         self._settling.clear()
         self.ack_wanted = asyncio.Event()
         if self.acks:  # the consumer only wakes the ack task when it adds the first ack
@@ -215,9 +221,14 @@ class Settlement:
         """The acks of a type that keeps results, each with its outcome record."""
         keep_ms, results = self._keep_ms, self.results
         assert keep_ms is not None
+        # every acked lease of such a type has its record (the consumer notes it first);
+        # a missing one would keep None rather than hold up the acks behind it
         calls = [
             self._store.ack_results(
-                shard, [(i, t, results[shard, i, t]) for i, t in done], keep_ms, group=self._group
+                shard,
+                [(i, t, results.get((shard, i, t), _NO_VALUE)) for i, t in done],
+                keep_ms,
+                group=self._group,
             )
             for shard, done in by_shard.items()
         ]
