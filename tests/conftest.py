@@ -136,6 +136,7 @@ LANE_SECONDS = {
     "tests/test_schedules_processes.py": 95.0,
     "tests/faults/test_fault_schedule_restarts.py": 90.0,
     "tests/test_sentinel.py": 90.0,
+    "tests/test_cluster_failover.py": 95.0,  # three clusters (or a Sentinel set) failed over
     "tests/test_dashboard_browser.py": 75.0,
     "tests/test_benchmarks_smoke.py": 70.0,
     "tests/test_schedules.py": 50.0,

@@ -82,7 +82,8 @@ async def spread_case(case: str, url: str, counts: dict[str, int]) -> dict[str, 
     spread.listening()
     async with anyio.create_task_group() as tg:
         tg.start_soon(spread.run)
-        while not spread._joined:
+        # joined, and its first moves (each a task of its own, a connection each) ended
+        while not spread._joined or spread._moving:
             await asyncio.sleep(0.01)
         if case == "spread-readonly":
             await admin.execute_command("REPLICAOF", "127.0.0.1", "1")  # writes: READONLY

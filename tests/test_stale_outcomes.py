@@ -61,3 +61,49 @@ async def test_acks_and_failures_of_cancelled_deliveries_are_stale(
         assert metrics.counters["dead_lettered", t] == 0
         counts = await service.stats_for(Settled)
         assert counts.in_flight == 0 and counts.scheduled + counts.ready == 1  # bad-0's retry
+
+
+class Spread(Event, event_name="stale-spread", partitions=4):
+    pass
+
+
+async def test_a_partition_whose_ack_fails_holds_back_no_other_partition(
+    redis_url: str, prefix: str, wait_for
+) -> None:
+    """One partition's failed ack call is sent again alone: the other partitions' acks of
+    the same batch settle at once, and are not sent twice (which would count them stale)."""
+    metrics = InMemoryMetrics()
+    service = EventService.from_url(redis_url, prefix=prefix, metrics=metrics)
+    gate = asyncio.Event()
+    running: set[str] = set()
+    calls: list[str] = []
+    store = service._store
+    real_ack = store.ack
+
+    async def ack(shard: str, done, *, group=None) -> int:  # a node down for 2 calls
+        calls.append(shard)
+        if "#0/" in shard and calls.count(shard) <= 2:
+            raise ConnectionError("the node of partition 0 is down")
+        return await real_ack(shard, done, group=group)
+
+    store.ack = ack  # type: ignore[method-assign]
+
+    async def handle(event: Spread) -> None:
+        running.add(event.id)
+        await gate.wait()
+
+    n = 24
+    service.add_handler(Spread, handle, concurrency=n)
+    async with service:
+        await service.enqueue_many([Spread(id=f"s-{i}") for i in range(n)])
+        await wait_for(lambda: len(running) == n, timeout=10)
+        gate.set()  # every handler ends at once: their acks go in one batch
+        t = Spread.event_name
+        await wait_for(lambda: metrics.counters["succeeded", t] == n, timeout=10)
+        assert metrics.counters["stale_outcomes", t] == 0
+        assert len({s for s in calls if "#0/" not in s}) == len(set(calls)) - 1
+        for healthy in {s for s in calls if "#0/" not in s}:
+            assert calls.count(healthy) == 1  # sent once, though partition 0's failed twice
+        assert sum(1 for s in calls if "#0/" in s) == 3
+        counts = await service.stats_for(Spread)
+        assert counts.in_flight == 0

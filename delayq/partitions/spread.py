@@ -26,6 +26,23 @@ therefore late by about ``takeover_delay``, not by the membership's time to
 live. A process that stops gracefully leaves the
 membership (and publishes the same message).
 
+A failure on one cluster node delays only what lives there. Each partition's move
+runs as its own task and fails and backs off on its own (0.1 s doubling, at most
+:data:`~delayq._pacing.Backoffs` ``cap`` 0.5 s, so a partition whose node failed over
+resumes within about half a second of the promotion), while the other partitions
+keep their times; a move that hangs holds up only its partition. The membership
+lives on the ``{prefix}`` node: while a beat fails, a process keeps the members it
+last read and moves the partitions it owned under them **until its lease on them
+ends** (its entry's time to live, counted from when its last good beat was sent:
+the others forget it no earlier). Past that it owns nothing and looks at every
+partition as a non-owner does, ``takeover_delay`` late, until a beat goes through.
+Moving is atomic and idempotent, so the overlap this allows (another process
+taking the partitions over while this one still moves them) moves nothing twice.
+
+(Over 400 lines: one job, moving the partitions, whose membership, per-partition
+moves and planning share one state: who owns what and when each partition is due;
+split apart, each half would read and write the other's.)
+
 A process joins only once its wake-up subscription is up: an enqueue publishes
 a wake-up only when it brings a partition's next due time forward, so an owner
 that missed one would not look at that partition until its next full sweep,
@@ -44,10 +61,10 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 
 import anyio
+import anyio.abc
 import anyio.lowlevel
 
-from .._pacing import wait_to_retry
-from ..errors import RedisResponseError, is_transient
+from .._pacing import Backoffs, wait_to_retry
 from ..storage.store import Store
 
 __all__ = ["Spread", "owner_of"]
@@ -113,6 +130,12 @@ class Spread:
         self._heard = False  # the scheduler's wake-up subscription has been up
         self._wake_at = math.inf  # when the last pass planned the next one
         self._wake = anyio.Event()
+        self._moving: set[str] = set()  # partitions with a move under way (a task each)
+        self._moves: anyio.abc.TaskGroup | None = None
+        self._failing = Backoffs()  # per partition, and "" for the membership
+        self._lease_end = -math.inf  # when the members forget this process (monotonic)
+        self._evict: dict[str, int] = {}  # owners found silent by the moves, ms overdue
+        self._in_membership = False  # its task (beat, evictions) is under way
 
     # -- what the scheduler tells it ---------------------------------------------
 
@@ -164,9 +187,12 @@ class Spread:
         return {u for u in self._units if self.mine(u)}
 
     def mine(self, shard: str) -> bool:
-        """True when this process owns ``shard`` (or knows of no other process)."""
+        """True when this process owns ``shard`` (or knows of no other process); nothing
+        is its own once its lease has ended without a beat getting through."""
         if not self.members:
             return True
+        if self._joined and time.monotonic() >= self._lease_end:
+            return False
         owner = self._owners.get(shard)
         if owner is None:
             owner = self._owners[shard] = owner_of(shard, self.members)
@@ -186,49 +212,56 @@ class Spread:
 
     async def run(self) -> None:
         """Move partitions until :meth:`stop`."""
-        backoff = 0.1
-        # without a subscription after this long, join anyway: pub/sub only makes
-        # moves faster, the timed looks and sweeps are what guarantee them
-        join_by = time.monotonic() + _FULL_SWEEP * self._interval
         try:
-            while not self._stopping:
-                sleep_for = self._interval
-                failed = False
-                if self._units:
-                    try:
-                        if not (self._heard or self._joined or await self._alone(join_by)):
-                            sleep_for = self._interval  # or until the subscription is up
-                        else:
-                            if time.monotonic() - self._last_beat >= self._interval:
-                                await self._beat()
-                            sleep_for = await self._pass()
-                        backoff = 0.1
-                    except Exception as exc:  # loops never die
-                        self._on_error()
-                        log.warning("moving partitions failed (%s: %s); retrying in %.2fs",
-                                    type(exc).__name__, exc, backoff)  # fmt: skip
-                        sleep_for = backoff
-                        backoff = min(backoff * 2, _MAX_BACKOFF)
-                        failed = True
-                else:
-                    sleep_for = math.inf  # no partitioned type: no command at all
-                    self._woken.clear()  # (wake-ups for shards of a layout gone since)
-                if failed and not self._stopping:
-                    # not skipped for pending wake-ups (cleared only by a pass that runs)
-                    await wait_to_retry(self._wake, sleep_for)
-                elif sleep_for > 0 and (not self._woken or not self._joined) and not self._stopping:
-                    with anyio.move_on_after(sleep_for):
-                        await self._wake.wait()
-                else:
-                    await anyio.lowlevel.checkpoint()  # a pass may have sent nothing
-                self._wake = anyio.Event()
+            async with anyio.create_task_group() as self._moves:
+                await self._loop()
+                self._moves.cancel_scope.cancel()
         finally:
+            self._moves = None
+            self._moving.clear()
+            self._in_membership = False
             if self._joined:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                     try:
                         await self._store.scheduler_membership(self.token, self._ttl_ms, "leave")
                     except Exception as exc:
                         log.debug("leaving the scheduler membership failed: %s", exc)
+
+    async def _loop(self) -> None:
+        backoff = 0.1
+        # without a subscription after this long, join anyway: pub/sub only makes
+        # moves faster, the timed looks and sweeps are what guarantee them
+        join_by = time.monotonic() + _FULL_SWEEP * self._interval
+        while not self._stopping:
+            sleep_for = self._interval
+            failed = False
+            if self._units:
+                try:
+                    if not (self._heard or self._joined or await self._alone(join_by)):
+                        sleep_for = self._interval  # or until the subscription is up
+                    else:
+                        await self._membership()
+                        sleep_for = await self._pass()
+                    backoff = 0.1
+                except Exception as exc:  # loops never die
+                    self._on_error()
+                    log.warning("moving partitions failed (%s: %s); retrying in %.2fs",
+                                type(exc).__name__, exc, backoff)  # fmt: skip
+                    sleep_for = backoff
+                    backoff = min(backoff * 2, _MAX_BACKOFF)
+                    failed = True
+            else:
+                sleep_for = math.inf  # no partitioned type: no command at all
+                self._woken.clear()  # (wake-ups for shards of a layout gone since)
+            if failed and not self._stopping:
+                # not skipped for pending wake-ups (cleared only by a pass that runs)
+                await wait_to_retry(self._wake, sleep_for)
+            elif sleep_for > 0 and (not self._woken or not self._joined) and not self._stopping:
+                with anyio.move_on_after(sleep_for):
+                    await self._wake.wait()
+            else:
+                await anyio.lowlevel.checkpoint()  # a pass may have sent nothing
+            self._wake = anyio.Event()
 
     async def _alone(self, join_by: float) -> bool:
         """Whether to join before the wake-up subscription is up: when no other process
@@ -240,7 +273,60 @@ class Spread:
         members, _ = await self._store.scheduler_membership(self.token, self._ttl_ms, "read")
         return not members
 
+    def _next_beat(self) -> float:
+        return max(self._last_beat + self._interval, self._failing.until(""))
+
+    async def _membership(self) -> None:
+        """Evict the owners found silent and beat once per ``interval``: awaited until the
+        process has joined, then a task of its own, so that a call to the ``{prefix}``
+        node that fails slowly holds up no partition's move."""
+        if self._in_membership or (not self._evict and time.monotonic() < self._next_beat()):
+            return
+        if not self._joined:
+            await self._keep_membership()
+            return
+        assert self._moves is not None
+        self._in_membership = True
+        self._moves.start_soon(self._membership_task)
+
+    async def _membership_task(self) -> None:
+        try:
+            await self._evict_silent()
+            await self._keep_membership()
+        finally:
+            self._in_membership = False
+            self._interrupt()
+
+    async def _keep_membership(self) -> None:
+        """Beat once per ``interval``. A failed beat (the ``{prefix}`` node is away) does
+        not stop the moves: the last membership read holds until this process's lease
+        ends (see the module's docstring); the beat is tried again on its own backoff."""
+        now = time.monotonic()
+        if now < self._next_beat():
+            return
+        try:
+            await self._beat()
+        except Exception as exc:
+            if not self._joined:
+                raise  # no membership read yet: nothing to go on with
+            self._on_error()
+            wait = self._failing.failed("", now)
+            left = self._lease_end - now
+            if left > 0:
+                log.warning("scheduler %s: the membership is out of reach (%s: %s); moving "
+                            "the partitions it owned for %.1fs more, trying again in %.2fs",
+                            self.token[:8], type(exc).__name__, exc, left, wait)  # fmt: skip
+            else:
+                log.warning("scheduler %s: the membership is out of reach (%s: %s) past "
+                            "this process's lease: it moves partitions only as a standby, "
+                            "trying again in %.2fs", self.token[:8], type(exc).__name__,
+                            exc, wait)  # fmt: skip
+            return
+        if self._failing.succeeded(""):
+            log.info("scheduler %s: the membership is back", self.token[:8])
+
     async def _beat(self) -> None:
+        sent = time.monotonic()
         members, added = await self._store.scheduler_membership(self.token, self._ttl_ms)
         if added:
             # joined, or back after an eviction or an expiry: what this process knew of
@@ -248,11 +334,17 @@ class Spread:
             if self._joined:
                 log.info("scheduler %s: back among the partitions' owners", self.token[:8])
             self._last_full = -math.inf
+        if time.monotonic() >= self._lease_end:
+            self._owners = {}  # (owners cached while nothing was its own)
+            self._last_full = -math.inf
+        self._lease_end = sent + self._ttl_ms / 1000  # Redis set the deadline after `sent`
         self._set_members(members)
         self._joined = True
         self._last_beat = time.monotonic()
 
     async def _pass(self) -> float:
+        """Start a move for every partition that needs a look (its own task; see
+        :meth:`_move`); return how long to sleep. A move that ends wakes the loop."""
         now = time.monotonic()
         delay = self._delay
         behind = max(0.0, now - self._wake_at)  # this process's own stall before the pass
@@ -268,52 +360,84 @@ class Spread:
             todo |= {u for u in self._active if self.mine(u)}
         todo |= self._woken
         self._woken.clear()
-        evict: dict[str, int] = {}
-        for unit in sorted(todo):
+        assert self._moves is not None
+        for unit in sorted(todo - self._moving):
             if self._stopping:
                 break
-            lag = behind + time.monotonic() - now
-            try:
-                late = await self._drain(unit, self._next, self._active)
-            except RedisResponseError as exc:
-                if is_transient(exc):  # "not now" (READONLY, BUSY...): the loop backs off
-                    raise
-                # Redis refused this partition's script (a key of the wrong type
-                # written by someone else): the other partitions must still move
-                self._on_error()
-                log.error("%s: moving due events failed: %s; trying again later", unit, exc)
-                self._next[unit] = time.monotonic() + _FULL_SWEEP * self._interval
+            if self._failing.waiting(unit, now):
+                self._next[unit] = min(self._next.get(unit, math.inf), now)  # at its retry
                 continue
+            self._moving.add(unit)
+            self._moves.start_soon(self._move, unit, behind)
+        if self._evict:
+            await self._membership()
+        now = time.monotonic()
+        wake_at = min(
+            (
+                max(at + (0 if self.mine(u) else delay), self._failing.until(u))
+                for u, at in self._next.items()
+                if u not in self._moving
+            ),
+            default=math.inf,
+        )
+        beat_at = math.inf if self._in_membership else self._next_beat()  # (its task wakes)
+        wake_at = min(wake_at, beat_at, self._last_full + _FULL_SWEEP * self._interval)
+        if any(self.mine(u) for u in self._active):
+            wake_at = min(wake_at, self._last_sweep + self._interval)
+        self._wake_at = wake_at
+        return max(0.0, wake_at - now)
+
+    async def _move(self, unit: str, behind: float) -> None:
+        """One partition's move, as a task of its own: a partition whose node fails (or
+        hangs) backs off alone while the others keep moving."""
+        try:
+            late = await self._drain(unit, self._next, self._active)
+        except Exception as exc:
+            self._move_failed(unit, exc)
+        else:
+            # a partition this process could not move either was left overdue by its
+            # node, not by its owner: no eviction for that
+            was_failing = self._failing.succeeded(unit)
+            if was_failing:
+                log.info("%s: moving due events again", unit)
             owner = None if self.mine(unit) else self._owners.get(unit)
-            if owner is not None and late >= delay * 1000:
-                if lag < delay / 2:
-                    evict[owner] = max(evict.get(owner, 0), late)
+            if owner is not None and late >= self._delay * 1000 and not was_failing:
+                if behind < self._delay / 2:
+                    self._evict[owner] = max(self._evict.get(owner, 0), late)
                 else:
                     # this process looked late itself (its loop or the machine stalled):
                     # the owner may have stalled with it, so this is no proof it died;
                     # the next look, if on time, decides
                     log.info("scheduler %s: moved partitions that %s left %d ms overdue, "
                              "looking %d ms late itself; not evicting it", self.token[:8],
-                             owner[:8], late, lag * 1000)  # fmt: skip
+                             owner[:8], late, behind * 1000)  # fmt: skip
+        finally:
+            self._moving.discard(unit)
+            self._interrupt()
+
+    def _move_failed(self, unit: str, exc: Exception) -> None:
+        self._on_error()
+        now = time.monotonic()
+        # this partition alone waits; the others must still move
+        self._failing.move_failed(unit, exc, now, refused_wait=_FULL_SWEEP * self._interval,
+                                  log=log)  # fmt: skip
+        self._next[unit] = min(self._next.get(unit, math.inf), now)  # looked at on retry
+
+    async def _evict_silent(self) -> None:
+        """Evict the owners whose partitions the moves found overdue (each publishes
+        ``:members``); one that fails (the membership's node is away) is let go: its
+        partitions were moved anyway, and the next overdue look tries again."""
+        evict, self._evict = self._evict, {}
         for owner, late in evict.items():
             log.warning("scheduler %s: moved partitions that %s left %d ms overdue; "
                         "taking them over", self.token[:8], owner[:8], late)  # fmt: skip
-            members, _ = await self._store.scheduler_membership(
-                self.token, self._ttl_ms, f"evict:{owner}"
-            )
+            try:
+                members, _ = await self._store.scheduler_membership(
+                    self.token, self._ttl_ms, f"evict:{owner}"
+                )
+            except Exception as exc:
+                self._on_error()
+                log.info("scheduler %s: evicting %s failed (%s)", self.token[:8], owner[:8], exc)
+                continue
             self._set_members(members)
             self._last_beat = time.monotonic()
-        now = time.monotonic()
-        wake_at = min(
-            (at + (0 if self.mine(u) else delay) for u, at in self._next.items()),
-            default=math.inf,
-        )
-        wake_at = min(
-            wake_at,
-            self._last_beat + self._interval,
-            self._last_full + _FULL_SWEEP * self._interval,
-        )
-        if any(self.mine(u) for u in self._active):
-            wake_at = min(wake_at, self._last_sweep + self._interval)
-        self._wake_at = wake_at
-        return max(0.0, wake_at - now)

@@ -26,6 +26,11 @@ from .settlement import Settlement
 # the consumer's logger: the records keep the name they had before the split
 log = logging.getLogger("delayq.consumer")
 
+# A fetcher's longest wait between failed BRPOPs: one partition's fetcher fails when its
+# cluster node does (killed, failing over), and must be back within about a second of
+# the promotion; up to 5 s, it left events the scheduler had moved waiting in the ready
+# list of a healthy node long after (issue 37). A try is one refused connection.
+_FETCH_MAX_BACKOFF = 1.0
 # The most entries one claim call takes. A claim costs Redis about 15 µs per entry
 # (benchmarks/script_cost.py), and every other client waits while it runs: 64 keeps a
 # call near 1 ms; more free slots are filled by the next claims, at once, without a BRPOP.
@@ -179,7 +184,7 @@ class Fetcher:
                 await anyio.sleep(block)  # in-process check only: no Redis command
 
     async def _fetch_loop(self, handlers: HandlerTasks, shard: str) -> None:
-        retrying = Retrying()
+        retrying = Retrying(most=_FETCH_MAX_BACKOFF)
         leased = self._settlement.leased  # never replaced
         slots = self._slots
         popped: list[bytes] = []  # a BRPOP'd entry whose claim has not gone through yet

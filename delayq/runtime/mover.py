@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import anyio
 
-from ..errors import RedisResponseError, is_transient
+from .._pacing import Backoffs
 from ..keys import DEFAULT_GROUP
 from ..metrics import ServiceMetrics
 from ..partitions.shards import type_of
@@ -63,6 +63,8 @@ class Mover:
         """The leader's types whose last batch was full: the drainer moves them, batch
         after batch, beside the passes."""
         self._wake: anyio.Event | None = None
+        self.failing = Backoffs()
+        """Each type's own backoff after a failed move."""
 
     def reset(self) -> None:
         """Called by the scheduler's ``run()`` before it starts :meth:`drainer` (a new
@@ -103,19 +105,29 @@ class Mover:
                 backoff = min(backoff * 2, MAX_BACKOFF)
 
     async def move_or_log(self, type_name: str) -> int:
-        """Move what is due for one type; a refused script does not stop the other types."""
-        try:
-            return await self._move(type_name)
-        except RedisResponseError as exc:
-            if is_transient(exc):  # the server says "not now" (READONLY, BUSY...): to the
-                raise  # loop, which backs off and tries every type again
-            # Redis refused this type's script (say, a key of the wrong type
-            # written by someone else): the other types must still move.
-            self._metrics.increment("redis_errors", event_type=type_name)
-            log.error("%s: moving due events failed: %s; trying again later", type_name, exc)
-            self.next[type_name] = time.monotonic() + 10 * self._interval
-            self.backlog.discard(type_name)  # not at once again: at that time
+        """Move what is due for one type (unless it waits after a failure); a failure
+        is this type's alone: it backs off, and the other types still move."""
+        now = time.monotonic()
+        if self.failing.waiting(type_name, now):
+            self.next[type_name] = self.failing.until(type_name)  # looked at then
+            self.backlog.discard(type_name)
             return 0
+        try:
+            late = await self._move(type_name)
+        except Exception as exc:
+            self._failed(type_name, exc)
+            return 0
+        if self.failing.succeeded(type_name):
+            log.info("%s: moving due events again", type_name)
+        return late
+
+    def _failed(self, type_name: str, exc: Exception) -> None:
+        self._metrics.increment("redis_errors", event_type=type_name)
+        # this type alone waits; the others must still move
+        now = time.monotonic()
+        self.failing.move_failed(type_name, exc, now, refused_wait=10 * self._interval, log=log)
+        self.next[type_name] = self.failing.until(type_name)
+        self.backlog.discard(type_name)  # not at once again: at that time
 
     async def _move(self, type_name: str) -> int:
         """Move one batch of a type's due events; return how late the oldest was (ms).

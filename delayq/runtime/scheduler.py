@@ -22,6 +22,11 @@ compare-and-set on the token it last saw, so a dead leader is replaced within
 gracefully releases the lock and publishes so on the wake-up channel, and a
 standby takes it at once.
 
+A failure reaches only what it touches: a type whose move fails backs off alone
+(:mod:`delayq.runtime.mover`), and a leader that cannot reach the lock goes on
+leading until its lease on it ends (:mod:`delayq.runtime.leadership`), so a cluster
+node failing over delays only the types on that node, the lock's node included.
+
 Partitioned types are not moved by the leader: their partitions are spread
 over every scheduler process (see :mod:`delayq.partitions.spread`, run by this class).
 """
@@ -46,6 +51,7 @@ from ..metrics import ServiceMetrics
 from ..partitions.shards import parse_shard
 from ..partitions.spread import Spread
 from ..storage.store import Store, WakeupListener
+from .leadership import Leadership
 from .mover import MAX_BACKOFF, Mover
 
 if TYPE_CHECKING:
@@ -88,8 +94,6 @@ class Scheduler:
         self._token = uuid.uuid4().hex
         self.pending: PendingGroups | None = None
         """The service's groups waiting for registration: registered before a move."""
-        self.is_leader = False
-        self._holder: str | None = None  # the leader's token, as last seen by a standby
         self._stopping = False
         self._scope: anyio.CancelScope | None = None
         self._wake: anyio.Event | None = None
@@ -103,13 +107,21 @@ class Scheduler:
             batch_size=settings.batch_size,
             visibility_ms=settings.visibility_ms,
             max_deliveries=settings.max_deliveries,
-            is_leader=lambda: self.is_leader,
+            is_leader=lambda: self.leadership.is_leader,
             stopping=lambda: self._stopping,
             interrupt=self._interrupt,
         )
         self._last_sweep = -math.inf
         self._last_full = -math.inf
-        self._lock_taken_at = -math.inf
+        self.leadership = Leadership(
+            store,
+            metrics,
+            lock_ms=settings.lock_ms,
+            interval=settings.interval,
+            token=lambda: self._token,
+            on_leading=self._leading,
+        )
+        """The scheduler lock as this process holds it."""
         self.on_schedules: Callable[[], None] | None = None
         """Called on a ``:schedules`` wake-up and after each (re)subscription (the firer's wake)."""
         self.spread = Spread(
@@ -130,6 +142,11 @@ class Scheduler:
     @token.setter
     def token(self, token: str) -> None:
         self._token = self.spread.token = token  # one name for both (tests choose tokens)
+
+    @property
+    def is_leader(self) -> bool:
+        """True while this process holds the scheduler lock (or its lease on it)."""
+        return self.leadership.is_leader
 
     @property
     def stopping(self) -> bool:
@@ -169,6 +186,7 @@ class Scheduler:
                 if self._stopping:
                     return
                 async with anyio.create_task_group() as tg:
+                    self.leadership.tasks = tg
                     tg.start_soon(self._listen)
                     tg.start_soon(self.spread.run)
                     tg.start_soon(self._mover.drainer)
@@ -176,13 +194,9 @@ class Scheduler:
                     self.spread.stop()
                     tg.cancel_scope.cancel()
         finally:
-            if self.is_leader:
-                self.is_leader = False
-                with anyio.CancelScope(shield=True), anyio.move_on_after(2):
-                    try:
-                        await self._store.release_lock(self.token)
-                    except Exception as exc:
-                        log.debug("releasing the scheduler lock failed: %s", exc)
+            self.leadership.tasks = None
+            with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                await self.leadership.release()
 
     async def _loop(self) -> None:
         backoff = 0.1
@@ -190,7 +204,7 @@ class Scheduler:
             sleep_for = self._s.interval
             failed = False
             try:
-                if await self._hold_lock():
+                if await self.leadership.hold():
                     sleep_for = await self._pass()
                 else:
                     sleep_for = await self._standby_pass()
@@ -214,42 +228,8 @@ class Scheduler:
                 await anyio.lowlevel.checkpoint()
             self._wake = anyio.Event()
 
-    async def _hold_lock(self) -> bool:
-        """Keep the lock (renewed once a third of its time to live has passed), or try to
-        take it once per ``interval`` while standing by."""
-        since = time.monotonic() - self._lock_taken_at
-        if self.is_leader and since < self._s.lock_ms / 3000:
-            return True
-        if not self.is_leader and since < self._s.interval:
-            return False
-        return await self._take_lock()
-
-    def _became(self, held: bool, how: str) -> None:
-        if held != self.is_leader:
-            log.info("scheduler %s %s the lock", self.token[:8], how if held else "lost")
-            if held:
-                self._last_full = -math.inf  # a new leader looks at everything first
-        self.is_leader = held
-
-    async def _take_lock(self) -> bool:
-        held, self._holder = await self._store.take_lock(self.token, self._s.lock_ms)
-        self._lock_taken_at = time.monotonic()
-        self._became(held, "took")
-        return held
-
-    async def _take_over(self, late_ms: int) -> None:
-        """Take the lock from a leader that left events overdue (or take it if free)."""
-        if self._holder is None:
-            await self._take_lock()
-            return
-        held = await self._store.steal_lock(self._holder, self.token, self._s.lock_ms)
-        self._lock_taken_at = time.monotonic()
-        if held:
-            self._metrics.increment("scheduler_takeovers")
-            log.warning("scheduler %s took over from %s, which left events %d ms overdue",
-                        self.token[:8], self._holder[:8], late_ms)  # fmt: skip
-            self._holder = None
-        self._became(held, "took over")
+    def _leading(self) -> None:
+        self._last_full = -math.inf  # a new leader looks at everything first
 
     async def _standby_pass(self) -> float:
         """Move what the leader left overdue by ``takeover_delay``; take over if any.
@@ -278,13 +258,13 @@ class Scheduler:
         for type_name in sorted(todo):
             late = max(late, await self._mover.move_or_log(type_name))
         if late >= delay * 1000 and not self._stopping:
-            await self._take_over(late)
+            await self.leadership.take_over(late)
             if self.is_leader:
                 return 0.0
         now = time.monotonic()
         wake_at = min(
             min(self._mover.next.values(), default=math.inf) + delay,
-            self._lock_taken_at + self._s.interval,
+            self.leadership.next_try(),
             self._last_full + _FULL_SWEEP * self._s.interval,
         )
         return max(0.0, wake_at - now)
@@ -296,11 +276,13 @@ class Scheduler:
             shards = {s for name in names for s in self._store.shards(name)}
             self.spread.set_units({s for s in shards if "#" in s})
             return {s for s in shards if "#" not in s}
-        except RedisResponseError as exc:
-            # the type set is unreadable (a value of the wrong type written by
-            # someone else): sweep the types this process already knows
+        except Exception as exc:
+            # the type set is unreadable (a value of the wrong type written by someone
+            # else), or its node is away: sweep the types this process already knows
             self._metrics.increment("redis_errors")
-            log.error("reading the set of event types failed: %s", exc)
+            level = logging.ERROR if isinstance(exc, RedisResponseError) else logging.WARNING
+            log.log(level, "reading the set of event types failed (%s: %s)",
+                    type(exc).__name__, exc)  # fmt: skip
             return self._types
 
     async def _pass(self) -> float:
@@ -369,7 +351,7 @@ class Scheduler:
         """A leader looks at a woken type now; a standby ``takeover_delay`` from now."""
         if name == _RELEASED:
             if not self.is_leader:
-                self._lock_taken_at = -math.inf  # the lock is free: try it at once
+                self.leadership.released()  # the lock is free: try it at once
                 self._interrupt()
             return
         if name == _MEMBERS:

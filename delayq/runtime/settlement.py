@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections.abc import Awaitable
 from typing import Any
 
 import anyio
@@ -182,57 +183,75 @@ class Settlement:
             self._acking = batch
             self._settling.update(batch)
             try:
-                by_shard: dict[str, list[tuple[bytes, bytes]]] = {}
-                for shard, raw_id, token in batch:
-                    by_shard.setdefault(shard, []).append((raw_id, token))
-                if self._keep_ms is not None:
-                    removed = await self._ack_results(by_shard)
-                elif len(by_shard) == 1:
-                    ((shard, done),) = by_shard.items()
-                    removed = await self._store.ack(shard, done, group=self._group)
-                else:  # one call per partition, sent together
-                    removed = sum(
-                        await asyncio.gather(
-                            *(self._store.ack(s, d, group=self._group) for s, d in by_shard.items())
-                        )
-                    )
-            except Exception as exc:
-                self._settling.difference_update(batch)
-                self.acks = batch + self.acks
-                self._metrics.increment("redis_errors", event_type=self._type_name)
-                log.warning("%s: ack failed (%s); retrying in %.2fs", self._label, exc, backoff)
-                await anyio.sleep(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF)
-                continue
+                settled, unsettled, error = await self._ack_batch(batch)
             finally:
                 self._acking = []
-            self.leased.difference_update(batch)
+            self.leased.difference_update(settled)
             self._settling.difference_update(batch)
             if self._keep_ms is not None:
-                for lease in batch:
+                for lease in settled:
                     self.results.pop(lease, None)
-            # only the acks that removed their event succeeded; the rest found their lease
-            # gone (expired and redelivered, replaced, cancelled) and changed nothing
-            self._metrics.increment("succeeded", removed, event_type=self._type_name)
-            if removed < len(batch):
-                self._count_stale(len(batch) - removed, "acks")
+            if unsettled:
+                # only these go again: a partition that took its acks is not held back by
+                # one whose node failed (nor are its acks sent twice and counted stale)
+                self.acks = unsettled + self.acks
+                self._metrics.increment("redis_errors", event_type=self._type_name)
+                log.warning("%s: ack failed (%s); retrying in %.2fs", self._label, error, backoff)
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, _MAX_BACKOFF)
 
-    async def _ack_results(self, by_shard: dict[str, list[tuple[bytes, bytes]]]) -> int:
-        """The acks of a type that keeps results, each with its outcome record."""
-        keep_ms, results = self._keep_ms, self.results
-        assert keep_ms is not None
+    async def _ack_batch(
+        self, batch: list[Lease]
+    ) -> tuple[list[Lease], list[Lease], Exception | None]:
+        """Send one batch's acks: one call per partition, sent together.
+
+        Returns the leases settled, those to send again (their partition's call
+        failed) and that failure. Counts the successes and the stale acks.
+        """
+        by_shard: dict[str, list[Lease]] = {}
+        for lease in batch:
+            by_shard.setdefault(lease[0], []).append(lease)
+        if len(by_shard) == 1:  # the common case, without a gather
+            try:
+                outcomes: list[int | BaseException] = [await self._ack_call(batch[0][0], batch)]
+            except Exception as exc:
+                outcomes = [exc]
+        else:
+            outcomes = await asyncio.gather(
+                *(self._ack_call(s, leases) for s, leases in by_shard.items()),
+                return_exceptions=True,
+            )
+        settled: list[Lease] = []
+        unsettled: list[Lease] = []
+        error: Exception | None = None
+        removed = 0
+        for leases, outcome in zip(by_shard.values(), outcomes):
+            if isinstance(outcome, Exception):
+                unsettled += leases
+                error = outcome
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                settled += leases
+                removed += outcome
+        # only the acks that removed their event succeeded; the rest found their lease
+        # gone (expired and redelivered, replaced, cancelled) and changed nothing
+        if removed:
+            self._metrics.increment("succeeded", removed, event_type=self._type_name)
+        if removed < len(settled):
+            self._count_stale(len(settled) - removed, "acks")
+        return settled, unsettled, error
+
+    def _ack_call(self, shard: str, leases: list[Lease]) -> Awaitable[int]:
+        """One partition's ack call; for a type that keeps results, with each delivery's
+        outcome record (ack_results.lua)."""
+        if self._keep_ms is None:
+            return self._store.ack(shard, [(i, t) for _, i, t in leases], group=self._group)
         # every acked lease of such a type has its record (the consumer notes it first);
         # a missing one would keep None rather than hold up the acks behind it
-        calls = [
-            self._store.ack_results(
-                shard,
-                [(i, t, results.get((shard, i, t), _NO_VALUE)) for i, t in done],
-                keep_ms,
-                group=self._group,
-            )
-            for shard, done in by_shard.items()
-        ]
-        return sum(await asyncio.gather(*calls))
+        results = self.results
+        done = [(i, t, results.get((s, i, t), _NO_VALUE)) for s, i, t in leases]
+        return self._store.ack_results(shard, done, self._keep_ms, group=self._group)
 
     async def ack_loop(self) -> None:
         """The one task that sends acks, until :meth:`close_acks` and none are left.
@@ -294,17 +313,18 @@ class Settlement:
             by_shard: dict[str, list[tuple[bytes, bytes]]] = {}
             for shard, raw_id, token in leased:
                 by_shard.setdefault(shard, []).append((raw_id, token))
-            try:
-                lost = []
-                for shard, leases in by_shard.items():
+            lost = []
+            for shard, leases in by_shard.items():
+                # shard by shard: one whose cluster node is away must not keep the others'
+                # leases from being renewed (they expired, and ran again, issue 37)
+                try:
                     for i in range(0, len(leases), ACK_MAX):  # bounded calls, as acks
                         lost += await self._store.renew(
                             shard, leases[i : i + ACK_MAX], self._visibility_ms, group=self._group
                         )
-            except Exception as exc:
-                self._metrics.increment("redis_errors", event_type=self._type_name)
-                log.warning("%s: renewing leases failed (%s)", self._label, exc)
-                continue
+                except Exception as exc:
+                    self._metrics.increment("redis_errors", event_type=self._type_name)
+                    log.warning("%s: renewing leases failed (%s)", self._label, exc)
             # an ack or fail that ran just before this renew ended the lease itself
             held = {p[1] for p in leased - self._settling}
             lost = [i for i in lost if i in held]

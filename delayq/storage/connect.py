@@ -23,6 +23,7 @@ from redis.backoff import EqualJitterBackoff, NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ..durations import delay_seconds
+from .breaker import BreakingCluster
 from .sentinel import CheckedSentinelPool, SentinelWatch
 
 __all__ = [
@@ -173,7 +174,8 @@ def url_clients(url: str, *, cluster: bool, polling: float) -> Clients:
             raise ValueError("a redis+sentinel:// URL cannot be used with cluster=True")
         sentinels, name, kwargs = parse_sentinel_url(url)
         return sentinel_clients(sentinels, name, polling=polling, **kwargs)
-    factory: Any = RedisCluster.from_url if cluster else Redis.from_url
+    # a cluster's clients stop knocking on a failed node for a moment (.breaker)
+    factory: Any = BreakingCluster.from_url if cluster else Redis.from_url
     commands = factory(url, socket_timeout=COMMAND_TIMEOUT, **_common())
     blocking = factory(url, socket_timeout=polling + COMMAND_TIMEOUT, **_common())
     return Clients(commands, blocking, [commands, blocking])

@@ -110,6 +110,7 @@ class Store(
         self._known_types = set()
         self._layouts = {}
         self._batches = {}
+        self._wakeup_turn = 0  # wake-up subscriptions made (a cluster's go round the nodes)
 
     async def connect(self) -> None:
         """Discover a cluster's nodes before blocking calls start.
@@ -124,8 +125,24 @@ class Store(
                 await client.initialize()
 
     def wakeups(self) -> WakeupListener:
-        """A subscription to the prefix's wake-up channel."""
-        return WakeupListener(self.blocking.pubsub(), self.keys.wakeup_channel, self.connect)
+        """A subscription to the prefix's wake-up channel.
+
+        On a cluster every node hears every ``PUBLISH`` (the bus forwards them), so the
+        subscription need not live on the channel's own node, the ``{prefix}`` one: the
+        first is made there, and each one made again after a loss goes to the next node
+        of the slot map in turn. A subscriber whose node failed thus hears wake-ups again
+        at its next try, not after the promotion (until then the slot map still names
+        the dead node for the channel).
+        """
+        blocking = self.blocking
+        if isinstance(blocking, RedisCluster):
+            nodes = sorted(blocking.get_nodes(), key=lambda n: n.name)
+            self._wakeup_turn += 1
+            node = (
+                nodes[self._wakeup_turn % len(nodes)] if nodes and self._wakeup_turn > 1 else None
+            )
+            return WakeupListener(blocking.pubsub(node), self.keys.wakeup_channel, self.connect)
+        return WakeupListener(blocking.pubsub(), self.keys.wakeup_channel, self.connect)
 
     def result_wakeups(self) -> WakeupListener:
         """A subscription to the prefix's results channel (``"<shard> <id>"`` messages)."""
