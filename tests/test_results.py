@@ -367,3 +367,17 @@ async def test_stats_count_the_kept_results(redis_url: str, prefix: str) -> None
             await service.result(Thumb, f"k{i}", timeout=10)
         assert (await service.stats_for(Thumb)).results_kept == 5
         assert (await service.stats_for(Plain)).results_kept == 0
+
+
+async def test_a_value_that_cannot_be_kept_fails_the_delivery(redis_url: str, prefix: str) -> None:
+    service = EventService.from_url(redis_url, prefix=prefix, retry_attempts=0, **FAST)
+
+    async def handle(event: Thumb) -> object:
+        return object()  # no serializer encodes it
+
+    service.add_handler(Thumb, handle)
+    async with service:
+        await service.enqueue_with_delay(Thumb(id="odd"), 0)
+        with pytest.raises(EventFailed) as failed:
+            await service.result(Thumb, "odd", timeout=10)
+        assert failed.value.error.startswith("ResultNotKept: ")
