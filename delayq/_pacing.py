@@ -1,6 +1,4 @@
-"""How a failing background loop waits before it tries again: :class:`Retrying` (a wait
-that doubles from ``first`` up to :data:`MAX_BACKOFF`, reset after a success), and
-:func:`wait_to_retry` for the loops a wake-up event may resume early (the scheduler, the
+"""How a failing background loop waits before it tries again (the scheduler, the
 partitions' spread, the schedule firer).
 
 A loop that retries at once loops without waiting for anything: it holds up the whole
@@ -33,34 +31,6 @@ async def wait_to_retry(wake: anyio.Event, backoff: float) -> None:
     await anyio.sleep(first)
     with anyio.move_on_after(backoff - first):
         await wake.wait()
-
-
-@dataclass(slots=True)
-class Retrying:
-    """One failing loop's wait before its next try: ``first`` seconds, doubled after each
-    failure up to ``most``; :meth:`reset` after a success."""
-
-    first: float = 0.05
-    most: float = MAX_BACKOFF
-    delay: float = field(init=False)
-    """The wait before the next try (what a log line says)."""
-
-    def __post_init__(self) -> None:
-        self.delay = self.first
-
-    def reset(self) -> None:
-        """A try succeeded: the next failure waits ``first`` again."""
-        self.delay = self.first
-
-    def next(self) -> float:
-        """The wait for this failure (:attr:`delay`); the next one waits twice as long."""
-        delay = self.delay
-        self.delay = min(delay * 2, self.most)
-        return delay
-
-    async def sleep(self) -> None:
-        """Sleep :meth:`next`'s wait."""
-        await anyio.sleep(self.next())
 
 
 class Backoffs:
@@ -123,3 +93,31 @@ class Backoffs:
             "%s: moving due events failed (%s: %s); retrying in %.2fs",
             key, type(exc).__name__, exc, wait,
         )  # fmt: skip
+
+
+@dataclass(slots=True)
+class Retrying:
+    """One failing loop's wait before its next try: ``first`` seconds, doubled after each
+    failure up to ``most``; :meth:`reset` after a success."""
+
+    first: float = 0.05
+    most: float = MAX_BACKOFF
+    delay: float = field(init=False)
+    """The wait before the next try (what a log line says)."""
+
+    def __post_init__(self) -> None:
+        self.delay = self.first
+
+    def reset(self) -> None:
+        """A try succeeded: the next failure waits ``first`` again."""
+        self.delay = self.first
+
+    def next(self) -> float:
+        """The wait for this failure (:attr:`delay`); the next one waits twice as long."""
+        delay = self.delay
+        self.delay = min(delay * 2, self.most)
+        return delay
+
+    async def sleep(self) -> None:
+        """Sleep :meth:`next`'s wait."""
+        await anyio.sleep(self.next())

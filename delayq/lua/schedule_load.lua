@@ -1,7 +1,8 @@
 -- schedule_load: schedules' definitions and states, read together.
 --
--- KEYS (delayq/keyspace/scripts.py): `schedules` (name -> definition), `schedule_state`
---   (name -> state; see schedule_fire.lua): the type's hashes
+-- KEYS (delayq/keyspace/scripts.py): `schedules`, `schedule_state`: the type's schedules
+--   HASH (name -> definition) and schedule-state HASH (name -> state; see
+--   schedule_fire.lua).
 -- ARGV the names (the caller sends at most 1000)
 -- Returns: {definition or false, state or false} per name, flattened, in ARGV's order.
 -- Guarantees: read-only, and one moment's view: schedule_write.lua changes a
