@@ -26,7 +26,7 @@ from .facade.flow import FlowMixin
 from .facade.handlers import HandlersMixin
 from .facade.inspection import InspectionMixin
 from .facade.schedules import SchedulesMixin
-from .flow.control import FlowControl
+from .operations.flow_control import FlowControl
 from .options import Options
 from .runtime.health import ServiceHealth
 from .runtime.heartbeat import WorkerInfo

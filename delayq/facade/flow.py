@@ -1,5 +1,5 @@
 """``EventService``'s flow control: fleet-wide limits, pause and resume, the flow keys'
-backlog (:mod:`~delayq.flow.control`; docs/FLOW.md)."""
+backlog (:mod:`~delayq.operations.flow_control`; docs/FLOW.md)."""
 
 from __future__ import annotations
 

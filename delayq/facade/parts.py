@@ -14,8 +14,8 @@ __all__ = ["ServiceParts"]
 
 if TYPE_CHECKING:
     from ..events import EventTypes
-    from ..flow.control import FlowControl
     from ..operations.enqueueing import Enqueuer
+    from ..operations.flow_control import FlowControl
     from ..operations.groups import Groups
     from ..options import Options
     from ..partitions.routing import Router

@@ -1,27 +1,25 @@
--- Prelude: prepended by delayq/lua/__init__.py to every per-type script.
--- KEYS start with the ten keys of ONE delivery group of one event type
--- (delayq.keys.TypeKeys.view(group)), which share the hash tag {prefix:type},
--- so a script touches one cluster slot. For the default group they are the
--- type's own keys (delayq.keys.TypeKeys.all()); for a named group `scheduled`
--- (its retries), ready, queued, inflight, leases, attempts, errors, dead and
--- meta are the group's own, and `events` is the type's shared envelope hash.
--- Scripts that care about groups get three more:
---   KEYS[11] groups   the type's group registry (absent: only the default group)
---   KEYS[12] pending  id -> groups still holding a fanned-out event
---   KEYS[13] the group's retry schedule once groups exist (for a named group
---            the same key as KEYS[2]; for the default group its own zset, since
---            the type's `scheduled` then holds events not yet fanned out)
-local K_EVENTS, K_SCHEDULED, K_READY, K_QUEUED, K_INFLIGHT = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local K_LEASES, K_ATTEMPTS, K_ERRORS, K_DEAD, K_META = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local K_GROUPS, K_PENDING, K_GSCHED = KEYS[11], KEYS[12], KEYS[13]
--- Flow control (delayq/limits.py, docs/FLOW.md) adds two more, after those:
---   KEYS[14] limits   HASH of the group's flow limits (absent: no limits)
---   KEYS[15] wake     LIST of wake-up tokens for consumers waiting for a slot
-local K_LIMITS, K_WAKE = KEYS[14], KEYS[15]
--- and dedup modes one more:
---   KEYS[16] dedup    ZSET 'd:<id>' -> end of its debounce window (ms),
---                     'u:<id>' -> refused until (ms), or -ttl while not handled yet
-local K_DEDUP = KEYS[16]
+-- Prelude: the helpers per-type scripts share. delayq/lua/__init__.py sends each
+-- script only the definitions below that it uses (following references), after a
+-- header that names its KEYS: `local K_READY = KEYS[i]` for each name of the
+-- script's list in delayq/keyspace/scripts.py (SCRIPT_KEYS), which is where every
+-- key's position is decided. A per-type script's keys are one delivery group's
+-- view of one event type (delayq.keyspace.layout.TypeKeys.named), all under the
+-- hash tag {prefix:type}, so a script touches one cluster slot. For the default
+-- group they are the type's own keys; for a named group `scheduled` (its
+-- retries), ready, queued, inflight, leases, attempts, errors, dead and meta are
+-- the group's own, and `events` is the type's shared envelope hash. Beside them:
+--   groups    the type's group registry (absent: only the default group)
+--   pending   id -> groups still holding a fanned-out event
+--   retries   the group's retry schedule once groups exist (for a named group
+--             the same key as `scheduled`; for the default group its own zset,
+--             since the type's `scheduled` then holds events not yet fanned out)
+--   limits    HASH of the group's flow limits (absent: no limits; docs/FLOW.md)
+--   wake      LIST of wake-up tokens for consumers waiting for a slot
+--   dedup     ZSET 'd:<id>' -> end of its debounce window (ms),
+--             'u:<id>' -> refused until (ms), or -ttl while not handled yet
+--   fkeys, klines, krot, kwait, krun: flow keys (see below)
+-- A caller may leave off a script's trailing keys (a plain enqueue sends no
+-- dedup or flow keys): the script sees them as nil.
 
 -- Wakes up to n consumers waiting for a slot of a type with flow limits (they
 -- BLPOP the wake list, a second at most): one token each, a few kept for a
@@ -57,17 +55,15 @@ local function release(id, counted)
   redis.call('HDEL', K_EVENTS, id)
 end
 
--- Stops the script before its first write when one of the given KEYS (by
--- index) holds a value of the wrong Redis type, written by something other
+-- Stops the script before its first write when one of the given keys (by
+-- name) holds a value of the wrong Redis type, written by something other
 -- than delayq. Redis does not roll a script back: failing half-way on such a
 -- key could leave an event in no state at all (stranded). Scripts check the
 -- keys they write after their first write; keys read before any write need no
--- check (the read fails first).
+-- check (the read fails first). KEY_OF and KEY_KIND (name -> key, name -> its
+-- Redis type) come with the script's header (delayq/keyspace/scripts.py).
 -- The error's code (its first word) is WRONGTYPE on every server, as for a
 -- command that met such a key (see refuse_wrong_type).
-local KEY_TYPES = {'hash', 'zset', 'list', 'zset', 'zset', 'hash', 'hash', 'hash', 'zset', 'hash',
-  'hash', 'hash', 'zset'}
-
 -- Ends the script with a WRONGTYPE error naming `key`. A plain error('WRONGTYPE ...')
 -- reaches clients as "ERR WRONGTYPE ..." on Redis 7+ and Valkey; an error table keeps
 -- its code there but breaks Redis 6.2's error handler, which wraps a string error
@@ -82,10 +78,11 @@ local function refuse_wrong_type(key, found, expected)
 end
 
 local function check_keys(...)
-  for _, i in ipairs({...}) do
-    local found = KEYS[i] and redis.call('TYPE', KEYS[i]).ok or 'none'
-    if found ~= 'none' and found ~= KEY_TYPES[i] then
-      refuse_wrong_type(KEYS[i], found, KEY_TYPES[i])
+  for _, name in ipairs({...}) do
+    local named_key = KEY_OF[name]
+    local found = named_key and redis.call('TYPE', named_key).ok or 'none'
+    if found ~= 'none' and found ~= KEY_KIND[name] then
+      refuse_wrong_type(named_key, found, KEY_KIND[name])
     end
   end
 end
@@ -133,20 +130,19 @@ end
 -- enqueued with a key, a group's ready list holds one *marker* entry
 -- 'k:<key>' per key in rotation instead of events; the events wait in their
 -- key's line. Five more keys (the last four per group, like the ready list):
---   KEYS[17] fkeys   HASH id -> its key (keyed events only; none: the key ''), and
+--   fkeys   HASH id -> its key (keyed events only; none: the key ''), and
 --                    '' -> 1 once the type uses keys (ids are never empty)
---   KEYS[18] klines  ZSET score 0: '<key>\0<pos>\0<due ms>:<id>', each key's line in
+--   klines  ZSET score 0: '<key>\0<pos>\0<due ms>:<id>', each key's line in
 --                    lexical order (pos: 'b' + 15 digits counting up at the back,
 --                    'a' + 15 digits counting down at the front); keys have no NUL
---   KEYS[19] krot    ZSET key -> push sequence of its marker in the ready list (or
+--   krot    ZSET key -> push sequence of its marker in the ready list (or
 --                    -ms when noticed popped but unclaimed, as in `queued`)
---   KEYS[20] kwait   ZSET key -> when a key parked by a per-key limit goes back
---   KEYS[21] krun    ZSET score 0: '<key>\0<id>' the key's deliveries (only while a
+--   kwait   ZSET key -> when a key parked by a per-key limit goes back
+--   krun    ZSET score 0: '<key>\0<id>' the key's deliveries (only while a
 --                    per-key concurrency limit is set)
 -- An event in a key's line is in `queued` with score 0: stale entries are
 -- skipped, counts include it, and the orphan check of the ready list ignores it.
 -- Group scripts (_groups.lua) pass each group's own to the functions below.
-local K_FKEYS, K_KLINES, K_KROT, K_KWAIT, K_KRUN = KEYS[17], KEYS[18], KEYS[19], KEYS[20], KEYS[21]
 local KEYED = nil
 -- True once the type uses flow keys (one EXISTS per script call, cached)
 local function keyed_type()
@@ -215,11 +211,9 @@ local function push_keyed_to(k_ready, k_queued, k_meta, k_lines, k_rot, k_wait, 
 end
 
 -- Appends ids to a group's ready list (see push_plain_to), or with flow keys
--- to their keys' lines. k_lines, k_rot, k_wait: the group's flow-fk state (a
--- per-type script's own when not given; a script without them: its events skip
--- the rotation).
+-- to their keys' lines. k_lines, k_rot, k_wait: the group's flow-key state
+-- (nil for a call without them: its events skip the rotation).
 local function push_ready_to(k_ready, k_queued, k_meta, ids, dues, front, k_lines, k_rot, k_wait)
-  k_lines, k_rot, k_wait = k_lines or K_KLINES, k_rot or K_KROT, k_wait or K_KWAIT
   if #ids > 0 and k_lines and keyed_type() then
     push_keyed_to(k_ready, k_queued, k_meta, k_lines, k_rot, k_wait, ids, dues, front)
   else
@@ -228,7 +222,7 @@ local function push_ready_to(k_ready, k_queued, k_meta, ids, dues, front, k_line
 end
 
 local function push_ready(ids, dues, front)
-  push_ready_to(K_READY, K_QUEUED, K_META, ids, dues, front)
+  push_ready_to(K_READY, K_QUEUED, K_META, ids, dues, front, K_KLINES, K_KROT, K_KWAIT)
 end
 
 -- A keyed delivery ended (ack, fail): its per-fk slot is free, and a fk

@@ -35,7 +35,7 @@
 -- see _prelude.lua) are needed only when a marker may come: the caller sends
 -- them when it popped one; a marker met without them goes back to the right
 -- end of the list. A type without keys pays one byte test per entry.
-check_keys(5, 6, 7)  -- inflight, leases, attempts: written after ZREM queued
+check_keys('inflight', 'leases', 'attempts')  -- written after ZREM queued
 keep_working_when_full()
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -6,7 +6,7 @@
 --       schedule, the group's lists, and KEYS[13] the group's retry schedule,
 --       counted as scheduled too); then KEYS[14], the limits HASH (for a
 --       type's own counts KEYS[13] is its schedule again, so not counted twice),
---       and KEYS[15] the group's flow-key lines (klines, see _prelude.lua).
+--       and K_KLINES the group's flow-key lines (klines, see _prelude.lua).
 -- ARGV: none
 -- Returns: {scheduled, ready, in_flight, dead, next_due_ms (-1: none scheduled),
 --           scheduled_overdue, oldest_ready_entry or false, now_ms, paused}
@@ -20,7 +20,7 @@
 -- queue's size; every figure is from the same instant on Redis's clock.
 local now = clock_ms()
 local schedules = {K_SCHEDULED}
-if K_GSCHED and K_GSCHED ~= K_SCHEDULED then schedules[2] = K_GSCHED end
+if K_RETRIES and K_RETRIES ~= K_SCHEDULED then schedules[2] = K_RETRIES end
 local scheduled, overdue, next_due = 0, 0, -1
 for _, key in ipairs(schedules) do
   scheduled = scheduled + redis.call('ZCARD', key)
@@ -31,10 +31,10 @@ for _, key in ipairs(schedules) do
   end
 end
 local head = redis.call('LINDEX', K_READY, -1)
-if head and is_marker(head) and KEYS[15] then
+if head and is_marker(head) and K_KLINES then
   -- flow keys: the next turn is that key's, and its line's head is the entry
   local lo, hi = key_range(string.sub(head, 3))
-  local first = redis.call('ZRANGEBYLEX', KEYS[15], lo, hi, 'LIMIT', 0, 1)[1]
+  local first = redis.call('ZRANGEBYLEX', K_KLINES, lo, hi, 'LIMIT', 0, 1)[1]
   head = first and string.match(first, '^[^%z]*%z[^%z]*%z(.*)$') or false
 end
 return {

@@ -8,7 +8,7 @@
 -- Guarantees: read-only; ZCOUNT only (O(log n) each), whatever the queue size.
 local now = clock_ms()
 local schedules = {K_SCHEDULED}
-if K_GSCHED and K_GSCHED ~= K_SCHEDULED then schedules[2] = K_GSCHED end
+if K_RETRIES and K_RETRIES ~= K_SCHEDULED then schedules[2] = K_RETRIES end
 local function count(low, high)
   local n = 0
   for _, key in ipairs(schedules) do n = n + redis.call('ZCOUNT', key, low, high) end

@@ -34,9 +34,9 @@
 -- 'u' unique-for = keep-first, and refused while `u:<id>` in dedup holds a
 -- time after now (set by ack.lua to handled + ttl from the pending -ttl
 -- written here). Expired dedup entries are pruned, 100 per call.
-check_keys(2, 3, 4, 10)  -- scheduled, ready, queued, meta
+check_keys('scheduled', 'ready', 'queued', 'meta')
 local dmode = string.sub(ARGV[2], 1, 1)
-if dmode == '1' or dmode == 'd' then check_keys(5, 6, 7, 8, 9) end  -- replace: the rest
+if dmode == '1' or dmode == 'd' then check_keys('inflight', 'leases', 'attempts', 'errors', 'dead') end  -- replace: the rest
 local now = clock_ms()
 local mode, items, first = ARGV[1], ARGV, 5
 local ikeys = nil  -- flow keys, by event number ('' for none), with ':mpk'
@@ -167,7 +167,7 @@ for i = first, #items, 3 do
       -- forget every trace of the old delivery; a running handler's ack
       -- becomes stale and is ignored
       redis.call('ZREM', K_SCHEDULED, id)
-      if K_GSCHED then redis.call('ZREM', K_GSCHED, id) end
+      if K_RETRIES then redis.call('ZREM', K_RETRIES, id) end
       redis.call('ZREM', K_QUEUED, id)
       redis.call('ZREM', K_INFLIGHT, id)
       redis.call('ZREM', K_DEAD, id)

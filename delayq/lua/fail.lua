@@ -14,7 +14,7 @@
 -- ack does (one HEXISTS per call when the type has no limits).
 local id, token = ARGV[1], ARGV[2]
 if redis.call('HGET', K_LEASES, id) ~= token then return 0 end
-check_keys(2, 3, 4, 5, 8, 9, 10, 13)
+check_keys('scheduled', 'ready', 'queued', 'inflight', 'errors', 'dead', 'meta', 'retries')
 -- read before the first write: a limits key of the wrong type stops the script here
 local limited = redis.call('HEXISTS', K_LIMITS, 'concurrency') == 1
 keep_working_when_full()
@@ -32,6 +32,6 @@ local delay = tonumber(ARGV[4])
 if delay <= 0 then
   push_ready({id}, {now}, true)  -- with flow keys: the head of its key's line
 else
-  schedule(id, now + delay, ARGV[6], ARGV[7], grouped() and K_GSCHED or K_SCHEDULED)
+  schedule(id, now + delay, ARGV[6], ARGV[7], grouped() and K_RETRIES or K_SCHEDULED)
 end
 return 1

@@ -14,7 +14,7 @@ local id = ARG(1)
 local removed = redis.call('ZREM', K_SCHEDULED, id)
 local dead_holders = 0
 for g = 1, N_GROUPS do
-  local held = redis.call('ZREM', gkey(g, G_SCHED), id) + redis.call('ZREM', gkey(g, G_QUEUED), id)
+  local held = redis.call('ZREM', gkey(g, G_SCHEDULED), id) + redis.call('ZREM', gkey(g, G_QUEUED), id)
     + redis.call('ZREM', gkey(g, G_INFLIGHT), id)
   if held > 0 then
     removed = 1

@@ -21,7 +21,7 @@ local result = {
 }
 for g = 1, N_GROUPS do
   result[#result + 1] = GROUP_NAMES[g]
-  result[#result + 1] = redis.call('ZSCORE', gkey(g, G_SCHED), id)
+  result[#result + 1] = redis.call('ZSCORE', gkey(g, G_SCHEDULED), id)
   result[#result + 1] = redis.call('ZSCORE', gkey(g, G_QUEUED), id)
   result[#result + 1] = redis.call('ZSCORE', gkey(g, G_INFLIGHT), id)
   result[#result + 1] = redis.call('ZSCORE', gkey(g, G_DEAD), id)

@@ -20,7 +20,7 @@
 -- deliveries), so no group's failure re-runs another group's handler.
 local reg, names = registry()
 if not reg then return stale(names) end
-check_keys(1, 2, 10, 12)
+check_keys('events', 'scheduled', 'meta', 'pending')
 check_group_keys()
 keep_working_when_full()
 local now = clock_ms()
@@ -37,7 +37,7 @@ end
 
 for g = 1, N_GROUPS do
   local k_ready, k_queued, k_meta = gkey(g, G_READY), gkey(g, G_QUEUED), gkey(g, G_META)
-  local k_sched, k_inflight = gkey(g, G_SCHED), gkey(g, G_INFLIGHT)
+  local k_sched, k_inflight = gkey(g, G_SCHEDULED), gkey(g, G_INFLIGHT)
   local max_deliveries = reg[GROUP_NAMES[g]] or default_max
   local ids, dues = {}, {}
   local take = taker(ids, dues, missing)

@@ -38,8 +38,7 @@ local function merge(key, period, slots, add)
 end
 for i = 5, #ARGV do
   local add = cmsgpack.unpack(ARGV[i])
-  local k = (i - 5) * 2
-  merge(KEYS[k + 1], rings[1][1], rings[1][2], add)
-  merge(KEYS[k + 2], rings[2][1], rings[2][2], add)
+  merge(block_key(i - 4, B_MINUTE), rings[1][1], rings[1][2], add)
+  merge(block_key(i - 4, B_COARSE), rings[2][1], rings[2][2], add)
 end
 return now

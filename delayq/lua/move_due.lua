@@ -27,7 +27,7 @@
 -- expired lease or an entry popped by a consumer that died before claiming
 -- it goes back to the ready list.
 if grouped() then return {'stale', unpack(redis.call('HKEYS', K_GROUPS))} end
-check_keys(1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+check_keys('events', 'scheduled', 'ready', 'queued', 'inflight', 'leases', 'attempts', 'errors', 'dead', 'meta')
 keep_working_when_full()
 local now = clock_ms()
 local batch = tonumber(ARGV[1])

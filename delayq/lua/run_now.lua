@@ -14,7 +14,7 @@ local id, group = ARGV[1], ARGV[2] or ''
 if grouped() then return {'stale', unpack(redis.call('HKEYS', K_GROUPS))} end
 if group ~= '' and group ~= 'default' then return 0 end
 if not redis.call('ZSCORE', K_SCHEDULED, id) then return 0 end
-check_keys(1, 3, 4, 10)
+check_keys('events', 'ready', 'queued', 'meta')
 if redis.call('HEXISTS', K_EVENTS, id) == 0 then return 0 end  -- move_due drops it
 redis.call('ZREM', K_SCHEDULED, id)
 push_ready({id}, {clock_ms()})

@@ -10,9 +10,9 @@
 -- and with two schedules by offset + limit per schedule.
 local offset, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 local page
-if K_GSCHED and K_GSCHED ~= K_SCHEDULED then
+if K_RETRIES and K_RETRIES ~= K_SCHEDULED then
   local a = redis.call('ZRANGE', K_SCHEDULED, 0, offset + limit - 1, 'WITHSCORES')
-  local b = redis.call('ZRANGE', K_GSCHED, 0, offset + limit - 1, 'WITHSCORES')
+  local b = redis.call('ZRANGE', K_RETRIES, 0, offset + limit - 1, 'WITHSCORES')
   page = {}
   local i, j, n = 1, 1, 0
   while n < offset + limit and (i <= #a or j <= #b) do

@@ -19,22 +19,21 @@
 -- with a batch id lower than one the ledger holds (a stale task, or the sink's
 -- name reused with a new checkpoint) gets the error reply DELAYQ_SINK_REWOUND and
 -- changes nothing (so does a ledger key of another type: WRONGTYPE).
-local K_LEDGER = KEYS[14]
 
 -- enqueue.lua's body (inserted by delayq/lua/__init__.py), run on the arguments given
 local function enqueue(ARGV)
 --@enqueue.lua
 end
 
-local found = redis.call('TYPE', K_LEDGER).ok
+local found = redis.call('TYPE', K_SINK).ok
 if found ~= 'none' and found ~= 'zset' then
-  return redis.error_reply('WRONGTYPE delayq key ' .. K_LEDGER .. ' holds a ' .. found ..
+  return redis.error_reply('WRONGTYPE delayq key ' .. K_SINK .. ' holds a ' .. found ..
     ', not a zset: something other than delayq wrote it; nothing was changed')
 end
 local batch = tonumber(ARGV[5])
-local top = redis.call('ZREVRANGE', K_LEDGER, 0, 0, 'WITHSCORES')
+local top = redis.call('ZREVRANGE', K_SINK, 0, 0, 'WITHSCORES')
 if top[2] and tonumber(top[2]) > batch then
-  return redis.error_reply('DELAYQ_SINK_REWOUND the sink ledger ' .. K_LEDGER ..
+  return redis.error_reply('DELAYQ_SINK_REWOUND the sink ledger ' .. K_SINK ..
     ' holds batch ' .. top[2] .. ', later than batch ' .. ARGV[5] .. ' (a stale task, or ' ..
     'the sink name reused with a new checkpoint); nothing was changed')
 end
@@ -45,7 +44,7 @@ local done = {}
 for i = 1, #ids, 1000 do
   local part = {}
   for j = i, math.min(#ids, i + 999) do part[#part + 1] = ids[j] end
-  local got = redis.call('ZMSCORE', K_LEDGER, unpack(part))
+  local got = redis.call('ZMSCORE', K_SINK, unpack(part))
   for j = 1, #part do done[i + j - 1] = got[j] end
 end
 
@@ -69,11 +68,11 @@ if #fresh > 0 then
     entries[#entries + 1] = batch
     entries[#entries + 1] = ids[k]
     if #entries >= 2000 then
-      redis.call('ZADD', K_LEDGER, unpack(entries))
+      redis.call('ZADD', K_SINK, unpack(entries))
       entries = {}
     end
   end
-  if #entries > 0 then redis.call('ZADD', K_LEDGER, unpack(entries)) end
+  if #entries > 0 then redis.call('ZADD', K_SINK, unpack(entries)) end
 end
-redis.call('ZREMRANGEBYSCORE', K_LEDGER, '-inf', '(' .. ARGV[5])
+redis.call('ZREMRANGEBYSCORE', K_SINK, '-inf', '(' .. ARGV[5])
 return codes

@@ -28,7 +28,6 @@ from ..codec import Codec
 from ..context import Delivery, _set_delivery
 from ..errors import DecodeError
 from ..events import Event
-from ..flow.waits import FlowWaits
 from ..keys import DEFAULT_GROUP
 from ..metrics import ServiceMetrics
 from ..observer import CANCELLED, TIMEOUT_PREFIX, Observer
@@ -36,6 +35,7 @@ from ..storage.store import Claimed, Store, token_flow_key
 from .consumer_settings import ConsumerSettings
 from .fetching import CLAIM_MAX as CLAIM_MAX  # the claim bound, imported from here
 from .fetching import Fetching
+from .flow_waits import FlowWaits
 from .handler_tasks import HandlerTasks
 from .history import LATENESS_BOUNDS_MS, LATENESS_ROW_START, HistoryRecorder
 from .settlement import Settlement, delivery_fields

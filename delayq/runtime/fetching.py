@@ -16,10 +16,10 @@ from typing import Any
 
 import anyio
 
-from ..flow.waits import FlowWaits
 from ..metrics import ServiceMetrics
 from ..storage.store import Claimed, Store
 from .consumer_settings import ConsumerSettings
+from .flow_waits import FlowWaits
 from .handler_tasks import HandlerTasks
 from .settlement import Settlement
 
@@ -174,7 +174,7 @@ class Fetching:
                     assert self._count_delivered is not None and self._set_in_flight is not None
                     self._count_delivered(len(claimed))
                     self._set_in_flight(self._running)
-                if throttle is not None:  # flow limits held it back (delayq.flow.waits)
+                if throttle is not None:  # flow limits held it back (delayq.runtime.flow_waits)
                     await self._flow.wait(shard, throttle)
                     drain = True  # claim again without BRPOP: the entries are still there
                 elif self._flow.paused:

@@ -4,7 +4,7 @@ Redis's clock and policy.
 
 Reads that take ``group`` show one delivery group of a type with groups: its
 lists, plus the type's schedule (events not fanned out yet, which every group
-gets) and the group's retries (see ``keys.TypeKeys.read_view``). Without
+gets) and the group's retries (see ``keyspace.layout.TypeKeys.read_view``). Without
 ``group`` they read the type's keys as always.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..keys import DEFAULT_GROUP
+from ..keyspace.layout import DEFAULT_GROUP
 from .groups import DeliveryGroups
 from .layouts import Layouts
 from .records import (
@@ -55,15 +55,10 @@ class Browsing(Layouts, DeliveryGroups):
         return result
 
     def _counts_keys(self, type_name: str, group: str | None) -> Sequence[str]:
-        """``counts.lua``'s keys: the read keys (see :meth:`_read_keys`; the type's own
-        schedule stands in for a retry schedule it must not count), then the limits
-        HASH, for the paused flag, and the flow keys' lines (the next key's head)."""
-        tk = self.keys.for_shard(type_name)
-        if group is None:
-            view = self._k(type_name)
-            return (*view[:12], view.scheduled, tk.limits(), tk.key_lines()[0])
-        lines = tk.key_lines(None if group == DEFAULT_GROUP else group)[0]
-        return (*self._read_keys(type_name, group), tk.limits(group), lines)
+        """``counts.lua``'s keys: the read keys (see :meth:`_read_keys`: for the type's own
+        counts its schedule stands in for a retry schedule it must not count), with the
+        limits HASH, for the paused flag, and the flow keys' lines (the next key's head)."""
+        return self._read_keys("counts", type_name, group)
 
     async def shard_counts(self, shard_list: Sequence[str]) -> list[QueueCounts]:
         """Counts of each shard on its own."""
@@ -221,16 +216,16 @@ class Browsing(Layouts, DeliveryGroups):
         """``(state, group, key)`` of each sorted set that holds a shard's event ids by state:
         the type's own sets, then each named group's (the default group's retries too)."""
         k = self._k(type_name)
-        sets = [("scheduled", DEFAULT_GROUP, k[1]), ("ready", DEFAULT_GROUP, k[3]),
-                ("in_flight", DEFAULT_GROUP, k[4]), ("dead", DEFAULT_GROUP, k[8])]  # fmt: skip
+        states = (("scheduled", "scheduled"), ("ready", "queued"), ("in_flight", "inflight"),
+                  ("dead", "dead"))  # fmt: skip
+        sets = [(state, DEFAULT_GROUP, getattr(k, name)) for state, name in states]
         tk = self.keys.for_shard(type_name)
         for group in groups:
             g = tk.group_keys(group)
-            if group == DEFAULT_GROUP:
-                sets.append(("scheduled", group, g[0]))
+            if group == DEFAULT_GROUP:  # the type's own sets, listed above, and its retries
+                sets.append(("scheduled", group, g.scheduled))
                 continue
-            for state, i in (("scheduled", 0), ("ready", 2), ("in_flight", 3), ("dead", 7)):
-                sets.append((state, group, g[i]))
+            sets.extend((state, group, getattr(g, name)) for state, name in states)
         return sets
 
     async def scan_ids(

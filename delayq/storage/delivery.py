@@ -68,9 +68,9 @@ class Deliveries(StoreBase):
 
         Entries the limits did not allow went back to the ready list, in order.
         """
-        # a flow key's marker ("k:<key>", claim.lua) needs the flow keys' five keys too
-        # (a claim without them puts a marker it pops back); a type that never showed
-        # one sends what it always sent
+        # a flow key's marker ("k:<key>", claim.lua) needs the flow keys' state too (a
+        # claim without it puts a marker it pops back); a type that never showed one
+        # sends its keys only up to the limits
         keyed = (type_name, group) in self._keyed_claims
         # one C-level search, no generator per entry (a plain id containing "\0k:" only
         # makes the claim send the five keys too: harmless)
@@ -80,9 +80,9 @@ class Deliveries(StoreBase):
         # with min_replicas the claim waits for the replicas too (WAIT): a handler runs on a
         # claim the next master has. A claim the old master alone took is undone by a
         # failover, and its event runs again there (the ack finds no lease of its own)
-        r = await self._run_durable(
-            "claim", type_name, [visibility_ms, more, *popped], group=group, n=21 if keyed else None
-        )
+        last = None if keyed else "limits"
+        args = [visibility_ms, more, *popped]
+        r = await self._run_durable("claim", type_name, args, group=group, last=last)
         throttle = None
         head = r[0]
         if isinstance(head, list):
@@ -128,10 +128,12 @@ class Deliveries(StoreBase):
         args = [x for pair in done for x in pair]
         if not args:
             return 0
-        # a keyed delivery's token is "<n>|<key>": its ack frees the key's slot (KEYS[17..21])
-        # (one find over the joined tokens: bytes' `in` builds a TypeError per call)
-        n = 21 if b"".join(args[1::2]).find(b"|") >= 0 else 16
-        return int(await self._run_durable("ack", type_name, args, group=group, n=n))
+        # a keyed delivery's token is "<n>|<key>": its ack frees the key's slot (the flow
+        # keys' state) (one find over the joined tokens: bytes' `in` builds a TypeError per
+        # call); the others send their keys only up to the dedup marks
+        keyed = b"".join(args[1::2]).find(b"|") >= 0
+        last = None if keyed else "dedup"
+        return int(await self._run_durable("ack", type_name, args, group=group, last=last))
 
     async def renew(
         self,

@@ -160,10 +160,10 @@ class Enqueueing(Layouts, DeliveryGroups):
         # send the keys they always sent
         dedup = isinstance(replace, Dedup)
         keyed = keys is not None and any(keys)
-        # flow keys need KEYS[17..21] (fkeys, and the lines their events wait in); so
-        # does a replace (the replaced event may have had a key); a plain keep-first
-        # enqueue sends the 13 it always sent
-        n = None if dedup or keyed or replace else 13
+        # flow keys need fkeys and the lines their events wait in; so does a replace (the
+        # replaced event may have had a key); a plain keep-first enqueue sends its keys
+        # only up to the group's retries, as it always did
+        last = None if dedup or keyed or replace else "retries"
         mode_flag = replace.flag if isinstance(replace, Dedup) else "1" if replace else "0"
         flags = f"{mode_flag}:{uuid.uuid4().hex}"
         chunks = [items[i : i + ENQUEUE_CHUNK] for i in range(0, len(items), ENQUEUE_CHUNK)]
@@ -191,18 +191,19 @@ class Enqueueing(Layouts, DeliveryGroups):
         calls = [
             [
                 mode,
-                f"{flags}:{n}",
+                f"{flags}:{number}",
                 self.keys.wakeup_channel,
                 type_name,
-                packed[n - 1],
+                packed[number - 1],
                 b"".join([env for _, env, _ in chunk]),
             ]
-            for n, chunk in enumerate(chunks, 1)
+            for number, chunk in enumerate(chunks, 1)
         ]
         if len(calls) == 1:
-            codes = [int(c) for c in await self._run_durable("enqueue", type_name, calls[0], n=n)]
+            reply = await self._run_durable("enqueue", type_name, calls[0], last=last)
+            codes = [int(c) for c in reply]
         else:
-            replies = await self._pipelined("enqueue", type_name, calls, wait=True, n=n)
+            replies = await self._pipelined("enqueue", type_name, calls, wait=True, last=last)
             codes = [int(c) for reply in replies for c in reply]
         if 3 in codes:  # replaces of events already fanned out to delivery groups
             for i, code in enumerate(codes):

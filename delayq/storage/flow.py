@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from typing import cast
 
 from ..flow.limits import FlowLimits, split_concurrency, split_rate
-from ..partitions.shards import parse_shard
-from ..partitions.shards import shards as layout_shards
+from ..keyspace.shards import parse_shard
+from ..keyspace.shards import shards as layout_shards
 from .base import log
 from .groups import DeliveryGroups
 from .layouts import Layouts

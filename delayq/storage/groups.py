@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..keys import DEFAULT_GROUP
+from ..keyspace.scripts import SCRIPT_KEYS
 from .base import StoreBase
 from .records import _int
 
@@ -27,16 +27,12 @@ class DeliveryGroups(StoreBase):
         self._groups.pop(type_name, None)
         return None
 
-    def _group_call(self, type_name: str, groups: Sequence[str]) -> tuple[list[str], list[Any]]:
-        """Keys and leading arguments of a script in ``lua.GROUPED`` for ``groups``."""
-        tk = self.keys.for_shard(type_name)
-        keys = list(self._k(type_name))
-        for group in groups:
-            keys.extend(tk.group_keys(group))
-        # then each group's flow-key state and the type's fkeys (see _groups.lua)
-        for group in groups:
-            keys.extend(tk.key_lines(None if group == DEFAULT_GROUP else group))
-        keys.append(tk.fkeys)
+    def _group_call(
+        self, script: str, type_name: str, groups: Sequence[str]
+    ) -> tuple[list[str], list[Any]]:
+        """Keys and leading arguments of a script in ``keyspace.scripts.GROUPED`` for
+        ``groups`` (see ``TypeKeys.group_call``)."""
+        keys = self.keys.for_shard(type_name).group_call(SCRIPT_KEYS[script], groups)
         return keys, [len(groups), *groups]
 
     async def _every_group(
@@ -66,7 +62,7 @@ class DeliveryGroups(StoreBase):
                 assert ungrouped is not None
                 reply = await self._run(ungrouped[0], type_name, ungrouped[1])
             else:
-                keys, lead = self._group_call(type_name, groups)
+                keys, lead = self._group_call(script, type_name, groups)
                 reply = await self._scripts[script](keys=keys, args=[*lead, *args])
             if not (isinstance(reply, list) and reply and reply[0] == _STALE):
                 return reply
@@ -85,7 +81,7 @@ class DeliveryGroups(StoreBase):
         Returns 1 removed, 0 no such group, -1 refused (the type's last group).
         """
         self._groups.pop(type_name, None)
-        keys, lead = self._group_call(type_name, [group])
+        keys, lead = self._group_call("group_remove", type_name, [group])
         first = "1"
         while True:
             code = int(await self._scripts["group_remove"](keys=keys, args=[*lead, batch, first]))

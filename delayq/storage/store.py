@@ -18,7 +18,7 @@ from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
 
 from .. import lua
-from ..keys import PrefixKeys
+from ..keyspace.layout import PrefixKeys
 from .base import Script, log
 from .browsing import Browsing
 from .connect import no_retry
@@ -96,7 +96,7 @@ class Store(
         self.blocking = blocking if blocking is not None else redis
         self.keys = PrefixKeys(prefix)
         self._type_keys = {}
-        self._flow_views = {}
+        self._call_keys = {}
         self._keyed_claims = set()
         self._scripts = {
             name: Script(redis, lua.source(name))
