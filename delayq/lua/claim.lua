@@ -19,7 +19,7 @@
 -- never both claim one ready entry, and stale entries (cancelled, replaced or
 -- already claimed ids) are skipped. Entries popped here are claimed in the
 -- same atomic step, so only a BRPOP'd entry can be orphaned (see move_due).
--- Flow limits (delayq/limits.py) are decided here, atomically: live leases
+-- Flow limits (delayq/flow/limits.py) are decided here, atomically: live leases
 -- (deadline after now) never exceed `concurrency`, starts never exceed the
 -- GCRA's `burst + elapsed * rate`; BRPOP'd entries not allowed go back to the
 -- right end of the ready list, in order, their attempts untouched. Without a

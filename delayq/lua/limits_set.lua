@@ -3,7 +3,7 @@
 -- K_LIMITS limits HASH of the type or group ({p:T}:limits, {p:T}:g:G:limits)
 -- K_WAKE wake LIST of the same (consumers waiting for a slot BLPOP it)
 -- ARGV: pairs field, value; an empty value deletes the field (see
---   delayq/limits.py for the fields)
+--   delayq/flow/limits.py for the fields)
 -- Returns: the fields now stored, as a flat list (field, value, ...).
 -- Guarantees: one atomic change; the key is deleted once no limit is left
 -- (the GCRA state alone is no limit), so a type without limits costs claim
