@@ -66,26 +66,18 @@ class KeyView(NamedTuple):
 
 
 class GroupKeys(NamedTuple):
-    """One delivery group's own keys (:data:`~delayq.keyspace.scripts.GROUP_KEYS`)."""
+    """One delivery group's own keys (:data:`~delayq.keyspace.scripts.GROUP_KEYS`): as
+    :class:`KeyView`'s of the same names, ``scheduled`` holding the group's retries."""
 
     scheduled: str
-    """ZSET id -> due ms: the group's retries."""
     ready: str
-    """LIST of ready entries."""
     queued: str
-    """ZSET of ready ids not claimed yet."""
     inflight: str
-    """ZSET id -> lease deadline."""
     leases: str
-    """HASH id -> claim token."""
     attempts: str
-    """HASH id -> deliveries so far."""
     errors: str
-    """HASH id -> last failure."""
     dead: str
-    """ZSET id -> dead-letter time."""
     meta: str
-    """HASH of counters."""
 
 
 @dataclass(frozen=True, slots=True)

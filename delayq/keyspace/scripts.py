@@ -31,196 +31,137 @@ __all__ = [
     "through",
 ]
 
-TYPE_KEYS = (
-    "events", "scheduled", "ready", "queued", "inflight", "leases", "attempts", "errors",
-    "dead", "meta", "groups", "pending", "retries", "limits", "wake", "dedup", "fkeys",
-    "klines", "krot", "kwait", "krun",
-)  # fmt: skip
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(text.split())
+
+
+TYPE_KEYS = _names(
+    "events scheduled ready queued inflight leases attempts errors dead meta groups pending "
+    "retries limits wake dedup fkeys klines krot kwait krun"
+)
 """The keys of one delivery group's view of a shard, in the order per-type scripts take them
 (:meth:`~delayq.keyspace.layout.TypeKeys.named` maps each to its key)."""
 
 KEY_KINDS = {
-    "events": "hash", "scheduled": "zset", "ready": "list", "queued": "zset",
-    "inflight": "zset", "leases": "hash", "attempts": "hash", "errors": "hash",
-    "dead": "zset", "meta": "hash", "groups": "hash", "pending": "hash",
-    "retries": "zset", "limits": "hash", "wake": "list", "dedup": "zset",
-    "fkeys": "hash", "klines": "zset", "krot": "zset", "kwait": "zset", "krun": "zset",
-    "sink": "zset", "schedules": "hash", "schedule_state": "hash",
-    "index": "zset", "homes": "hash", "lock": "string", "members": "zset",
-    "workers": "zset", "worker": "string", "minute": "hash", "coarse": "hash",
-}  # fmt: skip
+    "events": "hash",
+    "scheduled": "zset",
+    "ready": "list",
+    "queued": "zset",
+    "inflight": "zset",
+    "leases": "hash",
+    "attempts": "hash",
+    "errors": "hash",
+    "dead": "zset",
+    "meta": "hash",
+    "groups": "hash",
+    "pending": "hash",
+    "retries": "zset",
+    "limits": "hash",
+    "wake": "list",
+    "dedup": "zset",
+    "fkeys": "hash",
+    "klines": "zset",
+    "krot": "zset",
+    "kwait": "zset",
+    "krun": "zset",
+    "sink": "zset",
+    "schedules": "hash",
+    "schedule_state": "hash",
+    "index": "zset",
+    "homes": "hash",
+    "lock": "string",
+    "members": "zset",
+    "workers": "zset",
+    "worker": "string",
+    "minute": "hash",
+    "coarse": "hash",
+}
 """The Redis type (as ``TYPE`` names it) each named key holds: what ``check_keys`` in
 ``lua/_prelude.lua`` expects, and what docs/ARCHITECTURE.md's key table says."""
 
-GROUP_KEYS = ("scheduled", "ready", "queued", "inflight", "leases", "attempts", "errors",
-              "dead", "meta")  # fmt: skip
+GROUP_KEYS = _names("scheduled ready queued inflight leases attempts errors dead meta")
 """One delivery group's keys in a :data:`GROUPED` script's call (``scheduled``: its retries)."""
 
-GROUP_FLOW_KEYS = ("klines", "krot", "kwait", "krun")
+GROUP_FLOW_KEYS = _names("klines krot kwait krun")
 """One delivery group's flow-key state in a :data:`GROUPED` script's call."""
 
-_FLOW_KEYS = ("fkeys", "klines", "krot", "kwait")
-
 SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
-    # per-type scripts: one group's view of a shard (a subsequence of TYPE_KEYS)
-    "enqueue": (*TYPE_KEYS[:13], "dedup", *_FLOW_KEYS),
-    "move_due": (*TYPE_KEYS[:11], *_FLOW_KEYS),
-    "claim": (
-        "events",
-        "ready",
-        "queued",
-        "inflight",
-        "leases",
-        "attempts",
-        "meta",
-        "limits",
-        "klines",
-        "krot",
-        "kwait",
-        "krun",
+    # per-type scripts: one group's view of a shard (names in the order of TYPE_KEYS)
+    "enqueue": _names(
+        "events scheduled ready queued inflight leases attempts errors dead meta groups "
+        "pending retries dedup fkeys klines krot kwait"
     ),
-    "ack": (
-        "events",
-        "ready",
-        "inflight",
-        "leases",
-        "attempts",
-        "errors",
-        "meta",
-        "pending",
-        "limits",
-        "wake",
-        "dedup",
-        "fkeys",
-        "klines",
-        "krot",
-        "kwait",
-        "krun",
+    "move_due": _names(
+        "events scheduled ready queued inflight leases attempts errors dead meta groups "
+        "fkeys klines krot kwait"
     ),
-    "renew": ("inflight", "leases", "meta"),
-    "fail": (
-        "events",
-        "scheduled",
-        "ready",
-        "queued",
-        "inflight",
-        "leases",
-        "errors",
-        "dead",
-        "meta",
-        "groups",
-        "retries",
-        "limits",
-        "wake",
-        *_FLOW_KEYS,
-        "krun",
+    "claim": _names(
+        "events ready queued inflight leases attempts meta limits klines krot kwait krun"
     ),
-    "cancel": (
-        "events",
-        "scheduled",
-        "queued",
-        "inflight",
-        "leases",
-        "attempts",
-        "errors",
-        "dead",
-        "groups",
-        "dedup",
-        "fkeys",
+    "ack": _names(
+        "events ready inflight leases attempts errors meta pending limits wake dedup "
+        "fkeys klines krot kwait krun"
     ),
-    "dead_requeue": (
-        "events",
-        "scheduled",
-        "ready",
-        "queued",
-        "attempts",
-        "errors",
-        "dead",
-        "meta",
-        "groups",
-        "retries",
-        *_FLOW_KEYS,
+    "renew": _names("inflight leases meta"),
+    "fail": _names(
+        "events scheduled ready queued inflight leases errors dead meta groups retries "
+        "limits wake fkeys klines krot kwait krun"
     ),
-    "dead_purge": ("events", "attempts", "errors", "dead", "pending", "fkeys"),
-    "run_now": ("events", "scheduled", "ready", "queued", "meta", "groups", *_FLOW_KEYS),
-    "group_register": ("groups",),
-    "migrate_out": (
-        "events",
-        "scheduled",
-        "queued",
-        "inflight",
-        "leases",
-        "attempts",
-        "errors",
-        "dead",
+    "cancel": _names(
+        "events scheduled queued inflight leases attempts errors dead groups dedup fkeys"
     ),
-    "inspect": (
-        "events",
-        "scheduled",
-        "queued",
-        "inflight",
-        "attempts",
-        "errors",
-        "dead",
-        "groups",
+    "dead_requeue": _names(
+        "events scheduled ready queued attempts errors dead meta groups retries fkeys "
+        "klines krot kwait"
     ),
-    "key_backlog": ("klines", "krot", "kwait", "krun"),
-    "schedule_fire": (
-        "events",
-        "scheduled",
-        "ready",
-        "queued",
-        "dead",
-        "meta",
-        "groups",
-        "schedules",
-        "schedule_state",
-        *_FLOW_KEYS,
+    "dead_purge": _names("events attempts errors dead pending fkeys"),
+    "run_now": _names("events scheduled ready queued meta groups fkeys klines krot kwait"),
+    "group_register": _names("groups"),
+    "migrate_out": _names("events scheduled queued inflight leases attempts errors dead"),
+    "inspect": _names("events scheduled queued inflight attempts errors dead groups"),
+    "key_backlog": _names("klines krot kwait krun"),
+    "schedule_fire": _names(
+        "events scheduled ready queued dead meta groups schedules schedule_state fkeys "
+        "klines krot kwait"
     ),
     # enqueue.lua's keys as far as the sink sends them, the sink's ledger, then the rest
-    "sink_enqueue": (*TYPE_KEYS[:13], "sink", "dedup", *_FLOW_KEYS),
-    # read-only scripts: a group's read view (TypeKeys.named(group, read=True))
-    "dead_list": ("events", "attempts", "errors", "dead"),
-    "inflight_list": ("inflight", "attempts"),
-    "due_histogram": ("scheduled", "retries"),
-    "counts": (
-        "scheduled",
-        "ready",
-        "queued",
-        "inflight",
-        "dead",
-        "retries",
-        "limits",
-        "klines",
+    "sink_enqueue": _names(
+        "events scheduled ready queued inflight leases attempts errors dead meta groups "
+        "pending retries sink dedup fkeys klines krot kwait"
     ),
-    "scheduled_list": ("events", "scheduled", "attempts", "errors", "retries"),
-    "ready_list": ("events", "queued", "attempts", "errors"),
-    "dead_find": ("events", "attempts", "errors", "dead"),
+    # read-only scripts: a group's read view (TypeKeys.named(group, read=True))
+    "dead_list": _names("events attempts errors dead"),
+    "inflight_list": _names("inflight attempts"),
+    "due_histogram": _names("scheduled retries"),
+    "counts": _names("scheduled ready queued inflight dead retries limits klines"),
+    "scheduled_list": _names("events scheduled attempts errors retries"),
+    "ready_list": _names("events queued attempts errors"),
+    "dead_find": _names("events attempts errors dead"),
     # scripts on every delivery group: these, then the groups' (see the module's docstring)
-    "group_move": ("events", "scheduled", "meta", "groups", "pending"),
-    "group_cancel": ("events", "scheduled", "groups", "pending"),
-    "group_replace": ("events", "scheduled", "meta", "groups", "pending"),
-    "group_remove": ("events", "meta", "groups", "pending"),
-    "group_inspect": ("events", "scheduled", "groups", "pending"),
-    "group_run_now": ("events", "scheduled", "groups", "pending"),
+    "group_move": _names("events scheduled meta groups pending"),
+    "group_cancel": _names("events scheduled groups pending"),
+    "group_replace": _names("events scheduled meta groups pending"),
+    "group_remove": _names("events meta groups pending"),
+    "group_inspect": _names("events scheduled groups pending"),
+    "group_run_now": _names("events scheduled groups pending"),
     # scripts on other keys
-    "lock_take": ("lock",),
-    "lock_steal": ("lock",),
-    "lock_release": ("lock",),
-    "heartbeat": ("workers", "worker"),
-    "worker_remove": ("workers", "worker"),
-    "members": ("members",),
-    "schedule_write": ("schedules", "schedule_state"),
-    "schedule_index": ("index", "homes"),
-    "schedule_due": ("index", "homes"),
-    "limits_set": ("limits", "wake"),
-    # one pair per event type (history_add.lua loops over them)
-    "history_add": ("minute", "coarse"),
+    "lock_take": _names("lock"),
+    "lock_steal": _names("lock"),
+    "lock_release": _names("lock"),
+    "heartbeat": _names("workers worker"),
+    "worker_remove": _names("workers worker"),
+    "members": _names("members"),
+    "schedule_write": _names("schedules schedule_state"),
+    "schedule_index": _names("index homes"),
+    "schedule_due": _names("index homes"),
+    "limits_set": _names("limits wake"),
+    # one pair per event type (history_add.lua loops over them, see BLOCKS)
+    "history_add": _names("minute coarse"),
 }
 """Each script's KEYS by name, in order."""
 
-GROUPED = ("group_move", "group_cancel", "group_replace", "group_remove", "group_inspect",
-           "group_run_now")  # fmt: skip
+GROUPED = _names("group_move group_cancel group_replace group_remove group_inspect group_run_now")
 """The scripts that take every delivery group's keys after their own."""
 
 BLOCKS = ("history_add",)

@@ -3,30 +3,5 @@
 
 from __future__ import annotations
 
-from ..keyspace.shards import (
-    MAX_PARTITIONS,
-    check_partitions,
-    layout_member,
-    parse_member,
-    parse_shard,
-    partition_of,
-    partition_tag,
-    shard_for,
-    shard_name,
-    shards,
-    type_of,
-)
-
-__all__ = [
-    "MAX_PARTITIONS",
-    "check_partitions",
-    "layout_member",
-    "parse_member",
-    "parse_shard",
-    "partition_of",
-    "partition_tag",
-    "shard_for",
-    "shard_name",
-    "shards",
-    "type_of",
-]
+from ..keyspace.shards import *  # noqa: F403
+from ..keyspace.shards import __all__ as __all__
