@@ -135,3 +135,11 @@ def test_the_docs_name_every_field_of_meta() -> None:
     }
     described = set(re.findall(r"`(\w+)`", _table()[TypeKeys("p", "T").meta][1]))
     assert written and written <= described, written - described
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPT_KEYS))
+def test_a_script_names_its_keys_in_its_opening_comment(name: str) -> None:
+    text = (PACKAGE / "lua" / f"{name}.lua").read_text(encoding="utf-8")
+    block = text.split("-- KEYS", 1)[1].split("\n-- ARG", 1)[0].split("\n-- Returns", 1)[0]
+    named = [w for w in re.findall(r"`(\w+)`", block) if w in KEY_KINDS]
+    assert named[: len(SCRIPT_KEYS[name])] == list(SCRIPT_KEYS[name])

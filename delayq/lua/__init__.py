@@ -4,8 +4,9 @@ Each ``.lua`` file opens with a comment listing its KEYS, ARGV, return value
 and guarantees. Every script is sent after a header naming its KEYS
 (``local K_READY = KEYS[3]``), generated from its list of names in
 :data:`delayq.keyspace.scripts.SCRIPT_KEYS`: no ``.lua`` file writes a key's
-position. Per-type scripts get the definitions of ``_prelude.lua`` they use
-(followed from their code, so a script carries only its own helpers); the
+position. Per-type scripts get the helpers they use from the small files of
+:data:`LIBRARY` (followed from their code, so a script carries only its own; see
+``_prelude.lua``); the
 scripts that act on every delivery group of a type get ``_groups.lua`` after
 them; the lock scripts work on one key and stand alone.
 """
@@ -53,6 +54,9 @@ GROUPED = (
     "group_inspect",
     "group_run_now",
 )
+# The per-type scripts' helpers, in the order they are defined (each uses only those
+# before it); a script gets the definitions it uses (see _prelude.lua)
+LIBRARY = ("_checks", "_clock", "_registry", "_limits", "_flow_keys", "_push", "_moves")
 STANDALONE = (
     "lock_take",
     "lock_steal",
@@ -92,9 +96,10 @@ def source(name: str) -> str:
 
 def with_prelude(name: str, body: str) -> str:
     """``body`` as the per-type script ``name`` runs it: after the header naming its keys
-    and the definitions of ``_prelude.lua`` it uses (also for tests of those helpers)."""
-    library = keyspace.lua_key_tables(name) + _strip(
-        (resources.files(__name__) / "_prelude.lua").read_text(encoding="utf-8")
+    and the helpers of :data:`LIBRARY` it uses (also for tests of those helpers)."""
+    here = resources.files(__name__)
+    library = keyspace.lua_key_tables(name) + "".join(
+        _strip((here / f"{part}.lua").read_text(encoding="utf-8")) for part in LIBRARY
     )
     # Whole-line comments are blanked, not sent: Redis keeps every script's text in
     # its script cache (in used_memory), and the prelude is half comments.

@@ -1,7 +1,8 @@
 -- cancel: remove an event that has not been handled successfully yet.
 --
--- KEYS: the ten keys of the type, then groups, pending, retries, limits, wake
---   (unused) and dedup (see _prelude.lua).
+-- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `queued`, `inflight`,
+--   `leases`, `attempts`, `errors`, `dead`, `groups`, `dedup`, `fkeys` of the type or one
+--   group's view (see _prelude.lua).
 -- ARGV[1] id
 -- Returns: 1 removed, 0 no such pending event (unknown, or a dead letter:
 --          dead letters are removed with dead_purge), or {'stale', group...}

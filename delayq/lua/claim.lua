@@ -1,8 +1,8 @@
 -- claim: a consumer takes ready events and starts their leases.
 --
--- KEYS: events, ready, queued, inflight, leases, attempts, meta of the type or
---   group, its limits HASH, and with flow keys the group's flow-key state
---   (delayq/keyspace/scripts.py; see _prelude.lua).
+-- KEYS (delayq/keyspace/scripts.py): `events`, `ready`, `queued`, `inflight`, `leases`,
+--   `attempts`, `meta`, `limits`, `klines`, `krot`, `kwait`, `krun` of the type or group
+--   (see _prelude.lua); the flow-key state only when a marker may come.
 -- ARGV[1] visibility timeout in ms (the lease)
 -- ARGV[2] how many more entries to pop from the ready list here (0..n)
 -- ARGV[3..] entries the consumer already popped with BRPOP

@@ -1,12 +1,11 @@
 -- counts: how many events of a type are in each state, when the next one is
 -- due, and how far behind its consumers are.
 --
--- KEYS: the ten keys of the type (see _prelude.lua); or, for one delivery
---       group, its read view (delayq.keys.TypeKeys.read_view: the type's
---       schedule, the group's lists, and KEYS[13] the group's retry schedule,
---       counted as scheduled too); then KEYS[14], the limits HASH (for a
---       type's own counts KEYS[13] is its schedule again, so not counted twice),
---       and K_KLINES the group's flow-key lines (klines, see _prelude.lua).
+-- KEYS (delayq/keyspace/scripts.py): `scheduled`, `ready`, `queued`, `inflight`, `dead`,
+--   `retries`, `limits`, `klines` for one delivery group its read view (TypeKeys.read_view:
+--   the type's schedule and the group's lists; `retries` the group's retry schedule, counted
+--   as scheduled too; for the type's own counts its schedule again, so not counted twice),
+--   the limits HASH and the group's flow-key lines.
 -- ARGV: none
 -- Returns: {scheduled, ready, in_flight, dead, next_due_ms (-1: none scheduled),
 --           scheduled_overdue, oldest_ready_entry or false, now_ms, paused}

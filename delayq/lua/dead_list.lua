@@ -1,6 +1,7 @@
 -- dead_list: read dead letters, oldest first.
 --
--- KEYS: the ten keys of the type (see _prelude.lua).
+-- KEYS (delayq/keyspace/scripts.py): `events`, `attempts`, `errors`, `dead` of the type,
+--   or one group's read view.
 -- ARGV[1] offset, ARGV[2] limit
 -- Returns: {id, failed_at_ms, envelope or false, attempts or false,
 --           error or false, ...}

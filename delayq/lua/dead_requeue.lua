@@ -1,7 +1,8 @@
 -- dead_requeue: give dead letters a fresh start.
 --
--- KEYS: the ten keys of the group, then groups, pending, the group's retry
---       schedule (see _prelude.lua).
+-- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `ready`, `queued`, `attempts`,
+--   `errors`, `dead`, `meta`, `groups`, `retries`, `fkeys`, `klines`, `krot`, `kwait` of the
+--   type or one group's view (see _prelude.lua).
 -- ARGV[1] delay in ms, ARGV[2] wake-up channel, ARGV[3] type name
 -- ARGV[4..] ids
 -- Returns: how many dead letters were requeued.

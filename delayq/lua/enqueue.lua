@@ -1,8 +1,9 @@
 -- enqueue: add events of one type, or find them already there.
 --
--- KEYS: the ten keys of the type, then groups, pending, the default group's
---       retry schedule (see _prelude.lua; the last three are optional); with
---       'd' or 'u' in ARGV[2] also limits, wake (unused) and KEYS[16] dedup.
+-- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `ready`, `queued`, `inflight`,
+--   `leases`, `attempts`, `errors`, `dead`, `meta`, `groups`, `pending`, `retries`, `dedup`,
+--   `fkeys`, `klines`, `krot`, `kwait` of the type (see _prelude.lua); a plain keep-first
+--   enqueue sends them up to `retries`, a replace, dedup mode or flow key all.
 -- ARGV[1]  'delay' (times are ms from now on Redis's clock) or 'at' (unix ms);
 --          with ':mp' appended the triples come packed in ARGV[5] and ARGV[6]
 --          (two arguments per call instead of three per event: cheaper to send);

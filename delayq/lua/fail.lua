@@ -1,8 +1,8 @@
 -- fail: a delivery failed; retry the event later or make it a dead letter.
 --
--- KEYS: the ten keys of the group, then groups, pending, the group's retry
---       schedule, limits, wake, dedup (unused) and the five flow-key keys
---       fkeys, klines, krot, kwait, krun (see _prelude.lua).
+-- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `ready`, `queued`, `inflight`,
+--   `leases`, `errors`, `dead`, `meta`, `groups`, `retries`, `limits`, `wake`, `fkeys`,
+--   `klines`, `krot`, `kwait`, `krun` of the type or one group's view (see _prelude.lua).
 -- ARGV[1] id, ARGV[2] claim token, ARGV[3] 'retry' or 'dead'
 -- ARGV[4] retry delay in ms, ARGV[5] error text ("Type: message")
 -- ARGV[6] wake-up channel, ARGV[7] type name

@@ -1,6 +1,7 @@
 -- group_cancel: cancel.lua for a type with delivery groups.
 --
--- KEYS: see _groups.lua, with every registered group.
+-- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `groups`, `pending` of the
+--   type, then every group's (see _groups.lua), with every registered group.
 -- ARGV: n, the group names, then ARG(1) id
 -- Returns: 1 removed, 0 nothing pending (unknown, done, or only dead letters),
 --          or {'stale', group...} (see group_move.lua).

@@ -1,7 +1,8 @@
 -- group_inspect: inspect.lua for a type with delivery groups: where one event
 -- is in every group, in one consistent read.
 --
--- KEYS: see _groups.lua, with every registered group.
+-- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `groups`, `pending` of the
+--   type, then every group's (see _groups.lua), with every registered group.
 -- ARGV: n, the group names, then ARG(1) id
 -- Returns: {'groups', now_ms, envelope, due ms in the type's schedule (not
 --           fanned out yet), pending count, then per group in the order

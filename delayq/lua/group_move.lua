@@ -1,7 +1,8 @@
 -- group_move: the scheduler's step for a type with delivery groups (move_due.lua
 -- for a type without them), bounded by a batch size per category and group.
 --
--- KEYS: see _groups.lua, with every registered group.
+-- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `meta`, `groups`, `pending` of
+--   the type, then every group's (see _groups.lua), with every registered group.
 -- ARGV: n, the group names, then
 -- ARG(1) batch, ARG(2) visibility timeout in ms, ARG(3) max deliveries for a
 --        group registered without one

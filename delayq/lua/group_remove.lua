@@ -1,6 +1,7 @@
 -- group_remove: drop a delivery group and its pending deliveries, a batch at a time.
 --
--- KEYS: see _groups.lua, with one group.
+-- KEYS (delayq/keyspace/scripts.py): `events`, `meta`, `groups`, `pending` of the type,
+--   then every group's (see _groups.lua), with one group.
 -- ARGV: 1, the group name, ARG(1) batch size, ARG(2) '1' on the first call
 -- Returns: -1 refused (the type's last group: a type always has one), 0 not
 --          registered (or registered again since the first call: left alone),

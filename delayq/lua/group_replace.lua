@@ -1,7 +1,8 @@
 -- group_replace: replace an event that was already fanned out to delivery groups
 -- (enqueue.lua answers 3 for it and changes nothing).
 --
--- KEYS: see _groups.lua, with every registered group.
+-- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `meta`, `groups`, `pending` of
+--   the type, then every group's (see _groups.lua), with every registered group.
 -- ARGV: n, the group names, then ARG(1) id, ARG(2) envelope, ARG(3) time,
 --       ARG(4) 'at' (unix ms) or 'delay' (ms from now), ARG(5) wake-up channel,
 --       ARG(6) type name

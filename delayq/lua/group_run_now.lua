@@ -1,6 +1,7 @@
 -- group_run_now: run_now.lua for a type with delivery groups.
 --
--- KEYS: see _groups.lua, with every registered group.
+-- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `groups`, `pending` of the
+--   type, then every group's (see _groups.lua), with every registered group.
 -- ARGV: n, the group names, then ARG(1) id, ARG(2) the group to run it for
 --       ('' for every group)
 -- Returns: 1 when something became ready, 0 when nothing was scheduled for

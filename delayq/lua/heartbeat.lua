@@ -1,7 +1,7 @@
 -- heartbeat: a worker process says it is alive.
 --
--- K_WORKERS the prefix's worker index (ZSET worker id -> expiry ms)
--- K_WORKER this worker's record (STRING)
+-- KEYS (delayq/keyspace/scripts.py): `workers`, `worker`: the prefix's worker index (ZSET
+--   worker id -> expiry ms), this worker's record (STRING).
 -- ARGV[1] worker id, ARGV[2] the record (JSON), ARGV[3] time to live in ms
 -- Returns: Redis's time in ms.
 -- Guarantees: the record and its index entry expire together: a process that

@@ -1,7 +1,8 @@
 -- limits_set: change the flow limits of an event type (or one delivery group).
 --
--- K_LIMITS limits HASH of the type or group ({p:T}:limits, {p:T}:g:G:limits)
--- K_WAKE wake LIST of the same (consumers waiting for a slot BLPOP it)
+-- KEYS (delayq/keyspace/scripts.py): `limits`, `wake`: the limits HASH of the type or
+--   group ({p:T}:limits, {p:T}:g:G:limits) and its wake LIST (consumers waiting for a slot
+--   BLPOP it).
 -- ARGV: pairs field, value; an empty value deletes the field (see
 --   delayq/flow/limits.py for the fields)
 -- Returns: the fields now stored, as a flat list (field, value, ...).

@@ -1,6 +1,6 @@
 -- lock_release: give up the scheduler lock and tell the standbys.
 --
--- K_LOCK the prefix's scheduler lock
+-- KEYS (delayq/keyspace/scripts.py): `lock`: the prefix's scheduler lock.
 -- ARGV[1] owner token, ARGV[2] the prefix's wake-up channel
 -- Returns: 1 released, 0 not ours (expired and taken by another scheduler).
 -- Guarantees: compare-and-delete: a scheduler never deletes another's lock.

@@ -1,6 +1,6 @@
 -- lock_steal: take the scheduler lock from a holder that stopped moving events.
 --
--- K_LOCK the prefix's scheduler lock
+-- KEYS (delayq/keyspace/scripts.py): `lock`: the prefix's scheduler lock.
 -- ARGV[1] the holder's token as the caller last saw it, ARGV[2] the caller's
 --         token, ARGV[3] time to live in ms
 -- Returns: 1 when the caller holds the lock now, else 0.

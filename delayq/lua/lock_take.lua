@@ -1,6 +1,6 @@
 -- lock_take: take the scheduler lock, or keep it if we hold it.
 --
--- K_LOCK the prefix's scheduler lock
+-- KEYS (delayq/keyspace/scripts.py): `lock`: the prefix's scheduler lock.
 -- ARGV[1] owner token, ARGV[2] time to live in ms
 -- Returns: {1} when the caller holds the lock now, else {0, holder's token}
 --          (a standby scheduler keeps the token: see lock_steal.lua).

@@ -1,6 +1,7 @@
 -- members: the live scheduler processes of a prefix that has partitioned types.
 --
--- K_MEMBERS {prefix}:schedulers  ZSET token -> heartbeat deadline (ms, Redis clock)
+-- KEYS (delayq/keyspace/scripts.py): `members`: {prefix}:schedulers, ZSET token ->
+--   heartbeat deadline (ms, Redis clock).
 -- ARGV[1] the caller's token, ARGV[2] heartbeat time to live in ms
 -- ARGV[3] 'beat' (add or refresh the caller), 'leave' (remove the caller),
 --         'evict:<token>' (remove another member: it left a partition it owns

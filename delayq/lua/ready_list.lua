@@ -1,8 +1,8 @@
 -- ready_list: one page of ready events (queued for a consumer, not claimed yet),
 -- in the order consumers get them.
 --
--- KEYS: the ten keys of the type (see _prelude.lua); or one delivery group's
---       read view (its queued set and hashes).
+-- KEYS (delayq/keyspace/scripts.py): `events`, `queued`, `attempts`, `errors` of the type,
+--   or one group's read view.
 -- ARGV[1] offset, ARGV[2] limit (the caller bounds it)
 -- Returns: {now_ms, id, queued score, envelope or false, attempts or false,
 --           error or false, ...}. A score > 0 is the push sequence number

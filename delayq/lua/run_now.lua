@@ -1,6 +1,8 @@
 -- run_now: hand a scheduled event to the consumers now instead of at its due time.
 --
--- KEYS: the ten keys of the type, then groups (see _prelude.lua).
+-- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `ready`, `queued`, `meta`,
+--   `groups`, `fkeys`, `klines`, `krot`, `kwait` of the type or one group's view (see
+--   _prelude.lua).
 -- ARGV[1] id, ARGV[2] the delivery group asked for ('' for any; a type
 --         without named groups has only 'default')
 -- Returns: 1 when the event was scheduled and is now ready, else 0 (not

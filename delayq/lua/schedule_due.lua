@@ -1,7 +1,7 @@
 -- schedule_due: the schedules due now, and when the next one is.
 --
--- K_INDEX `{p}:schedules` ZSET name -> next fire ms
--- K_HOMES `{p}:schedule-homes` HASH name -> "<gen>|<shard>"
+-- KEYS (delayq/keyspace/scripts.py): `index`, `homes`: `{p}:schedules` ZSET name -> next
+--   fire ms; `{p}:schedule-homes` HASH name -> "<gen>|<shard>".
 -- ARGV[1] at most this many, ARGV[2] how far ahead (ms) a fire counts as due
 -- Returns: {now ms (Redis's clock), next fire ms after now + ahead or -1, name1, home1, ...}
 -- Guarantees: read-only but for index entries of removed schedules (home

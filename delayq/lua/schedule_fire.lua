@@ -1,8 +1,10 @@
 -- schedule_fire: fire slots of schedules that live in one event type (shard).
 --
--- KEYS: the 13 keys of the type's default view (see _prelude.lua), then
---   K_SCHEDULES, the type's `schedules` hash (name -> definition)
---   K_SCHEDULE_STATE, the type's `schedule-state` hash (name -> MessagePack state, below)
+-- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `ready`, `queued`, `dead`,
+--   `meta`, `groups`, `schedules`, `schedule_state`, `fkeys`, `klines`, `krot`, `kwait` of
+--   the type's default view (see _prelude.lua), with `schedules` (name -> definition) and
+--   `schedule_state` (name -> MessagePack state, below); the caller sends them up to
+--   `schedule_state`.
 -- ARGV[1] wake-up channel, ARGV[2] the shard's name (published on wake-ups)
 -- ARGV[3] a MessagePack array, 7 per fire: name, definition version, slot ms
 --   ('T' for a manual trigger, 'P' to only look at a buffered fire), event id,

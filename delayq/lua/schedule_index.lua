@@ -1,7 +1,8 @@
 -- schedule_index: the prefix's index of schedules (where each lives, when it next fires).
 --
--- K_INDEX `{p}:schedules` ZSET name -> next fire (unix ms) of every active schedule
--- K_HOMES `{p}:schedule-homes` HASH name -> "<gen>|<shard>" ('' shard: removed)
+-- KEYS (delayq/keyspace/scripts.py): `index`, `homes`: `{p}:schedules` ZSET name -> next
+--   fire (unix ms) of every active schedule; `{p}:schedule-homes` HASH name ->
+--   "<gen>|<shard>" ('' shard: removed).
 -- ARGV[1] wake-up channel, ARGV[2] '1' to publish ':schedules' on it after a change
 -- ARGV[3] a MessagePack array, 4 per schedule: name, gen, shard ('' when
 --   removed), next fire ms ('' when it fires no more: paused, ended or removed)

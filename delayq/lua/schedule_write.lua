@@ -1,7 +1,8 @@
 -- schedule_write: create, update, pause, resume or remove a schedule in its type.
 --
--- K_SCHEDULES the type's `schedules` hash (name -> definition)
--- K_SCHEDULE_STATE the type's `schedule-state` hash (name -> state; see schedule_fire.lua)
+-- KEYS (delayq/keyspace/scripts.py): `schedules`, `schedule_state`: the type's schedules
+--   HASH (name -> definition) and schedule-state HASH (name -> state; see
+--   schedule_fire.lua).
 -- ARGV[1] 'upsert', 'pause', 'resume', 'remove' or 'read'; ARGV[2] the name;
 --   for 'upsert' ARGV[3] the definition, ARGV[4] its version (a digest of the
 --   definition, no time in it) and ARGV[5] what a different stored version means:

@@ -1,8 +1,8 @@
 -- scheduled_list: one page of scheduled events, earliest due first.
 --
--- KEYS: the ten keys of the type (see _prelude.lua); or, for one delivery
---       group, its read view (see counts.lua): the type's schedule and the
---       group's retries, merged by due time.
+-- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `attempts`, `errors`,
+--   `retries` of the type, or one group's read view (see counts.lua): the type's schedule
+--   and the group's retries, merged by due time.
 -- ARGV[1] offset, ARGV[2] limit (the caller bounds it)
 -- Returns: {id, due_ms, envelope or false, attempts or false, error or false, ...}
 -- Guarantees: read-only; one consistent view of the page; the work is bounded

@@ -1,8 +1,10 @@
 -- sink_enqueue: enqueue.lua for a Spark streaming sink, applied once per (ledger, batch, id).
 --
--- KEYS: the thirteen keys enqueue.lua takes (the type's ten, groups, pending, the
---       default group's retry schedule), then KEYS[14] the sink's ledger
---       (ZSET id -> batch id; delayq.keys.TypeKeys.sink), all under one hash tag.
+-- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `ready`, `queued`, `inflight`,
+--   `leases`, `attempts`, `errors`, `dead`, `meta`, `groups`, `pending`, `retries`, `sink`,
+--   `dedup`, `fkeys`, `klines`, `krot`, `kwait` enqueue.lua's up to `retries`, then `sink`,
+--   the sink's ledger (ZSET id -> batch id; TypeKeys.sink), then enqueue.lua's others (never
+--   sent by the sink), all under one hash tag.
 -- ARGV[1..4] as for enqueue.lua, without ':mp' (mode; replace flag with call id
 --          and chunk number; wake-up channel; type name)
 -- ARGV[5]  the micro-batch id (an integer >= 0)

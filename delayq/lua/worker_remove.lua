@@ -1,6 +1,7 @@
 -- worker_remove: a worker process that closes takes itself off the list.
 --
--- K_WORKERS the prefix's worker index (ZSET), K_WORKER this worker's record
+-- KEYS (delayq/keyspace/scripts.py): `workers`, `worker`: the prefix's worker index
+--   (ZSET), this worker's record.
 -- ARGV[1] worker id
 -- Returns: 1 when the record was there, else 0.
 -- Guarantees: record and index entry go together.
