@@ -25,14 +25,19 @@ from ..metrics import ServiceMetrics
 from ..observer import Observer
 from ..partitions.routing import Router
 from ..retry import delay_ms
-from ..storage.store import Store
+from ..storage.store import Enqueued, Store
 
 if TYPE_CHECKING:
     from .groups import PendingGroups
 
 __all__ = ["Enqueuer", "Item", "item_due"]
 
-_OUTCOMES = ("kept", "enqueued", "replaced")  # the counter of each enqueue.lua code
+# the counter of each outcome, by its code
+_OUTCOMES: dict[int, str] = {
+    Enqueued.KEPT: "kept",
+    Enqueued.ADDED: "enqueued",
+    Enqueued.REPLACED: "replaced",
+}
 _UNBOUND: Any = object()
 
 Item = Event | tuple[Event, float | timedelta]
@@ -103,18 +108,18 @@ class Enqueuer:
         return name, self._codec.encode(event, context, checked=checked), flow_key
 
     def _counter(self, name: str, code: int) -> Callable[[int], None] | None:
-        """The bound counter of outcome ``code`` (0 kept, 1 enqueued, 2 replaced) of type
-        ``name``: bound at its first use, when its series first appeared before."""
+        """The bound counter of outcome ``code`` (an :class:`Enqueued`) of type ``name``:
+        bound at its first use, when its series first appeared before."""
         counters = self._by_code.get(name)
         if counters is None:
-            counters = self._by_code[name] = [_UNBOUND, _UNBOUND, _UNBOUND]
+            counters = self._by_code[name] = [_UNBOUND] * len(_OUTCOMES)
         counter = counters[code]
         if counter is _UNBOUND:
             counter = counters[code] = self._metrics.bind_increment(_OUTCOMES[code], name)
         return counter  # type: ignore[no-any-return]
 
     def _count_codes(self, name: str, codes: list[int]) -> None:
-        for code in (1, 0, 2):
+        for code in (Enqueued.ADDED, Enqueued.KEPT, Enqueued.REPLACED):
             n = codes.count(code)
             if n:
                 counter = self._counter(name, code)
@@ -157,7 +162,7 @@ class Enqueuer:
             inc = self._counter(name, code)
         if inc is not None:
             inc(1)
-        return code != 0
+        return code != Enqueued.KEPT
 
     async def _one_traced(
         self,
@@ -177,7 +182,7 @@ class Enqueuer:
                 keys=None if flow_key is None else [flow_key],
             )  # fmt: skip
         self._count_codes(name, [code])
-        return code != 0
+        return code != Enqueued.KEPT
 
     async def cancel(self, name: str, event_id: str) -> bool:
         """Remove a pending event of type ``name``; True (and counted) when one was removed."""
@@ -238,7 +243,7 @@ class Enqueuer:
             )  # fmt: skip
             self._count_codes(name, codes)
             for (index, _), code in zip(entries, codes, strict=True):
-                results[index] = code != 0
+                results[index] = code != Enqueued.KEPT
         return results
 
     async def envelopes(

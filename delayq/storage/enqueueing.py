@@ -13,6 +13,7 @@ from ..errors import QueueFullError, RedisResponseError, error_code
 from ..flow.dedup import Dedup
 from .groups import DeliveryGroups
 from .layouts import Layouts
+from .records import Enqueued
 
 # Enqueue sends at most this many events per script call: keeps each call
 # well under a millisecond of Redis time.
@@ -49,8 +50,8 @@ class Enqueueing(Layouts, DeliveryGroups):
 
         ``keys``: a flow key per item (None: none), or None when no item has one.
 
-        Codes: 1 added, 0 kept (the id exists, or unique_for refused it), 2
-        replaced. ``ms`` is a delay or, with ``absolute``, a unix time in ms.
+        Codes: :class:`~delayq.storage.records.Enqueued` (ADDED, KEPT: the id exists or
+        unique_for refused it, REPLACED). ``ms`` is a delay or, with ``absolute``, a unix time in ms.
         ``replace`` may be a :class:`~delayq.flow.dedup.Dedup` mode. Chunks are pipelined.
 
         Single-event calls made concurrently (say, a hundred request handlers
@@ -205,16 +206,16 @@ class Enqueueing(Layouts, DeliveryGroups):
         else:
             replies = await self._pipelined("enqueue", type_name, calls, wait=True, last=last)
             codes = [int(c) for reply in replies for c in reply]
-        if 3 in codes:  # replaces of events already fanned out to delivery groups
+        if Enqueued.FANNED_OUT in codes:  # replaces of events already fanned out to groups
             for i, code in enumerate(codes):
-                if code == 3:
+                if code == Enqueued.FANNED_OUT:
                     codes[i] = await self._replace_fanned(type_name, items[i], absolute)
         return codes
 
     async def _replace_fanned(
         self, type_name: str, item: tuple[str, bytes, int], absolute: bool
     ) -> int:
-        """Replace one event for every group that still holds it; 2 replaced, 1 added."""
+        """Replace one event for every group that still holds it: REPLACED or ADDED."""
         event_id, envelope, ms = item
         args = [event_id, envelope, ms, "at" if absolute else "delay",
                 self.keys.wakeup_channel, type_name]  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from enum import IntEnum
 from typing import Any
 
 __all__ = [
@@ -19,6 +20,23 @@ __all__ = [
     "Throttle",
     "sum_counts",
 ]
+
+
+class Enqueued(IntEnum):
+    """What ``enqueue.lua`` (and ``sink_enqueue.lua``) answer for each event: an int on the
+    wire, compared with these names."""
+
+    KEPT = 0
+    """An event with that id exists (or unique_for refused it): nothing was written."""
+    ADDED = 1
+    """Stored (or this very call was retried after a lost reply)."""
+    REPLACED = 2
+    """The event with that id was replaced."""
+    FANNED_OUT = 3
+    """Not written: a replace of an event already fanned out to delivery groups (the store
+    then runs ``group_replace.lua``, which answers ADDED or REPLACED)."""
+    IN_LEDGER = 4
+    """Not written: a streaming sink's ledger holds the id for this batch already."""
 
 
 @dataclass(frozen=True, slots=True)

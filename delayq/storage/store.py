@@ -31,6 +31,7 @@ from .format import FormatVersions
 from .records import (
     Claimed,
     DeadRecord,
+    Enqueued,
     EventRecord,
     MoveResult,
     QueueCounts,
@@ -46,6 +47,7 @@ from .workers import Workers
 __all__ = [
     "Claimed",
     "DeadRecord",
+    "Enqueued",
     "EventRecord",
     "MoveResult",
     "QueueCounts",
