@@ -70,12 +70,12 @@ class StoreBase:
     _call_keys: dict[tuple[str, str, str | None, str | None], tuple[str, ...]]
     _scripts: dict[str, Script]
 
-    def _k(self, type_name: str, group: str | None = None) -> KeyView:
+    def _k(self, shard: str, group: str | None = None) -> KeyView:
         """The keys of a group's view of a shard (``TypeKeys.view``; None: the default group)."""
-        keys = self._type_keys.get((type_name, group))
+        keys = self._type_keys.get((shard, group))
         if keys is None:
-            keys = self.keys.for_shard(type_name).view(group)
-            self._type_keys[type_name, group] = keys
+            keys = self.keys.for_shard(shard).view(group)
+            self._type_keys[shard, group] = keys
         return keys
 
     def _script_keys(
@@ -95,17 +95,15 @@ class StoreBase:
         ``None``, else the group's read view (``TypeKeys.read_view``)."""
         return keys_for(SCRIPT_KEYS[script], self.keys.for_shard(shard).named(group, read=True))
 
-    async def _read(
-        self, script: str, type_name: str, args: Sequence[Any], group: str | None
-    ) -> Any:
+    async def _read(self, script: str, shard: str, args: Sequence[Any], group: str | None) -> Any:
         """Run a read-only script on the type, or on one group of it (see :meth:`_read_keys`)."""
-        keys = self._read_keys(script, type_name, group)
+        keys = self._read_keys(script, shard, group)
         return await self._scripts[script](keys=keys, args=args)
 
     async def _run(
         self,
         script: str,
-        type_name: str,
+        shard: str,
         args: Sequence[Any],
         *,
         group: str | None = None,
@@ -113,7 +111,7 @@ class StoreBase:
     ) -> Any:
         """Run a per-type script on a group's view of a shard (None: the default group);
         ``last``: give it its keys only up to that name (a call that needs no more)."""
-        keys = self._script_keys(script, type_name, group, last)
+        keys = self._script_keys(script, shard, group, last)
         return await self._scripts[script](keys=keys, args=args)
 
     async def _calls(
@@ -161,7 +159,7 @@ class StoreBase:
     async def _pipelined(
         self,
         script: str,
-        type_name: str,
+        shard: str,
         calls: Sequence[Sequence[Any]],
         *,
         wait: bool = False,
@@ -173,17 +171,17 @@ class StoreBase:
         With ``wait`` and ``min_replicas``, raise or warn (see :meth:`_replicated`)
         unless that many replicas confirm the calls.
         """
-        keys = self._script_keys(script, type_name, group, last)
+        keys = self._script_keys(script, shard, group, last)
         wait = wait and self.min_replicas > 0
         replies = await self._calls(script, [(keys, args) for args in calls], wait=wait)
         if wait:
-            self._replicated(int(replies.pop()), script, type_name)
+            self._replicated(int(replies.pop()), script, shard)
         return replies
 
     async def _run_durable(
         self,
         script: str,
-        type_name: str,
+        shard: str,
         args: Sequence[Any],
         *,
         group: str | None = None,
@@ -191,17 +189,15 @@ class StoreBase:
     ) -> Any:
         """Run a script; with ``min_replicas``, also wait for that many replicas to have it."""
         if not self.min_replicas:
-            return await self._run(script, type_name, args, group=group, last=last)
-        (reply,) = await self._pipelined(
-            script, type_name, [args], wait=True, group=group, last=last
-        )
+            return await self._run(script, shard, args, group=group, last=last)
+        (reply,) = await self._pipelined(script, shard, [args], wait=True, group=group, last=last)
         return reply
 
-    def _replicated(self, replicas: int, script: str, type_name: str) -> None:
+    def _replicated(self, replicas: int, script: str, shard: str) -> None:
         if replicas >= self.min_replicas:
             return
         message = (
-            f"{type_name}: only {replicas} of the {self.min_replicas} replicas asked for "
+            f"{shard}: only {replicas} of the {self.min_replicas} replicas asked for "
             f"(min_replicas) confirmed the {script} within {self.replica_timeout_ms} ms; "
             "a failover now could undo it"
         )

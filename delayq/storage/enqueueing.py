@@ -39,7 +39,7 @@ class Enqueueing(Layouts, DeliveryGroups):
 
     async def enqueue(
         self,
-        type_name: str,
+        shard: str,
         items: Sequence[tuple[str, bytes, int]],
         *,
         absolute: bool,
@@ -62,9 +62,9 @@ class Enqueueing(Layouts, DeliveryGroups):
         """
         if len(items) != 1:
             return await self._enqueue_now(
-                type_name, items, absolute=absolute, replace=replace, keys=keys
+                shard, items, absolute=absolute, replace=replace, keys=keys
             )
-        key = (type_name, absolute, replace)
+        key = (shard, absolute, replace)
         batch = self._batches.get(key)
         if batch is None:
             batch = self._batches[key] = _Batch()
@@ -82,7 +82,7 @@ class Enqueueing(Layouts, DeliveryGroups):
 
     async def _flush(self, key: tuple[str, bool, bool | Dedup], batch: _Batch) -> None:
         """Send coalesced single-event enqueues until none are waiting."""
-        type_name, absolute, replace = key
+        shard, absolute, replace = key
         sending: list[tuple[tuple[str, bytes, int], str | None, asyncio.Future[int]]] = []
         try:
             await asyncio.sleep(0)  # the callers of this loop iteration join the first call
@@ -95,7 +95,7 @@ class Enqueueing(Layouts, DeliveryGroups):
                 keyed = [key for _, key, _ in sending]
                 try:
                     codes = await self._enqueue_now(
-                        type_name, [item for item, _, _ in sending], absolute=absolute,
+                        shard, [item for item, _, _ in sending], absolute=absolute,
                         replace=replace, keys=keyed if any(keyed) else None,
                     )  # fmt: skip
                 except Exception as exc:
@@ -117,7 +117,7 @@ class Enqueueing(Layouts, DeliveryGroups):
 
     async def _enqueue_now(
         self,
-        type_name: str,
+        shard: str,
         items: Sequence[tuple[str, bytes, int]],
         *,
         absolute: bool,
@@ -127,14 +127,14 @@ class Enqueueing(Layouts, DeliveryGroups):
         """Enqueue now (not coalesced); Redis out of memory raises :class:`QueueFullError`."""
         try:
             return await self._send_enqueue(
-                type_name, items, absolute=absolute, replace=replace, keys=keys
+                shard, items, absolute=absolute, replace=replace, keys=keys
             )
         except RedisResponseError as exc:
             if error_code(exc) != "OOM":  # by code: the message differs between servers
                 raise
             raise QueueFullError(
                 f"Redis is out of memory (used memory > maxmemory, policy noeviction): "
-                f"{type_name} events were not enqueued"
+                f"{shard} events were not enqueued"
                 + (
                     ""
                     if len(items) <= ENQUEUE_CHUNK
@@ -146,7 +146,7 @@ class Enqueueing(Layouts, DeliveryGroups):
 
     async def _send_enqueue(
         self,
-        type_name: str,
+        shard: str,
         items: Sequence[tuple[str, bytes, int]],
         *,
         absolute: bool,
@@ -154,7 +154,7 @@ class Enqueueing(Layouts, DeliveryGroups):
         keys: Sequence[str | None] | None = None,
     ) -> list[int]:
         """One script call per chunk of ``ENQUEUE_CHUNK`` items, pipelined."""
-        await self.register_type(type_name)
+        await self.register_type(shard)
         # "<replace>:<call id>:<chunk no>": the call id lets the script tell
         # a retried chunk from a new call that encoded identical bytes.
         # a dedup mode ("d<ms>", "u<ms>") needs the dedup key too; the plain modes
@@ -194,43 +194,41 @@ class Enqueueing(Layouts, DeliveryGroups):
                 mode,
                 f"{flags}:{number}",
                 self.keys.wakeup_channel,
-                type_name,
+                shard,
                 packed[number - 1],
                 b"".join([env for _, env, _ in chunk]),
             ]
             for number, chunk in enumerate(chunks, 1)
         ]
         if len(calls) == 1:
-            reply = await self._run_durable("enqueue", type_name, calls[0], last=last)
+            reply = await self._run_durable("enqueue", shard, calls[0], last=last)
             codes = [int(c) for c in reply]
         else:
-            replies = await self._pipelined("enqueue", type_name, calls, wait=True, last=last)
+            replies = await self._pipelined("enqueue", shard, calls, wait=True, last=last)
             codes = [int(c) for reply in replies for c in reply]
         if Enqueued.FANNED_OUT in codes:  # replaces of events already fanned out to groups
             for i, code in enumerate(codes):
                 if code == Enqueued.FANNED_OUT:
-                    codes[i] = await self._replace_fanned(type_name, items[i], absolute)
+                    codes[i] = await self._replace_fanned(shard, items[i], absolute)
         return codes
 
     async def _replace_fanned(
-        self, type_name: str, item: tuple[str, bytes, int], absolute: bool
+        self, shard: str, item: tuple[str, bytes, int], absolute: bool
     ) -> int:
         """Replace one event for every group that still holds it: REPLACED or ADDED."""
         event_id, envelope, ms = item
         args = [event_id, envelope, ms, "at" if absolute else "delay",
-                self.keys.wakeup_channel, type_name]  # fmt: skip
-        reply = await self._every_group("group_replace", type_name, args)
+                self.keys.wakeup_channel, shard]  # fmt: skip
+        reply = await self._every_group("group_replace", shard, args)
         if reply is None:  # the groups were all removed meanwhile: an ordinary replace
-            (code,) = await self._enqueue_now(type_name, [item], absolute=absolute, replace=True)
+            (code,) = await self._enqueue_now(shard, [item], absolute=absolute, replace=True)
             return code
         return int(reply)
 
-    async def cancel(self, type_name: str, event_id: str) -> bool:
+    async def cancel(self, shard: str, event_id: str) -> bool:
         """Remove a pending event (for every delivery group); True when one was removed.
 
         Dead letters stay (see :meth:`purge_dead`).
         """
-        reply = await self._every_group(
-            "group_cancel", type_name, [event_id], ("cancel", [event_id])
-        )
+        reply = await self._every_group("group_cancel", shard, [event_id], ("cancel", [event_id]))
         return bool(reply)

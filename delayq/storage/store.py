@@ -73,10 +73,9 @@ class Store(
 ):
     """Queue operations on one Redis for one prefix.
 
-    Per-type operations take a *shard* where they say ``type_name``: the type
-    name itself for an unpartitioned type, or ``"T#k/N"`` for partition ``k``
-    of ``N`` (see :mod:`delayq.partitions.shards`); each shard is one key space on one
-    cluster slot. ``redis`` serves ordinary commands and scripts; ``blocking`` (default: the
+    Per-type operations take a *shard*: the type name itself for an unpartitioned
+    type, or ``"T#k/N"`` for partition ``k`` of ``N`` (see
+    :mod:`delayq.keyspace.shards`); each shard is one key space on one cluster slot. ``redis`` serves ordinary commands and scripts; ``blocking`` (default: the
     same client) serves BRPOP and pub/sub, which hold a connection while they
     wait. Both must return bytes (``decode_responses=False``).
     """
