@@ -11,7 +11,7 @@ The key table of docs/ARCHITECTURE.md is checked against this package by a test.
 
 from __future__ import annotations
 
-from .layout import DEFAULT_GROUP, GroupKeys, KeyView, PrefixKeys, TypeKeys
+from .layout import DEFAULT_GROUP, KeyView, PrefixKeys, TypeKeys
 from .names import validate_name
 
-__all__ = ["DEFAULT_GROUP", "GroupKeys", "KeyView", "PrefixKeys", "TypeKeys", "validate_name"]
+__all__ = ["DEFAULT_GROUP", "KeyView", "PrefixKeys", "TypeKeys", "validate_name"]

@@ -23,7 +23,7 @@ from .names import validate_name
 from .scripts import GROUP_KEYS, TYPE_KEYS
 from .shards import parse_shard, partition_tag
 
-__all__ = ["DEFAULT_GROUP", "GroupKeys", "KeyView", "PrefixKeys", "TypeKeys"]
+__all__ = ["DEFAULT_GROUP", "KeyView", "PrefixKeys", "TypeKeys"]
 
 DEFAULT_GROUP = "default"
 """The delivery group of handlers added without a ``group``: it uses the type's own keys."""
@@ -63,21 +63,6 @@ class KeyView(NamedTuple):
     """HASH id -> groups still holding a fanned-out event."""
     retries: str
     """ZSET: the group's retry schedule once groups exist."""
-
-
-class GroupKeys(NamedTuple):
-    """One delivery group's own keys (:data:`~delayq.keyspace.scripts.GROUP_KEYS`): as
-    :class:`KeyView`'s of the same names, ``scheduled`` holding the group's retries."""
-
-    scheduled: str
-    ready: str
-    queued: str
-    inflight: str
-    leases: str
-    attempts: str
-    errors: str
-    dead: str
-    meta: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,8 +264,10 @@ class TypeKeys:
         if group is None:
             retries = self.group_key(DEFAULT_GROUP, "scheduled")
             return KeyView._make((*self.all(), self.groups, self.pending, retries))
-        g = self.group_keys(group)
-        return KeyView(self.events, *g, self.groups, self.pending, g.scheduled)
+        retries = self.group_key(group, "scheduled")
+        return KeyView._make(
+            (self.events, *self.group_keys(group), self.groups, self.pending, retries)
+        )
 
     def read_view(self, group: str) -> KeyView:
         """The view the read-only scripts take to show one group of a type with groups.
@@ -365,9 +352,10 @@ class TypeKeys:
             return tuple(self._key(n) for n in names)  # type: ignore[return-value]
         return tuple(self.group_key(group, n) for n in names)  # type: ignore[return-value]
 
-    def group_keys(self, group: str) -> GroupKeys:
-        """The keys of one group (the default group's: its retries and the type's own)."""
-        if group == DEFAULT_GROUP:
-            own = self.view()
-            return GroupKeys(own.retries, *(getattr(own, n) for n in GROUP_KEYS[1:]))
-        return GroupKeys(*(self.group_key(group, n) for n in GROUP_KEYS))
+    def group_keys(self, group: str) -> tuple[str, ...]:
+        """The keys of one group in the order of :data:`~delayq.keyspace.scripts.GROUP_KEYS`
+        (the default group's: its retries and the type's own)."""
+        if group != DEFAULT_GROUP:
+            return tuple(self.group_key(group, n) for n in GROUP_KEYS)
+        own = self.view()._replace(scheduled=self.group_key(group, "scheduled"))
+        return tuple(getattr(own, n) for n in GROUP_KEYS)

@@ -56,7 +56,16 @@ GROUPED = (
 )
 # The per-type scripts' helpers, in the order they are defined (each uses only those
 # before it); a script gets the definitions it uses (see _prelude.lua)
-LIBRARY = ("_checks", "_clock", "_registry", "_limits", "_flow_keys", "_push", "_moves")
+LIBRARY = (
+    "_checks",
+    "_clock",
+    "_registry",
+    "_limits",
+    "_records",
+    "_flow_keys",
+    "_push",
+    "_moves",
+)
 STANDALONE = (
     "lock_take",
     "lock_steal",

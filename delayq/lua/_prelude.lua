@@ -1,6 +1,7 @@
 -- Prelude: the helpers per-type scripts share, in small files sent in this order
 -- (LIBRARY in delayq/lua/__init__.py): _checks (wrong-type keys, a full Redis),
--- _clock, _registry (groups, pending), _limits (wake-ups), _flow_keys, _push
+-- _clock, _registry (groups, pending), _limits (wake-ups), _records (pages of
+-- events' records, forgetting a delivery), _flow_keys, _push
 -- (ready lists, the schedule), _moves (the scheduler's steps). The loader sends
 -- each script only the definitions it uses (following references), after a
 -- header that names its KEYS: `local K_READY = KEYS[i]` for each name of the

@@ -14,12 +14,7 @@ local id = ARGV[1]
 if grouped() then return {'stale', unpack(redis.call('HKEYS', K_GROUPS))} end
 if redis.call('ZSCORE', K_DEAD, id) then return 0 end
 if redis.call('HDEL', K_EVENTS, id) == 0 then return 0 end
-redis.call('ZREM', K_SCHEDULED, id)
-redis.call('ZREM', K_QUEUED, id)
-redis.call('ZREM', K_INFLIGHT, id)
-redis.call('HDEL', K_LEASES, id)
-redis.call('HDEL', K_ATTEMPTS, id)
-redis.call('HDEL', K_ERRORS, id)
+forget_delivery(id)
 redis.call('HDEL', K_FKEYS, id)  -- its flow key, if it had one
 local mark = tonumber(redis.call('ZSCORE', K_DEDUP, 'u:' .. id))
 if mark and mark < 0 then redis.call('ZREM', K_DEDUP, 'u:' .. id) end

@@ -8,13 +8,4 @@
 -- Guarantees: a consistent view of each dead letter (one atomic read).
 local ids = redis.call('ZRANGE', K_DEAD, ARGV[1], tonumber(ARGV[1]) + tonumber(ARGV[2]) - 1,
   'WITHSCORES')
-local result = {}
-for i = 1, #ids, 2 do
-  local id = ids[i]
-  result[#result + 1] = id
-  result[#result + 1] = ids[i + 1]
-  result[#result + 1] = redis.call('HGET', K_EVENTS, id)
-  result[#result + 1] = redis.call('HGET', K_ATTEMPTS, id)
-  result[#result + 1] = redis.call('HGET', K_ERRORS, id)
-end
-return result
+return append_records({}, ids)

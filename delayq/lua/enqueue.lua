@@ -167,14 +167,9 @@ for i = first, #items, 3 do
       if written[id] then flush() end
       -- forget every trace of the old delivery; a running handler's ack
       -- becomes stale and is ignored
-      redis.call('ZREM', K_SCHEDULED, id)
+      forget_delivery(id)
       if K_RETRIES then redis.call('ZREM', K_RETRIES, id) end
-      redis.call('ZREM', K_QUEUED, id)
-      redis.call('ZREM', K_INFLIGHT, id)
       redis.call('ZREM', K_DEAD, id)
-      redis.call('HDEL', K_LEASES, id)
-      redis.call('HDEL', K_ATTEMPTS, id)
-      redis.call('HDEL', K_ERRORS, id)
       code = 2
     else
       code = 0

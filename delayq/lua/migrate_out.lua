@@ -14,10 +14,5 @@ local id = ARGV[1]
 if redis.call('HGET', K_EVENTS, id) ~= ARGV[2] then return 0 end
 if redis.call('ZSCORE', K_DEAD, id) then return 0 end
 redis.call('HDEL', K_EVENTS, id)
-redis.call('ZREM', K_SCHEDULED, id)
-redis.call('ZREM', K_QUEUED, id)
-redis.call('ZREM', K_INFLIGHT, id)
-redis.call('HDEL', K_LEASES, id)
-redis.call('HDEL', K_ATTEMPTS, id)
-redis.call('HDEL', K_ERRORS, id)
+forget_delivery(id)
 return 1

@@ -12,13 +12,4 @@
 -- by the limit (a ZRANGE by rank, then three HGETs per id of the page).
 local offset = tonumber(ARGV[1])
 local ids = redis.call('ZRANGE', K_QUEUED, offset, offset + tonumber(ARGV[2]) - 1, 'WITHSCORES')
-local result = {clock_ms()}
-for i = 1, #ids, 2 do
-  local id = ids[i]
-  result[#result + 1] = id
-  result[#result + 1] = ids[i + 1]
-  result[#result + 1] = redis.call('HGET', K_EVENTS, id)
-  result[#result + 1] = redis.call('HGET', K_ATTEMPTS, id)
-  result[#result + 1] = redis.call('HGET', K_ERRORS, id)
-end
-return result
+return append_records({clock_ms()}, ids)

@@ -108,9 +108,16 @@ class StoreBase:
         *,
         group: str | None = None,
         last: str | None = None,
+        durable: bool = False,
     ) -> Any:
         """Run a per-type script on a group's view of a shard (None: the default group);
-        ``last``: give it its keys only up to that name (a call that needs no more)."""
+        ``last``: give it its keys only up to that name (a call that needs no more);
+        ``durable`` with ``min_replicas``: also wait for that many replicas to have it."""
+        if durable and self.min_replicas:
+            (reply,) = await self._pipelined(
+                script, shard, [args], wait=True, group=group, last=last
+            )
+            return reply
         keys = self._script_keys(script, shard, group, last)
         return await self._scripts[script](keys=keys, args=args)
 
@@ -177,21 +184,6 @@ class StoreBase:
         if wait:
             self._replicated(int(replies.pop()), script, shard)
         return replies
-
-    async def _run_durable(
-        self,
-        script: str,
-        shard: str,
-        args: Sequence[Any],
-        *,
-        group: str | None = None,
-        last: str | None = None,
-    ) -> Any:
-        """Run a script; with ``min_replicas``, also wait for that many replicas to have it."""
-        if not self.min_replicas:
-            return await self._run(script, shard, args, group=group, last=last)
-        (reply,) = await self._pipelined(script, shard, [args], wait=True, group=group, last=last)
-        return reply
 
     def _replicated(self, replicas: int, script: str, shard: str) -> None:
         if replicas >= self.min_replicas:

@@ -221,11 +221,11 @@ class Browsing(Layouts, DeliveryGroups):
         sets = [(state, DEFAULT_GROUP, getattr(k, name)) for state, name in states]
         tk = self.keys.for_shard(shard)
         for group in groups:
-            g = tk.group_keys(group)
             if group == DEFAULT_GROUP:  # the type's own sets, listed above, and its retries
-                sets.append(("scheduled", group, g.scheduled))
+                sets.append(("scheduled", group, tk.view().retries))
                 continue
-            sets.extend((state, group, getattr(g, name)) for state, name in states)
+            view = tk.view(group)
+            sets.extend((state, group, getattr(view, name)) for state, name in states)
         return sets
 
     async def scan_ids(

@@ -82,7 +82,7 @@ class Deliveries(StoreBase):
         # failover, and its event runs again there (the ack finds no lease of its own)
         last = None if keyed else "limits"
         args = [visibility_ms, more, *popped]
-        r = await self._run_durable("claim", shard, args, group=group, last=last)
+        r = await self._run("claim", shard, args, group=group, last=last, durable=True)
         throttle = None
         head = r[0]
         if isinstance(head, list):
@@ -131,7 +131,7 @@ class Deliveries(StoreBase):
         # call); the others send their keys only up to the dedup marks
         keyed = b"".join(args[1::2]).find(b"|") >= 0
         last = None if keyed else "dedup"
-        return int(await self._run_durable("ack", shard, args, group=group, last=last))
+        return int(await self._run("ack", shard, args, group=group, last=last, durable=True))
 
     async def renew(
         self,

@@ -201,7 +201,7 @@ class Enqueueing(Layouts, DeliveryGroups):
             for number, chunk in enumerate(chunks, 1)
         ]
         if len(calls) == 1:
-            reply = await self._run_durable("enqueue", shard, calls[0], last=last)
+            reply = await self._run("enqueue", shard, calls[0], last=last, durable=True)
             codes = [int(c) for c in reply]
         else:
             replies = await self._pipelined("enqueue", shard, calls, wait=True, last=last)
