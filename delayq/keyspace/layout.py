@@ -19,14 +19,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from .groups import DEFAULT_GROUP, stored_group
 from .names import validate_name
 from .scripts import GROUP_KEYS, TYPE_KEYS
 from .shards import parse_shard, partition_tag
 
 __all__ = ["DEFAULT_GROUP", "KeyView", "PrefixKeys", "TypeKeys"]
-
-DEFAULT_GROUP = "default"
-"""The delivery group of handlers added without a ``group``: it uses the type's own keys."""
 
 
 class KeyView(NamedTuple):
@@ -296,7 +294,7 @@ class TypeKeys:
             view = self.view()._replace(retries=self.scheduled)
         else:
             view = self.read_view(group)
-        lines = self.key_lines(None if group == DEFAULT_GROUP else group)
+        lines = self.key_lines(stored_group(group))
         return {
             **view._asdict(),
             "limits": self.limits(group),
@@ -317,7 +315,7 @@ class TypeKeys:
         for group in groups:
             keys.extend(self.group_keys(group))
         for group in groups:
-            keys.extend(self.key_lines(None if group == DEFAULT_GROUP else group))
+            keys.extend(self.key_lines(stored_group(group)))
         keys.append(self.fkeys)
         return keys
 

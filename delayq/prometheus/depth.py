@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..keys import DEFAULT_GROUP
+from ..keyspace.groups import DEFAULT_GROUP, group_name
 from ..runtime.heartbeat import WorkerInfo
 from ..storage.store import QueueCounts
 
@@ -203,7 +203,7 @@ class QueueDepthCollector(Collector):
             for label, n in w.types.items():
                 # a named group's handler shows as "type:group" (type names hold no ':')
                 name, _, group = label.partition(":")
-                entry = slots.setdefault((name, group or DEFAULT_GROUP), [0, 0])
+                entry = slots.setdefault((name, group_name(group)), [0, 0])
                 entry[0] += n
                 entry[1] += w.in_flight.get(label, 0)
         for (name, group), (total, running) in sorted(slots.items()):

@@ -28,7 +28,7 @@ from ..codec import Codec
 from ..context import Delivery, _set_delivery
 from ..errors import DecodeError
 from ..events import Event
-from ..keys import DEFAULT_GROUP
+from ..keyspace.groups import group_name
 from ..metrics import ServiceMetrics
 from ..observer import CANCELLED, TIMEOUT_PREFIX, Observer
 from ..storage.store import Claimed, Store, token_flow_key
@@ -73,7 +73,7 @@ class Consumer(Fetching):
         self.group = group
         self._on_registered = on_registered  # called once its group is registered in Redis
         self.label = self.type_name if group is None else f"{self.type_name}[{group}]"
-        self._group_name = group or DEFAULT_GROUP  # as a Delivery names it
+        self._group_name = group_name(group)  # as a Delivery names it
         self.handler = handler
         self.concurrency = concurrency
         self._store = store

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..keyspace.layout import DEFAULT_GROUP
+from ..keyspace.groups import DEFAULT_GROUP, stored_group
 from .groups import DeliveryGroups
 from .layouts import Layouts
 from .records import (
@@ -221,7 +221,7 @@ class Browsing(Layouts, DeliveryGroups):
         sets = [(state, DEFAULT_GROUP, getattr(k, name)) for state, name in states]
         tk = self.keys.for_shard(shard)
         for group in groups:
-            if group == DEFAULT_GROUP:  # the type's own sets, listed above, and its retries
+            if stored_group(group) is None:  # the type's own sets, listed above, and its retries
                 sets.append(("scheduled", group, tk.view().retries))
                 continue
             view = tk.view(group)
