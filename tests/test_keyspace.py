@@ -143,3 +143,26 @@ def test_a_script_names_its_keys_in_its_opening_comment(name: str) -> None:
     block = text.split("-- KEYS", 1)[1].split("\n-- ARG", 1)[0].split("\n-- Returns", 1)[0]
     named = [w for w in re.findall(r"`(\w+)`", block) if w in KEY_KINDS]
     assert named[: len(SCRIPT_KEYS[name])] == list(SCRIPT_KEYS[name])
+
+
+def test_durations_round_up_to_whole_ms_without_float_noise() -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from delayq.durations import delay_ms, due_unix_ms, seconds_to_ms
+    from delayq.flow.dedup import dedup_mode
+
+    # 4.03 * 1000 is 4030.0000000000005 in floats: still 4030 ms (it was 4031)
+    assert [delay_ms(0.1), delay_ms(4.03), delay_ms(8.13), delay_ms(1.001)] == [
+        100,
+        4030,
+        8130,
+        1001,
+    ]
+    assert seconds_to_ms(0.0004) == 1  # a part of a ms is a whole one: never shorter
+    assert delay_ms(timedelta(microseconds=1500)) == 2
+    when = datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=250)
+    assert (
+        due_unix_ms(when) == int(datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp()) * 1000 + 1
+    )
+    # the dedup modes round as every other duration does
+    assert dedup_mode(False, 0.0004, None) == dedup_mode(False, 0.001, None)

@@ -18,13 +18,13 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..codec import Codec, check_context
+from ..durations import delay_ms
 from ..events import Event, EventTypes, check_event, find_event_type, validate_name
 from ..flow.dedup import Dedup, check_debounce
 from ..flow.keys import check_key, event_key
 from ..metrics import ServiceMetrics
 from ..observer import Observer
 from ..partitions.routing import Router
-from ..retry import delay_ms
 from ..storage.store import Enqueued, Store
 
 if TYPE_CHECKING:

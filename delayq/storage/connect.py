@@ -22,7 +22,7 @@ from redis.asyncio.sentinel import Sentinel
 from redis.backoff import EqualJitterBackoff, NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from ..retry import delay_seconds
+from ..durations import delay_seconds
 from .breaker import BreakingCluster
 from .sentinel import CheckedSentinelPool, SentinelWatch
 
