@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 
+from .._pacing import Retrying
 from ..metrics import ServiceMetrics
 from ..storage.store import Claimed, Store
 from .consumer_settings import ConsumerSettings
@@ -26,7 +27,6 @@ from .settlement import Settlement
 # the consumer's logger: the records keep the name they had before the split
 log = logging.getLogger("delayq.consumer")
 
-_MAX_BACKOFF = 5.0
 # A fetcher's longest wait between failed BRPOPs: one partition's fetcher fails when its
 # cluster node does (killed, failing over), and must be back within about a second of
 # the promotion; up to 5 s, it left events the scheduler had moved waiting in the ready
@@ -72,7 +72,7 @@ class Fetching:
         """Make a named group exist in Redis (durably) before fetching its events."""
         if self.group is None:
             return
-        backoff = 0.05
+        retrying = Retrying()
         while not self._stopping:
             try:
                 for shard in self._store.shards(self.type_name):
@@ -84,8 +84,7 @@ class Fetching:
             except Exception as exc:  # loops never die: back off, go on
                 self._metrics.increment("redis_errors", event_type=self.type_name)
                 log.warning("%s: registering the group failed (%s)", self.label, exc)
-                await anyio.sleep(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF)
+                await retrying.sleep()
 
     async def _wait_for_slot(self) -> None:
         self._slot_wanted = True
@@ -105,15 +104,14 @@ class Fetching:
         """One fetch loop per shard of the type; shards of a layout that appears later
         (a partition count being changed, as the scheduler's sweeps learn) join."""
         block = max(0.05, self._s.polling_timeout)
-        backoff = 0.05
+        retrying = Retrying()
         while len(self._store.shards(self.type_name)) > 1 and not self._stopping:
             try:
                 await self._store.connect()
                 break
             except Exception as exc:  # loops never die: back off, go on
                 log.warning("%s: connecting failed (%s)", self.label, exc)
-                await anyio.sleep(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF)
+                await retrying.sleep()
         async with anyio.create_task_group() as fetchers:
             started: set[str] = set()
             while not self._stopping:
@@ -125,7 +123,7 @@ class Fetching:
                 await anyio.sleep(block)  # in-process check only: no Redis command
 
     async def _fetch_loop(self, handlers: HandlerTasks, shard: str) -> None:
-        backoff = 0.05
+        retrying = Retrying(most=_FETCH_MAX_BACKOFF)
         leased = self._settlement.leased  # never replaced
         popped: list[bytes] = []  # a BRPOP'd entry whose claim has not gone through yet
         drain = False  # the last claim filled its share of the slots: more may be waiting
@@ -179,7 +177,7 @@ class Fetching:
                     drain = True  # claim again without BRPOP: the entries are still there
                 elif self._flow.paused:
                     self._flow.claimed()
-                backoff = 0.05
+                retrying.reset()
             except Exception as exc:  # Redis down, connection killed, ...: back off, go on
                 drain = False
                 self._metrics.increment("redis_errors", event_type=self.type_name)
@@ -188,10 +186,9 @@ class Fetching:
                     self.label,
                     type(exc).__name__,
                     exc,
-                    backoff,
+                    retrying.delay,
                 )
-                await anyio.sleep(backoff)
-                backoff = min(backoff * 2, _FETCH_MAX_BACKOFF)
+                await retrying.sleep()
 
     def _bind_claim_metrics(self) -> None:
         view, name = self._metrics, self.type_name
