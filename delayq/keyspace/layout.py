@@ -78,6 +78,11 @@ class PrefixKeys:
         return f"{{{self.prefix}}}:types"
 
     @property
+    def format(self) -> str:
+        """STRING: the stored-data format of the prefix (see :mod:`delayq.storage.format`)."""
+        return f"{{{self.prefix}}}:format"
+
+    @property
     def scheduler_lock(self) -> str:
         """STRING holding the token of the scheduler currently moving due events."""
         return f"{{{self.prefix}}}:scheduler-lock"

@@ -76,6 +76,8 @@ KEY_KINDS = {
     "worker": "string",
     "minute": "hash",
     "coarse": "hash",
+    "types": "set",
+    "format": "string",
 }
 """The Redis type (as ``TYPE`` names it) each named key holds: what ``check_keys`` in
 ``lua/_prelude.lua`` expects, and what docs/ARCHITECTURE.md's key table says."""
