@@ -109,9 +109,12 @@ class EventService(
         polling = connect.polling_of(options)
         kwargs = connect.master_kwargs(password=password, username=username, db=db, ssl=ssl)
         clients = connect.sentinel_clients(
-            list(sentinels), service_name, polling=polling, sentinel_kwargs=sentinel_kwargs,
+            list(sentinels),
+            service_name,
+            polling=polling,
+            sentinel_kwargs=sentinel_kwargs,
             **kwargs,
-        )  # fmt: skip
+        )
         return cls._owning(clients, options)
 
     @classmethod

@@ -48,9 +48,14 @@ class HandlersMixin(ServiceParts):
         """
         name = self._types.register(event_type)
         self._runtime.add_consumer(
-            name, event_type, handler, concurrency, check_group(group), retry_attempts,
+            name,
+            event_type,
+            handler,
+            concurrency,
+            check_group(group),
+            retry_attempts,
             retry_backoff,
-        )  # fmt: skip
+        )
 
     async def remove_handler(self, event_type: type[Event], *, group: str | None = None) -> bool:
         """Stop handling ``event_type`` (in ``group``) once its in-flight handlers finish.

@@ -53,8 +53,11 @@ def dedup_mode(
 
     The three are exclusive: ``ValueError`` when more than one is given.
     """
-    given = [n for n, v in (("replace", replace), ("debounce", debounce),
-                            ("unique_for", unique_for)) if v]  # fmt: skip
+    given = [
+        n
+        for n, v in (("replace", replace), ("debounce", debounce), ("unique_for", unique_for))
+        if v
+    ]
     if len(given) > 1:
         raise ValueError(f"{' and '.join(given)} are exclusive: give one dedup mode per call")
     if debounce is not None:

@@ -152,10 +152,13 @@ class Enqueuer:
             ours = context is None  # the trace's carrier alone: str to str already
         name, envelope, flow_key = self._prepare(event, stored_context, key, ours)
         (code,) = await self._router.enqueue(
-            name, type(event).event_partitions, [(event.id, envelope, ms)],
-            absolute=absolute, replace=replace,
+            name,
+            type(event).event_partitions,
+            [(event.id, envelope, ms)],
+            absolute=absolute,
+            replace=replace,
             keys=None if flow_key is None else [flow_key],
-        )  # fmt: skip
+        )
         counters = self._by_code.get(name)
         inc = counters[code] if counters is not None else _UNBOUND
         if inc is _UNBOUND:
@@ -177,10 +180,13 @@ class Enqueuer:
         with self._observer.sending(event, context) as stored_context:
             name, envelope, flow_key = self._prepare(event, stored_context, key)
             (code,) = await self._router.enqueue(
-                name, type(event).event_partitions, [(event.id, envelope, ms)],
-                absolute=absolute, replace=replace,
+                name,
+                type(event).event_partitions,
+                [(event.id, envelope, ms)],
+                absolute=absolute,
+                replace=replace,
                 keys=None if flow_key is None else [flow_key],
-            )  # fmt: skip
+            )
         self._count_codes(name, [code])
         return code != Enqueued.KEPT
 
@@ -238,9 +244,13 @@ class Enqueuer:
         for name, entries in by_type.items():
             type_keys = keys[name]
             codes = await self._router.enqueue(
-                name, partitions[name], [e for _, e in entries], absolute=False, replace=replace,
+                name,
+                partitions[name],
+                [e for _, e in entries],
+                absolute=False,
+                replace=replace,
                 keys=type_keys if any(type_keys) else None,
-            )  # fmt: skip
+            )
             self._count_codes(name, codes)
             for (index, _), code in zip(entries, codes, strict=True):
                 results[index] = code != Enqueued.KEPT

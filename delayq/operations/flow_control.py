@@ -65,8 +65,9 @@ class FlowControl:
         n = len(shard_list)
         changes: list[dict[str, str]] = [{} for _ in shard_list]
         if concurrency is not KEEP:
-            for change, part in zip(changes, split_concurrency(check_concurrency(concurrency), n),
-                                    strict=True):  # fmt: skip
+            for change, part in zip(
+                changes, split_concurrency(check_concurrency(concurrency), n), strict=True
+            ):
                 change.update(part)
         if rate is not KEEP:
             r = None if rate is None else parse_rate(rate)
@@ -98,8 +99,9 @@ class FlowControl:
                 changes.update(key_rate_n="", key_rate_ms="", key_burst="", channel="", shard="")
             else:
                 r = parse_rate(rate)
-                changes.update(key_rate_n=str(r.count), key_rate_ms=str(r.period_ms),
-                               key_burst=str(r.burst))  # fmt: skip
+                changes.update(
+                    key_rate_n=str(r.count), key_rate_ms=str(r.period_ms), key_burst=str(r.burst)
+                )
                 # claim.lua wakes the scheduler for a key whose next token is due
                 changes.update(channel=self._store.keys.wakeup_channel, shard=shard)
         return changes
@@ -133,9 +135,13 @@ class FlowControl:
                 a, b, c = merged.get(key, (0, 0, -1))
                 merged[key] = (a + ready, b + running, max(c, until))
         rows = [
-            KeyBacklog(key, ready, running,
-                       None if until < 0 else datetime.fromtimestamp(until / 1000, timezone.utc))
+            KeyBacklog(
+                key,
+                ready,
+                running,
+                None if until < 0 else datetime.fromtimestamp(until / 1000, timezone.utc),
+            )
             for key, (ready, running, until) in merged.items()
-        ]  # fmt: skip
+        ]
         rows.sort(key=lambda b: (-b.ready, b.key))
         return KeyBacklogs(rows[:limit], rotating, parked, len(rows))

@@ -281,8 +281,13 @@ class OutboxRelay:
             await self._close_connections()
 
     async def _failed(self, exc: Exception, backoff: float) -> None:
-        log.warning("outbox relay (%s): %s: %s; retrying in %.1fs", self.schema,
-                    type(exc).__name__, exc, backoff)  # fmt: skip
+        log.warning(
+            "outbox relay (%s): %s: %s; retrying in %.1fs",
+            self.schema,
+            type(exc).__name__,
+            exc,
+            backoff,
+        )
         await self._close_connections()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._wait_stopping(), backoff)

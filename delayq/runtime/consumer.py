@@ -221,18 +221,26 @@ class Consumer(Fetching):
             due_ms = c.due_ms
             token = c.token
             delivery = Delivery(
-                self.type_name, c.id, c.attempt, due_ms, now_us, context,
-                self._group_name, enqueued_ms, c.envelope,
+                self.type_name,
+                c.id,
+                c.attempt,
+                due_ms,
+                now_us,
+                context,
+                self._group_name,
+                enqueued_ms,
+                c.envelope,
                 # a keyed delivery's token is "<n>|<key>" (claim.lua), a plain one digits;
                 # not `b"|" in token`: bytes' `in` builds a TypeError first (~2k instructions)
                 None if token.isdigit() else token_flow_key(token),
-            )  # fmt: skip
+            )
             _set_delivery(delivery)
             row = self._late_row
             if row is not None and due_ms is not None:
                 # the history's lateness bucket, as HistoryRecorder.observe would count it
                 late_s = (now_us / 1000 - due_ms) / 1000
-                row[LATENESS_ROW_START + bisect_left(LATENESS_BOUNDS_MS, late_s * 1000 if late_s > 0 else 0.0)] += 1  # fmt: skip
+                bucket = bisect_left(LATENESS_BOUNDS_MS, late_s * 1000 if late_s > 0 else 0.0)
+                row[LATENESS_ROW_START + bucket] += 1
             hooks = self._hooks
             run = None if hooks is None else hooks.started(delivery)
             error: Exception | None = None

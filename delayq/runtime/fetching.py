@@ -152,9 +152,12 @@ class Fetching:
                 try:
                     with anyio.CancelScope(shield=True):
                         now_us, claimed, throttle = await self._store.claim_limited(
-                            shard, popped, share - len(popped), self._s.visibility_ms,
+                            shard,
+                            popped,
+                            share - len(popped),
+                            self._s.visibility_ms,
                             group=self.group,
-                        )  # fmt: skip
+                        )
                         popped = []
                         drain = len(claimed) >= share
                         for c in claimed:

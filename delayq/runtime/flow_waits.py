@@ -66,8 +66,12 @@ class FlowWaits:
             await anyio.sleep(seconds + random.uniform(0, min(0.005, seconds / 4)))
         else:
             await self._store.wait_for_flow(shard, seconds, group=self._group)
-        metrics.observe("throttled_time", time.monotonic() - start, event_type=type_name,
-                        outcome=throttle.reason)  # fmt: skip
+        metrics.observe(
+            "throttled_time",
+            time.monotonic() - start,
+            event_type=type_name,
+            outcome=throttle.reason,
+        )
 
     def _fleet(self, shard: str, throttle: Throttle) -> tuple[int, int]:
         """Live leases and the limit of the whole type: a partitioned type's claims see one

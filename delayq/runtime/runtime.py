@@ -290,8 +290,13 @@ class Runtime:
         if idle and idle > 0 and block > idle - 0.5:
             at_most = max(0.05, idle - 0.5)
             self._store.limit_block(at_most)
-            log.info("Redis closes connections idle for %d s (its timeout): consumers block "
-                     "%.2f s at a time instead of %.2f s", idle, at_most, block)  # fmt: skip
+            log.info(
+                "Redis closes connections idle for %d s (its timeout): consumers block "
+                "%.2f s at a time instead of %.2f s",
+                idle,
+                at_most,
+                block,
+            )
 
     async def _supervise(self, started: asyncio.Future[None]) -> None:
         assert self._closing is not None

@@ -70,11 +70,13 @@ class Browsing(Layouts, DeliveryGroups):
             replies = [int(x) for x in await pipe.execute()]
         return [
             QueueCounts(
-                scheduled=replies[4 * i], ready=replies[4 * i + 1],
-                in_flight=replies[4 * i + 2], dead=replies[4 * i + 3],
+                scheduled=replies[4 * i],
+                ready=replies[4 * i + 1],
+                in_flight=replies[4 * i + 2],
+                dead=replies[4 * i + 3],
             )
             for i in range(len(shard_list))
-        ]  # fmt: skip
+        ]
 
     async def inspect(self, shard: str, event_id: str) -> EventRecord:
         """Everything stored about one event, in one atomic read (in every delivery group)."""
@@ -92,10 +94,17 @@ class Browsing(Layouts, DeliveryGroups):
                 for i in range(5, len(r), 7)
             }
             return EventRecord(
-                now_ms=int(r[1]), envelope=r[2] or None, scheduled_ms=_opt_int(r[3]),
-                queued_score=None, lease_deadline_ms=None, dead_at_ms=None, attempts=0,
-                error=None, groups=groups, pending=_int(r[4]),
-            )  # fmt: skip
+                now_ms=int(r[1]),
+                envelope=r[2] or None,
+                scheduled_ms=_opt_int(r[3]),
+                queued_score=None,
+                lease_deadline_ms=None,
+                dead_at_ms=None,
+                attempts=0,
+                error=None,
+                groups=groups,
+                pending=_int(r[4]),
+            )
         return EventRecord(
             now_ms=int(r[0]),
             envelope=r[1] or None,
@@ -183,11 +192,14 @@ class Browsing(Layouts, DeliveryGroups):
         r = await self._read("ready_list", shard, [offset, limit], group)
         page = [
             ReadyRecord(
-                raw_id=r[i], score=float(r[i + 1]), envelope=r[i + 2] or None,
-                attempts=_int(r[i + 3]), error=_text(r[i + 4]),
+                raw_id=r[i],
+                score=float(r[i + 1]),
+                envelope=r[i + 2] or None,
+                attempts=_int(r[i + 3]),
+                error=_text(r[i + 4]),
             )
             for i in range(1, len(r), 5)
-        ]  # fmt: skip
+        ]
         return int(r[0]), page
 
     async def dead_find(
@@ -205,19 +217,26 @@ class Browsing(Layouts, DeliveryGroups):
         r = await self._read("dead_find", shard, [offset, scan, limit, needle], group)
         found = [
             DeadRecord(
-                raw_id=r[i], failed_at_ms=int(float(r[i + 1])), envelope=r[i + 2] or None,
-                attempts=_int(r[i + 3]), error=_text(r[i + 4]) or "",
+                raw_id=r[i],
+                failed_at_ms=int(float(r[i + 1])),
+                envelope=r[i + 2] or None,
+                attempts=_int(r[i + 3]),
+                error=_text(r[i + 4]) or "",
             )
             for i in range(1, len(r), 5)
-        ]  # fmt: skip
+        ]
         return int(r[0]), found
 
     def id_sets(self, shard: str, groups: Sequence[str]) -> list[tuple[str, str, str]]:
         """``(state, group, key)`` of each sorted set that holds a shard's event ids by state:
         the type's own sets, then each named group's (the default group's retries too)."""
         k = self._k(shard)
-        states = (("scheduled", "scheduled"), ("ready", "queued"), ("in_flight", "inflight"),
-                  ("dead", "dead"))  # fmt: skip
+        states = (
+            ("scheduled", "scheduled"),
+            ("ready", "queued"),
+            ("in_flight", "inflight"),
+            ("dead", "dead"),
+        )
         sets = [(state, DEFAULT_GROUP, getattr(k, name)) for state, name in states]
         tk = self.keys.for_shard(shard)
         for group in groups:

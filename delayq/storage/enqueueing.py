@@ -95,9 +95,12 @@ class Enqueueing(Layouts, DeliveryGroups):
                 keyed = [key for _, key, _ in sending]
                 try:
                     codes = await self._enqueue_now(
-                        shard, [item for item, _, _ in sending], absolute=absolute,
-                        replace=replace, keys=keyed if any(keyed) else None,
-                    )  # fmt: skip
+                        shard,
+                        [item for item, _, _ in sending],
+                        absolute=absolute,
+                        replace=replace,
+                        keys=keyed if any(keyed) else None,
+                    )
                 except Exception as exc:
                     for _, _, future in sending:
                         if not future.done():
@@ -217,8 +220,14 @@ class Enqueueing(Layouts, DeliveryGroups):
     ) -> int:
         """Replace one event for every group that still holds it: REPLACED or ADDED."""
         event_id, envelope, ms = item
-        args = [event_id, envelope, ms, "at" if absolute else "delay",
-                self.keys.wakeup_channel, shard]  # fmt: skip
+        args = [
+            event_id,
+            envelope,
+            ms,
+            "at" if absolute else "delay",
+            self.keys.wakeup_channel,
+            shard,
+        ]
         reply = await self._every_group("group_replace", shard, args)
         if reply is None:  # the groups were all removed meanwhile: an ordinary replace
             (code,) = await self._enqueue_now(shard, [item], absolute=absolute, replace=True)

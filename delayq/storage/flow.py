@@ -74,8 +74,10 @@ class FlowLimitsStore(Layouts, DeliveryGroups):
                 log.warning(
                     "%s: concurrency %d is below its %d shards (partitions of every layout "
                     "in use): each shard gets 1 until the partition count change is done",
-                    type_name, limits.concurrency, n,
-                )  # fmt: skip
+                    type_name,
+                    limits.concurrency,
+                    n,
+                )
             paused = "1" if limits.paused else ""
             changes = [
                 {**c, **r, "paused": paused}

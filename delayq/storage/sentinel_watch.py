@@ -34,8 +34,11 @@ _STARTING = ("+try-failover",)
 _PROMOTING = ("+selected-slave", "+failover-state-send-slaveof-noone")
 # Events that end a failover without a switch (+failover-end-for-timeout is followed by
 # +switch-master: not an abort).
-_ABORTED = ("-failover-abort-not-elected", "-failover-abort-no-good-slave",
-            "-failover-abort-slave-timeout")  # fmt: skip
+_ABORTED = (
+    "-failover-abort-not-elected",
+    "-failover-abort-no-good-slave",
+    "-failover-abort-slave-timeout",
+)
 _MAX_BACKOFF = 2.0  # seconds between resubscribes to a sentinel, at most
 _CHANNELS = ("+switch-master", *_STARTING, *_PROMOTING, *_ABORTED)
 
