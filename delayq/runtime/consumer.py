@@ -10,7 +10,8 @@ slots from the ready list, at most ``CLAIM_MAX`` per call (the next claims follo
 once while slots are free and entries wait). What becomes of a delivery after its handler (the
 batched acks, failures, lease renewal) is :mod:`delayq.runtime.settlement`'s job; the
 handler tasks are :mod:`delayq.runtime.handler_tasks`'. The fetching (BRPOP,
-claims, slots) is the :mod:`delayq.runtime.fetching` mixin; the options are in
+claims) is a :class:`~delayq.runtime.fetching.Fetcher` the consumer owns, over the
+:class:`~delayq.runtime.fetching.Slots` it shares with the handler tasks; the options are in
 :mod:`delayq.runtime.consumer_settings`.
 """
 
@@ -34,7 +35,7 @@ from ..observer import CANCELLED, TIMEOUT_PREFIX, Observer
 from ..storage.store import Claimed, Store, token_flow_key
 from .consumer_settings import ConsumerSettings
 from .fetching import CLAIM_MAX as CLAIM_MAX  # the claim bound, imported from here
-from .fetching import Fetching
+from .fetching import Fetcher, Slots
 from .flow_waits import FlowWaits
 from .handler_tasks import HandlerTasks
 from .history import LATENESS_BOUNDS_MS, LATENESS_ROW_START, HistoryRecorder
@@ -49,7 +50,7 @@ Handler = Callable[[Any], Awaitable[Any]]
 _RETURNED_FALSE = "ReturnedFalse: the handler returned False"
 
 
-class Consumer(Fetching):
+class Consumer:
     """Fetches ready events of one type and runs ``handler`` on at most ``concurrency`` at once."""
 
     def __init__(
@@ -71,7 +72,6 @@ class Consumer(Fetching):
         self.type_name = event_type.event_name
         # None: the default group (the type's own keys, no registration)
         self.group = group
-        self._on_registered = on_registered  # called once its group is registered in Redis
         self.label = self.type_name if group is None else f"{self.type_name}[{group}]"
         self._group_name = group_name(group)  # as a Delivery names it
         self.handler = handler
@@ -94,21 +94,13 @@ class Consumer(Fetching):
             if metrics.reports or observer.tracing is not None
             else None
         )
-        # the in_flight gauge and delivered counter, bound at the first claim (when they
-        # were first reported before): the history records neither, so the sink alone
-        self._set_in_flight: Callable[[float], None] | None = None
-        self._count_delivered: Callable[[int], None] | None = None
         self._late_row = (
             None if history is None else history.lateness_row(metrics.label(self.type_name))
         )
         self._stopping = False
         self._fetch_scope: anyio.CancelScope | None = None
-        self._running = 0
-        # claim token -> (id, claim time in µs, Redis's clock) of each running handler:
-        # the heartbeat shows the longest-running ones (see running_since)
-        self._started: dict[bytes, tuple[bytes, int]] = {}
-        self._reserved = 0  # slots promised to claims under way (several fetchers)
-        self._n_shards = 1
+        # the handler slots, shared by the fetch loops and the handler tasks
+        self._slots = Slots(concurrency)
         # leases, acks and failures of the deliveries, from claim to the end
         self._settlement = Settlement(
             store=store,
@@ -121,24 +113,36 @@ class Consumer(Fetching):
             shutdown_grace=settings.shutdown_grace,
         )
         self._handlers = HandlerTasks(self.label)
-        self._flow = FlowWaits(store, metrics, self.type_name, group)
-        # fetchers waiting for a free slot wait on this; it is set (and cleared at
-        # once) only when one has waited since the last set, so a finished handler
-        # costs one test
-        self._slot_freed = asyncio.Event()
-        self._slot_wanted = False
+        self._fetcher = Fetcher(
+            store=store,
+            metrics=metrics,
+            settings=settings,
+            type_name=self.type_name,
+            group=group,
+            label=self.label,
+            slots=self._slots,
+            settlement=self._settlement,
+            flow=FlowWaits(store, metrics, self.type_name, group),
+            handle=self._handle,
+            on_registered=on_registered,
+        )
         # asyncio's Event needs no running loop to be created: add_handler may run before one
         self._finished = asyncio.Event()
 
     @property
     def running_handlers(self) -> int:
         """Handlers running right now."""
-        return self._running
+        return self._slots.running
 
     def running_since(self, most: int) -> list[tuple[str, int]]:
         """``(event id, claim time in ms)`` of up to ``most`` running handlers, longest first."""
-        started = sorted(self._started.values(), key=lambda item: item[1])[:most]
+        started = sorted(self._slots.started.values(), key=lambda item: item[1])[:most]
         return [(raw.decode("utf-8", "replace"), us // 1000) for raw, us in started]
+
+    @property
+    def max_deliveries(self) -> int:
+        """Deliveries of an event to this consumer's group before it becomes a dead letter."""
+        return self._fetcher.max_deliveries
 
     @property
     def stopping(self) -> bool:
@@ -147,7 +151,7 @@ class Consumer(Fetching):
 
     def stop(self) -> None:
         """Stop fetching; in-flight handlers get ``shutdown_grace`` to finish."""
-        self._stopping = True
+        self._stopping = self._fetcher.stopping = True
         if self._fetch_scope is not None:
             self._fetch_scope.cancel()
 
@@ -164,8 +168,8 @@ class Consumer(Fetching):
         stays unreachable for the whole flush; that is logged).
         """
         self._finished.clear()
-        self._slot_freed = asyncio.Event()
-        self._slot_wanted = False
+        self._slots.reset()
+        slots = self._slots
         settlement = self._settlement
         settlement.open()
         try:
@@ -175,17 +179,17 @@ class Consumer(Fetching):
                 handlers = self._handlers = HandlerTasks(self.label)
                 try:
                     with anyio.CancelScope() as self._fetch_scope:
-                        await self._register_group()
-                        await self._fetch_all(handlers)
+                        await self._fetcher.register_group()
+                        await self._fetcher.fetch_all(handlers)
                     with anyio.move_on_after(self._s.shutdown_grace):
-                        while self._running:
-                            await self._wait_for_slot()
-                    if self._running:
+                        while slots.running:
+                            await slots.wait()
+                    if slots.running:
                         log.warning(
                             "%s: %d handlers still running after shutdown_grace; cancelling "
                             "them, their events come back when their leases expire",
                             self.label,
-                            self._running,
+                            slots.running,
                         )
                 finally:
                     await handlers.cancel_and_wait()
@@ -195,8 +199,6 @@ class Consumer(Fetching):
                 helpers.cancel_scope.cancel()
         finally:
             self._finished.set()
-
-    # -- fetching --------------------------------------------------------------
 
     # -- handling --------------------------------------------------------------
 
@@ -272,12 +274,7 @@ class Consumer(Fetching):
                     c, shard, failure, dead=c.attempt > self._s.retry_attempts
                 )
         finally:
-            self._running -= 1
-            self._started.pop(c.token, None)
-            if self._reports and self._set_in_flight is not None:
-                self._set_in_flight(self._running)
-            if self._slot_wanted:
-                self._free_slot()
+            self._slots.ended(c.token, self._reports)
 
     async def _call_with_timeout(
         self, event: Event, c: Claimed
