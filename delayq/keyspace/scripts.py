@@ -155,6 +155,7 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     "worker_remove": _names("workers worker"),
     "members": _names("members"),
     "schedule_write": _names("schedules schedule_state"),
+    "schedule_load": _names("schedules schedule_state"),
     "schedule_index": _names("index homes"),
     "schedule_due": _names("index homes"),
     "limits_set": _names("limits wake"),
