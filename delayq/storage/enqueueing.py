@@ -69,7 +69,8 @@ class Enqueueing(Layouts, DeliveryGroups):
         if batch is None:
             batch = self._batches[key] = _Batch()
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        batch.pending.append((items[0], keys[0] if keys else None, future))
+        (flow_key,) = keys if keys else (None,)  # the one item's flow key
+        batch.pending.append((items[0], flow_key, future))
         if batch.task is None:
             batch.task = asyncio.create_task(self._flush(key, batch))
         return [await future]

@@ -147,7 +147,7 @@ class ScheduleStore(Layouts):
 
     async def schedule_home(self, name: str) -> str | None:
         """The shard schedule ``name`` lives in (None: no such schedule)."""
-        home = await self.redis.hget(self.schedule_index_keys[1], name)
+        home = await self.redis.hget(self.keys.schedule_homes, name)
         if home is None:
             return None
         shard = _text(home).split("|", 1)[1]
@@ -156,7 +156,7 @@ class ScheduleStore(Layouts):
     async def schedule_homes(self) -> dict[str, str]:
         """Every schedule's name -> shard (HSCAN, a page at a time)."""
         out: dict[str, str] = {}
-        key = self.schedule_index_keys[1]
+        key = self.keys.schedule_homes
         cursor = 0
         while True:
             cursor, page = cast(
@@ -173,5 +173,5 @@ class ScheduleStore(Layouts):
         """The index's next fire (ms) of each name (None: not in the index)."""
         if not names:
             return []
-        scores = await self.redis.zmscore(self.schedule_index_keys[0], list(names))
+        scores = await self.redis.zmscore(self.keys.schedule_index, list(names))
         return [None if s is None else int(s) for s in scores]

@@ -178,12 +178,12 @@ async def find_ids(store: Store, type_name: str, prefix: str, limit: int = 20) -
             complete = complete and done
             for raw in members:
                 found[(raw.decode("utf-8", "replace"), state, group)] = None
-    keys = sorted(found)
-    if len({k[0] for k in keys}) > limit:
+    hits = sorted(found)
+    distinct = sorted({event_id for event_id, _, _ in hits})
+    if len(distinct) > limit:
         complete = False
-    ids = sorted({k[0] for k in keys})[:limit]
-    chosen = set(ids)
-    matches = [IdMatch(i, s, g) for i, s, g in keys if i in chosen]
+    chosen = set(distinct[:limit])
+    matches = [IdMatch(i, s, g) for i, s, g in hits if i in chosen]
     return IdSearch(matches, complete)
 
 
