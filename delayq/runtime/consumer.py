@@ -138,6 +138,17 @@ class Consumer:
         """Handlers running right now."""
         return self._slots.running
 
+    @property
+    def unsettled(self) -> int:
+        """Deliveries this consumer is claiming or holds the lease of: claims under way,
+        handlers running, acks or failures not recorded yet (0: all settled in Redis)."""
+        return self._reserved + len(self._settlement.leased)
+
+    @property
+    def flow_waits(self) -> FlowWaits:
+        """The waits of this consumer's fetchers held back by flow limits."""
+        return self._flow
+
     def running_since(self, most: int) -> list[tuple[str, int]]:
         """``(event id, claim time in ms)`` of up to ``most`` running handlers, longest first."""
         started = sorted(self._slots.started.values(), key=lambda item: item[1])[:most]

@@ -207,6 +207,17 @@ class Runtime:
             for (name, group), c in self.consumers.items()
         }
 
+    def clock_moved(self) -> None:
+        """Look at everything now (``delayq.testing.advance`` moved the store's clock): the
+        scheduler sweeps every type, the firer reads the schedules, waits for flow limits
+        end. Each loop's sleep was computed from the clock before the move."""
+        if self.scheduler is not None:
+            self.scheduler.wake()
+        if self.firer is not None:
+            self.firer.wake()
+        for consumer in self.consumers.values():
+            consumer.flow_waits.wake()
+
     # -- state -----------------------------------------------------------------------
 
     @property

@@ -69,6 +69,8 @@ class StoreBase:
     # (script, shard, group, last key sent) -> the call's keys
     _call_keys: dict[tuple[str, str, str | None, str | None], tuple[str, ...]]
     _scripts: dict[str, Script]
+    clock_offset_ms: int = 0
+    """How far ahead of Redis's clock the scripts run (tests only: ``set_clock_offset``)."""
 
     def _k(self, shard: str, group: str | None = None) -> KeyView:
         """The keys of a group's view of a shard (``TypeKeys.view``; None: the default group)."""

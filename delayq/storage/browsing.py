@@ -144,9 +144,10 @@ class Browsing(Layouts, DeliveryGroups):
         return {name: _counts(r) for name, r in zip(names, replies, strict=True)}
 
     async def server_time_ms(self) -> int:
-        """Redis's clock in ms (TIME): also a cheap check that Redis answers."""
+        """Redis's clock in ms (TIME), as the scripts see it: also a cheap check that Redis
+        answers."""
         seconds, micros = await self.redis.time()
-        return int(seconds) * 1000 + int(micros) // 1000
+        return int(seconds) * 1000 + int(micros) // 1000 + self.clock_offset_ms
 
     async def eviction_policy(self) -> str | None:
         """Redis's ``maxmemory-policy``, or None when CONFIG is not allowed."""

@@ -18,6 +18,7 @@ from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
 
 from .. import lua
+from ..lua.shift import shifted
 from ..keyspace.layout import PrefixKeys
 from .base import Script, log
 from .browsing import Browsing
@@ -101,16 +102,24 @@ class Store(
         self._type_keys = {}
         self._call_keys = {}
         self._keyed_claims = set()
-        self._scripts = {
-            name: Script(redis, lua.source(name))
-            for name in (*lua.PER_TYPE, *lua.GROUPED, *lua.STANDALONE)
-        }
+        self._scripts = _scripts(redis, 0)
         # what each attribute holds: see its declaration in delayq/storage/
         self._groups = {}
         self._known_types = set()
         self._layouts = {}
         self._batches = {}
         self._wakeup_turn = 0  # wake-up subscriptions made (a cluster's go round the nodes)
+
+    def set_clock_offset(self, offset_ms: int) -> None:
+        """Tests only (``delayq.testing.advance``): run every script with Redis's clock
+        ``offset_ms`` ahead, and :meth:`server_time_ms` too.
+
+        The scripts that read the clock are sent again with the offset in their source
+        (:func:`delayq.lua.shift.shifted`; loaded at their first call after NOSCRIPT);
+        the others keep their SHA. A store never shifted runs the scripts as they are.
+        """
+        self.clock_offset_ms = offset_ms
+        self._scripts = _scripts(self.redis, offset_ms)
 
     async def connect(self) -> None:
         """Discover a cluster's nodes before blocking calls start.
@@ -147,6 +156,11 @@ class Store(
     def result_wakeups(self) -> WakeupListener:
         """A subscription to the prefix's results channel (``"<shard> <id>"`` messages)."""
         return WakeupListener(self.blocking.pubsub(), self.keys.results_channel, self.connect)
+
+
+def _scripts(redis: Redis | RedisCluster, offset_ms: int) -> dict[str, Script]:
+    names = (*lua.PER_TYPE, *lua.GROUPED, *lua.STANDALONE)
+    return {name: Script(redis, shifted(lua.source(name), offset_ms)) for name in names}
 
 
 class WakeupListener:
