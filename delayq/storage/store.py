@@ -18,8 +18,8 @@ from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
 
 from .. import lua
-from ..lua.shift import shifted
 from ..keyspace.layout import PrefixKeys
+from ..lua.shift import shifted
 from .base import Script, log
 from .browsing import Browsing
 from .connect import no_retry

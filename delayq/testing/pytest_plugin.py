@@ -68,7 +68,7 @@ def delayq_service(request: pytest.FixtureRequest) -> EventService:
             pytest.fail(f"delayq runs on asyncio, not {name!r}: set anyio_backend to 'asyncio'")
         service: EventService = request.getfixturevalue("_delayq_service_anyio")
         return service
-    if _asyncio_fixture is None:
+    if not _HAS_PYTEST_ASYNCIO:
         pytest.fail("delayq_service needs pytest-asyncio, or anyio's plugin (tests marked anyio)")
     service = request.getfixturevalue("_delayq_service_asyncio")
     return service
@@ -96,12 +96,13 @@ async def _delayq_service_anyio(
 
 
 try:
-    from pytest_asyncio import fixture as _asyncio_fixture
+    import pytest_asyncio
 except ImportError:  # anyio's plugin alone
-    _asyncio_fixture = None
+    _HAS_PYTEST_ASYNCIO = False
 else:
+    _HAS_PYTEST_ASYNCIO = True
 
-    @_asyncio_fixture
+    @pytest_asyncio.fixture
     async def _delayq_service_asyncio(
         delayq_redis: str, delayq_options: dict[str, Any]
     ) -> AsyncIterator[EventService]:
