@@ -117,6 +117,7 @@ class Consumer:
         # a type with results= keeps each handler's return value (see _keep)
         self._keeps = event_type.event_results_ms is not None
         self._handlers = HandlerTasks(self.label)
+        self._flow = FlowWaits(store, metrics, self.type_name, group)
         self._fetcher = Fetcher(
             store=store,
             metrics=metrics,
@@ -126,7 +127,7 @@ class Consumer:
             label=self.label,
             slots=self._slots,
             settlement=self._settlement,
-            flow=FlowWaits(store, metrics, self.type_name, group),
+            flow=self._flow,
             handle=self._handle,
             on_registered=on_registered,
         )
@@ -142,7 +143,7 @@ class Consumer:
     def unsettled(self) -> int:
         """Deliveries this consumer is claiming or holds the lease of: claims under way,
         handlers running, acks or failures not recorded yet (0: all settled in Redis)."""
-        return self._reserved + len(self._settlement.leased)
+        return self._slots.reserved + len(self._settlement.leased)
 
     @property
     def flow_waits(self) -> FlowWaits:

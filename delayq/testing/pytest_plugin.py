@@ -25,13 +25,11 @@ import pytest
 import redis.asyncio as aioredis
 
 from ..service import EventService
+from .private import TEST_REDIS_URL_ENV
 from .server import RedisServer
 from .services import isolated_service
 
-__all__ = ["TEST_REDIS_URL", "delayq_options", "delayq_redis", "delayq_service"]
-
-TEST_REDIS_URL = "DELAYQ_TEST_REDIS_URL"
-"""The environment variable naming a disposable Redis for the fixtures instead of a private one."""
+__all__ = ["delayq_options", "delayq_redis", "delayq_service"]
 
 # the servers this plugin started: their script caches are its own to flush
 _STARTED: set[str] = set()
@@ -40,7 +38,7 @@ _STARTED: set[str] = set()
 @pytest.fixture(scope="session")
 def delayq_redis() -> Iterator[str]:
     """The URL of the session's Redis: ``DELAYQ_TEST_REDIS_URL``, or a private server."""
-    url = os.environ.get(TEST_REDIS_URL)
+    url = os.environ.get(TEST_REDIS_URL_ENV)
     if url:
         yield url
         return
