@@ -205,3 +205,21 @@ async def test_an_assertion_shows_what_was_enqueued(service: EventService) -> No
     assert "id='a1' due in 0:04:59" in message and "id='a2' ready" in message
     with pytest.raises(AssertionError, match=r"expected no Nudge with payload=.*'y'"):
         await assert_not_enqueued(service, Nudge, payload={"text": "y"})
+
+
+class Other(events.Event, event_name="kit-other"):
+    pass
+
+
+async def test_drain_types_waits_for_and_returns_those_types_only(service: EventService) -> None:
+    async def handle(event: events.Event) -> None:
+        pass
+
+    service.add_handler(Nudge, handle)
+    service.add_handler(Other, handle)
+    await service.enqueue_with_delay(Nudge(id="t1"), timedelta(minutes=1))
+    await service.enqueue_with_delay(Other(id="t2"), timedelta(minutes=1))
+    runs = await drain(service, types=[Other], until=timedelta(minutes=1))
+    assert [(r.type, r.id) for r in runs] == [("kit-other", "t2")]
+    with pytest.raises(ValueError, match="no handler for"):
+        await drain(service, types=["kit-nothing"])
