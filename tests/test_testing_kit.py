@@ -223,3 +223,29 @@ async def test_drain_types_waits_for_and_returns_those_types_only(service: Event
     assert [(r.type, r.id) for r in runs] == [("kit-other", "t2")]
     with pytest.raises(ValueError, match="no handler for"):
         await drain(service, types=["kit-nothing"])
+
+
+async def test_drain_waits_out_the_lease_of_a_worker_that_died(redis_url: str) -> None:
+    async with isolated_service(redis_url, visibility_timeout=60) as service:
+        started = anyio.Event()
+
+        async def stall(event: Nudge) -> None:
+            started.set()
+            await anyio.sleep_forever()
+
+        prefix = service.options.prefix
+        dying = EventService.from_url(redis_url, prefix=prefix, shutdown_grace=0)
+        dying.add_handler(Nudge, stall)
+        await dying.start()
+        await service.enqueue_with_delay(Nudge(id="w"), 0)
+        with anyio.fail_after(10):
+            await started.wait()
+        await dying.aclose()  # its handler is cancelled; its lease stays until it runs out
+
+        async def handle(event: Nudge) -> None:
+            pass
+
+        service.add_handler(Nudge, handle)
+        assert await drain(service) == []  # the lease is another process's: nothing to run now
+        runs = await drain(service, until=timedelta(minutes=2))
+        assert [(r.id, r.attempt, r.outcome) for r in runs] == [("w", 2, "success")]

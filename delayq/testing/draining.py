@@ -177,7 +177,12 @@ async def _look(service: EventService, consumers: list[Consumer]) -> _Look:
         if counts.in_flight:  # leases no handler here holds: they run out in their time
             held = await service.in_flight(consumer.type_name, limit=1, group=consumer.group)
             if held:
-                nearest = min(nearest, round(held[0].lease_deadline.timestamp() * 1000))
+                deadline = round(held[0].lease_deadline.timestamp() * 1000)
+                if deadline <= now:
+                    return _Look(
+                        f"{consumer.label}: a lease ran out, not handed out again yet", None
+                    )
+                nearest = min(nearest, deadline)
     names = {c.type_name for c in consumers}
     for schedule in await service.schedules():
         if schedule.event_type not in names or schedule.paused or schedule.next_fire is None:
