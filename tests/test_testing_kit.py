@@ -190,6 +190,9 @@ async def test_misuse_is_refused_with_clear_errors(redis_url: str, service: Even
         await other.aclose()
         with pytest.raises(RuntimeError, match="started service"):
             await drain(other)
+    async with isolated_service(redis_url, enable_scheduling=False) as producer:
+        with pytest.raises(RuntimeError, match="enable_scheduling=False"):
+            await drain(producer)
 
 
 async def test_an_assertion_shows_what_was_enqueued(service: EventService) -> None:

@@ -105,7 +105,13 @@ def _recorder(service: EventService) -> Recorder:
 
 
 def _consumers(service: EventService, types: Iterable[type[Event] | str] | None) -> list[Consumer]:
-    consumers = list(runtime_of(service).consumers.values())
+    runtime = runtime_of(service)
+    if runtime.scheduler is None:
+        raise RuntimeError(
+            "drain() needs the service's scheduler to move due events: it was built with "
+            "enable_scheduling=False"
+        )
+    consumers = list(runtime.consumers.values())
     if not consumers:
         raise RuntimeError(
             "drain() found no handlers: register them with service.add_handler(EventType, "
