@@ -160,12 +160,25 @@ async def _settle(
 
 
 async def _look(service: EventService, consumers: list[Consumer]) -> _Look:
-    """One look at the selected types: busy (and why), or quiet and when work comes next."""
+    """One look at the selected types: busy (and why), or quiet and when work comes next.
+
+    Work only moves on: from a schedule's slot to the type's schedule, to its ready list, to
+    a claim, to a handler here, to its ack. The look reads those places in that order, so
+    work that moves while it reads is seen in a later place (read after it arrived there).
+    """
     busy = _unsettled(consumers)
     if busy:
         return _Look(busy, None)
     nearest = math.inf
     now = await service.store.server_time_ms()
+    names = {c.type_name for c in consumers}
+    for schedule in await service.schedules():
+        if schedule.event_type not in names or schedule.paused or schedule.next_fire is None:
+            continue
+        fire = round(schedule.next_fire.timestamp() * 1000)
+        if fire <= now:
+            return _Look(f"schedule {schedule.name!r}: a slot is due, not fired yet", None)
+        nearest = min(nearest, fire)
     for consumer in consumers:
         view = consumer.group or "default"
         counts = (await service.group_stats(consumer.type_name)).get(view)
@@ -189,15 +202,8 @@ async def _look(service: EventService, consumers: list[Consumer]) -> _Look:
                         f"{consumer.label}: a lease ran out, not handed out again yet", None
                     )
                 nearest = min(nearest, deadline)
-    names = {c.type_name for c in consumers}
-    for schedule in await service.schedules():
-        if schedule.event_type not in names or schedule.paused or schedule.next_fire is None:
-            continue
-        fire = round(schedule.next_fire.timestamp() * 1000)
-        if fire <= now:
-            return _Look(f"schedule {schedule.name!r}: a slot is due, not fired yet", None)
-        nearest = min(nearest, fire)
-    # a claim whose reply arrived while we read: its lease looked like another process's
+    # last, the claims and handler runs here (a claim whose reply is on its way shows as
+    # in flight in Redis, and as under way here until its run is settled)
     busy = _unsettled(consumers)
     return _Look(busy, None if nearest == math.inf else int(nearest))
 
