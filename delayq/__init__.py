@@ -11,6 +11,7 @@ from .context import Delivery, current_delivery, event_context
 from .errors import (
     DecodeError,
     DelayqError,
+    EventFailed,
     FormatVersionError,
     NotReplicatedError,
     QueueFullError,
@@ -21,6 +22,7 @@ from .flow.limits import FlowLimits, Rate
 from .metrics import InMemoryMetrics, Metrics, NoopMetrics
 from .operations.enqueueing import CancelResult
 from .options import Options
+from .results import Outcome, Result
 from .retry import Backoff, exponential, fixed
 from .runtime.health import ServiceHealth
 from .runtime.heartbeat import WorkerInfo
@@ -48,6 +50,7 @@ __all__ = [
     "DelayqError",
     "Delivery",
     "Event",
+    "EventFailed",
     "EventInfo",
     "EventService",
     "EventState",
@@ -65,10 +68,12 @@ __all__ = [
     "NoopMetrics",
     "NotReplicatedError",
     "Options",
+    "Outcome",
     "QueueCounts",
     "QueueFullError",
     "Rate",
     "ReadyEvent",
+    "Result",
     "RunProgress",
     "ScheduleInfo",
     "ScheduledEvent",

@@ -10,12 +10,16 @@ subscription is back, among others), but never before :data:`MIN_RETRY`.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 
 import anyio
 
 from .errors import RedisResponseError, is_transient
 
-__all__ = ["MIN_RETRY", "Backoffs", "wait_to_retry"]
+__all__ = ["MAX_BACKOFF", "MIN_RETRY", "Backoffs", "Retrying", "wait_to_retry"]
+
+MAX_BACKOFF = 5.0
+"""Seconds a failing background loop waits at most before it tries again."""
 
 MIN_RETRY = 0.1
 """Seconds a failed pass waits at least, whatever wakes its loop meanwhile."""
@@ -89,3 +93,31 @@ class Backoffs:
             "%s: moving due events failed (%s: %s); retrying in %.2fs",
             key, type(exc).__name__, exc, wait,
         )  # fmt: skip
+
+
+@dataclass(slots=True)
+class Retrying:
+    """One failing loop's wait before its next try: ``first`` seconds, doubled after each
+    failure up to ``most``; :meth:`reset` after a success."""
+
+    first: float = 0.05
+    most: float = MAX_BACKOFF
+    delay: float = field(init=False)
+    """The wait before the next try (what a log line says)."""
+
+    def __post_init__(self) -> None:
+        self.delay = self.first
+
+    def reset(self) -> None:
+        """A try succeeded: the next failure waits ``first`` again."""
+        self.delay = self.first
+
+    def next(self) -> float:
+        """The wait for this failure (:attr:`delay`); the next one waits twice as long."""
+        delay = self.delay
+        self.delay = min(delay * 2, self.most)
+        return delay
+
+    async def sleep(self) -> None:
+        """Sleep :meth:`next`'s wait."""
+        await anyio.sleep(self.next())

@@ -25,6 +25,7 @@ __all__ = [
     "TRANSIENT_CODES",
     "DecodeError",
     "DelayqError",
+    "EventFailed",
     "FormatVersionError",
     "NotReplicatedError",
     "QueueFullError",
@@ -59,6 +60,22 @@ class FormatVersionError(DelayqError):
     """A service refused to start: the data under its prefix is in a stored-data format this
     delayq does not read (written by a newer delayq, or older than it reads without a
     migration). The message names both formats; docs/versioning.md has the rule."""
+
+
+class EventFailed(DelayqError):
+    """The event whose result was asked for (``EventService.result``) became a dead letter.
+
+    ``error`` is the dead letter's error (``"Type: message"``, as ``dead_letters()`` shows it).
+    """
+
+    def __init__(self, event_type: str, event_id: str, error: str):
+        super().__init__(f"{event_type} {event_id!r} failed: {error}")
+        self.event_type = event_type
+        """The event's type (wire name)."""
+        self.event_id = event_id
+        """The event's id."""
+        self.error = error
+        """The dead letter's error, ``"Type: message"``."""
 
 
 class NotReplicatedError(DelayqError):

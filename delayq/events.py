@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, ClassVar
 
 import msgspec
 
-from .partitions.shards import check_partitions
+from .durations import seconds_to_ms
+from .keyspace.names import validate_name
+from .keyspace.shards import check_partitions
 
 __all__ = [
     "Event",
@@ -34,35 +37,6 @@ log = logging.getLogger("delayq.events")
 # wire name -> class; guards against two different classes sharing a name.
 _registry: dict[str, type[Event]] = {}
 
-_MAX_NAME_LENGTH = 200
-
-
-def validate_name(name: object, what: str = "event type name") -> str:
-    """Return ``name`` if it can be used inside a Redis hash tag, else raise ``ValueError``.
-
-    Braces would break the ``{prefix:type}`` hash tag that keeps a type's keys in
-    one cluster slot, so they are refused, as are empty and very long names.
-    Event type names may not contain ``:`` either (prefixes may): type ``b:c``
-    under prefix ``a`` would share every key with type ``c`` under prefix ``a:b``.
-    """
-    if not isinstance(name, str):
-        raise TypeError(f"{what} must be a str, not {type(name).__name__}")
-    if not name or len(name) > _MAX_NAME_LENGTH:
-        raise ValueError(f"{what} must be 1 to {_MAX_NAME_LENGTH} characters long: {name!r}")
-    if "{" in name or "}" in name or any(ch.isspace() or not ch.isprintable() for ch in name):
-        raise ValueError(
-            f"{what} may not contain braces, whitespace or control characters: {name!r}"
-        )
-    if what != "prefix" and ":" in name:
-        raise ValueError(
-            f"{what} may not contain ':' (it would share keys with another prefix's type): {name!r}"
-        )
-    if what == "event type name" and "#" in name:
-        raise ValueError(
-            f"{what} may not contain '#' (it names the partitions of a type): {name!r}"
-        )
-    return name
-
 
 class EventMeta(msgspec.StructMeta):
     """Metaclass of :class:`Event`: resolves each subclass's wire name and registers it."""
@@ -74,6 +48,7 @@ class EventMeta(msgspec.StructMeta):
         # a keyword only (no class variable): an event may have a field named "partitions"
         partitions = kwargs.pop("partitions", 1)
         flow_key = kwargs.pop("flow_key", None)  # the field that supplies the flow key
+        results = kwargs.pop("results", None)  # how long a finished event's result is kept
         if explicit is None:
             # Only this class's own namespace counts: a subclass must not inherit
             # its parent's explicit name, or the two would share one queue.
@@ -87,9 +62,23 @@ class EventMeta(msgspec.StructMeta):
         if flow_key is not None and flow_key not in getattr(cls, "__struct_fields__", ()):
             raise TypeError(f"flow_key={flow_key!r}: {clsname} has no such field")
         type.__setattr__(cls, "event_flow_key", flow_key)
+        type.__setattr__(cls, "event_results_ms", _results_ms(clsname, results))
         if not is_base:
             _register(name, cls)  # type: ignore[arg-type]
         return cls
+
+
+def _results_ms(clsname: str, results: object) -> int | None:
+    """The ``results=`` class keyword in whole ms (None: the type keeps no results)."""
+    if results is None:
+        return None
+    if not isinstance(results, timedelta):
+        raise TypeError(
+            f"{clsname}: results= must be a timedelta (how long a result is kept), not {results!r}"
+        )
+    if results <= timedelta(0):
+        raise ValueError(f"{clsname}: results= must be a positive timedelta, not {results!r}")
+    return seconds_to_ms(results.total_seconds())
 
 
 def _register(name: str, cls: type[Event]) -> None:
@@ -131,6 +120,12 @@ class Event(msgspec.Struct, kw_only=True, metaclass=EventMeta):
 
         class Report(Event, event_name="report", flow_key="tenant"):
             tenant: str
+
+    A type whose handlers' return values are kept, for ``service.result()``, an hour
+    after each event is done::
+
+        class Thumbnail(Event, results=timedelta(hours=1)):
+            path: str
     """
 
     id: str
@@ -142,6 +137,9 @@ class Event(msgspec.Struct, kw_only=True, metaclass=EventMeta):
     """The field whose value is an event's flow key (``flow_key="tenant"`` class
     keyword; default None: only ``enqueue_*(..., key=...)`` gives one). See
     docs/FLOW.md, "Flow keys"."""
+    event_results_ms: ClassVar[int | None]
+    """How long (ms) a finished event's result is kept (``results=timedelta(...)`` class
+    keyword; default None: no results are kept). See docs/WORKFLOWS.md, "Results"."""
 
 
 def check_event_type(event_type: object) -> type[Event]:

@@ -173,8 +173,15 @@ class ServiceMetrics:
     """
 
     __slots__ = (
-        "_by_group", "_recorder", "_sink", "_sink_view", "_takes", "fold", "group", "reports",
-    )  # fmt: skip
+        "_by_group",
+        "_recorder",
+        "_sink",
+        "_sink_view",
+        "_takes",
+        "fold",
+        "group",
+        "reports",
+    )
 
     def __init__(self, sink: Metrics, recorder: Metrics | None = None, group: str | None = None):
         self._sink = sink
@@ -189,8 +196,10 @@ class ServiceMetrics:
         """The sink's ``fold()``, if it has one: what its bound observers kept goes into
         its figures (see the module's docs)."""
         self._takes = (
-            _takes_group(sink.increment), _takes_group(sink.gauge), _takes_group(sink.observe)
-        )  # fmt: skip
+            _takes_group(sink.increment),
+            _takes_group(sink.gauge),
+            _takes_group(sink.observe),
+        )
         self._by_group: dict[str, ServiceMetrics] = {}
         self._sink_view: ServiceMetrics | None = None
 

@@ -215,9 +215,18 @@ class RunHooks:
     """
 
     __slots__ = (
-        "_durations", "_e2d", "_fold", "_handled", "_handling", "_late", "_late_gauge",
-        "_metrics", "_runs_to_fold", "_type", "tracing",
-    )  # fmt: skip
+        "_durations",
+        "_e2d",
+        "_fold",
+        "_handled",
+        "_handling",
+        "_late",
+        "_late_gauge",
+        "_metrics",
+        "_runs_to_fold",
+        "_type",
+        "tracing",
+    )
 
     def __init__(self, tracing: Tracing | None, type_name: str, metrics: ServiceMetrics):
         self.tracing = tracing

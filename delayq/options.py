@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 from .codec import Serializer
+from .durations import delay_seconds, seconds_to_ms
 from .metrics import Metrics, NoopMetrics, as_metrics
 from .observer import Tracing
-from .retry import Backoff, delay_seconds, exponential
+from .retry import Backoff, exponential
 
 __all__ = ["Options"]
 
@@ -131,17 +131,17 @@ class Options:
     @property
     def visibility_ms(self) -> int:
         """The visibility timeout in whole ms."""
-        return math.ceil(self.visibility_timeout * 1000)
+        return seconds_to_ms(self.visibility_timeout)
 
     @property
     def replica_timeout_ms(self) -> int:
         """The replica timeout in whole ms (at least 1: ``WAIT`` with 0 would block forever)."""
-        return max(1, math.ceil(self.replica_timeout * 1000))
+        return max(1, seconds_to_ms(self.replica_timeout))
 
     @property
     def lock_ms(self) -> int:
         """The scheduler lock's time to live in ms, never shorter than two sweeps."""
-        return math.ceil(max(self.lock_timeout, 2 * self.scheduling_interval) * 1000)
+        return seconds_to_ms(max(self.lock_timeout, 2 * self.scheduling_interval))
 
 
 def _tracing(value: Any) -> Tracing | None:

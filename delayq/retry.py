@@ -1,7 +1,9 @@
 """Backoff policies: how long a failed event waits before its next delivery.
 
 A policy is any callable ``attempt -> seconds | timedelta`` where ``attempt``
-is the number of failed deliveries so far (1 after the first failure).
+is the number of failed deliveries so far (1 after the first failure). The conversions
+of durations to ms (``delay_ms`` ...) live in :mod:`delayq.durations`; they stay
+importable here.
 """
 
 from __future__ import annotations
@@ -9,39 +11,14 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
+
+from .durations import delay_ms, delay_seconds, due_unix_ms
 
 __all__ = ["Backoff", "delay_ms", "delay_seconds", "due_unix_ms", "exponential", "fixed"]
 
 Backoff = Callable[[int], "float | timedelta"]
 """A retry policy: failed deliveries so far (1 after the first) -> seconds or timedelta to wait."""
-
-
-def delay_seconds(value: float | timedelta, what: str = "delay") -> float:
-    """Return ``value`` as finite, non-negative seconds, or raise ``TypeError``/``ValueError``."""
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        raise TypeError(f"{what} must be a timedelta or a number of seconds, not {value!r}")
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"{what} must be finite and >= 0, not {value!r}")
-    return seconds
-
-
-def delay_ms(value: float | timedelta, what: str = "delay") -> int:
-    """:func:`delay_seconds` of ``value`` in whole ms, rounded up."""
-    return math.ceil(delay_seconds(value, what) * 1000)
-
-
-def due_unix_ms(when: datetime) -> int:
-    """``when`` (a timezone-aware datetime) as unix ms, or raise ``TypeError``/``ValueError``."""
-    if not isinstance(when, datetime):
-        raise TypeError(f"when must be a datetime, not {type(when).__name__}")
-    if when.tzinfo is None or when.utcoffset() is None:
-        raise ValueError("when must be timezone-aware, e.g. datetime.now(timezone.utc)")
-    return math.ceil(when.timestamp() * 1000)
 
 
 def fixed(delay: float | timedelta) -> Backoff:

@@ -25,8 +25,9 @@ from .facade.enqueueing import EnqueueMixin
 from .facade.flow import FlowMixin
 from .facade.handlers import HandlersMixin
 from .facade.inspection import InspectionMixin
+from .facade.results import ResultsMixin
 from .facade.schedules import SchedulesMixin
-from .flow.control import FlowControl
+from .operations.flow_control import FlowControl
 from .options import Options
 from .runtime.health import ServiceHealth
 from .runtime.heartbeat import WorkerInfo
@@ -41,7 +42,13 @@ __all__ = ["Client", "DeadLetter", "EventService", "HistoryPoint", "WorkerInfo"]
 
 
 class EventService(
-    HandlersMixin, FlowMixin, EnqueueMixin, SchedulesMixin, InspectionMixin, BrowsingMixin
+    HandlersMixin,
+    FlowMixin,
+    EnqueueMixin,
+    SchedulesMixin,
+    InspectionMixin,
+    BrowsingMixin,
+    ResultsMixin,
 ):
     """Delayed events on Redis: enqueue them, and handle them when they are due.
 
@@ -70,6 +77,7 @@ class EventService(
         self._flow = FlowControl(parts.store)
         self._scheduler = parts.runtime.scheduler
         self._schedules = parts.schedules
+        self._results = parts.results
 
     @classmethod
     def from_url(cls, url: str, *, cluster: bool = False, **options: Any) -> EventService:
@@ -109,9 +117,12 @@ class EventService(
         polling = connect.polling_of(options)
         kwargs = connect.master_kwargs(password=password, username=username, db=db, ssl=ssl)
         clients = connect.sentinel_clients(
-            list(sentinels), service_name, polling=polling, sentinel_kwargs=sentinel_kwargs,
+            list(sentinels),
+            service_name,
+            polling=polling,
+            sentinel_kwargs=sentinel_kwargs,
             **kwargs,
-        )  # fmt: skip
+        )
         return cls._owning(clients, options)
 
     @classmethod

@@ -21,6 +21,7 @@ from .metrics import ServiceMetrics
 from .observer import Observer
 from .operations.enqueueing import Enqueuer
 from .operations.groups import Groups, PendingGroups
+from .operations.results import ResultReader
 from .options import Options
 from .partitions.routing import Router
 from .runtime.history import HistoryRecorder
@@ -61,6 +62,8 @@ class Parts:
     """The loops and the lifecycle."""
     schedules: Schedules
     """Recurring schedules."""
+    results: ResultReader
+    """Kept results (``results=`` types)."""
 
 
 def wire(clients: connect.Clients, options: dict[str, Any], service: object) -> Parts:
@@ -109,4 +112,5 @@ def wire(clients: connect.Clients, options: dict[str, Any], service: object) -> 
             outbox=None if opts.outbox is None else functools.partial(opts.outbox, service),
         ),
         schedules=schedules,
+        results=ResultReader(store, router),
     )

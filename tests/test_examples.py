@@ -207,13 +207,13 @@ async def test_fastapi_web_process_and_workers(
     """examples/README.md's "A FastAPI web process and separate workers": uvicorn runs
     web.py (enqueues only), `delayq worker tasks:create_service --factory --processes 2`
     declares the schedules in each worker (the async factory is where a worker awaits
-    before it starts) and runs the handlers; results go through the app's own database."""
+    before it starts) and runs the handlers; the web process reads their results with
+    service.results() / result() (PaymentCheck keeps results)."""
     for module in ("fastapi", "uvicorn", "typer"):
         pytest.importorskip(module)
     from delayq import EventService
 
-    env = {"REDIS_URL": redis_url, "DELAYQ_PREFIX": prefix, "PYTHONPATH": str(ROOT),
-           "CHECKS_DB": str(tmp_path / "checks.sqlite3")}  # fmt: skip
+    env = {"REDIS_URL": redis_url, "DELAYQ_PREFIX": prefix, "PYTHONPATH": str(ROOT)}
     worker_log, web_log = tmp_path / "worker.log", tmp_path / "web.log"
     worker = await _start(
         [sys.executable, "-m", "delayq", "worker", "tasks:create_service", "--factory",
@@ -239,7 +239,9 @@ async def test_fastapi_web_process_and_workers(
 
             await wait_for(answering, timeout=STARTUP_TIMEOUT, interval=0.05, message="web up")
             # the web process is no worker: nothing handles events there
-            assert (await http.get("/orders/0/check")).json() == {"state": "absent", "result": None}
+            assert (await http.get("/orders/0/check")).json() == {
+                "state": "absent", "result": None, "error": None,
+            }  # fmt: skip
 
             async def two_workers() -> bool:
                 assert worker.returncode is None, _read(worker_log)
@@ -271,6 +273,12 @@ async def test_fastapi_web_process_and_workers(
             assert check["state"] == "absent"  # handled and acked
             assert check["result"]["request_id"] == "r-3" and check["result"]["attempt"] == 1
             assert check["result"]["pid"] not in (web.pid, worker.pid)  # a worker child ran it
+            # waiting for a result: the GET returns once the worker acked
+            r = await http.post("/orders/7", params={"delay": 0.3})
+            assert r.json()["scheduled"] is True
+            waited = (await http.get("/orders/7/check", params={"wait": 20})).json()
+            assert waited["state"] == "absent" and waited["result"]["attempt"] == 1
+            assert (await http.get("/orders/0/check", params={"wait": 1})).status_code == 404
     finally:
         await observer.aclose()
         web_code = await _stop(web, web_log)

@@ -111,3 +111,8 @@ def test_no_import_circles() -> None:
         if module not in state:
             visit(module)
     assert circles == []
+
+
+def test_each_subpackage_is_one_layer() -> None:
+    dotted = [name for line in declared_layers() for name in line if "." in name]
+    assert dotted == [], "a module placed apart from its subpackage"

@@ -27,9 +27,8 @@ pytestmark = pytest.mark.servers
 
 WRITE = "redis.call('SET', KEYS[1], 'v') return 1"
 # delayq's own refusal of a key of the wrong type (check_keys in lua/_prelude.lua)
-CHECK_KEYS = (Path(lua.__file__).parent / "_prelude.lua").read_text(
-    encoding="utf-8"
-) + "\ncheck_keys(2, 5)\nreturn 1"
+# the prelude's key check, on the keys of move_due.lua (the type's ten first)
+CHECK_KEYS = lua.with_prelude("move_due", "check_keys('scheduled', 'inflight')\nreturn 1")
 SPIN = "local i = 0 while true do i = i + 1 end"
 
 

@@ -239,6 +239,9 @@ def inspect(
         ]
         if info.decode_error:
             rows.append(("decode error", text(info.decode_error)))
+        if info.outcome is not None:  # a type with results=: its outcome is kept
+            kept = "kept" if info.outcome == "ok" else "kept: failed (a dead letter's error)"
+            rows.append(("result", text(kept)))
         for name, g in info.groups.items():  # a type with delivery groups: each group's
             detail = g.due_at or g.lease_deadline or g.failed_at
             line = (

@@ -16,7 +16,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..keys import DEFAULT_GROUP
+from ..keyspace.groups import group_name
 from ..operations.enqueueing import CancelResult
 from .view import DashboardView
 
@@ -121,7 +121,7 @@ class Actions:
         event_id = str(form.get("id", ""))
         # absent: every group (and a type without groups); else one group
         group = None if not form.get("group") else dash.group_name(form.get("group"))
-        back_group = dash.group_arg(group or DEFAULT_GROUP)
+        back_group = dash.group_arg(group_name(group))
         action = form.get("action")
         if not event_id or action not in ("cancel", "run_now"):
             return dash.message(request, 400, "Bad request", "Unknown action or missing id.")

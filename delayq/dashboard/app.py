@@ -26,7 +26,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..events import validate_name
-from ..keys import DEFAULT_GROUP
+from ..keyspace.groups import DEFAULT_GROUP, stored_group
 from ..service import EventService
 from . import format as fmt
 from .actions import Actions
@@ -152,7 +152,7 @@ class Dashboard:
     @staticmethod
     def group_arg(group: str) -> str | None:
         """The ``group=`` argument of the service's calls (None for the default group)."""
-        return None if group == DEFAULT_GROUP else group
+        return stored_group(group)
 
     def offset(self, request: Request, name: str, *, merged: bool = False) -> int:
         """A list offset from the query: 0 when absent or not a number, 400 when too large

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..flow.limits import FlowLimits
-from ..keys import DEFAULT_GROUP
+from ..keyspace.groups import DEFAULT_GROUP, labelled
 from ..runtime.history import HistoryPoint, Window
 from ..storage.store import QueueCounts
 from .charts import Series, bar_chart, line_chart
@@ -52,7 +52,7 @@ class TypeRow:
 
 def _consumer_key(name: str, group: str) -> str:
     # how heartbeats name a handler: "type", or "type:group" for a named group
-    return name if group == DEFAULT_GROUP else f"{name}:{group}"
+    return labelled(name, group)
 
 
 def type_row(name: str, per_group: Mapping[str, QueueCounts], consumers: set[str]) -> TypeRow:

@@ -7,10 +7,10 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
+from ..durations import delay_ms, due_unix_ms
 from ..events import Event
 from ..flow.dedup import Dedup, check_debounce, dedup_mode
 from ..operations.enqueueing import CancelResult, EnqueueHook, timed_envelopes, with_timeout
-from ..retry import delay_ms, due_unix_ms
 from ..views.inspection import EventTypeRef
 from .parts import ServiceParts
 

@@ -1,5 +1,5 @@
 """``EventService``'s flow control: fleet-wide limits, pause and resume, the flow keys'
-backlog (:mod:`~delayq.flow.control`; docs/FLOW.md)."""
+backlog (:mod:`~delayq.operations.flow_control`; docs/FLOW.md)."""
 
 from __future__ import annotations
 
@@ -49,9 +49,14 @@ class FlowMixin(ServiceParts):
         """
         name, partitions = self._flow_type(event_type)
         return await self._flow.set_limits(
-            name, partitions, check_group(group), concurrency=concurrency, rate=rate,
-            per_key_concurrency=per_key_concurrency, per_key_rate=per_key_rate,
-        )  # fmt: skip
+            name,
+            partitions,
+            check_group(group),
+            concurrency=concurrency,
+            rate=rate,
+            per_key_concurrency=per_key_concurrency,
+            per_key_rate=per_key_rate,
+        )
 
     async def limits(self, event_type: EventTypeRef, *, group: str | None = None) -> FlowLimits:
         """The flow limits stored for ``event_type`` (or one delivery ``group``), paused

@@ -55,9 +55,15 @@ class HandlersMixin(ServiceParts):
         """
         name = self._types.register(event_type)
         self._runtime.add_consumer(
-            name, event_type, handler, concurrency, check_group(group), retry_attempts,
-            retry_backoff, timeout,
-        )  # fmt: skip
+            name,
+            event_type,
+            handler,
+            concurrency,
+            check_group(group),
+            retry_attempts,
+            retry_backoff,
+            timeout,
+        )
 
     def use(self, middleware: Middleware) -> None:
         """Run every handler inside ``middleware`` from now on (the first added outermost).

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import timedelta
 
+from ..durations import delay_ms
 from ..events import Event
 from ..operations.groups import check_group, check_view
 from ..partitions.repartition import RepartitionResult
-from ..retry import delay_ms
 from ..storage.store import QueueCounts
 from ..views.inspection import DeadLetter, EventInfo, EventTypeRef, ScheduledEvent
 from .parts import ServiceParts

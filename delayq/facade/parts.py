@@ -14,9 +14,10 @@ __all__ = ["ServiceParts"]
 
 if TYPE_CHECKING:
     from ..events import EventTypes
-    from ..flow.control import FlowControl
     from ..operations.enqueueing import Enqueuer
+    from ..operations.flow_control import FlowControl
     from ..operations.groups import Groups
+    from ..operations.results import ResultReader
     from ..options import Options
     from ..partitions.routing import Router
     from ..runtime.runtime import Runtime
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
         _flow: FlowControl
         _scheduler: Scheduler | None
         _schedules: Schedules
+        _results: ResultReader
 
 else:
 

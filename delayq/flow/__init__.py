@@ -1,4 +1,6 @@
-"""Flow control (docs/FLOW.md): the values of a type's limits (``limits``), the dedup modes of
-an enqueue (``dedup``), the service's operations on a type's limits (``control``) and a
-consumer's waits after a held-back claim (``waits``). ``lua/claim.lua`` decides every limit.
+"""Flow control's values (docs/FLOW.md): a type's limits and their split over partitions
+(``limits``), the dedup modes of an enqueue (``dedup``), the flow keys' backlog (``keys``) and
+``set_limits``' :data:`~delayq.flow.control.KEEP`. The operations on the limits are
+:mod:`delayq.operations.flow_control`; a consumer's waits after a held-back claim,
+:mod:`delayq.runtime.flow_waits`. ``lua/claim.lua`` decides every limit.
 """

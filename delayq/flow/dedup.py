@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal
 
+from ..durations import seconds_to_ms
+
 __all__ = ["Dedup", "check_debounce", "dedup_mode"]
 
 _MAX_MS = 366 * 86_400_000
@@ -38,7 +40,7 @@ def _ms(name: str, value: float | timedelta) -> int:
     seconds = value.total_seconds() if isinstance(value, timedelta) else value
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
         raise TypeError(f"{name} must be seconds or a timedelta, not {value!r}")
-    ms = round(seconds * 1000)
+    ms = seconds_to_ms(seconds)
     if not 1 <= ms <= _MAX_MS:
         raise ValueError(f"{name} must be from 1 ms to 366 days, not {value!r}")
     return ms
@@ -51,8 +53,11 @@ def dedup_mode(
 
     The three are exclusive: ``ValueError`` when more than one is given.
     """
-    given = [n for n, v in (("replace", replace), ("debounce", debounce),
-                            ("unique_for", unique_for)) if v]  # fmt: skip
+    given = [
+        n
+        for n, v in (("replace", replace), ("debounce", debounce), ("unique_for", unique_for))
+        if v
+    ]
     if len(given) > 1:
         raise ValueError(f"{' and '.join(given)} are exclusive: give one dedup mode per call")
     if debounce is not None:

@@ -162,8 +162,12 @@ class FlowLimits:
         def shown(rate: Rate | None) -> dict[str, object] | None:
             if rate is None:
                 return None
-            return {"count": rate.count, "period_ms": rate.period_ms, "burst": rate.burst,
-                    "text": str(rate)}  # fmt: skip
+            return {
+                "count": rate.count,
+                "period_ms": rate.period_ms,
+                "burst": rate.burst,
+                "text": str(rate),
+            }
 
         return {
             "concurrency": self.concurrency,
@@ -270,16 +274,30 @@ def split_rate(rate: Rate | None, parts: int) -> list[dict[str, str]]:
     ``max(burst, parts) + w * count / period_ms`` starts.
     """
     if rate is None:
-        return [{"rate_n": "", "rate_ms": "", "burst": "", "tat": "", **_T_RATE}
-                for _ in range(parts)]  # fmt: skip
+        return [
+            {"rate_n": "", "rate_ms": "", "burst": "", "tat": "", **_T_RATE} for _ in range(parts)
+        ]
     if parts == 1:
-        return [{"rate_n": str(rate.count), "rate_ms": str(rate.period_ms),
-                 "burst": str(rate.burst), **_T_RATE}]  # fmt: skip
+        return [
+            {
+                "rate_n": str(rate.count),
+                "rate_ms": str(rate.period_ms),
+                "burst": str(rate.burst),
+                **_T_RATE,
+            }
+        ]
     burst = max(rate.burst, parts)
-    total = {"t_rate_n": str(rate.count), "t_rate_ms": str(rate.period_ms),
-             "t_burst": str(rate.burst)}  # fmt: skip
+    total = {
+        "t_rate_n": str(rate.count),
+        "t_rate_ms": str(rate.period_ms),
+        "t_burst": str(rate.burst),
+    }
     return [
-        {"rate_n": str(rate.count), "rate_ms": str(rate.period_ms * parts), "burst": str(b),
-         **total}
+        {
+            "rate_n": str(rate.count),
+            "rate_ms": str(rate.period_ms * parts),
+            "burst": str(b),
+            **total,
+        }
         for b in shares(burst, parts)
-    ]  # fmt: skip
+    ]

@@ -1,9 +1,14 @@
 """Loads the Lua scripts that make every multi-key state change atomic.
 
 Each ``.lua`` file opens with a comment listing its KEYS, ARGV, return value
-and guarantees. Per-type scripts get ``_prelude.lua`` prepended (key names and
-the helpers they share); the scripts that act on every delivery group of a type
-get ``_groups.lua`` after it; the lock scripts work on one key and stand alone.
+and guarantees. Every script is sent after a header naming its KEYS
+(``local K_READY = KEYS[3]``), generated from its list of names in
+:data:`delayq.keyspace.scripts.SCRIPT_KEYS`: no ``.lua`` file writes a key's
+position. Per-type scripts get the helpers they use from the small files of
+:data:`LIBRARY` (followed from their code, so a script carries only its own; see
+``_prelude.lua``); the
+scripts that act on every delivery group of a type get ``_groups.lua`` after
+them; the lock scripts work on one key and stand alone.
 """
 
 from __future__ import annotations
@@ -12,13 +17,17 @@ import re
 from functools import cache
 from importlib import resources
 
-__all__ = ["GROUPED", "PER_TYPE", "key_count", "source"]
+from ..keyspace import scripts as keyspace
+
+__all__ = ["GROUPED", "PER_TYPE", "STANDALONE", "source", "with_prelude"]
 
 PER_TYPE = (
     "enqueue",
     "move_due",
     "claim",
     "ack",
+    "ack_results",
+    "result_get",
     "renew",
     "fail",
     "cancel",
@@ -46,6 +55,18 @@ GROUPED = (
     "group_remove",
     "group_inspect",
     "group_run_now",
+)
+# The per-type scripts' helpers, in the order they are defined (each uses only those
+# before it); a script gets the definitions it uses (see _prelude.lua)
+LIBRARY = (
+    "_checks",
+    "_clock",
+    "_registry",
+    "_limits",
+    "_records",
+    "_flow_keys",
+    "_push",
+    "_moves",
 )
 STANDALONE = (
     "lock_take",
@@ -81,51 +102,51 @@ def source(name: str) -> str:
     if name in GROUPED:
         body = (here / "_groups.lua").read_text(encoding="utf-8") + "\n" + body
     if name in PER_TYPE or name in GROUPED:
-        body = (here / "_prelude.lua").read_text(encoding="utf-8") + "\n" + body
+        return with_prelude(name, body)
+    return keyspace.lua_header(name) + _strip(body)
+
+
+def with_prelude(name: str, body: str) -> str:
+    """``body`` as the per-type script ``name`` runs it: after the header naming its keys
+    and the helpers of :data:`LIBRARY` it uses (also for tests of those helpers)."""
+    here = resources.files(__name__)
+    library = keyspace.lua_key_tables(name) + "".join(
+        _strip((here / f"{part}.lua").read_text(encoding="utf-8")) for part in LIBRARY
+    )
     # Whole-line comments are blanked, not sent: Redis keeps every script's text in
-    # its script cache (in used_memory), and the prelude is half comments. Blank
-    # lines keep the line numbers of error messages.
-    return _COMMENT_LINE.sub("", body)
+    # its script cache (in used_memory), and the prelude is half comments.
+    body = _strip(body)
+    return keyspace.lua_header(name) + _used(library, body) + body
 
 
 _COMMENT_LINE = re.compile(r"^[ \t]*--[^\n]*$", re.MULTILINE)
+_LOCAL = re.compile(r"^local (?:function (\w+)|([\w, ]+?)\s*(?:=|$))")
+_WORD = re.compile(r"\b[A-Za-z_]\w*\b")
 
 
-# The prelude's names of KEYS[11..21] (and the helpers that read them), by the
-# number of keys a script must be given to have them.
-_OPTIONAL_KEYS = (
-    (
-        21,
-        re.compile(
-            r"\bK_(?:FKEYS|KLINES|KROT|KWAIT|KRUN)\b|KEYS\[(?:17|18|19|20|21)\]"
-            r"|\bpush_ready(?:_to)?\(|\bkey_done\("
-        ),
-    ),
-    (16, re.compile(r"\bK_DEDUP\b|KEYS\[16\]")),
-    (15, re.compile(r"\bK_WAKE\b|KEYS\[15\]|\bwake_waiters\(")),
-    (14, re.compile(r"\bK_LIMITS\b|KEYS\[14\]")),
-    (13, re.compile(r"\bK_GSCHED\b|KEYS\[13\]")),
-    (12, re.compile(r"\bK_PENDING\b|KEYS\[12\]|\bcounting\(|\brelease\(")),
-    (11, re.compile(r"\bK_GROUPS\b|KEYS\[11\]|\bgrouped\(")),
-)
+def _strip(text: str) -> str:
+    return _COMMENT_LINE.sub("", text)
 
 
-@cache
-def key_count(name: str) -> int:
-    """How many keys of a group's view (``keys.TypeKeys.view``) the per-type script ``name``
-    uses: its ten, then groups, pending, the retry schedule, the flow limits, the
-    wake list, the dedup set and the flow keys' five, as far as its code reads them.
-
-    Derived from the script's own code (comments left out), so a type without groups
-    sends only what the script needs.
-    """
-    if name not in PER_TYPE:
-        raise KeyError(f"{name!r} is not a per-type script")
-    text = (resources.files(__name__) / f"{name}.lua").read_text(encoding="utf-8")
-    if re.search(r"KEYS\[14\]", text):
-        return 14  # sink_enqueue: enqueue's thirteen and the sink's ledger
-    code = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
-    for count, pattern in _OPTIONAL_KEYS:
-        if pattern.search(code):
-            return count
-    return 10
+def _used(library: str, code: str) -> str:
+    """The top-level definitions of ``library`` (each from a ``local`` line at column 0 to
+    the next) that ``code`` uses, directly or through others, in their order."""
+    chunks: list[tuple[set[str], str]] = []
+    for line in library.splitlines(keepends=True):
+        m = _LOCAL.match(line)
+        if m:
+            names = m.group(1) or m.group(2)
+            chunks.append(({n.strip() for n in names.split(",")}, line))
+        elif chunks:
+            chunks[-1] = (chunks[-1][0], chunks[-1][1] + line)
+    wanted = set(_WORD.findall(code))
+    keep = [False] * len(chunks)
+    changed = True
+    while changed:
+        changed = False
+        for i, (names, text) in enumerate(chunks):
+            if not keep[i] and names & wanted:
+                keep[i] = changed = True
+                wanted |= set(_WORD.findall(text))
+    kept = "".join(text for (_, text), k in zip(chunks, keep, strict=True) if k)
+    return "\n".join(line for line in kept.splitlines() if line.strip()) + "\n"

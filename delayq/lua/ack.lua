@@ -1,7 +1,9 @@
 -- ack: handlers succeeded; their events leave Redis.
 --
--- KEYS: the ten keys of the group, then groups, pending, retries (unused),
---   limits, wake and dedup (see _prelude.lua).
+-- KEYS (delayq/keyspace/scripts.py): `events`, `ready`, `inflight`, `leases`, `attempts`,
+--   `errors`, `meta`, `pending`, `limits`, `wake`, `dedup`, `fkeys`, `klines`, `krot`,
+--   `kwait`, `krun` of the group (see _prelude.lua); the flow-key state only for keyed
+--   deliveries.
 -- ARGV: pairs id, token (the claim token of the delivery that succeeded)
 -- Returns: how many events were removed.
 -- Guarantees: only the current delivery removes an event. A stale ack (the

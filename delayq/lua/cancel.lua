@@ -1,7 +1,8 @@
 -- cancel: remove an event that has not been handled successfully yet.
 --
--- KEYS: the ten keys of the type, then groups, pending, retries, limits, wake
---   (unused) and dedup (see _prelude.lua).
+-- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `queued`, `inflight`,
+--   `leases`, `attempts`, `errors`, `dead`, `groups`, `dedup`, `fkeys` of the type or one
+--   group's view (see _prelude.lua).
 -- ARGV[1] id
 -- Returns: 1 removed, 0 no such pending event (unknown, or a dead letter:
 --          dead letters are removed with dead_purge), or {'stale', group...}
@@ -13,12 +14,7 @@ local id = ARGV[1]
 if grouped() then return {'stale', unpack(redis.call('HKEYS', K_GROUPS))} end
 if redis.call('ZSCORE', K_DEAD, id) then return 0 end
 if redis.call('HDEL', K_EVENTS, id) == 0 then return 0 end
-redis.call('ZREM', K_SCHEDULED, id)
-redis.call('ZREM', K_QUEUED, id)
-redis.call('ZREM', K_INFLIGHT, id)
-redis.call('HDEL', K_LEASES, id)
-redis.call('HDEL', K_ATTEMPTS, id)
-redis.call('HDEL', K_ERRORS, id)
+forget_delivery(id)
 redis.call('HDEL', K_FKEYS, id)  -- its flow key, if it had one
 local mark = tonumber(redis.call('ZSCORE', K_DEDUP, 'u:' .. id))
 if mark and mark < 0 then redis.call('ZREM', K_DEDUP, 'u:' .. id) end

@@ -1,8 +1,8 @@
 -- claim: a consumer takes ready events and starts their leases.
 --
--- KEYS: the ten keys of the type (see _prelude.lua), then groups, pending,
---   retries (unused here) and KEYS[14] the limits HASH of the type or group;
---   with flow keys also wake and dedup (unused) and KEYS[17..21].
+-- KEYS (delayq/keyspace/scripts.py): `events`, `ready`, `queued`, `inflight`, `leases`,
+--   `attempts`, `meta`, `limits`, `klines`, `krot`, `kwait`, `krun` of the type or group
+--   (see _prelude.lua); the flow-key state only when a marker may come.
 -- ARGV[1] visibility timeout in ms (the lease)
 -- ARGV[2] how many more entries to pop from the ready list here (0..n)
 -- ARGV[3..] entries the consumer already popped with BRPOP
@@ -19,7 +19,7 @@
 -- never both claim one ready entry, and stale entries (cancelled, replaced or
 -- already claimed ids) are skipped. Entries popped here are claimed in the
 -- same atomic step, so only a BRPOP'd entry can be orphaned (see move_due).
--- Flow limits (delayq/limits.py) are decided here, atomically: live leases
+-- Flow limits (delayq/flow/limits.py) are decided here, atomically: live leases
 -- (deadline after now) never exceed `concurrency`, starts never exceed the
 -- GCRA's `burst + elapsed * rate`; BRPOP'd entries not allowed go back to the
 -- right end of the ready list, in order, their attempts untouched. Without a
@@ -31,262 +31,306 @@
 -- key_burst; the per-key GCRA states are fields 't:<key>' of limits) is
 -- parked in kwait instead, until its slot or token is due (move_due puts it
 -- back then; an ack or failure of its event at once). The token of a keyed
--- delivery is "<n>|<key>". KEYS[17..21] (fkeys and the group's flow-key state,
--- see _prelude.lua) are needed only when a marker may come: the caller sends
+-- delivery is "<n>|<key>". The flow-key state (klines, krot, kwait, krun, see
+-- _prelude.lua) is needed only when a marker may come: the caller sends
 -- them when it popped one; a marker met without them goes back to the right
 -- end of the list. A type without keys pays one byte test per entry.
-check_keys(5, 6, 7)  -- inflight, leases, attempts: written after ZREM queued
-keep_working_when_full()
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local deadline = now + tonumber(ARGV[1])
-local entries = {}
-for i = 3, #ARGV do entries[#entries + 1] = ARGV[i] end
-local extra = tonumber(ARGV[2])
-local flow = K_LIMITS ~= nil and redis.call('EXISTS', K_LIMITS) == 1
-local f, live, climit, interval, tat, burst, reason
-if flow then
-  f = redis.call('HMGET', K_LIMITS, 'paused', 'concurrency', 'rate_n', 'rate_ms', 'burst', 'tat',
-    'key_concurrency', 'key_rate_n', 'key_rate_ms', 'key_burst', 'channel', 'shard')
-  local want = #entries + extra
-  local allowed = want
-  if f[1] == '1' then allowed, reason = 0, 'paused' end
-  climit = tonumber(f[2])
-  if climit then
-    live = redis.call('ZCOUNT', K_INFLIGHT, '(' .. now, '+inf')
-    if climit - live < allowed then allowed, reason = math.max(0, climit - live), 'concurrency' end
-  end
+-- '<due ms>:<id>' -> due, id (a bare id: '', id)
+local function split_entry(entry)
+  local sep = string.find(entry, ':', 1, true)
+  if not sep then return '', entry end
+  return string.sub(entry, 1, sep - 1), string.sub(entry, sep + 1)
+end
+
+-- Redis's clock, read once: ms (due times, leases) and µs (the reply's first element)
+local function read_clock()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000),
+    tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- The type's (group's) flow limits, or nil without a limits key (one EXISTS)
+local function read_limits(now)
+  if K_LIMITS == nil or redis.call('EXISTS', K_LIMITS) == 0 then return nil end
+  local f = redis.call('HMGET', K_LIMITS, 'paused', 'concurrency', 'rate_n', 'rate_ms', 'burst',
+    'tat', 'key_concurrency', 'key_rate_n', 'key_rate_ms', 'key_burst', 'channel', 'shard')
+  local lim = {paused = f[1] == '1', climit = tonumber(f[2]), kc = tonumber(f[7]),
+    channel = f[11], shard = f[12]}
   if f[3] and f[4] and f[5] then
-    interval = tonumber(f[4]) / tonumber(f[3])
-    burst = tonumber(f[5])
-    tat = math.max(tonumber(f[6]) or now, now)
-    local tokens = math.floor((now + burst * interval - tat) / interval)
+    lim.interval = tonumber(f[4]) / tonumber(f[3])
+    lim.burst = tonumber(f[5])
+    lim.tat = math.max(tonumber(f[6]) or now, now)
+  end
+  if f[8] and f[9] and f[10] then
+    lim.kinterval = tonumber(f[9]) / tonumber(f[8])
+    lim.kburst = tonumber(f[10])
+  end
+  return lim
+end
+
+-- How many of `want` starts the limits allow now, and which limit held back (nil: none)
+local function allowance(lim, want, now)
+  local allowed, reason = want, nil
+  if lim.paused then allowed, reason = 0, 'paused' end
+  if lim.climit then
+    lim.live = redis.call('ZCOUNT', K_INFLIGHT, '(' .. now, '+inf')
+    if lim.climit - lim.live < allowed then
+      allowed, reason = math.max(0, lim.climit - lim.live), 'concurrency'
+    end
+  end
+  if lim.interval then
+    local tokens = math.floor((now + lim.burst * lim.interval - lim.tat) / lim.interval)
     if tokens < allowed then allowed, reason = math.max(0, tokens), 'rate' end
   end
-  if allowed < #entries then
-    -- back to the right end, the oldest last (it is popped first again)
-    local back = {}
-    for i = #entries, allowed + 1, -1 do
-      back[#back + 1] = entries[i]
-      entries[i] = nil
-    end
-    redis.call('RPUSH', K_READY, unpack(back))
-  end
-  extra = math.max(0, allowed - #entries)
-  -- nothing held back, or nothing to hold back (an empty list): an ordinary reply,
-  -- and the consumer blocks in BRPOP again rather than claiming every second
-  if allowed >= want or redis.call('LLEN', K_READY) == 0 then flow = false end
+  return allowed, reason
 end
 
--- Flow keys: markers become their key's next event (or nothing: the key is
--- parked at its per-key limit, or the marker is stale).
-local kc, kinterval, kburst
-if f then
-  kc = tonumber(f[7])
-  if f[8] and f[9] and f[10] then
-    kinterval = tonumber(f[9]) / tonumber(f[8])
-    kburst = tonumber(f[10])
+-- Entries past `allowed` go back to the right end of the ready list, the oldest last
+-- (it is popped first again)
+local function hold_back(entries, allowed)
+  if allowed >= #entries then return end
+  local back = {}
+  for i = #entries, allowed + 1, -1 do
+    back[#back + 1] = entries[i]
+    entries[i] = nil
   end
+  redis.call('RPUSH', K_READY, unpack(back))
 end
-local ekeys = {}   -- index in entries -> key, for keyed entries
-local taken = {}   -- key -> deliveries started in this call (not yet in krun)
-local function id_of(entry)
-  local sep = string.find(entry, ':', 1, true)
-  return sep and string.sub(entry, sep + 1) or entry
-end
--- when (ms on Redis's clock) the key may start one more event, or nil: now
-local function key_held(fk)
-  local hold
-  if kc then
-    local lo, hi = key_range(fk)
-    local held = redis.call('ZRANGEBYLEX', K_KRUN, lo, hi)
-    local n, first = taken[fk] or 0, nil
-    for _, member in ipairs(held) do
-      local id = string.sub(member, #fk + 2)
-      local tok = redis.call('HGET', K_LEASES, id)
-      local dl = tok and token_key(tok) == fk and tonumber(redis.call('ZSCORE', K_INFLIGHT, id))
-      if dl and dl > now then
-        n = n + 1
-        if first == nil or dl < first then first = dl end
-      else
-        redis.call('ZREM', K_KRUN, member)  -- settled or expired: its slot is free
-      end
-    end
-    -- a slot comes back at the latest when the first live lease runs out
-    if n >= kc then hold = first or (now + 1000) end
+
+-- How long (ms, at most 1000) until a start may be allowed again, for every limit
+-- that holds back, after `started` starts
+local function wait_ms(lim, reason, started, now)
+  local wait = 0
+  if reason == 'paused' then wait = 1000 end
+  if lim.climit and lim.live + started >= lim.climit then
+    local first = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '(' .. now, '+inf', 'WITHSCORES',
+      'LIMIT', 0, 1)
+    wait = math.max(wait, first[2] and math.min(1000, tonumber(first[2]) - now + 1) or 0)
   end
-  if kinterval then
-    local ktat = math.max(tonumber(redis.call('HGET', K_LIMITS, 't:' .. fk)) or now, now)
-    if ktat - now > (kburst - 1) * kinterval then
-      hold = math.max(hold or 0, math.ceil(ktat - (kburst - 1) * kinterval) + 1)
-    end
+  if lim.interval then
+    -- +1: `now` is floored to the ms, so the token may be up to 1 ms later
+    wait = math.max(wait, math.ceil(lim.tat - now - (lim.burst - 1) * lim.interval) + 1)
   end
-  return hold
+  return math.min(1000, wait)
 end
-local repush = {}  -- keys whose turn came in this round and that have more events
--- puts this round's keys back at the end of the line, in their order, in three calls
-local function flush_turns()
-  local n = #repush
-  if n == 0 then return end
-  local seq = redis.call('HINCRBY', K_META, 'pushed', n) - n
-  local markers, scored = {}, {}
-  for i, fk in ipairs(repush) do
-    markers[i] = 'k:' .. fk
-    scored[2 * i - 1] = seq + i
-    scored[2 * i] = fk
-  end
-  redis.call('LPUSH', K_READY, unpack(markers))
-  redis.call('ZADD', K_KROT, unpack(scored))
-  repush = {}
-end
-local function turn(fk)
-  if redis.call('ZREM', K_KROT, fk) == 0 then return nil end  -- stale marker
-  if kc or kinterval then
-    local hold = key_held(fk)
-    if hold then
-      redis.call('ZADD', K_KWAIT, hold, fk)
-      if kinterval and f[11] and f[12] then
-        -- wake the scheduler for it (as schedule() in _prelude.lua does)
-        local wake = tonumber(redis.call('HGET', K_META, 'wake'))
-        if wake == nil or hold < wake then
-          redis.call('HSET', K_META, 'wake', string.format('%.0f', hold))
-          redis.call('PUBLISH', f[11], f[12])
+
+-- Flow keys' turns: markers become their key's next event (or nothing: the key is
+-- parked at its per-key limit, or the marker is stale). `lim`: the limits or nil.
+local function key_turns(lim, now)
+  local kc = lim and lim.kc
+  local kinterval, kburst = lim and lim.kinterval, lim and lim.kburst
+  local taken = {}   -- key -> deliveries started in this call (not yet in krun)
+  local repush = {}  -- keys whose turn came in this round and that have more events
+
+  -- when (ms on Redis's clock) the key may start one more event, or nil: now
+  local function key_held(fk)
+    local hold
+    if kc then
+      local lo, hi = key_range(fk)
+      local held = redis.call('ZRANGEBYLEX', K_KRUN, lo, hi)
+      local n, first = taken[fk] or 0, nil
+      for _, member in ipairs(held) do
+        local id = string.sub(member, #fk + 2)
+        local tok = redis.call('HGET', K_LEASES, id)
+        local dl = tok and token_key(tok) == fk and tonumber(redis.call('ZSCORE', K_INFLIGHT, id))
+        if dl and dl > now then
+          n = n + 1
+          if first == nil or dl < first then first = dl end
+        else
+          redis.call('ZREM', K_KRUN, member)  -- settled or expired: its slot is free
         end
       end
-      return nil
+      -- a slot comes back at the latest when the first live lease runs out
+      if n >= kc then hold = first or (now + 1000) end
     end
-  end
-  local lo, hi = key_range(fk)
-  local got, more
-  for _ = 1, 10 do  -- skips stale entries (cancelled, replaced, claimed)
-    local head = redis.call('ZRANGEBYLEX', K_KLINES, lo, hi, 'LIMIT', 0, 2)
-    more = head[2] ~= nil
-    if not head[1] then break end
-    redis.call('ZREM', K_KLINES, head[1])
-    -- '<key>\0<pos>\0<due>:<id>': the entry after the second NUL
-    local entry = string.sub(head[1], string.find(head[1], '\0', #fk + 2, true) + 1)
-    -- still queued: it leaves `queued` here (the claim below counts on it)
-    if redis.call('ZREM', K_QUEUED, id_of(entry)) == 1 then
-      got = entry
-      break
-    end
-    if not more then break end
-  end
-  -- back to the end of the line while the key has events (pushed after this round)
-  if more then repush[#repush + 1] = fk end
-  if got then
-    taken[fk] = (taken[fk] or 0) + 1
     if kinterval then
       local ktat = math.max(tonumber(redis.call('HGET', K_LIMITS, 't:' .. fk)) or now, now)
-      redis.call('HSET', K_LIMITS, 't:' .. fk, string.format('%.3f', ktat + kinterval))
-    end
-  end
-  return got
-end
--- a marker given without the keyed keys (a caller that did not expect one) goes back
--- to the right end of the ready list: the next consumer claims it with them
-local back = {}
-local function add(entry)
-  if is_marker(entry) then
-    if not K_KLINES then
-      back[#back + 1] = entry
-      return false
-    end
-    local fk = string.sub(entry, 3)
-    local got = turn(fk)
-    if not got then return false end
-    entries[#entries + 1] = got
-    ekeys[#entries] = fk
-  else
-    entries[#entries + 1] = entry
-  end
-  return true
-end
-local given = entries
-for _, e in ipairs(given) do
-  if is_marker(e) then
-    entries = {}
-    for _, e2 in ipairs(given) do add(e2) end
-    flush_turns()
-    break
-  end
-end
--- Extra pops: one RPOP, as many as asked; again while markers were among
--- them (a marker may give nothing, and may come back within this call). Each
--- round takes at least one event or drops a marker, so rounds are bounded.
-for _ = 1, extra + 8 do
-  if extra <= 0 then break end
-  local popped = redis.call('RPOP', K_READY, extra)
-  if not popped then break end
-  local markers = false
-  for _, e in ipairs(popped) do
-    if is_marker(e) then markers = true end
-    if add(e) then extra = extra - 1 end
-  end
-  flush_turns()
-  if not markers or #back > 0 then break end
-end
-if #back > 0 then redis.call('RPUSH', K_READY, unpack(back)) end
-
-local result = {tonumber(t[1]) * 1000000 + tonumber(t[2])}
-if #entries == 0 and not flow then return result end
-local token = redis.call('HINCRBY', K_META, 'claims', #entries) - #entries
-for i, entry in ipairs(entries) do
-  token = token + 1
-  local sep = string.find(entry, ':', 1, true)
-  local id, due = entry, ''
-  if sep then
-    due = string.sub(entry, 1, sep - 1)
-    id = string.sub(entry, sep + 1)
-  end
-  -- a keyed entry left `queued` when its key's turn took it (see turn)
-  if ekeys[i] or redis.call('ZREM', K_QUEUED, id) == 1 then
-    local envelope = redis.call('HGET', K_EVENTS, id)
-    if envelope then
-      local attempt = redis.call('HINCRBY', K_ATTEMPTS, id, 1)
-      local tok = tostring(token)
-      local fk = ekeys[i]
-      if fk then
-        tok = tok .. '|' .. fk
-        if kc then redis.call('ZADD', K_KRUN, 0, fk .. '\0' .. id) end
+      if ktat - now > (kburst - 1) * kinterval then
+        hold = math.max(hold or 0, math.ceil(ktat - (kburst - 1) * kinterval) + 1)
       end
-      redis.call('ZADD', K_INFLIGHT, deadline, id)
-      redis.call('HSET', K_LEASES, id, tok)
-      result[#result + 1] = id
-      result[#result + 1] = envelope
-      result[#result + 1] = attempt
-      result[#result + 1] = due
-      result[#result + 1] = tok
+    end
+    return hold
+  end
+
+  -- puts this round's keys back at the end of the line, in their order, in three calls
+  local function flush()
+    local n = #repush
+    if n == 0 then return end
+    local seq = redis.call('HINCRBY', K_META, 'pushed', n) - n
+    local markers, scored = {}, {}
+    for i, fk in ipairs(repush) do
+      markers[i] = 'k:' .. fk
+      scored[2 * i - 1] = seq + i
+      scored[2 * i] = fk
+    end
+    redis.call('LPUSH', K_READY, unpack(markers))
+    redis.call('ZADD', K_KROT, unpack(scored))
+    repush = {}
+  end
+
+  -- the key's next event (it leaves `queued` here), or nil
+  local function turn(fk)
+    if redis.call('ZREM', K_KROT, fk) == 0 then return nil end  -- stale marker
+    if kc or kinterval then
+      local hold = key_held(fk)
+      if hold then
+        redis.call('ZADD', K_KWAIT, hold, fk)
+        if kinterval and lim.channel and lim.shard then
+          -- wake the scheduler for it (as schedule() in _prelude.lua does)
+          local wake = tonumber(redis.call('HGET', K_META, 'wake'))
+          if wake == nil or hold < wake then
+            redis.call('HSET', K_META, 'wake', string.format('%.0f', hold))
+            redis.call('PUBLISH', lim.channel, lim.shard)
+          end
+        end
+        return nil
+      end
+    end
+    local lo, hi = key_range(fk)
+    local got, more
+    for _ = 1, 10 do  -- skips stale entries (cancelled, replaced, claimed)
+      local head = redis.call('ZRANGEBYLEX', K_KLINES, lo, hi, 'LIMIT', 0, 2)
+      more = head[2] ~= nil
+      if not head[1] then break end
+      redis.call('ZREM', K_KLINES, head[1])
+      -- '<key>\0<pos>\0<due>:<id>': the entry after the second NUL
+      local entry = string.sub(head[1], string.find(head[1], '\0', #fk + 2, true) + 1)
+      -- still queued: it leaves `queued` here (the claim below counts on it)
+      local _, id = split_entry(entry)
+      if redis.call('ZREM', K_QUEUED, id) == 1 then
+        got = entry
+        break
+      end
+      if not more then break end
+    end
+    -- back to the end of the line while the key has events (pushed after this round)
+    if more then repush[#repush + 1] = fk end
+    if got then
+      taken[fk] = (taken[fk] or 0) + 1
+      if kinterval then
+        local ktat = math.max(tonumber(redis.call('HGET', K_LIMITS, 't:' .. fk)) or now, now)
+        redis.call('HSET', K_LIMITS, 't:' .. fk, string.format('%.3f', ktat + kinterval))
+      end
+    end
+    return got
+  end
+  return turn, flush
+end
+
+-- The entries to claim: those given (their markers turned into events) and up to
+-- `extra` more popped here; and ekeys: index in entries -> key, for keyed entries.
+local function collect(given, extra, lim, now)
+  local entries, ekeys, back = {}, {}, {}
+  local turn, flush = key_turns(lim, now)
+  -- a marker given without the keyed keys (a caller that did not expect one) goes back
+  -- to the right end of the ready list: the next consumer claims it with them
+  local function add(entry)
+    if is_marker(entry) then
+      if not K_KLINES then
+        back[#back + 1] = entry
+        return false
+      end
+      local fk = string.sub(entry, 3)
+      local got = turn(fk)
+      if not got then return false end
+      entries[#entries + 1] = got
+      ekeys[#entries] = fk
     else
-      -- queued but no envelope: something other than delayq deleted it; the
-      -- entry is dropped and reported (attempt 0) so the caller can log it
-      result[#result + 1] = id
-      result[#result + 1] = ''
-      result[#result + 1] = 0
-      result[#result + 1] = due
-      result[#result + 1] = ''
+      entries[#entries + 1] = entry
+    end
+    return true
+  end
+  for _, e in ipairs(given) do add(e) end
+  flush()
+  -- Extra pops: one RPOP, as many as asked; again while markers were among
+  -- them (a marker may give nothing, and may come back within this call). Each
+  -- round takes at least one event or drops a marker, so rounds are bounded.
+  for _ = 1, extra + 8 do
+    if extra <= 0 then break end
+    local popped = redis.call('RPOP', K_READY, extra)
+    if not popped then break end
+    local markers = false
+    for _, e in ipairs(popped) do
+      if is_marker(e) then markers = true end
+      if add(e) then extra = extra - 1 end
+    end
+    flush()
+    if not markers or #back > 0 then break end
+  end
+  if #back > 0 then redis.call('RPUSH', K_READY, unpack(back)) end
+  return entries, ekeys
+end
+
+-- Leases for `entries` until `deadline`, appended to result as id, envelope, attempt,
+-- due, token (attempt 0: an id queued without an envelope, dropped).
+local function lease(entries, ekeys, deadline, kc, result)
+  local token = redis.call('HINCRBY', K_META, 'claims', #entries) - #entries
+  for i, entry in ipairs(entries) do
+    token = token + 1
+    local due, id = split_entry(entry)
+    -- a keyed entry left `queued` when its key's turn took it (see key_turns)
+    if ekeys[i] or redis.call('ZREM', K_QUEUED, id) == 1 then
+      local envelope = redis.call('HGET', K_EVENTS, id)
+      if envelope then
+        local attempt = redis.call('HINCRBY', K_ATTEMPTS, id, 1)
+        local tok = tostring(token)
+        local fk = ekeys[i]
+        if fk then
+          tok = tok .. '|' .. fk
+          if kc then redis.call('ZADD', K_KRUN, 0, fk .. '\0' .. id) end
+        end
+        redis.call('ZADD', K_INFLIGHT, deadline, id)
+        redis.call('HSET', K_LEASES, id, tok)
+        result[#result + 1] = id
+        result[#result + 1] = envelope
+        result[#result + 1] = attempt
+        result[#result + 1] = due
+        result[#result + 1] = tok
+      else
+        -- queued but no envelope: something other than delayq deleted it; the
+        -- entry is dropped and reported (attempt 0) so the caller can log it
+        result[#result + 1] = id
+        result[#result + 1] = ''
+        result[#result + 1] = 0
+        result[#result + 1] = due
+        result[#result + 1] = ''
+      end
     end
   end
 end
-if f then
-  local started = (#result - 1) / 5
-  if interval and started > 0 then
-    tat = tat + started * interval
-    redis.call('HSET', K_LIMITS, 'tat', string.format('%.3f', tat))
+
+check_keys('inflight', 'leases', 'attempts')  -- written after ZREM queued
+keep_working_when_full()
+local now, now_us = read_clock()
+local given = {}
+for i = 3, #ARGV do given[#given + 1] = ARGV[i] end
+local extra = tonumber(ARGV[2])
+local lim = read_limits(now)
+local held, reason = false, nil  -- held: the limits allowed fewer starts than asked
+if lim then
+  local want = #given + extra
+  local allowed
+  allowed, reason = allowance(lim, want, now)
+  hold_back(given, allowed)
+  extra = math.max(0, allowed - #given)
+  -- nothing held back, or nothing to hold back (an empty list): an ordinary reply,
+  -- and the consumer blocks in BRPOP again rather than claiming every second
+  held = allowed < want and redis.call('LLEN', K_READY) > 0
+end
+local entries, ekeys = collect(given, extra, lim, now)
+
+local result = {now_us}
+if #entries == 0 and not held then return result end
+lease(entries, ekeys, now + tonumber(ARGV[1]), lim and lim.kc, result)
+if lim then
+  local started = (#result - 1) / 5  -- (a dropped id took its start too)
+  if lim.interval and started > 0 then
+    lim.tat = lim.tat + started * lim.interval
+    redis.call('HSET', K_LIMITS, 'tat', string.format('%.3f', lim.tat))
   end
-  if flow then
-    -- how long until a start may be allowed again, for every limit that holds back
-    local wait = 0
-    if reason == 'paused' then wait = 1000 end
-    if climit and live + started >= climit then
-      local first = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-      wait = math.max(wait, first[2] and math.min(1000, tonumber(first[2]) - now + 1) or 0)
-    end
-    if interval then
-      -- +1: `now` is floored to the ms, so the token may be up to 1 ms later
-      wait = math.max(wait, math.ceil(tat - now - (burst - 1) * interval) + 1)
-    end
-    result[1] = {result[1], math.min(1000, wait), reason, live or 0, climit or -1}
+  if held then
+    result[1] = {now_us, wait_ms(lim, reason, started, now), reason, lim.live or 0,
+      lim.climit or -1}
   end
 end
 return result

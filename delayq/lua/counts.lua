@@ -1,15 +1,16 @@
 -- counts: how many events of a type are in each state, when the next one is
 -- due, and how far behind its consumers are.
 --
--- KEYS: the ten keys of the type (see _prelude.lua); or, for one delivery
---       group, its read view (delayq.keys.TypeKeys.read_view: the type's
---       schedule, the group's lists, and KEYS[13] the group's retry schedule,
---       counted as scheduled too); then KEYS[14], the limits HASH (for a
---       type's own counts KEYS[13] is its schedule again, so not counted twice),
---       and KEYS[15] the group's flow-key lines (klines, see _prelude.lua).
+-- KEYS (delayq/keyspace/scripts.py): `scheduled`, `ready`, `queued`, `inflight`, `dead`,
+--   `retries`, `limits`, `klines`, `rexp` for one delivery group its read view
+--   (TypeKeys.read_view: the type's schedule and the group's lists; the group's retry
+--   schedule, counted as scheduled too; for the type's own counts its schedule again, so
+--   not counted twice), the limits HASH, the group's flow-key lines, and the type's kept
+--   outcomes' expiry times (types with results=).
 -- ARGV: none
 -- Returns: {scheduled, ready, in_flight, dead, next_due_ms (-1: none scheduled),
---           scheduled_overdue, oldest_ready_entry or false, now_ms, paused}
+--           scheduled_overdue, oldest_ready_entry or false, now_ms, paused, results_kept}
+--   results_kept       outcomes kept and not expired yet (0 for a type without results=)
 --   paused             1 while the type (group) is paused (see limits.lua), else 0
 --   scheduled_overdue  scheduled events whose due time has passed (the
 --                      scheduler has not moved them yet)
@@ -20,7 +21,7 @@
 -- queue's size; every figure is from the same instant on Redis's clock.
 local now = clock_ms()
 local schedules = {K_SCHEDULED}
-if K_GSCHED and K_GSCHED ~= K_SCHEDULED then schedules[2] = K_GSCHED end
+if K_RETRIES and K_RETRIES ~= K_SCHEDULED then schedules[2] = K_RETRIES end
 local scheduled, overdue, next_due = 0, 0, -1
 for _, key in ipairs(schedules) do
   scheduled = scheduled + redis.call('ZCARD', key)
@@ -31,10 +32,10 @@ for _, key in ipairs(schedules) do
   end
 end
 local head = redis.call('LINDEX', K_READY, -1)
-if head and is_marker(head) and KEYS[15] then
+if head and is_marker(head) and K_KLINES then
   -- flow keys: the next turn is that key's, and its line's head is the entry
   local lo, hi = key_range(string.sub(head, 3))
-  local first = redis.call('ZRANGEBYLEX', KEYS[15], lo, hi, 'LIMIT', 0, 1)[1]
+  local first = redis.call('ZRANGEBYLEX', K_KLINES, lo, hi, 'LIMIT', 0, 1)[1]
   head = first and string.match(first, '^[^%z]*%z[^%z]*%z(.*)$') or false
 end
 return {
@@ -47,4 +48,5 @@ return {
   head,
   now,
   K_LIMITS and redis.call('HEXISTS', K_LIMITS, 'paused') or 0,
+  K_REXP and redis.call('ZCOUNT', K_REXP, '(' .. now, '+inf') or 0,
 }

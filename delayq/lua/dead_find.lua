@@ -1,7 +1,7 @@
 -- dead_find: dead letters whose last error contains a text, oldest first.
 --
--- KEYS: the ten keys of the type (see _prelude.lua); or one delivery group's
---       read view (its dead set and hashes).
+-- KEYS (delayq/keyspace/scripts.py): `events`, `attempts`, `errors`, `dead` of the type,
+--   or one delivery group's read view.
 -- ARGV[1] offset: the position in the dead set to start looking at
 -- ARGV[2] how many dead letters to look at, at most (the caller bounds it)
 -- ARGV[3] the most matches to return

@@ -1,6 +1,7 @@
 -- dead_purge: delete dead letters for good.
 --
--- KEYS: the ten keys of the group, then groups, pending (see _prelude.lua).
+-- KEYS (delayq/keyspace/scripts.py): `events`, `attempts`, `errors`, `dead`, `pending`,
+--   `fkeys` of the type or one group's view (see _prelude.lua).
 -- ARGV: ids
 -- Returns: how many dead letters were deleted.
 -- Guarantees: only dead letters are deleted; pending events with the same

@@ -1,17 +1,18 @@
 -- dead_requeue: give dead letters a fresh start.
 --
--- KEYS: the ten keys of the group, then groups, pending, the group's retry
---       schedule (see _prelude.lua).
+-- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `ready`, `queued`, `attempts`,
+--   `errors`, `dead`, `meta`, `groups`, `retries`, `fkeys`, `klines`, `krot`, `kwait` of the
+--   type or one group's view (see _prelude.lua).
 -- ARGV[1] delay in ms, ARGV[2] wake-up channel, ARGV[3] type name
 -- ARGV[4..] ids
 -- Returns: how many dead letters were requeued.
 -- Guarantees: each requeued event is scheduled with its attempt count and
 -- last error reset; ids that are not dead letters are left alone; a dead
 -- letter without an envelope (written by someone else) is dropped.
-check_keys(1, 2, 3, 4, 7, 8, 9, 10, 13)
+check_keys('events', 'scheduled', 'ready', 'queued', 'attempts', 'errors', 'dead', 'meta', 'retries')
 local now = clock_ms()
 local delay = tonumber(ARGV[1])
-local k_sched = grouped() and K_GSCHED or K_SCHEDULED  -- with groups: this group alone
+local k_sched = grouped() and K_RETRIES or K_SCHEDULED  -- with groups: this group alone
 local ready_ids, ready_dues = {}, {}
 local n = 0
 for i = 4, #ARGV do

@@ -1,14 +1,14 @@
 -- due_histogram: how many scheduled events fall due in each time range.
 --
--- KEYS: the ten keys of the type (see _prelude.lua); or, for one delivery
---       group, its read view (see counts.lua: the group's retries count too).
+-- KEYS (delayq/keyspace/scripts.py): `scheduled`, `retries` of the type, or one group's
+--   read view (see counts.lua: the group's retries count too).
 -- ARGV: upper bounds of the ranges, in ms from now, ascending (e.g. 0, 60000,
 --       3600000, 86400000); one more range holds everything later.
 -- Returns: {now_ms, count of due <= now + ARGV[1], count in (ARGV[1], ARGV[2]], ..., later}
 -- Guarantees: read-only; ZCOUNT only (O(log n) each), whatever the queue size.
 local now = clock_ms()
 local schedules = {K_SCHEDULED}
-if K_GSCHED and K_GSCHED ~= K_SCHEDULED then schedules[2] = K_GSCHED end
+if K_RETRIES and K_RETRIES ~= K_SCHEDULED then schedules[2] = K_RETRIES end
 local function count(low, high)
   local n = 0
   for _, key in ipairs(schedules) do n = n + redis.call('ZCOUNT', key, low, high) end

@@ -1,8 +1,9 @@
 -- enqueue: add events of one type, or find them already there.
 --
--- KEYS: the ten keys of the type, then groups, pending, the default group's
---       retry schedule (see _prelude.lua; the last three are optional); with
---       'd' or 'u' in ARGV[2] also limits, wake (unused) and KEYS[16] dedup.
+-- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `ready`, `queued`, `inflight`,
+--   `leases`, `attempts`, `errors`, `dead`, `meta`, `groups`, `pending`, `retries`, `dedup`,
+--   `fkeys`, `klines`, `krot`, `kwait` of the type (see _prelude.lua); a plain keep-first
+--   enqueue sends them up to `retries`, a replace, dedup mode or flow key all.
 -- ARGV[1]  'delay' (times are ms from now on Redis's clock) or 'at' (unix ms);
 --          with ':mp' appended the triples come packed in ARGV[5] and ARGV[6]
 --          (two arguments per call instead of three per event: cheaper to send);
@@ -34,9 +35,9 @@
 -- 'u' unique-for = keep-first, and refused while `u:<id>` in dedup holds a
 -- time after now (set by ack.lua to handled + ttl from the pending -ttl
 -- written here). Expired dedup entries are pruned, 100 per call.
-check_keys(2, 3, 4, 10)  -- scheduled, ready, queued, meta
+check_keys('scheduled', 'ready', 'queued', 'meta')
 local dmode = string.sub(ARGV[2], 1, 1)
-if dmode == '1' or dmode == 'd' then check_keys(5, 6, 7, 8, 9) end  -- replace: the rest
+if dmode == '1' or dmode == 'd' then check_keys('inflight', 'leases', 'attempts', 'errors', 'dead') end  -- replace: the rest
 local now = clock_ms()
 local mode, items, first = ARGV[1], ARGV, 5
 local ikeys = nil  -- flow keys, by event number ('' for none), with ':mpk'
@@ -166,14 +167,9 @@ for i = first, #items, 3 do
       if written[id] then flush() end
       -- forget every trace of the old delivery; a running handler's ack
       -- becomes stale and is ignored
-      redis.call('ZREM', K_SCHEDULED, id)
-      if K_GSCHED then redis.call('ZREM', K_GSCHED, id) end
-      redis.call('ZREM', K_QUEUED, id)
-      redis.call('ZREM', K_INFLIGHT, id)
+      forget_delivery(id)
+      if K_RETRIES then redis.call('ZREM', K_RETRIES, id) end
       redis.call('ZREM', K_DEAD, id)
-      redis.call('HDEL', K_LEASES, id)
-      redis.call('HDEL', K_ATTEMPTS, id)
-      redis.call('HDEL', K_ERRORS, id)
       code = 2
     else
       code = 0

@@ -1,6 +1,7 @@
 -- group_cancel: cancel.lua for a type with delivery groups.
 --
--- KEYS: see _groups.lua, with every registered group.
+-- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `groups`, `pending` of the
+--   type, then every group's (see _groups.lua), with every registered group.
 -- ARGV: n, the group names, then ARG(1) id
 -- Returns: 1 removed, 0 nothing pending (unknown, done, or only dead letters),
 --          or {'stale', group...} (see group_move.lua).
@@ -14,7 +15,7 @@ local id = ARG(1)
 local removed = redis.call('ZREM', K_SCHEDULED, id)
 local dead_holders = 0
 for g = 1, N_GROUPS do
-  local held = redis.call('ZREM', gkey(g, G_SCHED), id) + redis.call('ZREM', gkey(g, G_QUEUED), id)
+  local held = redis.call('ZREM', gkey(g, G_SCHEDULED), id) + redis.call('ZREM', gkey(g, G_QUEUED), id)
     + redis.call('ZREM', gkey(g, G_INFLIGHT), id)
   if held > 0 then
     removed = 1

@@ -1,7 +1,8 @@
 -- group_inspect: inspect.lua for a type with delivery groups: where one event
 -- is in every group, in one consistent read.
 --
--- KEYS: see _groups.lua, with every registered group.
+-- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `groups`, `pending` of the
+--   type, then every group's (see _groups.lua), with every registered group.
 -- ARGV: n, the group names, then ARG(1) id
 -- Returns: {'groups', now_ms, envelope, due ms in the type's schedule (not
 --           fanned out yet), pending count, then per group in the order
@@ -21,7 +22,7 @@ local result = {
 }
 for g = 1, N_GROUPS do
   result[#result + 1] = GROUP_NAMES[g]
-  result[#result + 1] = redis.call('ZSCORE', gkey(g, G_SCHED), id)
+  result[#result + 1] = redis.call('ZSCORE', gkey(g, G_SCHEDULED), id)
   result[#result + 1] = redis.call('ZSCORE', gkey(g, G_QUEUED), id)
   result[#result + 1] = redis.call('ZSCORE', gkey(g, G_INFLIGHT), id)
   result[#result + 1] = redis.call('ZSCORE', gkey(g, G_DEAD), id)

@@ -1,7 +1,8 @@
 -- group_move: the scheduler's step for a type with delivery groups (move_due.lua
 -- for a type without them), bounded by a batch size per category and group.
 --
--- KEYS: see _groups.lua, with every registered group.
+-- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `meta`, `groups`, `pending` of
+--   the type, then every group's (see _groups.lua), with every registered group.
 -- ARGV: n, the group names, then
 -- ARG(1) batch, ARG(2) visibility timeout in ms, ARG(3) max deliveries for a
 --        group registered without one
@@ -20,7 +21,7 @@
 -- deliveries), so no group's failure re-runs another group's handler.
 local reg, names = registry()
 if not reg then return stale(names) end
-check_keys(1, 2, 10, 12)
+check_keys('events', 'scheduled', 'meta', 'pending')
 check_group_keys()
 keep_working_when_full()
 local now = clock_ms()
@@ -37,7 +38,7 @@ end
 
 for g = 1, N_GROUPS do
   local k_ready, k_queued, k_meta = gkey(g, G_READY), gkey(g, G_QUEUED), gkey(g, G_META)
-  local k_sched, k_inflight = gkey(g, G_SCHED), gkey(g, G_INFLIGHT)
+  local k_sched, k_inflight = gkey(g, G_SCHEDULED), gkey(g, G_INFLIGHT)
   local max_deliveries = reg[GROUP_NAMES[g]] or default_max
   local ids, dues = {}, {}
   local take = taker(ids, dues, missing)

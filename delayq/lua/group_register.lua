@@ -1,7 +1,7 @@
 -- group_register: make a delivery group of one type exist (durably).
 --
--- KEYS: the ten keys of the type, then groups, pending, the default group's
---       retry schedule (see _prelude.lua).
+-- KEYS (delayq/keyspace/scripts.py): `groups` of the type or one group's view (see
+--   _prelude.lua).
 -- ARGV[1] group name, ARGV[2] its max deliveries (1 + retry attempts: what the
 --         scheduler uses when a lease of this group expires)
 -- Returns: 1 newly registered, 0 already registered (its max deliveries are

@@ -1,6 +1,7 @@
 -- group_remove: drop a delivery group and its pending deliveries, a batch at a time.
 --
--- KEYS: see _groups.lua, with one group.
+-- KEYS (delayq/keyspace/scripts.py): `events`, `meta`, `groups`, `pending` of the type,
+--   then every group's (see _groups.lua), with one group.
 -- ARGV: 1, the group name, ARG(1) batch size, ARG(2) '1' on the first call
 -- Returns: -1 refused (the type's last group: a type always has one), 0 not
 --          registered (or registered again since the first call: left alone),
@@ -13,7 +14,7 @@ local name, batch, first = GROUP_NAMES[1], tonumber(ARG(1)), ARG(2) == '1'
 local registered = redis.call('HEXISTS', K_GROUPS, name) == 1
 if first then
   if not registered then
-    if redis.call('EXISTS', gkey(1, G_QUEUED), gkey(1, G_INFLIGHT), gkey(1, G_SCHED),
+    if redis.call('EXISTS', gkey(1, G_QUEUED), gkey(1, G_INFLIGHT), gkey(1, G_SCHEDULED),
         gkey(1, G_DEAD)) == 0 then return 0 end
   else
     if redis.call('HLEN', K_GROUPS) == 1 then return -1 end
@@ -25,7 +26,7 @@ end
 local counted = counting()
 local leases, attempts, errors = gkey(1, G_LEASES), gkey(1, G_ATTEMPTS), gkey(1, G_ERRORS)
 local left = 0
-for _, j in ipairs({G_SCHED, G_QUEUED, G_INFLIGHT, G_DEAD}) do
+for _, j in ipairs({G_SCHEDULED, G_QUEUED, G_INFLIGHT, G_DEAD}) do
   local key = gkey(1, j)
   local ids = redis.call('ZRANGE', key, 0, batch - 1)
   for _, id in ipairs(ids) do
@@ -40,7 +41,7 @@ end
 if left > 0 then return 2 end
 redis.call('DEL', gkey(1, G_READY), leases, attempts, errors)
 -- its flow keys' lines, rotation, parked keys and running deliveries (see _prelude.lua)
-redis.call('DEL', gkkey(1, 1), gkkey(1, 2), gkkey(1, 3), gkkey(1, 4))
+redis.call('DEL', gkkey(1, G_KLINES), gkkey(1, G_KROT), gkkey(1, G_KWAIT), gkkey(1, G_KRUN))
 -- the default group's counters live in the type's own meta hash: they stay
 if gkey(1, G_META) ~= K_META then redis.call('DEL', gkey(1, G_META)) end
 return 1

@@ -1,7 +1,8 @@
 -- group_replace: replace an event that was already fanned out to delivery groups
 -- (enqueue.lua answers 3 for it and changes nothing).
 --
--- KEYS: see _groups.lua, with every registered group.
+-- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `meta`, `groups`, `pending` of
+--   the type, then every group's (see _groups.lua), with every registered group.
 -- ARGV: n, the group names, then ARG(1) id, ARG(2) envelope, ARG(3) time,
 --       ARG(4) 'at' (unix ms) or 'delay' (ms from now), ARG(5) wake-up channel,
 --       ARG(6) type name
@@ -15,7 +16,7 @@
 -- reaches every group when due.
 local reg, names = registry()
 if not reg then return stale(names) end
-check_keys(1, 2, 10, 12)
+check_keys('events', 'scheduled', 'meta', 'pending')
 check_group_keys()
 local now = clock_ms()
 local id, envelope = ARG(1), ARG(2)
@@ -27,14 +28,14 @@ local fanned = redis.call('ZREM', K_SCHEDULED, id) == 0 and existed
 local holders = 0
 if fanned then
   for g = 1, N_GROUPS do
-    local held = redis.call('ZREM', gkey(g, G_SCHED), id) + redis.call('ZREM', gkey(g, G_QUEUED), id)
+    local held = redis.call('ZREM', gkey(g, G_SCHEDULED), id) + redis.call('ZREM', gkey(g, G_QUEUED), id)
       + redis.call('ZREM', gkey(g, G_INFLIGHT), id) + redis.call('ZREM', gkey(g, G_DEAD), id)
     if held > 0 then
       holders = holders + 1
       redis.call('HDEL', gkey(g, G_LEASES), id)
       redis.call('HDEL', gkey(g, G_ATTEMPTS), id)
       redis.call('HDEL', gkey(g, G_ERRORS), id)
-      redis.call('ZADD', gkey(g, G_SCHED), due, id)
+      redis.call('ZADD', gkey(g, G_SCHEDULED), due, id)
     end
   end
 end

@@ -1,6 +1,7 @@
 -- group_run_now: run_now.lua for a type with delivery groups.
 --
--- KEYS: see _groups.lua, with every registered group.
+-- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `groups`, `pending` of the
+--   type, then every group's (see _groups.lua), with every registered group.
 -- ARGV: n, the group names, then ARG(1) id, ARG(2) the group to run it for
 --       ('' for every group)
 -- Returns: 1 when something became ready, 0 when nothing was scheduled for
@@ -18,7 +19,7 @@ if not reg then return stale(names) end
 local id, target = ARG(1), ARG(2)
 if target ~= '' and reg[target] == nil then return 0 end
 if redis.call('HEXISTS', K_EVENTS, id) == 0 then return 0 end  -- the move drops it
-check_keys(2, 12)
+check_keys('scheduled', 'pending')
 check_group_keys()
 local now = clock_ms()
 local function wanted(g) return target == '' or GROUP_NAMES[g] == target end
@@ -32,14 +33,14 @@ if due then
         gkkey(g, G_KLINES), gkkey(g, G_KROT), gkkey(g, G_KWAIT))
     else
       -- no wake-up needed: the scheduler already planned to look by this due time
-      redis.call('ZADD', gkey(g, G_SCHED), due, id)
+      redis.call('ZADD', gkey(g, G_SCHEDULED), due, id)
     end
   end
   return 1
 end
 local moved = 0
 for g = 1, N_GROUPS do
-  if wanted(g) and redis.call('ZREM', gkey(g, G_SCHED), id) == 1 then
+  if wanted(g) and redis.call('ZREM', gkey(g, G_SCHEDULED), id) == 1 then
     push_ready_to(gkey(g, G_READY), gkey(g, G_QUEUED), gkey(g, G_META), {id}, {now}, false,
       gkkey(g, G_KLINES), gkkey(g, G_KROT), gkkey(g, G_KWAIT))
     moved = 1

@@ -1,7 +1,7 @@
 -- heartbeat: a worker process says it is alive.
 --
--- KEYS[1] the prefix's worker index (ZSET worker id -> expiry ms)
--- KEYS[2] this worker's record (STRING)
+-- KEYS (delayq/keyspace/scripts.py): `workers`, `worker`: the prefix's worker index (ZSET
+--   worker id -> expiry ms), this worker's record (STRING).
 -- ARGV[1] worker id, ARGV[2] the record (JSON), ARGV[3] time to live in ms
 -- Returns: Redis's time in ms.
 -- Guarantees: the record and its index entry expire together: a process that
@@ -11,9 +11,9 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[3])
-redis.call('SET', KEYS[2], ARGV[2], 'PX', ttl)
-redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)
+redis.call('SET', K_WORKER, ARGV[2], 'PX', ttl)
+redis.call('ZADD', K_WORKERS, now + ttl, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', K_WORKERS, '-inf', '(' .. now)
 -- keep the index as long as its longest-lived member (no PEXPIRE GT on Redis 6.2)
-if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+if redis.call('PTTL', K_WORKERS) < ttl then redis.call('PEXPIRE', K_WORKERS, ttl) end
 return now

@@ -1,7 +1,7 @@
 -- history_add: merge one process's aggregates into the per-type history rings.
 --
--- KEYS: pairs per event type: the minute ring, then the coarse ring (HASHes,
---       all under the prefix's hash tag {prefix})
+-- KEYS (delayq/keyspace/scripts.py): `minute`, `coarse`, one pair per event type, the
+--   minute ring then the coarse ring (HASHes, all under the prefix's hash tag {prefix}).
 -- ARGV[1] slots in the minute ring, ARGV[2] seconds per coarse slot,
 -- ARGV[3] slots in the coarse ring, ARGV[4] ring time to live in ms
 -- ARGV[5..] one MessagePack array per type: [handled, failed, b1, ..., bN]
@@ -38,8 +38,7 @@ local function merge(key, period, slots, add)
 end
 for i = 5, #ARGV do
   local add = cmsgpack.unpack(ARGV[i])
-  local k = (i - 5) * 2
-  merge(KEYS[k + 1], rings[1][1], rings[1][2], add)
-  merge(KEYS[k + 2], rings[2][1], rings[2][2], add)
+  merge(block_key(i - 4, B_MINUTE), rings[1][1], rings[1][2], add)
+  merge(block_key(i - 4, B_COARSE), rings[2][1], rings[2][2], add)
 end
 return now

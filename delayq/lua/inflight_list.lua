@@ -1,6 +1,7 @@
 -- inflight_list: read in-flight events, earliest lease deadline first.
 --
--- KEYS: the ten keys of the type (see _prelude.lua).
+-- KEYS (delayq/keyspace/scripts.py): `inflight`, `attempts` of the type, or one group's
+--   read view.
 -- ARGV[1] offset, ARGV[2] limit (the caller bounds it)
 -- Returns: {now_ms, id, lease deadline ms, attempts or false, id, ...}
 -- Guarantees: read-only; one consistent view of the page.

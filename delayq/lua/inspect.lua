@@ -1,6 +1,8 @@
 -- inspect: everything Redis holds about one event, in one consistent read.
 --
--- KEYS: the ten keys of the type, then groups (see _prelude.lua).
+-- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `queued`, `inflight`,
+--   `attempts`, `errors`, `dead`, `groups` of the type or one group's view (see
+--   _prelude.lua).
 -- ARGV[1] id
 -- Returns: {now_ms, envelope, scheduled_due_ms, queued_score, lease_deadline_ms,
 --           dead_at_ms, attempts, last_error}; every item after now_ms is false

@@ -1,7 +1,8 @@
 -- key_backlog: the flow keys of a group with work: ready events per key, live
 -- deliveries per key and parked keys (docs/FLOW.md, "Flow keys").
 --
--- KEYS: a group's view with the flow keys (KEYS[17..21], see _prelude.lua).
+-- KEYS (delayq/keyspace/scripts.py): `klines`, `krot`, `kwait`, `krun` of the type or one
+--   group's view (see _prelude.lua).
 -- ARGV[1] how many keys to look at at most (the caller bounds it)
 -- Returns: {in_rotation, parked, key, ready, running, parked_until_ms (-1: not
 --   parked), ...} for up to ARGV[1] keys: those in rotation (in turn order),

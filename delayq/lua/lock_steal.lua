@@ -1,6 +1,6 @@
 -- lock_steal: take the scheduler lock from a holder that stopped moving events.
 --
--- KEYS[1] the prefix's scheduler lock
+-- KEYS (delayq/keyspace/scripts.py): `lock`: the prefix's scheduler lock.
 -- ARGV[1] the holder's token as the caller last saw it, ARGV[2] the caller's
 --         token, ARGV[3] time to live in ms
 -- Returns: 1 when the caller holds the lock now, else 0.
@@ -9,8 +9,8 @@
 -- take it from each other, nor from a leader that took over meanwhile. The
 -- lock only saves work (every move is atomic), so a leader that was merely
 -- slow loses nothing but the lock.
-local holder = redis.call('GET', KEYS[1])
+local holder = redis.call('GET', K_LOCK)
 if holder ~= false and holder ~= ARGV[1] and holder ~= ARGV[2] then return 0 end
-redis.call('DEL', KEYS[1])  -- first write: lets SET run at maxmemory (see lock_take.lua)
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('DEL', K_LOCK)  -- first write: lets SET run at maxmemory (see lock_take.lua)
+redis.call('SET', K_LOCK, ARGV[2], 'PX', ARGV[3])
 return 1

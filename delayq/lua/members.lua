@@ -1,6 +1,7 @@
 -- members: the live scheduler processes of a prefix that has partitioned types.
 --
--- KEYS[1] {prefix}:schedulers  ZSET token -> heartbeat deadline (ms, Redis clock)
+-- KEYS (delayq/keyspace/scripts.py): `members`: {prefix}:schedulers, ZSET token ->
+--   heartbeat deadline (ms, Redis clock).
 -- ARGV[1] the caller's token, ARGV[2] heartbeat time to live in ms
 -- ARGV[3] 'beat' (add or refresh the caller), 'leave' (remove the caller),
 --         'evict:<token>' (remove another member: it left a partition it owns
@@ -18,18 +19,18 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local mode = ARGV[3]
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', K_MEMBERS, '-inf', now)
 local added = 0
 if mode == 'beat' then
-  added = redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+  added = redis.call('ZADD', K_MEMBERS, now + tonumber(ARGV[2]), ARGV[1])
   if added == 1 then redis.call('PUBLISH', ARGV[4], ':members') end
 elseif mode == 'leave' then
-  if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then redis.call('PUBLISH', ARGV[4], ':members') end
+  if redis.call('ZREM', K_MEMBERS, ARGV[1]) == 1 then redis.call('PUBLISH', ARGV[4], ':members') end
 elseif string.sub(mode, 1, 6) == 'evict:' then
-  if redis.call('ZREM', KEYS[1], string.sub(mode, 7)) == 1 then
+  if redis.call('ZREM', K_MEMBERS, string.sub(mode, 7)) == 1 then
     redis.call('PUBLISH', ARGV[4], ':members')
   end
 end
-local reply = redis.call('ZRANGE', KEYS[1], 0, -1)
+local reply = redis.call('ZRANGE', K_MEMBERS, 0, -1)
 table.insert(reply, 1, added)
 return reply

@@ -1,7 +1,8 @@
 -- migrate_out: remove an event from a partition layout that is being retired,
 -- after its copy was written to the type's new layout (delayq.repartition).
 --
--- KEYS: the ten keys of the old partition (see _prelude.lua).
+-- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `queued`, `inflight`,
+--   `leases`, `attempts`, `errors`, `dead` of the old partition (see _prelude.lua).
 -- ARGV[1] id, ARGV[2] the envelope that was copied
 -- Returns: 1 removed, 0 left alone (the stored envelope is another version, or
 --          the event is a dead letter, or gone).
@@ -13,10 +14,5 @@ local id = ARGV[1]
 if redis.call('HGET', K_EVENTS, id) ~= ARGV[2] then return 0 end
 if redis.call('ZSCORE', K_DEAD, id) then return 0 end
 redis.call('HDEL', K_EVENTS, id)
-redis.call('ZREM', K_SCHEDULED, id)
-redis.call('ZREM', K_QUEUED, id)
-redis.call('ZREM', K_INFLIGHT, id)
-redis.call('HDEL', K_LEASES, id)
-redis.call('HDEL', K_ATTEMPTS, id)
-redis.call('HDEL', K_ERRORS, id)
+forget_delivery(id)
 return 1

@@ -1,6 +1,8 @@
 -- move_due: the scheduler's step for one type, bounded by a batch size.
 --
--- KEYS: the ten keys of the type, then groups (see _prelude.lua).
+-- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `ready`, `queued`, `inflight`,
+--   `leases`, `attempts`, `errors`, `dead`, `meta`, `groups`, `fkeys`, `klines`, `krot`,
+--   `kwait` of the type or one group's view (see _prelude.lua).
 -- ARGV[1] batch: the most ids handled per category in this call
 -- ARGV[2] visibility timeout in ms (how long a popped entry may stay unclaimed)
 -- ARGV[3] max deliveries: an event whose lease expires after this many
@@ -27,7 +29,7 @@
 -- expired lease or an entry popped by a consumer that died before claiming
 -- it goes back to the ready list.
 if grouped() then return {'stale', unpack(redis.call('HKEYS', K_GROUPS))} end
-check_keys(1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+check_keys('events', 'scheduled', 'ready', 'queued', 'inflight', 'leases', 'attempts', 'errors', 'dead', 'meta')
 keep_working_when_full()
 local now = clock_ms()
 local batch = tonumber(ARGV[1])

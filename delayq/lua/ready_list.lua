@@ -1,8 +1,8 @@
 -- ready_list: one page of ready events (queued for a consumer, not claimed yet),
 -- in the order consumers get them.
 --
--- KEYS: the ten keys of the type (see _prelude.lua); or one delivery group's
---       read view (its queued set and hashes).
+-- KEYS (delayq/keyspace/scripts.py): `events`, `queued`, `attempts`, `errors` of the type,
+--   or one group's read view.
 -- ARGV[1] offset, ARGV[2] limit (the caller bounds it)
 -- Returns: {now_ms, id, queued score, envelope or false, attempts or false,
 --           error or false, ...}. A score > 0 is the push sequence number
@@ -12,13 +12,4 @@
 -- by the limit (a ZRANGE by rank, then three HGETs per id of the page).
 local offset = tonumber(ARGV[1])
 local ids = redis.call('ZRANGE', K_QUEUED, offset, offset + tonumber(ARGV[2]) - 1, 'WITHSCORES')
-local result = {clock_ms()}
-for i = 1, #ids, 2 do
-  local id = ids[i]
-  result[#result + 1] = id
-  result[#result + 1] = ids[i + 1]
-  result[#result + 1] = redis.call('HGET', K_EVENTS, id)
-  result[#result + 1] = redis.call('HGET', K_ATTEMPTS, id)
-  result[#result + 1] = redis.call('HGET', K_ERRORS, id)
-end
-return result
+return append_records({clock_ms()}, ids)

@@ -1,6 +1,7 @@
 -- renew: push back the lease deadlines of events whose handlers still run.
 --
--- KEYS: the ten keys of the type (see _prelude.lua).
+-- KEYS (delayq/keyspace/scripts.py): `inflight`, `leases`, `meta` of the type or one
+--   group's view (see _prelude.lua).
 -- ARGV[1] visibility timeout in ms; ARGV[2..] pairs id, token
 -- Returns: the ids whose lease is no longer held by that token (lost).
 -- Guarantees: a lease is only extended for the delivery that holds it.

@@ -1,6 +1,8 @@
 -- run_now: hand a scheduled event to the consumers now instead of at its due time.
 --
--- KEYS: the ten keys of the type, then groups (see _prelude.lua).
+-- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `ready`, `queued`, `meta`,
+--   `groups`, `fkeys`, `klines`, `krot`, `kwait` of the type or one group's view (see
+--   _prelude.lua).
 -- ARGV[1] id, ARGV[2] the delivery group asked for ('' for any; a type
 --         without named groups has only 'default')
 -- Returns: 1 when the event was scheduled and is now ready, else 0 (not
@@ -14,7 +16,7 @@ local id, group = ARGV[1], ARGV[2] or ''
 if grouped() then return {'stale', unpack(redis.call('HKEYS', K_GROUPS))} end
 if group ~= '' and group ~= 'default' then return 0 end
 if not redis.call('ZSCORE', K_SCHEDULED, id) then return 0 end
-check_keys(1, 3, 4, 10)
+check_keys('events', 'ready', 'queued', 'meta')
 if redis.call('HEXISTS', K_EVENTS, id) == 0 then return 0 end  -- move_due drops it
 redis.call('ZREM', K_SCHEDULED, id)
 push_ready({id}, {clock_ms()})

@@ -1,8 +1,10 @@
 -- schedule_fire: fire slots of schedules that live in one event type (shard).
 --
--- KEYS: the 13 keys of the type's default view (see _prelude.lua), then
---   KEYS[14] the type's `schedules` hash (name -> definition)
---   KEYS[15] the type's `schedule-state` hash (name -> MessagePack state, below)
+-- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `ready`, `queued`, `dead`,
+--   `meta`, `groups`, `schedules`, `schedule_state`, `fkeys`, `klines`, `krot`, `kwait` of
+--   the type's default view (see _prelude.lua), with `schedules` (name -> definition) and
+--   `schedule_state` (name -> MessagePack state, below); the caller sends them up to
+--   `schedule_state`.
 -- ARGV[1] wake-up channel, ARGV[2] the shard's name (published on wake-ups)
 -- ARGV[3] a MessagePack array, 7 per fire: name, definition version, slot ms
 --   ('T' for a manual trigger, 'P' to only look at a buffered fire), event id,
@@ -29,7 +31,7 @@
 --   firer sends 'P' items while one is held): two fires of a buffer_one
 --   schedule are never pending together. `gen` (Redis µs) grows with every
 --   state change: the prefix's index (schedule_index.lua) refuses older news.
-check_keys(1, 2, 3, 4, 10)
+check_keys('events', 'scheduled', 'ready', 'queued', 'meta')
 local now = clock_ms()
 local t = redis.call('TIME')
 local gen_now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -61,9 +63,9 @@ for i = 1, #items, 7 do
     items[i], items[i + 1], tostring(items[i + 2]), items[i + 3], tonumber(items[i + 4]), items[i + 6]
   local envelope = string.sub(blob, pos, pos + items[i + 5] - 1)
   pos = pos + items[i + 5]
-  local raw = redis.call('HGET', KEYS[15], name)
+  local raw = redis.call('HGET', K_SCHEDULE_STATE, name)
   local code, st, released, changed = 1, nil, 0, false
-  if not raw or redis.call('HEXISTS', KEYS[14], name) == 0 then
+  if not raw or redis.call('HEXISTS', K_SCHEDULES, name) == 0 then
     code = -2
   else
     st = cmsgpack.unpack(raw)
@@ -107,7 +109,7 @@ for i = 1, #items, 7 do
     code = write(id, due, envelope)
     st[10], changed = (tonumber(st[10]) or 0) + 1, true
   end
-  if changed then redis.call('HSET', KEYS[15], name, cmsgpack.pack(st)) end
+  if changed then redis.call('HSET', K_SCHEDULE_STATE, name, cmsgpack.pack(st)) end
   if st then
     local buffered = type(st[11]) == 'table' and st[11][1] or 0
     out[#out + 1] = {code, string.format('%.0f', st[7]), string.format('%.0f', st[2]),

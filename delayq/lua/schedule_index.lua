@@ -1,7 +1,8 @@
 -- schedule_index: the prefix's index of schedules (where each lives, when it next fires).
 --
--- KEYS[1] `{p}:schedules` ZSET name -> next fire (unix ms) of every active schedule
--- KEYS[2] `{p}:schedule-homes` HASH name -> "<gen>|<shard>" ('' shard: removed)
+-- KEYS (delayq/keyspace/scripts.py): `index`, `homes`: `{p}:schedules` ZSET name -> next
+--   fire (unix ms) of every active schedule; `{p}:schedule-homes` HASH name ->
+--   "<gen>|<shard>" ('' shard: removed).
 -- ARGV[1] wake-up channel, ARGV[2] '1' to publish ':schedules' on it after a change
 -- ARGV[3] a MessagePack array, 4 per schedule: name, gen, shard ('' when
 --   removed), next fire ms ('' when it fires no more: paused, ended or removed)
@@ -17,15 +18,15 @@ local applied = 0
 local items = cmsgpack.unpack(ARGV[3])
 for i = 1, #items, 4 do
   local name, gen, shard, next_ms = items[i], tonumber(items[i + 1]), items[i + 2], items[i + 3]
-  local home = redis.call('HGET', KEYS[2], name)
+  local home = redis.call('HGET', K_HOMES, name)
   local known = home and tonumber(string.match(home, '^(%d+)|')) or -1
   if gen >= known then
     applied = applied + 1
-    redis.call('HSET', KEYS[2], name, string.format('%.0f', gen) .. '|' .. shard)
+    redis.call('HSET', K_HOMES, name, string.format('%.0f', gen) .. '|' .. shard)
     if next_ms == '' then
-      redis.call('ZREM', KEYS[1], name)
+      redis.call('ZREM', K_INDEX, name)
     else
-      redis.call('ZADD', KEYS[1], next_ms, name)
+      redis.call('ZADD', K_INDEX, next_ms, name)
     end
   end
 end

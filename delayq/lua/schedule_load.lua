@@ -1,7 +1,8 @@
 -- schedule_load: schedules' definitions and states, read together.
 --
--- KEYS[1] the type's `schedules` hash (name -> definition)
--- KEYS[2] the type's `schedule-state` hash (name -> state; see schedule_fire.lua)
+-- KEYS (delayq/keyspace/scripts.py): `schedules`, `schedule_state`: the type's schedules
+--   HASH (name -> definition) and schedule-state HASH (name -> state; see
+--   schedule_fire.lua).
 -- ARGV the names (the caller sends at most 1000)
 -- Returns: {definition or false, state or false} per name, flattened, in ARGV's order.
 -- Guarantees: read-only, and one moment's view: schedule_write.lua changes a
@@ -9,8 +10,8 @@
 --   carries the version of the definition read with it (two separate reads could pair
 --   an old definition with a new version: a firer that cached that pair never fired
 --   the schedule again).
-local defs = redis.call('HMGET', KEYS[1], unpack(ARGV))
-local states = redis.call('HMGET', KEYS[2], unpack(ARGV))
+local defs = redis.call('HMGET', K_SCHEDULES, unpack(ARGV))
+local states = redis.call('HMGET', K_SCHEDULE_STATE, unpack(ARGV))
 local out = {}
 for i = 1, #ARGV do
   out[2 * i - 1] = defs[i]

@@ -1,7 +1,8 @@
 -- schedule_write: create, update, pause, resume or remove a schedule in its type.
 --
--- KEYS[1] the type's `schedules` hash (name -> definition)
--- KEYS[2] the type's `schedule-state` hash (name -> state; see schedule_fire.lua)
+-- KEYS (delayq/keyspace/scripts.py): `schedules`, `schedule_state`: the type's schedules
+--   HASH (name -> definition) and schedule-state HASH (name -> state; see
+--   schedule_fire.lua).
 -- ARGV[1] 'upsert', 'pause', 'resume', 'remove' or 'read'; ARGV[2] the name;
 --   for 'upsert' ARGV[3] the definition, ARGV[4] its version (a digest of the
 --   definition, no time in it) and ARGV[5] what a different stored version means:
@@ -23,10 +24,10 @@ local op, name = ARGV[1], ARGV[2]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local gen = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local raw = redis.call('HGET', KEYS[2], name)
+local raw = redis.call('HGET', K_SCHEDULE_STATE, name)
 local st = raw and cmsgpack.unpack(raw)
 local function reply(found)
-  local def = redis.call('HGET', KEYS[1], name)
+  local def = redis.call('HGET', K_SCHEDULES, name)
   if not st then return {found, '0', false, def or false, now} end
   return {found, string.format('%.0f', st[7]), cmsgpack.pack(st), def or false, now}
 end
@@ -45,16 +46,16 @@ if op == 'upsert' then
     st[1], st[7] = ARGV[4], gen
     if not same and tonumber(st[2]) < now then st[2] = now end
   end
-  redis.call('HSET', KEYS[1], name, ARGV[3])
-  redis.call('HSET', KEYS[2], name, cmsgpack.pack(st))
+  redis.call('HSET', K_SCHEDULES, name, ARGV[3])
+  redis.call('HSET', K_SCHEDULE_STATE, name, cmsgpack.pack(st))
   return reply(1)
 end
 if not st then return reply(0) end
 if op == 'remove' then
   local r = reply(1)
   r[2] = string.format('%.0f', gen)
-  redis.call('HDEL', KEYS[1], name)
-  redis.call('HDEL', KEYS[2], name)
+  redis.call('HDEL', K_SCHEDULES, name)
+  redis.call('HDEL', K_SCHEDULE_STATE, name)
   return r
 end
 if op == 'pause' then
@@ -66,5 +67,5 @@ else
   return redis.error_reply('ERR unknown schedule_write op ' .. tostring(op))
 end
 st[7] = gen
-redis.call('HSET', KEYS[2], name, cmsgpack.pack(st))
+redis.call('HSET', K_SCHEDULE_STATE, name, cmsgpack.pack(st))
 return reply(1)

@@ -1,8 +1,8 @@
 -- scheduled_list: one page of scheduled events, earliest due first.
 --
--- KEYS: the ten keys of the type (see _prelude.lua); or, for one delivery
---       group, its read view (see counts.lua): the type's schedule and the
---       group's retries, merged by due time.
+-- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `attempts`, `errors`,
+--   `retries` of the type, or one group's read view (see counts.lua): the type's schedule
+--   and the group's retries, merged by due time.
 -- ARGV[1] offset, ARGV[2] limit (the caller bounds it)
 -- Returns: {id, due_ms, envelope or false, attempts or false, error or false, ...}
 -- Guarantees: read-only; one consistent view of the page; the work is bounded
@@ -10,9 +10,9 @@
 -- and with two schedules by offset + limit per schedule.
 local offset, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 local page
-if K_GSCHED and K_GSCHED ~= K_SCHEDULED then
+if K_RETRIES and K_RETRIES ~= K_SCHEDULED then
   local a = redis.call('ZRANGE', K_SCHEDULED, 0, offset + limit - 1, 'WITHSCORES')
-  local b = redis.call('ZRANGE', K_GSCHED, 0, offset + limit - 1, 'WITHSCORES')
+  local b = redis.call('ZRANGE', K_RETRIES, 0, offset + limit - 1, 'WITHSCORES')
   page = {}
   local i, j, n = 1, 1, 0
   while n < offset + limit and (i <= #a or j <= #b) do

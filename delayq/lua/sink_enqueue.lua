@@ -1,8 +1,10 @@
 -- sink_enqueue: enqueue.lua for a Spark streaming sink, applied once per (ledger, batch, id).
 --
--- KEYS: the thirteen keys enqueue.lua takes (the type's ten, groups, pending, the
---       default group's retry schedule), then KEYS[14] the sink's ledger
---       (ZSET id -> batch id; delayq.keys.TypeKeys.sink), all under one hash tag.
+-- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `ready`, `queued`, `inflight`,
+--   `leases`, `attempts`, `errors`, `dead`, `meta`, `groups`, `pending`, `retries`, `sink`,
+--   `dedup`, `fkeys`, `klines`, `krot`, `kwait` enqueue.lua's up to `retries`, then `sink`,
+--   the sink's ledger (ZSET id -> batch id; TypeKeys.sink), then enqueue.lua's others (never
+--   sent by the sink), all under one hash tag.
 -- ARGV[1..4] as for enqueue.lua, without ':mp' (mode; replace flag with call id
 --          and chunk number; wake-up channel; type name)
 -- ARGV[5]  the micro-batch id (an integer >= 0)
@@ -19,22 +21,21 @@
 -- with a batch id lower than one the ledger holds (a stale task, or the sink's
 -- name reused with a new checkpoint) gets the error reply DELAYQ_SINK_REWOUND and
 -- changes nothing (so does a ledger key of another type: WRONGTYPE).
-local K_LEDGER = KEYS[14]
 
 -- enqueue.lua's body (inserted by delayq/lua/__init__.py), run on the arguments given
 local function enqueue(ARGV)
 --@enqueue.lua
 end
 
-local found = redis.call('TYPE', K_LEDGER).ok
+local found = redis.call('TYPE', K_SINK).ok
 if found ~= 'none' and found ~= 'zset' then
-  return redis.error_reply('WRONGTYPE delayq key ' .. K_LEDGER .. ' holds a ' .. found ..
+  return redis.error_reply('WRONGTYPE delayq key ' .. K_SINK .. ' holds a ' .. found ..
     ', not a zset: something other than delayq wrote it; nothing was changed')
 end
 local batch = tonumber(ARGV[5])
-local top = redis.call('ZREVRANGE', K_LEDGER, 0, 0, 'WITHSCORES')
+local top = redis.call('ZREVRANGE', K_SINK, 0, 0, 'WITHSCORES')
 if top[2] and tonumber(top[2]) > batch then
-  return redis.error_reply('DELAYQ_SINK_REWOUND the sink ledger ' .. K_LEDGER ..
+  return redis.error_reply('DELAYQ_SINK_REWOUND the sink ledger ' .. K_SINK ..
     ' holds batch ' .. top[2] .. ', later than batch ' .. ARGV[5] .. ' (a stale task, or ' ..
     'the sink name reused with a new checkpoint); nothing was changed')
 end
@@ -45,7 +46,7 @@ local done = {}
 for i = 1, #ids, 1000 do
   local part = {}
   for j = i, math.min(#ids, i + 999) do part[#part + 1] = ids[j] end
-  local got = redis.call('ZMSCORE', K_LEDGER, unpack(part))
+  local got = redis.call('ZMSCORE', K_SINK, unpack(part))
   for j = 1, #part do done[i + j - 1] = got[j] end
 end
 
@@ -69,11 +70,11 @@ if #fresh > 0 then
     entries[#entries + 1] = batch
     entries[#entries + 1] = ids[k]
     if #entries >= 2000 then
-      redis.call('ZADD', K_LEDGER, unpack(entries))
+      redis.call('ZADD', K_SINK, unpack(entries))
       entries = {}
     end
   end
-  if #entries > 0 then redis.call('ZADD', K_LEDGER, unpack(entries)) end
+  if #entries > 0 then redis.call('ZADD', K_SINK, unpack(entries)) end
 end
-redis.call('ZREMRANGEBYSCORE', K_LEDGER, '-inf', '(' .. ARGV[5])
+redis.call('ZREMRANGEBYSCORE', K_SINK, '-inf', '(' .. ARGV[5])
 return codes

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..codec import Codec, add_to_context, check_context
 from ..context import TIMEOUT_KEY
+from ..durations import delay_ms
 from ..errors import DecodeError
 from ..events import Event, EventTypes, check_event, find_event_type, validate_name
 from ..flow.dedup import Dedup, check_debounce
@@ -30,16 +31,20 @@ from ..metrics import ServiceMetrics
 from ..observer import Observer
 from ..options import check_timeout
 from ..partitions.routing import Router
-from ..retry import delay_ms
 from ..storage.running import cancel_message
-from ..storage.store import Store
+from ..storage.store import Enqueued, Store
 
 if TYPE_CHECKING:
     from .groups import PendingGroups
 
 __all__ = ["CancelResult", "EnqueueHook", "Enqueuer", "Item", "item_due", "with_timeout"]
 
-_OUTCOMES = ("kept", "enqueued", "replaced")  # the counter of each enqueue.lua code
+# the counter of each outcome, by its code
+_OUTCOMES: dict[int, str] = {
+    Enqueued.KEPT: "kept",
+    Enqueued.ADDED: "enqueued",
+    Enqueued.REPLACED: "replaced",
+}
 _UNBOUND: Any = object()
 
 Item = Event | tuple[Event, float | timedelta]
@@ -180,18 +185,18 @@ class Enqueuer:
         return name, self._codec.encode(event, context, checked=checked), flow_key
 
     def _counter(self, name: str, code: int) -> Callable[[int], None] | None:
-        """The bound counter of outcome ``code`` (0 kept, 1 enqueued, 2 replaced) of type
-        ``name``: bound at its first use, when its series first appeared before."""
+        """The bound counter of outcome ``code`` (an :class:`Enqueued`) of type ``name``:
+        bound at its first use, when its series first appeared before."""
         counters = self._by_code.get(name)
         if counters is None:
-            counters = self._by_code[name] = [_UNBOUND, _UNBOUND, _UNBOUND]
+            counters = self._by_code[name] = [_UNBOUND] * len(_OUTCOMES)
         counter = counters[code]
         if counter is _UNBOUND:
             counter = counters[code] = self._metrics.bind_increment(_OUTCOMES[code], name)
         return counter  # type: ignore[no-any-return]
 
     def _count_codes(self, name: str, codes: list[int]) -> None:
-        for code in (1, 0, 2):
+        for code in (Enqueued.ADDED, Enqueued.KEPT, Enqueued.REPLACED):
             n = codes.count(code)
             if n:
                 counter = self._counter(name, code)
@@ -226,17 +231,20 @@ class Enqueuer:
             ours = context is None  # the trace's carrier alone: str to str already
         name, envelope, flow_key = self._prepare(event, stored_context, key, ours)
         (code,) = await self._router.enqueue(
-            name, type(event).event_partitions, [(event.id, envelope, ms)],
-            absolute=absolute, replace=replace,
+            name,
+            type(event).event_partitions,
+            [(event.id, envelope, ms)],
+            absolute=absolute,
+            replace=replace,
             keys=None if flow_key is None else [flow_key],
-        )  # fmt: skip
+        )
         counters = self._by_code.get(name)
         inc = counters[code] if counters is not None else _UNBOUND
         if inc is _UNBOUND:
             inc = self._counter(name, code)
         if inc is not None:
             inc(1)
-        return code != 0
+        return code != Enqueued.KEPT
 
     async def _one_traced(
         self,
@@ -251,12 +259,15 @@ class Enqueuer:
         with self._observer.sending(event, context) as stored_context:
             name, envelope, flow_key = self._prepare(event, stored_context, key)
             (code,) = await self._router.enqueue(
-                name, type(event).event_partitions, [(event.id, envelope, ms)],
-                absolute=absolute, replace=replace,
+                name,
+                type(event).event_partitions,
+                [(event.id, envelope, ms)],
+                absolute=absolute,
+                replace=replace,
                 keys=None if flow_key is None else [flow_key],
-            )  # fmt: skip
+            )
         self._count_codes(name, [code])
-        return code != 0
+        return code != Enqueued.KEPT
 
     async def cancel(self, name: str, event_id: str) -> CancelResult:
         """Remove a pending or running event of type ``name`` (counted when one was) and
@@ -328,12 +339,16 @@ class Enqueuer:
         for name, entries in by_type.items():
             type_keys = keys[name]
             codes = await self._router.enqueue(
-                name, partitions[name], [e for _, e in entries], absolute=False, replace=replace,
+                name,
+                partitions[name],
+                [e for _, e in entries],
+                absolute=False,
+                replace=replace,
                 keys=type_keys if any(type_keys) else None,
-            )  # fmt: skip
+            )
             self._count_codes(name, codes)
             for (index, _), code in zip(entries, codes, strict=True):
-                results[index] = code != 0
+                results[index] = code != Enqueued.KEPT
         return results
 
     async def envelopes(

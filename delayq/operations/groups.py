@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 
 from ..events import validate_name
-from ..keys import DEFAULT_GROUP
+from ..keyspace.groups import DEFAULT_GROUP, group_name, stored_group
 from ..storage.store import QueueCounts, Store, sum_counts
 
 __all__ = ["DEFAULT_GROUP", "Groups", "PendingGroups", "check_group", "check_view"]
@@ -31,7 +31,7 @@ log = logging.getLogger("delayq.groups")
 
 def check_group(group: object) -> str | None:
     """Validate a group name; return None for the default group (``None`` or ``"default"``)."""
-    if group is None or group == DEFAULT_GROUP:
+    if isinstance(group, str | None) and stored_group(group) is None:
         return None
     return validate_name(group, "group name")
 
@@ -97,7 +97,7 @@ class Groups:
     ) -> bool:
         """Register ``group`` (None: the default group) for ``type_name`` (in every
         partition); True when it is new."""
-        group = group or DEFAULT_GROUP  # the registry names the default group
+        group = group_name(group)  # the registry names the default group
         max_deliveries = self._max if retry_attempts is None else 1 + retry_attempts
         new = False
         for shard in self._store.shards(type_name):
@@ -108,7 +108,7 @@ class Groups:
     async def remove(self, type_name: str, group: str | None) -> bool:
         """Drop ``group`` (None: the default group) and its pending deliveries; False when
         it was not registered."""
-        group = group or DEFAULT_GROUP
+        group = group_name(group)
         code = 0
         for shard in self._store.shards(type_name):
             # groups are registered in every partition together: the last group of

@@ -128,9 +128,12 @@ def _w3c_carrier(sc: SpanContext) -> dict[str, str]:
     # bytes.hex() of the ids: about a fifth quicker than %032x (every traced enqueue)
     try:
         traceparent = (
-            "00-" + trace_id.to_bytes(16, "big").hex() + "-" + span_id.to_bytes(8, "big").hex()
+            "00-"
+            + trace_id.to_bytes(16, "big").hex()
+            + "-"
+            + span_id.to_bytes(8, "big").hex()
             + _FLAGS_HEX[flags]
-        )  # fmt: skip
+        )
     except (OverflowError, IndexError):  # pragma: no cover - ids or flags out of W3C's range
         traceparent = "00-%032x-%016x-%02x" % (trace_id, span_id, flags)  # noqa: UP031
     carrier = {"traceparent": traceparent}

@@ -13,7 +13,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanKind, TraceFlags
 
 from .._version import __version__
 from ..context import PROPAGATION_KEYS, Delivery, hide_context_keys
-from ..keys import DEFAULT_GROUP
+from ..keyspace.groups import stored_group
 from ._conventions import (
     _BAGGAGE_KEY,
     _EMPTY,
@@ -248,7 +248,7 @@ class OTelTracing:
         lateness = delivery.lateness_ms
         if lateness is not None:
             attributes["messaging.delayq.message.lateness_ms"] = lateness
-        if delivery.group != DEFAULT_GROUP:
+        if stored_group(delivery.group) is not None:
             attributes["messaging.consumer.group.name"] = delivery.group
         if creation.is_valid:
             parent = (

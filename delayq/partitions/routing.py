@@ -68,9 +68,12 @@ class Router:
         codes = [0] * len(items)
         for shard, indexes in self.split(type_name, partitions, items).items():
             got = await self._store.enqueue(
-                shard, [items[i] for i in indexes], absolute=absolute, replace=replace,
+                shard,
+                [items[i] for i in indexes],
+                absolute=absolute,
+                replace=replace,
                 keys=None if keys is None else [keys[i] for i in indexes],
-            )  # fmt: skip
+            )
             for i, code in zip(indexes, got, strict=True):
                 codes[i] = code
         return codes

@@ -24,8 +24,11 @@ from .schema import migrate, schema_sql
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m delayq.postgres", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m delayq.postgres",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("migrate", "sql", "relay"):
         cmd = sub.add_parser(name)
@@ -46,9 +49,16 @@ async def _relay(args: argparse.Namespace) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     service = EventService.from_url(args.redis_url, prefix=args.prefix, enable_scheduling=False)
-    async with service, OutboxRelay(service, args.database_url, schema=args.schema,
-                                    batch_size=args.batch_size,
-                                    poll_interval=args.poll_interval):  # fmt: skip
+    async with (
+        service,
+        OutboxRelay(
+            service,
+            args.database_url,
+            schema=args.schema,
+            batch_size=args.batch_size,
+            poll_interval=args.poll_interval,
+        ),
+    ):
         logging.getLogger("delayq.postgres").info("relaying outbox %r", args.schema)
         await stop.wait()
 

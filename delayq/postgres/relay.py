@@ -30,6 +30,7 @@ from typing import Any
 
 import asyncpg
 
+from .._pacing import Retrying
 from ..retry import delay_seconds
 from ..service import EventService
 from .batches import begin_statement, group_rows, has_client_check, take_statement, timeout_option
@@ -39,8 +40,6 @@ from .schema import channel_name, validate_schema
 __all__ = ["OutboxRelay"]
 
 log = logging.getLogger("delayq.postgres.relay")
-
-_MAX_BACKOFF = 5.0
 
 
 class OutboxRelay:
@@ -260,7 +259,7 @@ class OutboxRelay:
         Errors (PostgreSQL or Redis down, a dropped connection) are logged and retried with
         backoff; the loop goes on. Closes its connections when it returns.
         """
-        backoff = 0.1
+        retrying = Retrying(first=0.1)
         try:
             while not self._stopping:
                 try:
@@ -271,23 +270,24 @@ class OutboxRelay:
                     if self.inbox_retention is not None and time.monotonic() >= self._next_prune:
                         self._next_prune = time.monotonic() + self.prune_interval
                         await self.prune_inbox()
-                    backoff = 0.1
+                    retrying.reset()
                     if moved >= self.batch_size:
                         continue  # more are waiting
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(self._wake.wait(), self.poll_interval)
-                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                    await self._failed(exc, backoff)
-                    backoff = min(backoff * 2, _MAX_BACKOFF)
-                except Exception as exc:  # Redis errors, QueueFullError...: loops never die
-                    await self._failed(exc, backoff)
-                    backoff = min(backoff * 2, _MAX_BACKOFF)
+                except Exception as exc:  # PostgreSQL or Redis errors...: loops never die
+                    await self._failed(exc, retrying.next())
         finally:
             await self._close_connections()
 
     async def _failed(self, exc: Exception, backoff: float) -> None:
-        log.warning("outbox relay (%s): %s: %s; retrying in %.1fs", self.schema,
-                    type(exc).__name__, exc, backoff)  # fmt: skip
+        log.warning(
+            "outbox relay (%s): %s: %s; retrying in %.1fs",
+            self.schema,
+            type(exc).__name__,
+            exc,
+            backoff,
+        )
         await self._close_connections()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._wait_stopping(), backoff)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..keys import DEFAULT_GROUP
+from ..keyspace.groups import DEFAULT_GROUP, group_name
 from ..runtime.heartbeat import WorkerInfo
 from ..storage.store import QueueCounts
 
@@ -66,7 +66,8 @@ class QueueDepthCollector(Collector):
 
     Exports, per event type: ``{ns}_queue_events{state=scheduled|ready|in_flight|dead}``,
     ``{ns}_queue_due_events`` (due, not yet handled) and
-    ``{ns}_queue_oldest_overdue_seconds``; for types with named delivery groups,
+    ``{ns}_queue_oldest_overdue_seconds``, ``{ns}_results_kept`` (outcomes kept, types with
+    ``results=``); for types with named delivery groups,
     ``{ns}_queue_group_events{group=...,state=...}`` per group (``default`` for
     handlers added without a group); from the workers' heartbeats,
     ``{ns}_workers`` (live worker processes), and per type and group the
@@ -164,6 +165,11 @@ class QueueDepthCollector(Collector):
             "How long the oldest due-but-unhandled event has been due (0: none)",
             labels=["event_type"],
         )
+        kept = GaugeMetricFamily(
+            f"{ns}_results_kept",
+            "Outcomes of done events kept for result() (types with results=)",
+            labels=["event_type"],
+        )
         # a family of its own: summing queue_events by type must not count groups twice
         group_events = GaugeMetricFamily(
             f"{ns}_queue_group_events",
@@ -178,6 +184,7 @@ class QueueDepthCollector(Collector):
                 events.add_metric([name, state], getattr(d, state))
             due.add_metric([name], d.due)
             oldest.add_metric([name], d.backlog_age)
+            kept.add_metric([name], d.results_kept)
         for name, groups in sorted(group_snapshot.items()):
             for group, g in sorted(groups.items()):
                 for state in ("scheduled", "ready", "in_flight", "dead"):
@@ -203,10 +210,10 @@ class QueueDepthCollector(Collector):
             for label, n in w.types.items():
                 # a named group's handler shows as "type:group" (type names hold no ':')
                 name, _, group = label.partition(":")
-                entry = slots.setdefault((name, group or DEFAULT_GROUP), [0, 0])
+                entry = slots.setdefault((name, group_name(group)), [0, 0])
                 entry[0] += n
                 entry[1] += w.in_flight.get(label, 0)
         for (name, group), (total, running) in sorted(slots.items()):
             capacity.add_metric([name, group], total)
             busy.add_metric([name, group], running)
-        return [events, due, oldest, group_events, up_family, alive, capacity, busy]
+        return [events, due, oldest, kept, group_events, up_family, alive, capacity, busy]

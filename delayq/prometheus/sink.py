@@ -9,7 +9,7 @@ from typing import TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from ..keys import DEFAULT_GROUP
+from ..keyspace.groups import DEFAULT_GROUP, labelled
 from ..metrics import FOLD_EVERY
 from .local import LocalCollector, LocalCounter, LocalGauge, LocalHistogram
 
@@ -388,7 +388,7 @@ _Local = TypeVar("_Local", LocalCounter, LocalHistogram, LocalGauge)
 def _folded(event_type: str, group: str) -> str:
     """The ``event_type`` label of a metric without a ``group`` label (one this version
     does not know): a named group folded in as ``type:group``, as ``ServiceMetrics`` does."""
-    return event_type if group == DEFAULT_GROUP else f"{event_type}:{group}"
+    return labelled(event_type, group)
 
 
 def _ignore(value: float) -> None:

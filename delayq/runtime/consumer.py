@@ -10,7 +10,8 @@ slots from the ready list, at most ``CLAIM_MAX`` per call (the next claims follo
 once while slots are free and entries wait). What becomes of a delivery after its handler (the
 batched acks, failures, lease renewal) is :mod:`delayq.runtime.settlement`'s job; the
 handler tasks are :mod:`delayq.runtime.handler_tasks`'. The fetching (BRPOP,
-claims, slots) is the :mod:`delayq.runtime.fetching` mixin; the options are in
+claims) is a :class:`~delayq.runtime.fetching.Fetcher` the consumer owns, over the
+:class:`~delayq.runtime.fetching.Slots` it shares with the handler tasks; the options are in
 :mod:`delayq.runtime.consumer_settings`.
 """
 
@@ -29,19 +30,20 @@ from ..codec import Codec
 from ..context import TIMEOUT_KEY, Delivery, _progress_sink, _set_delivery
 from ..errors import DecodeError
 from ..events import Event
-from ..flow.waits import FlowWaits
-from ..keys import DEFAULT_GROUP
+from ..keyspace.groups import group_name
 from ..metrics import ServiceMetrics
 from ..observer import CANCELLED, TIMEOUT_PREFIX, Observer
+from ..results import encode_value, returned_value
 from ..storage.store import Claimed, Store, token_flow_key
 from .consumer_settings import ConsumerSettings
 from .fetching import CLAIM_MAX as CLAIM_MAX  # the claim bound, imported from here
-from .fetching import Fetching
+from .fetching import Fetcher, Slots
+from .flow_waits import FlowWaits
 from .handler_tasks import HandlerTasks, cancel_unless_shielded
 from .history import LATENESS_BOUNDS_MS, LATENESS_ROW_START, HistoryRecorder
 from .middleware import Chain, Pipeline
 from .progress import ProgressWriter, encode_progress
-from .settlement import Settlement, delivery_fields
+from .settlement import Lease, Settlement, delivery_fields
 
 __all__ = ["Consumer", "ConsumerSettings", "Handler"]
 
@@ -52,7 +54,7 @@ Handler = Callable[[Any], Awaitable[Any]]
 _RETURNED_FALSE = "ReturnedFalse: the handler returned False"
 
 
-class Consumer(Fetching):
+class Consumer:
     """Fetches ready events of one type and runs ``handler`` on at most ``concurrency`` at once."""
 
     def __init__(
@@ -75,9 +77,8 @@ class Consumer(Fetching):
         self.type_name = event_type.event_name
         # None: the default group (the type's own keys, no registration)
         self.group = group
-        self._on_registered = on_registered  # called once its group is registered in Redis
         self.label = self.type_name if group is None else f"{self.type_name}[{group}]"
-        self._group_name = group or DEFAULT_GROUP  # as a Delivery names it
+        self._group_name = group_name(group)  # as a Delivery names it
         self.handler = handler
         self.concurrency = concurrency
         # the service's middleware (shared, only ever added to) and this handler wrapped
@@ -103,25 +104,16 @@ class Consumer(Fetching):
             if metrics.reports or observer.tracing is not None
             else None
         )
-        # the in_flight gauge and delivered counter, bound at the first claim (when they
-        # were first reported before): the history records neither, so the sink alone
-        self._set_in_flight: Callable[[float], None] | None = None
-        self._count_delivered: Callable[[int], None] | None = None
         self._late_row = (
             None if history is None else history.lateness_row(metrics.label(self.type_name))
         )
         self._stopping = False
         self._fetch_scope: anyio.CancelScope | None = None
-        self._running = 0
-        # claim token -> (id, claim time in µs, Redis's clock) of each running handler:
-        # the heartbeat shows the longest-running ones (see running_since)
-        # (tokens count per shard: a partitioned type's shards may hand out the same one)
-        self._started: dict[tuple[str, bytes], tuple[bytes, int, str, asyncio.Task[None]]] = {}
+        # the handler slots, shared by the fetch loops and the handler tasks
+        self._slots = Slots(concurrency)
         # progress reports of running handlers (made at the first report)
         self._progress: ProgressWriter | None = None
         self._helpers: anyio.abc.TaskGroup | None = None
-        self._reserved = 0  # slots promised to claims under way (several fetchers)
-        self._n_shards = 1
         # leases, acks and failures of the deliveries, from claim to the end
         self._settlement = Settlement(
             store=store,
@@ -132,27 +124,54 @@ class Consumer(Fetching):
             visibility_ms=settings.visibility_ms,
             retry_backoff=settings.retry_backoff,
             shutdown_grace=settings.shutdown_grace,
+            keep_results_ms=event_type.event_results_ms,
         )
         self._settlement.on_lost = self._leases_lost
+        # a type with results= keeps each handler's return value (see _keep)
+        self._keeps = event_type.event_results_ms is not None
         self._handlers = HandlerTasks(self.label)
         self._flow = FlowWaits(store, metrics, self.type_name, group)
-        # fetchers waiting for a free slot wait on this; it is set (and cleared at
-        # once) only when one has waited since the last set, so a finished handler
-        # costs one test
-        self._slot_freed = asyncio.Event()
-        self._slot_wanted = False
+        self._fetcher = Fetcher(
+            store=store,
+            metrics=metrics,
+            settings=settings,
+            type_name=self.type_name,
+            group=group,
+            label=self.label,
+            slots=self._slots,
+            settlement=self._settlement,
+            flow=self._flow,
+            handle=self._handle,
+            on_registered=on_registered,
+        )
         # asyncio's Event needs no running loop to be created: add_handler may run before one
         self._finished = asyncio.Event()
 
     @property
     def running_handlers(self) -> int:
         """Handlers running right now."""
-        return self._running
+        return self._slots.running
+
+    @property
+    def unsettled(self) -> int:
+        """Deliveries this consumer is claiming or holds the lease of: claims under way,
+        handlers running, acks or failures not recorded yet (0: all settled in Redis)."""
+        return self._slots.reserved + len(self._settlement.leased)
+
+    @property
+    def flow_waits(self) -> FlowWaits:
+        """The waits of this consumer's fetchers held back by flow limits."""
+        return self._flow
 
     def running_since(self, most: int) -> list[tuple[str, int]]:
         """``(event id, claim time in ms)`` of up to ``most`` running handlers, longest first."""
-        started = sorted(self._started.values(), key=lambda item: item[1])[:most]
+        started = sorted(self._slots.started.values(), key=lambda item: item[1])[:most]
         return [(raw.decode("utf-8", "replace"), us // 1000) for raw, us, _, _ in started]
+
+    @property
+    def max_deliveries(self) -> int:
+        """Deliveries of an event to this consumer's group before it becomes a dead letter."""
+        return self._fetcher.max_deliveries
 
     @property
     def stopping(self) -> bool:
@@ -161,7 +180,7 @@ class Consumer(Fetching):
 
     def stop(self) -> None:
         """Stop fetching; in-flight handlers get ``shutdown_grace`` to finish."""
-        self._stopping = True
+        self._stopping = self._fetcher.stopping = True
         if self._fetch_scope is not None:
             self._fetch_scope.cancel()
 
@@ -178,8 +197,8 @@ class Consumer(Fetching):
         stays unreachable for the whole flush; that is logged).
         """
         self._finished.clear()
-        self._slot_freed = asyncio.Event()
-        self._slot_wanted = False
+        self._slots.reset()
+        slots = self._slots
         settlement = self._settlement
         settlement.open()
         _progress_sink.set(self._report_progress)  # the handler tasks inherit it
@@ -192,17 +211,17 @@ class Consumer(Fetching):
                 handlers = self._handlers = HandlerTasks(self.label)
                 try:
                     with anyio.CancelScope() as self._fetch_scope:
-                        await self._register_group()
-                        await self._fetch_all(handlers)
+                        await self._fetcher.register_group()
+                        await self._fetcher.fetch_all(handlers)
                     with anyio.move_on_after(self._s.shutdown_grace):
-                        while self._running:
-                            await self._wait_for_slot()
-                    if self._running:
+                        while slots.running:
+                            await slots.wait()
+                    if slots.running:
                         log.warning(
                             "%s: %d handlers still running after shutdown_grace; cancelling "
                             "them, their events come back when their leases expire",
                             self.label,
-                            self._running,
+                            slots.running,
                         )
                 finally:
                     await handlers.cancel_and_wait()
@@ -217,7 +236,7 @@ class Consumer(Fetching):
     def cancel_run(self, shard: str, token: bytes, why: str) -> bool:
         """Cancel the handler task of the delivery ``token`` if it runs here: its event was
         cancelled, or its lease lost. True when a task was told."""
-        entry = self._started.get((shard, token))
+        entry = self._slots.started.get((shard, token))
         if entry is None or entry[3].done():
             return False
         raw_id, _, shard, task = entry
@@ -231,7 +250,7 @@ class Consumer(Fetching):
         task.add_done_callback(lambda _: self._settlement.leased.discard(lease))
         return True
 
-    def _leases_lost(self, leases: list[tuple[str, bytes, bytes]]) -> None:
+    def _leases_lost(self, leases: list[Lease]) -> None:
         """A renewal found these leases lost (expired while this process stalled, say, and
         maybe claimed by another worker): cancel their runs, which must not go on."""
         for shard, _, token in leases:
@@ -247,13 +266,11 @@ class Consumer(Fetching):
             writer.started = True
             self._helpers.start_soon(writer.run)
         raw = delivery.id.encode()
-        for (_, token), (raw_id, claimed_us, shard, task) in self._started.items():
+        for (_, token), (raw_id, claimed_us, shard, task) in self._slots.started.items():
             if raw_id == raw and claimed_us == delivery.claimed_us:
                 if writer.report(shard, raw_id, token, data):  # its first: clear it at its end
                     task.add_done_callback(partial(_run_ended, writer, token))
                 return
-
-    # -- fetching --------------------------------------------------------------
 
     # -- handling --------------------------------------------------------------
 
@@ -278,18 +295,26 @@ class Consumer(Fetching):
             due_ms = c.due_ms
             token = c.token
             delivery = Delivery(
-                self.type_name, c.id, c.attempt, due_ms, now_us, context,
-                self._group_name, enqueued_ms, c.envelope,
+                self.type_name,
+                c.id,
+                c.attempt,
+                due_ms,
+                now_us,
+                context,
+                self._group_name,
+                enqueued_ms,
+                c.envelope,
                 # a keyed delivery's token is "<n>|<key>" (claim.lua), a plain one digits;
                 # not `b"|" in token`: bytes' `in` builds a TypeError first (~2k instructions)
                 None if token.isdigit() else token_flow_key(token),
-            )  # fmt: skip
+            )
             _set_delivery(delivery)
             row = self._late_row
             if row is not None and due_ms is not None:
                 # the history's lateness bucket, as HistoryRecorder.observe would count it
                 late_s = (now_us / 1000 - due_ms) / 1000
-                row[LATENESS_ROW_START + bisect_left(LATENESS_BOUNDS_MS, late_s * 1000 if late_s > 0 else 0.0)] += 1  # fmt: skip
+                bucket = bisect_left(LATENESS_BOUNDS_MS, late_s * 1000 if late_s > 0 else 0.0)
+                row[LATENESS_ROW_START + bucket] += 1
             hooks = self._hooks
             run = None if hooks is None else hooks.started(delivery)
             error: Exception | None = None
@@ -306,7 +331,9 @@ class Consumer(Fetching):
                     else:
                         failure = None if result is not False else _RETURNED_FALSE
                 else:
-                    failure, error = await self._call_guarded(event, c, delivery, timeout)
+                    failure, error, result = await self._call_guarded(event, c, delivery, timeout)
+                if failure is None and self._keeps:
+                    failure = self._keep(result, (shard, c.raw_id, c.token))
             finally:
                 if run is not None and hooks is not None:
                     hooks.finished(delivery, run, failure, error)
@@ -324,19 +351,26 @@ class Consumer(Fetching):
                     c, shard, failure, dead=c.attempt > self._s.retry_attempts
                 )
         finally:
-            self._running -= 1
-            self._started.pop((shard, c.token), None)
-            if self._reports and self._set_in_flight is not None:
-                self._set_in_flight(self._running)
-            if self._slot_wanted:
-                self._free_slot()
+            self._slots.ended(shard, c.token, self._reports)
+
+    def _keep(self, returned: object, lease: Lease) -> str | None:
+        """Note the outcome record of a handler's return value for its ack (a type with
+        ``results=``); the failure to record instead when the value cannot be kept."""
+        try:
+            record = encode_value(
+                returned_value(returned), self._codec.serializer, self._codec.max_payload_bytes
+            )
+        except (TypeError, ValueError) as exc:
+            return f"ResultNotKept: {exc}"
+        self._settlement.results[lease] = record
+        return None
 
     async def _call_guarded(
         self, event: Event, c: Claimed, delivery: Delivery, timeout: float | None
-    ) -> tuple[str | None, Exception | None]:
+    ) -> tuple[str | None, Exception | None, object]:
         """Run the handler in its middleware, under ``timeout`` (seconds, None: none):
-        ``(None, None)`` on success, else the failure and the exception raised (None for
-        a timeout or False)."""
+        ``(None, None, returned)`` on success, else the failure and the exception raised
+        (None for a timeout or False), and None."""
         items = self._pipeline.items
         chain = self._chain
         if items and (chain is None or chain[0] != len(items)):
@@ -353,10 +387,10 @@ class Consumer(Fetching):
                         result = await chain[1](delivery, event)
                 # cancel_called: the deadline passed, even if a middleware swallowed the cancel
                 if scope.cancel_called:
-                    return f"{TIMEOUT_PREFIX} handler ran longer than {timeout}s", None
+                    return f"{TIMEOUT_PREFIX} handler ran longer than {timeout}s", None, None
         except Exception as exc:
-            return self._failed(exc, c), exc
-        return (None if result is not False else _RETURNED_FALSE), None
+            return self._failed(exc, c), exc, None
+        return (None if result is not False else _RETURNED_FALSE), None, result
 
     def _failed(self, exc: Exception, c: Claimed) -> str:
         """Log the handler's exception; return the failure as "Type: message"."""

@@ -1,10 +1,9 @@
 """The fetching side of a :class:`~delayq.runtime.consumer.Consumer`: BRPOP, claim, slots.
 
-A partitioned type has one fetcher per partition (shard), each blocking in BRPOP
-on its own connection; they share the consumer's handler slots, and each claim
-takes at most its share of the free slots (see :mod:`delayq.runtime.consumer`).
-A mixin of the consumer: its state is the consumer's, declared here for the type
-checker.
+A partitioned type has one fetch loop per partition (shard), each blocking in BRPOP
+on its own connection; they share the consumer's handler :class:`Slots`, and each claim
+takes at most its share of the free slots (see :mod:`delayq.runtime.consumer`). The
+consumer owns a :class:`Fetcher` and the :class:`Slots` it shares with its handler tasks.
 """
 
 from __future__ import annotations
@@ -16,17 +15,17 @@ from typing import Any
 
 import anyio
 
-from ..flow.waits import FlowWaits
+from .._pacing import Retrying
 from ..metrics import ServiceMetrics
 from ..storage.store import Claimed, Store
 from .consumer_settings import ConsumerSettings
+from .flow_waits import FlowWaits
 from .handler_tasks import HandlerTasks
 from .settlement import Settlement
 
 # the consumer's logger: the records keep the name they had before the split
 log = logging.getLogger("delayq.consumer")
 
-_MAX_BACKOFF = 5.0
 # A fetcher's longest wait between failed BRPOPs: one partition's fetcher fails when its
 # cluster node does (killed, failing over), and must be back within about a second of
 # the promotion; up to 5 s, it left events the scheduler had moved waiting in the ready
@@ -39,41 +38,119 @@ _FETCH_MAX_BACKOFF = 1.0
 CLAIM_MAX = 64
 
 
-class Fetching:
-    """BRPOP, claims and handler slots of one consumer (the state is the consumer's)."""
+class Slots:
+    """One consumer's handler slots: shared by its fetch loops (which take them) and its
+    handler tasks (which give them back), and the figures reported about them."""
 
-    type_name: str
-    group: str | None
-    label: str
-    concurrency: int
-    _store: Store
-    _metrics: ServiceMetrics
-    _settlement: Settlement
-    _flow: FlowWaits
-    _stopping: bool
-    _running: int
-    _reserved: int
-    _n_shards: int
-    _started: dict[tuple[str, bytes], tuple[bytes, int, str, asyncio.Task[None]]]
-    _slot_freed: asyncio.Event
-    _slot_wanted: bool
-    _on_registered: Callable[[], None] | None
-    _set_in_flight: Callable[[float], None] | None
-    _count_delivered: Callable[[int], None] | None
-    _s: ConsumerSettings
-    _handle: Callable[[Claimed, int, str], Coroutine[Any, Any, None]]
+    __slots__ = (
+        "_freed",
+        "_wanted",
+        "concurrency",
+        "count_delivered",
+        "reserved",
+        "running",
+        "set_in_flight",
+        "shards",
+        "started",
+    )
+
+    def __init__(self, concurrency: int):
+        self.concurrency = concurrency
+        self.running = 0
+        self.reserved = 0  # slots promised to claims under way (several fetch loops)
+        self.shards = 1  # fetch loops sharing the slots
+        # (shard, claim token) -> (id, claim time in µs, Redis's clock; shard; its task) of
+        # each running handler: the heartbeat shows the longest-running ones
+        # (Consumer.running_since), a cancel finds the task. (Tokens count per shard: a
+        # partitioned type's shards may hand out the same one.)
+        self.started: dict[tuple[str, bytes], tuple[bytes, int, str, asyncio.Task[None]]] = {}
+        # the in_flight gauge and delivered counter, bound at the first claim (when they
+        # were first reported before): the history records neither, so the sink alone
+        self.set_in_flight: Callable[[float], None] | None = None
+        self.count_delivered: Callable[[int], None] | None = None
+        # fetch loops waiting for a free slot wait on this; it is set (and cleared at
+        # once) only when one has waited since the last set, so a finished handler
+        # costs one test. asyncio's Event needs no running loop to be created.
+        self._freed = asyncio.Event()
+        self._wanted = False
+
+    @property
+    def free(self) -> int:
+        """Slots neither running a handler nor promised to a claim under way."""
+        return self.concurrency - self.running - self.reserved
+
+    def reset(self) -> None:
+        """A fresh wait for the consumer's next run (on its event loop)."""
+        self._freed = asyncio.Event()
+        self._wanted = False
+
+    async def wait(self) -> None:
+        """Wait until a handler ends (or a claim gives back what it did not use)."""
+        self._wanted = True
+        await self._freed.wait()
+
+    def wake(self) -> None:
+        """Wake every fetch loop waiting for a slot. Setting an asyncio event resolves every
+        waiter's future at once, so clearing it straight away loses none, and each waits
+        again only after :meth:`wait` anew."""
+        self._wanted = False
+        freed = self._freed
+        freed.set()
+        freed.clear()
+
+    def ended(self, shard: str, token: bytes, report: bool) -> None:
+        """A handler task ended (settled or not): its slot is free. ``report``: the
+        service reports metrics (the in_flight gauge)."""
+        self.running -= 1
+        self.started.pop((shard, token), None)
+        if report and self.set_in_flight is not None:
+            self.set_in_flight(self.running)
+        if self._wanted:
+            self.wake()
+
+
+class Fetcher:
+    """BRPOP, claims and group registration of one consumer (type and group)."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        metrics: ServiceMetrics,
+        settings: ConsumerSettings,
+        type_name: str,
+        group: str | None,
+        label: str,
+        slots: Slots,
+        settlement: Settlement,
+        flow: FlowWaits,
+        handle: Callable[[Claimed, int, str], Coroutine[Any, Any, None]],
+        on_registered: Callable[[], None] | None = None,
+    ):
+        self.type_name = type_name
+        self.group = group
+        self.label = label
+        self.stopping = False
+        self._store = store
+        self._metrics = metrics
+        self._s = settings
+        self._slots = slots
+        self._settlement = settlement
+        self._flow = flow
+        self._handle = handle
+        self._on_registered = on_registered  # called once its group is registered in Redis
 
     @property
     def max_deliveries(self) -> int:
         """Deliveries of an event to this consumer's group before it becomes a dead letter."""
         return 1 + self._s.retry_attempts
 
-    async def _register_group(self) -> None:
+    async def register_group(self) -> None:
         """Make a named group exist in Redis (durably) before fetching its events."""
         if self.group is None:
             return
-        backoff = 0.05
-        while not self._stopping:
+        retrying = Retrying()
+        while not self.stopping:
             try:
                 for shard in self._store.shards(self.type_name):
                     await self._store.register_type(shard)
@@ -84,56 +161,41 @@ class Fetching:
             except Exception as exc:  # loops never die: back off, go on
                 self._metrics.increment("redis_errors", event_type=self.type_name)
                 log.warning("%s: registering the group failed (%s)", self.label, exc)
-                await anyio.sleep(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF)
+                await retrying.sleep()
 
-    async def _wait_for_slot(self) -> None:
-        self._slot_wanted = True
-        await self._slot_freed.wait()
-
-    def _free_slot(self) -> None:
-        """Wake every fetcher waiting for a slot (a handler that ends calls it only
-        when one waits). Setting an asyncio event resolves every waiter's future at
-        once, so clearing it straight away loses none, and each waits again only
-        after setting ``_slot_wanted`` anew."""
-        self._slot_wanted = False
-        freed = self._slot_freed
-        freed.set()
-        freed.clear()
-
-    async def _fetch_all(self, handlers: HandlerTasks) -> None:
+    async def fetch_all(self, handlers: HandlerTasks) -> None:
         """One fetch loop per shard of the type; shards of a layout that appears later
         (a partition count being changed, as the scheduler's sweeps learn) join."""
         block = max(0.05, self._s.polling_timeout)
-        backoff = 0.05
-        while len(self._store.shards(self.type_name)) > 1 and not self._stopping:
+        retrying = Retrying()
+        while len(self._store.shards(self.type_name)) > 1 and not self.stopping:
             try:
                 await self._store.connect()
                 break
             except Exception as exc:  # loops never die: back off, go on
                 log.warning("%s: connecting failed (%s)", self.label, exc)
-                await anyio.sleep(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF)
+                await retrying.sleep()
         async with anyio.create_task_group() as fetchers:
             started: set[str] = set()
-            while not self._stopping:
+            while not self.stopping:
                 for shard in self._store.shards(self.type_name):
                     if shard not in started:
                         started.add(shard)
-                        self._n_shards = len(started)
+                        self._slots.shards = len(started)
                         fetchers.start_soon(self._fetch_loop, handlers, shard)
                 await anyio.sleep(block)  # in-process check only: no Redis command
 
     async def _fetch_loop(self, handlers: HandlerTasks, shard: str) -> None:
-        backoff = 0.05
+        retrying = Retrying(most=_FETCH_MAX_BACKOFF)
         leased = self._settlement.leased  # never replaced
+        slots = self._slots
         popped: list[bytes] = []  # a BRPOP'd entry whose claim has not gone through yet
         drain = False  # the last claim filled its share of the slots: more may be waiting
         block = max(0.05, self._s.polling_timeout)
-        while not self._stopping:
-            free = self.concurrency - self._running - self._reserved
+        while not self.stopping:
+            free = slots.free
             if free <= 0:
-                await self._wait_for_slot()
+                await slots.wait()
                 continue
             try:
                 if not popped and not drain:
@@ -142,44 +204,47 @@ class Fetching:
                         continue
                     popped.append(entry)
                     # other fetchers may have taken the slots while this one waited
-                    free = self.concurrency - self._running - self._reserved
+                    free = slots.free
                     if free <= 0:
                         continue
                 # each partition's claim takes its share of the free slots (all of
                 # them with one partition), so no partition is starved by another
-                share = max(len(popped), min(CLAIM_MAX, -(-free // self._n_shards)))
-                self._reserved += share
+                share = max(len(popped), min(CLAIM_MAX, -(-free // slots.shards)))
+                slots.reserved += share
                 # A claim that ran must be read to the end, or its events wait
                 # a whole lease for nothing: never cancel it half-way.
                 try:
                     with anyio.CancelScope(shield=True):
                         now_us, claimed, throttle = await self._store.claim_limited(
-                            shard, popped, share - len(popped), self._s.visibility_ms,
+                            shard,
+                            popped,
+                            share - len(popped),
+                            self._s.visibility_ms,
                             group=self.group,
-                        )  # fmt: skip
+                        )
                         popped = []
                         drain = len(claimed) >= share
                         for c in claimed:
-                            self._running += 1
+                            slots.running += 1
                             leased.add((shard, c.raw_id, c.token))
                             task = handlers.start_soon(self._handle, c, now_us, shard)
-                            self._started[shard, c.token] = (c.raw_id, now_us, shard, task)
+                            slots.started[shard, c.token] = (c.raw_id, now_us, shard, task)
                 finally:
-                    self._reserved -= share
-                    if self._n_shards > 1:  # a fetcher may wait for slots this claim left
-                        self._free_slot()
+                    slots.reserved -= share
+                    if slots.shards > 1:  # a fetcher may wait for slots this claim left
+                        slots.wake()
                 if claimed:
-                    if self._set_in_flight is None:
+                    if slots.set_in_flight is None:
                         self._bind_claim_metrics()
-                    assert self._count_delivered is not None and self._set_in_flight is not None
-                    self._count_delivered(len(claimed))
-                    self._set_in_flight(self._running)
-                if throttle is not None:  # flow limits held it back (delayq.flow.waits)
+                    assert slots.count_delivered is not None and slots.set_in_flight is not None
+                    slots.count_delivered(len(claimed))
+                    slots.set_in_flight(slots.running)
+                if throttle is not None:  # flow limits held it back (delayq.runtime.flow_waits)
                     await self._flow.wait(shard, throttle)
                     drain = True  # claim again without BRPOP: the entries are still there
                 elif self._flow.paused:
                     self._flow.claimed()
-                backoff = 0.05
+                retrying.reset()
             except Exception as exc:  # Redis down, connection killed, ...: back off, go on
                 drain = False
                 self._metrics.increment("redis_errors", event_type=self.type_name)
@@ -188,17 +253,16 @@ class Fetching:
                     self.label,
                     type(exc).__name__,
                     exc,
-                    backoff,
+                    retrying.delay,
                 )
-                await anyio.sleep(backoff)
-                backoff = min(backoff * 2, _FETCH_MAX_BACKOFF)
+                await retrying.sleep()
 
     def _bind_claim_metrics(self) -> None:
         view, name = self._metrics, self.type_name
-        self._count_delivered = view.bind_increment("delivered", name) or _ignore
+        self._slots.count_delivered = view.bind_increment("delivered", name) or _ignore
         # in_flight goes to the sink alone: the history recorder keeps no gauge but lateness
         in_flight = view.sink_only().bind_gauge("in_flight", name)
-        self._set_in_flight = in_flight or _ignore
+        self._slots.set_in_flight = in_flight or _ignore
 
 
 def _ignore(value: float) -> None:

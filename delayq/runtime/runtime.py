@@ -226,6 +226,17 @@ class Runtime:
             for (name, group), c in self.consumers.items()
         }
 
+    def clock_moved(self) -> None:
+        """Look at everything now (``delayq.testing.advance`` moved the store's clock): the
+        scheduler sweeps every type, the firer reads the schedules, waits for flow limits
+        end. Each loop's sleep was computed from the clock before the move."""
+        if self.scheduler is not None:
+            self.scheduler.wake()
+        if self.firer is not None:
+            self.firer.wake()
+        for consumer in self.consumers.values():
+            consumer.flow_waits.wake()
+
     # -- state -----------------------------------------------------------------------
 
     @property
@@ -309,8 +320,13 @@ class Runtime:
         if idle and idle > 0 and block > idle - 0.5:
             at_most = max(0.05, idle - 0.5)
             self._store.limit_block(at_most)
-            log.info("Redis closes connections idle for %d s (its timeout): consumers block "
-                     "%.2f s at a time instead of %.2f s", idle, at_most, block)  # fmt: skip
+            log.info(
+                "Redis closes connections idle for %d s (its timeout): consumers block "
+                "%.2f s at a time instead of %.2f s",
+                idle,
+                at_most,
+                block,
+            )
 
     async def _supervise(self, started: asyncio.Future[None]) -> None:
         assert self._closing is not None

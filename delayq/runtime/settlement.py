@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -33,6 +33,9 @@ _MAX_BACKOFF = 5.0
 ACK_MAX = 256
 # A stopping consumer gives its last acks at least this long, even with shutdown_grace=0.
 _MIN_ACK_FLUSH = 2.0
+
+# the outcome record of a handler that returned no value (delayq.results, MessagePack nil)
+_NO_VALUE = b"om\xc0"
 
 Lease = tuple[str, bytes, bytes]
 """One delivery's lease: (shard, id, claim token)."""
@@ -71,6 +74,7 @@ class Settlement:
         visibility_ms: int,
         retry_backoff: Backoff,
         shutdown_grace: float,
+        keep_results_ms: int | None = None,
     ):
         self._store = store
         self._metrics = metrics
@@ -80,6 +84,11 @@ class Settlement:
         self._visibility_ms = visibility_ms
         self._retry_backoff = retry_backoff
         self._shutdown_grace = shutdown_grace
+        # a type that keeps results: its acks go through ack_results with these records
+        self._keep_ms = keep_results_ms
+        self.results: dict[Lease, bytes] = {}
+        """Lease -> outcome record of an acked delivery (types with ``results=``):
+        filled by the consumer before it appends the lease to :attr:`acks`."""
         # (shard, id, token) of every delivery whose lease we hold, acked or not yet
         self.leased: set[Lease] = set()
         # the subset whose ack or fail call is under way: a renew racing it finds
@@ -101,6 +110,9 @@ class Settlement:
         Acks a previous run could not send are kept, with their leases, for this one.
         """
         self.leased.intersection_update(self.acks)  # in place: the consumer holds the set
+        if self.results:  # the outcome records of acks that were dropped go with them
+            kept = set(self.acks)
+            self.results = {lease: r for lease, r in self.results.items() if lease in kept}
         self._settling.clear()
         self.ack_wanted = asyncio.Event()
         if self.acks:  # the consumer only wakes the ack task when it adds the first ack
@@ -128,7 +140,7 @@ class Settlement:
             try:
                 code = await self._store.fail(
                     shard, c, dead=dead, delay_ms=delay_ms, error=error[:4000],
-                    group=self._group,
+                    group=self._group, keep_ms=self._keep_ms,
                 )  # fmt: skip
                 break
             except Exception as exc:
@@ -178,6 +190,9 @@ class Settlement:
                 self._acking = []
             self.leased.difference_update(settled)
             self._settling.difference_update(batch)
+            if self._keep_ms is not None:
+                for lease in settled:
+                    self.results.pop(lease, None)
             if unsettled:
                 # only these go again: a partition that took its acks is not held back by
                 # one whose node failed (nor are its acks sent twice and counted stale)
@@ -200,19 +215,12 @@ class Settlement:
             by_shard.setdefault(lease[0], []).append(lease)
         if len(by_shard) == 1:  # the common case, without a gather
             try:
-                outcomes: list[int | BaseException] = [
-                    await self._store.ack(
-                        batch[0][0], [(i, t) for _, i, t in batch], group=self._group
-                    )
-                ]
+                outcomes: list[int | BaseException] = [await self._ack_call(batch[0][0], batch)]
             except Exception as exc:
                 outcomes = [exc]
         else:
             outcomes = await asyncio.gather(
-                *(
-                    self._store.ack(s, [(i, t) for _, i, t in leases], group=self._group)
-                    for s, leases in by_shard.items()
-                ),
+                *(self._ack_call(s, leases) for s, leases in by_shard.items()),
                 return_exceptions=True,
             )
         settled: list[Lease] = []
@@ -235,6 +243,17 @@ class Settlement:
         if removed < len(settled):
             self._count_stale(len(settled) - removed, "acks")
         return settled, unsettled, error
+
+    def _ack_call(self, shard: str, leases: list[Lease]) -> Awaitable[int]:
+        """One partition's ack call; for a type that keeps results, with each delivery's
+        outcome record (ack_results.lua)."""
+        if self._keep_ms is None:
+            return self._store.ack(shard, [(i, t) for _, i, t in leases], group=self._group)
+        # every acked lease of such a type has its record (the consumer notes it first);
+        # a missing one would keep None rather than hold up the acks behind it
+        results = self.results
+        done = [(i, t, results.get((s, i, t), _NO_VALUE)) for s, i, t in leases]
+        return self._store.ack_results(shard, done, self._keep_ms, group=self._group)
 
     async def ack_loop(self) -> None:
         """The one task that sends acks, until :meth:`close_acks` and none are left.

@@ -9,11 +9,21 @@ from typing import Any
 
 from ..keys import PrefixKeys, TypeKeys
 from ..partitions.shards import layout_member, partition_of, shard_name
-from ..storage.store import ENQUEUE_CHUNK
+from ..storage.store import ENQUEUE_CHUNK, Enqueued
 from .clients import run_enqueue, shared_client
 from .validate import Checked, EnqueueJob
 
 __all__ = ["write_partition"]
+
+# the counts' column (kept, added, replaced, skipped) of each answer; a replace of an event
+# already fanned out to delivery groups, which this path does not do (EventService.enqueue_*
+# does), counts as kept
+_COLUMN: dict[int, int] = {
+    Enqueued.KEPT: 0,
+    Enqueued.ADDED: 1,
+    Enqueued.REPLACED: 2,
+    Enqueued.IN_LEDGER: 3,
+}
 
 
 def write_partition(
@@ -62,10 +72,7 @@ def write_partition(
                 )
             for codes in run_enqueue(client, keys, calls, script):
                 for code in codes:
-                    # 3: a replace of an event already fanned out to delivery groups,
-                    # which this path does not do (EventService.enqueue_* does): kept;
-                    # 4: the sink's ledger holds the id for this batch: skipped
-                    counts[{0: 0, 1: 1, 2: 2, 4: 3}.get(code, 0)] += 1
+                    counts[_COLUMN.get(code, 0)] += 1
 
     for ok, _, batch, _ in checked:
         if ok:

@@ -20,17 +20,12 @@ from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import ResponseError
 
-from .. import lua
 from ..errors import NotReplicatedError, error_code
-from ..keys import DEFAULT_GROUP, KeyView, PrefixKeys
+from ..keyspace.layout import KeyView, PrefixKeys
+from ..keyspace.scripts import SCRIPT_KEYS, keys_for, through
 
 # the logger of delayq.storage.store, whichever part of the store logs
 log = logging.getLogger("delayq.store")
-
-# How many keys of a group's view each per-type script takes (derived from the
-# scripts, see lua.key_count): only what it uses, so a type without groups
-# sends what it always sent.
-_KEY_COUNT = {name: lua.key_count(name) for name in lua.PER_TYPE}
 
 # redis-py refuses EVALSHA in cluster pipelines: there calls go this many at a time
 _CLUSTER_BATCH = 16
@@ -71,63 +66,61 @@ class StoreBase:
     replica_timeout_ms: int
     keys: PrefixKeys
     _type_keys: dict[tuple[str, str | None], KeyView]
-    _flow_views: dict[tuple[str, str | None], tuple[str, ...]]
+    # (script, shard, group, last key sent) -> the call's keys
+    _call_keys: dict[tuple[str, str, str | None, str | None], tuple[str, ...]]
     _scripts: dict[str, Script]
+    clock_offset_ms: int = 0
+    """How far ahead of Redis's clock the scripts run (tests only: ``set_clock_offset``)."""
 
-    def _k(self, type_name: str, group: str | None = None) -> KeyView:
+    def _k(self, shard: str, group: str | None = None) -> KeyView:
         """The keys of a group's view of a shard (``TypeKeys.view``; None: the default group)."""
-        keys = self._type_keys.get((type_name, group))
+        keys = self._type_keys.get((shard, group))
         if keys is None:
-            keys = self.keys.for_shard(type_name).view(group)
-            self._type_keys[type_name, group] = keys
-        return keys
-
-    def _flow_keys(self, type_name: str, group: str | None = None) -> tuple[str, ...]:
-        """A group's view of a shard, its flow limits (limits, wake), the type's dedup
-        marks, and the flow keys' state: KEYS[1..21] (see ``lua/_prelude.lua``)."""
-        keys = self._flow_views.get((type_name, group))
-        if keys is None:
-            tk = self.keys.for_shard(type_name)
-            keys = (*self._k(type_name, group), tk.limits(group), tk.wake(group), tk.dedup,
-                    tk.fkeys, *tk.key_lines(None if group == DEFAULT_GROUP else group))  # fmt: skip
-            self._flow_views[type_name, group] = keys
+            keys = self.keys.for_shard(shard).view(group)
+            self._type_keys[shard, group] = keys
         return keys
 
     def _script_keys(
-        self, script: str, type_name: str, group: str | None, n: int | None = None
-    ) -> Sequence[str]:
-        """The keys a per-type script takes (``lua.key_count``, or the first ``n``) for a
-        group of a shard."""
-        n = n or _KEY_COUNT[script]
-        if n > 13:
-            return self._flow_keys(type_name, group)[:n]
-        return self._k(type_name, group)[:n]
+        self, script: str, shard: str, group: str | None, last: str | None = None
+    ) -> tuple[str, ...]:
+        """The keys a per-type script takes (``keyspace.scripts.SCRIPT_KEYS``) for a group
+        of a shard; with ``last``, only those up to that name (a call that needs no more)."""
+        keys = self._call_keys.get((script, shard, group, last))
+        if keys is None:
+            names = SCRIPT_KEYS[script] if last is None else through(script, last)
+            keys = keys_for(names, self.keys.for_shard(shard).named(group))
+            self._call_keys[script, shard, group, last] = keys
+        return keys
 
-    def _read_keys(self, type_name: str, group: str | None) -> Sequence[str]:
-        """The keys of a read-only script: the type's ten (its default group's lists, no
-        retry schedules) for ``None``, else the group's read view (``TypeKeys.read_view``)."""
-        if group is None:
-            return self._k(type_name)[:10]
-        return self.keys.for_shard(type_name).read_view(group)
+    def _read_keys(self, script: str, shard: str, group: str | None) -> tuple[str, ...]:
+        """The keys of a read-only script: the type's own (its default group's lists) for
+        ``None``, else the group's read view (``TypeKeys.read_view``)."""
+        return keys_for(SCRIPT_KEYS[script], self.keys.for_shard(shard).named(group, read=True))
 
-    async def _read(
-        self, script: str, type_name: str, args: Sequence[Any], group: str | None
-    ) -> Any:
+    async def _read(self, script: str, shard: str, args: Sequence[Any], group: str | None) -> Any:
         """Run a read-only script on the type, or on one group of it (see :meth:`_read_keys`)."""
-        return await self._scripts[script](keys=self._read_keys(type_name, group), args=args)
+        keys = self._read_keys(script, shard, group)
+        return await self._scripts[script](keys=keys, args=args)
 
     async def _run(
         self,
         script: str,
-        type_name: str,
+        shard: str,
         args: Sequence[Any],
         *,
         group: str | None = None,
-        n: int | None = None,
+        last: str | None = None,
+        durable: bool = False,
     ) -> Any:
         """Run a per-type script on a group's view of a shard (None: the default group);
-        ``n``: give it only its first ``n`` keys (a call that needs fewer)."""
-        keys = self._script_keys(script, type_name, group, n)
+        ``last``: give it its keys only up to that name (a call that needs no more);
+        ``durable`` with ``min_replicas``: also wait for that many replicas to have it."""
+        if durable and self.min_replicas:
+            (reply,) = await self._pipelined(
+                script, shard, [args], wait=True, group=group, last=last
+            )
+            return reply
+        keys = self._script_keys(script, shard, group, last)
         return await self._scripts[script](keys=keys, args=args)
 
     async def _calls(
@@ -175,45 +168,30 @@ class StoreBase:
     async def _pipelined(
         self,
         script: str,
-        type_name: str,
+        shard: str,
         calls: Sequence[Sequence[Any]],
         *,
         wait: bool = False,
         group: str | None = None,
-        n: int | None = None,
+        last: str | None = None,
     ) -> list[Any]:
         """Run a per-type script once per ``args`` on one view, in one pipeline (one slot).
 
         With ``wait`` and ``min_replicas``, raise or warn (see :meth:`_replicated`)
         unless that many replicas confirm the calls.
         """
-        keys = self._script_keys(script, type_name, group, n)
+        keys = self._script_keys(script, shard, group, last)
         wait = wait and self.min_replicas > 0
         replies = await self._calls(script, [(keys, args) for args in calls], wait=wait)
         if wait:
-            self._replicated(int(replies.pop()), script, type_name)
+            self._replicated(int(replies.pop()), script, shard)
         return replies
 
-    async def _run_durable(
-        self,
-        script: str,
-        type_name: str,
-        args: Sequence[Any],
-        *,
-        group: str | None = None,
-        n: int | None = None,
-    ) -> Any:
-        """Run a script; with ``min_replicas``, also wait for that many replicas to have it."""
-        if not self.min_replicas:
-            return await self._run(script, type_name, args, group=group, n=n)
-        (reply,) = await self._pipelined(script, type_name, [args], wait=True, group=group, n=n)
-        return reply
-
-    def _replicated(self, replicas: int, script: str, type_name: str) -> None:
+    def _replicated(self, replicas: int, script: str, shard: str) -> None:
         if replicas >= self.min_replicas:
             return
         message = (
-            f"{type_name}: only {replicas} of the {self.min_replicas} replicas asked for "
+            f"{shard}: only {replicas} of the {self.min_replicas} replicas asked for "
             f"(min_replicas) confirmed the {script} within {self.replica_timeout_ms} ms; "
             "a failover now could undo it"
         )

@@ -4,7 +4,7 @@ Redis's clock and policy.
 
 Reads that take ``group`` show one delivery group of a type with groups: its
 lists, plus the type's schedule (events not fanned out yet, which every group
-gets) and the group's retries (see ``keys.TypeKeys.read_view``). Without
+gets) and the group's retries (see ``keyspace.layout.TypeKeys.read_view``). Without
 ``group`` they read the type's keys as always.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..keys import DEFAULT_GROUP
+from ..keyspace.groups import DEFAULT_GROUP, stored_group
 from .groups import DeliveryGroups
 from .layouts import Layouts
 from .records import (
@@ -54,16 +54,11 @@ class Browsing(Layouts, DeliveryGroups):
             at += len(shard_list)
         return result
 
-    def _counts_keys(self, type_name: str, group: str | None) -> Sequence[str]:
-        """``counts.lua``'s keys: the read keys (see :meth:`_read_keys`; the type's own
-        schedule stands in for a retry schedule it must not count), then the limits
-        HASH, for the paused flag, and the flow keys' lines (the next key's head)."""
-        tk = self.keys.for_shard(type_name)
-        if group is None:
-            view = self._k(type_name)
-            return (*view[:12], view.scheduled, tk.limits(), tk.key_lines()[0])
-        lines = tk.key_lines(None if group == DEFAULT_GROUP else group)[0]
-        return (*self._read_keys(type_name, group), tk.limits(group), lines)
+    def _counts_keys(self, shard: str, group: str | None) -> Sequence[str]:
+        """``counts.lua``'s keys: the read keys (see :meth:`_read_keys`: for the type's own
+        counts its schedule stands in for a retry schedule it must not count), with the
+        limits HASH, for the paused flag, and the flow keys' lines (the next key's head)."""
+        return self._read_keys("counts", shard, group)
 
     async def shard_counts(self, shard_list: Sequence[str]) -> list[QueueCounts]:
         """Counts of each shard on its own."""
@@ -75,15 +70,17 @@ class Browsing(Layouts, DeliveryGroups):
             replies = [int(x) for x in await pipe.execute()]
         return [
             QueueCounts(
-                scheduled=replies[4 * i], ready=replies[4 * i + 1],
-                in_flight=replies[4 * i + 2], dead=replies[4 * i + 3],
+                scheduled=replies[4 * i],
+                ready=replies[4 * i + 1],
+                in_flight=replies[4 * i + 2],
+                dead=replies[4 * i + 3],
             )
             for i in range(len(shard_list))
-        ]  # fmt: skip
+        ]
 
-    async def inspect(self, type_name: str, event_id: str) -> EventRecord:
+    async def inspect(self, shard: str, event_id: str) -> EventRecord:
         """Everything stored about one event, in one atomic read (in every delivery group)."""
-        r = await self._every_group("group_inspect", type_name, [event_id], ("inspect", [event_id]))
+        r = await self._every_group("group_inspect", shard, [event_id], ("inspect", [event_id]))
         if r[0] == b"groups":
             groups = {
                 _text(r[i]) or "": GroupEventRecord(
@@ -97,10 +94,17 @@ class Browsing(Layouts, DeliveryGroups):
                 for i in range(5, len(r), 7)
             }
             return EventRecord(
-                now_ms=int(r[1]), envelope=r[2] or None, scheduled_ms=_opt_int(r[3]),
-                queued_score=None, lease_deadline_ms=None, dead_at_ms=None, attempts=0,
-                error=None, groups=groups, pending=_int(r[4]),
-            )  # fmt: skip
+                now_ms=int(r[1]),
+                envelope=r[2] or None,
+                scheduled_ms=_opt_int(r[3]),
+                queued_score=None,
+                lease_deadline_ms=None,
+                dead_at_ms=None,
+                attempts=0,
+                error=None,
+                groups=groups,
+                pending=_int(r[4]),
+            )
         return EventRecord(
             now_ms=int(r[0]),
             envelope=r[1] or None,
@@ -113,11 +117,11 @@ class Browsing(Layouts, DeliveryGroups):
         )
 
     async def scheduled_page(
-        self, type_name: str, offset: int, limit: int, *, group: str | None = None
+        self, shard: str, offset: int, limit: int, *, group: str | None = None
     ) -> list[ScheduledRecord]:
         """Scheduled events ``offset .. offset+limit-1`` by due time, earliest first
         (with ``group``: the type's schedule and that group's retries, merged)."""
-        r = await self._read("scheduled_list", type_name, [offset, limit], group)
+        r = await self._read("scheduled_list", shard, [offset, limit], group)
         return [
             ScheduledRecord(
                 raw_id=r[i],
@@ -129,20 +133,21 @@ class Browsing(Layouts, DeliveryGroups):
             for i in range(0, len(r), 5)
         ]
 
-    async def group_counts(self, type_name: str, groups: Iterable[str]) -> dict[str, QueueCounts]:
+    async def group_counts(self, shard: str, groups: Iterable[str]) -> dict[str, QueueCounts]:
         """Counts per group (one read-only ``counts.lua`` per group, pipelined): ``scheduled``
         is the type's schedule plus the group's retries, ``backlog_age`` the group's."""
         names = sorted(groups)
         calls: list[tuple[Sequence[str], Sequence[Any]]] = [
-            (self._counts_keys(type_name, name), []) for name in names
+            (self._counts_keys(shard, name), []) for name in names
         ]
         replies = await self._calls("counts", calls)
         return {name: _counts(r) for name, r in zip(names, replies, strict=True)}
 
     async def server_time_ms(self) -> int:
-        """Redis's clock in ms (TIME): also a cheap check that Redis answers."""
+        """Redis's clock in ms (TIME), as the scripts see it: also a cheap check that Redis
+        answers."""
         seconds, micros = await self.redis.time()
-        return int(seconds) * 1000 + int(micros) // 1000
+        return int(seconds) * 1000 + int(micros) // 1000 + self.clock_offset_ms
 
     async def eviction_policy(self) -> str | None:
         """Redis's ``maxmemory-policy``, or None when CONFIG is not allowed."""
@@ -164,40 +169,43 @@ class Browsing(Layouts, DeliveryGroups):
             return None
 
     async def inflight_page(
-        self, type_name: str, offset: int, limit: int, *, group: str | None = None
+        self, shard: str, offset: int, limit: int, *, group: str | None = None
     ) -> tuple[int, list[tuple[bytes, int, int]]]:
         """Redis's time (ms) and ``(id, lease deadline ms, attempts)`` of in-flight events
         (of ``group``; the default group's without)."""
-        r = await self._read("inflight_list", type_name, [offset, limit], group)
+        r = await self._read("inflight_list", shard, [offset, limit], group)
         page = [(r[i], int(float(r[i + 1])), _int(r[i + 2])) for i in range(1, len(r), 3)]
         return int(r[0]), page
 
     async def due_histogram(
-        self, type_name: str, bounds_ms: Sequence[int], *, group: str | None = None
+        self, shard: str, bounds_ms: Sequence[int], *, group: str | None = None
     ) -> tuple[int, list[int]]:
         """Redis's time (ms) and scheduled counts per due-time range (see due_histogram.lua;
         with ``group``, the group's retries count too)."""
-        r = await self._read("due_histogram", type_name, list(bounds_ms), group)
+        r = await self._read("due_histogram", shard, list(bounds_ms), group)
         return int(r[0]), [int(x) for x in r[1:]]
 
     async def ready_page(
-        self, type_name: str, offset: int, limit: int, *, group: str | None = None
+        self, shard: str, offset: int, limit: int, *, group: str | None = None
     ) -> tuple[int, list[ReadyRecord]]:
         """Redis's time (ms) and ready events ``offset .. offset+limit-1`` in the order
         consumers get them (of ``group``; the type's default group without)."""
-        r = await self._read("ready_list", type_name, [offset, limit], group)
+        r = await self._read("ready_list", shard, [offset, limit], group)
         page = [
             ReadyRecord(
-                raw_id=r[i], score=float(r[i + 1]), envelope=r[i + 2] or None,
-                attempts=_int(r[i + 3]), error=_text(r[i + 4]),
+                raw_id=r[i],
+                score=float(r[i + 1]),
+                envelope=r[i + 2] or None,
+                attempts=_int(r[i + 3]),
+                error=_text(r[i + 4]),
             )
             for i in range(1, len(r), 5)
-        ]  # fmt: skip
+        ]
         return int(r[0]), page
 
     async def dead_find(
         self,
-        type_name: str,
+        shard: str,
         needle: str,
         offset: int,
         scan: int,
@@ -207,30 +215,37 @@ class Browsing(Layouts, DeliveryGroups):
     ) -> tuple[int, list[DeadRecord]]:
         """Dead letters whose error contains ``needle`` (lower case) among the ``scan`` from
         position ``offset``: where to continue, and up to ``limit`` matches (dead_find.lua)."""
-        r = await self._read("dead_find", type_name, [offset, scan, limit, needle], group)
+        r = await self._read("dead_find", shard, [offset, scan, limit, needle], group)
         found = [
             DeadRecord(
-                raw_id=r[i], failed_at_ms=int(float(r[i + 1])), envelope=r[i + 2] or None,
-                attempts=_int(r[i + 3]), error=_text(r[i + 4]) or "",
+                raw_id=r[i],
+                failed_at_ms=int(float(r[i + 1])),
+                envelope=r[i + 2] or None,
+                attempts=_int(r[i + 3]),
+                error=_text(r[i + 4]) or "",
             )
             for i in range(1, len(r), 5)
-        ]  # fmt: skip
+        ]
         return int(r[0]), found
 
-    def id_sets(self, type_name: str, groups: Sequence[str]) -> list[tuple[str, str, str]]:
+    def id_sets(self, shard: str, groups: Sequence[str]) -> list[tuple[str, str, str]]:
         """``(state, group, key)`` of each sorted set that holds a shard's event ids by state:
         the type's own sets, then each named group's (the default group's retries too)."""
-        k = self._k(type_name)
-        sets = [("scheduled", DEFAULT_GROUP, k[1]), ("ready", DEFAULT_GROUP, k[3]),
-                ("in_flight", DEFAULT_GROUP, k[4]), ("dead", DEFAULT_GROUP, k[8])]  # fmt: skip
-        tk = self.keys.for_shard(type_name)
+        k = self._k(shard)
+        states = (
+            ("scheduled", "scheduled"),
+            ("ready", "queued"),
+            ("in_flight", "inflight"),
+            ("dead", "dead"),
+        )
+        sets = [(state, DEFAULT_GROUP, getattr(k, name)) for state, name in states]
+        tk = self.keys.for_shard(shard)
         for group in groups:
-            g = tk.group_keys(group)
-            if group == DEFAULT_GROUP:
-                sets.append(("scheduled", group, g[0]))
+            if stored_group(group) is None:  # the type's own sets, listed above, and its retries
+                sets.append(("scheduled", group, tk.view().retries))
                 continue
-            for state, i in (("scheduled", 0), ("ready", 2), ("in_flight", 3), ("dead", 7)):
-                sets.append((state, group, g[i]))
+            view = tk.view(group)
+            sets.extend((state, group, getattr(view, name)) for state, name in states)
         return sets
 
     async def scan_ids(

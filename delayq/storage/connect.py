@@ -22,7 +22,7 @@ from redis.asyncio.sentinel import Sentinel
 from redis.backoff import EqualJitterBackoff, NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from ..retry import delay_seconds
+from ..durations import delay_seconds
 from .breaker import BreakingCluster
 from .sentinel import CheckedSentinelPool, SentinelWatch
 
@@ -213,9 +213,13 @@ def sentinel_clients(
         # no retries on a sentinel (redis-py's default is 10, up to seconds on one that is
         # down): asking for the master moves on to the next sentinel at once, and the
         # failover watch resubscribes by itself
-        sentinel_kwargs={"socket_timeout": 2.0, "socket_connect_timeout": 2.0,
-                         "retry": no_retry(), **(sentinel_kwargs or {})},
-    )  # fmt: skip
+        sentinel_kwargs={
+            "socket_timeout": 2.0,
+            "socket_connect_timeout": 2.0,
+            "retry": no_retry(),
+            **(sentinel_kwargs or {}),
+        },
+    )
     # the same retries as on one Redis: a command cut by the failover fence reconnects
     # through the fence, which holds it until the new master is confirmed (not a retry)
     options = {

@@ -13,10 +13,10 @@ class DeadLetters(StoreBase):
     """The dead letters of one group of a type."""
 
     async def dead_letters(
-        self, type_name: str, offset: int, limit: int, *, group: str | None = None
+        self, shard: str, offset: int, limit: int, *, group: str | None = None
     ) -> list[DeadRecord]:
         """Dead letters of one type (and group), oldest first."""
-        r = await self._run("dead_list", type_name, [offset, limit], group=group)
+        r = await self._run("dead_list", shard, [offset, limit], group=group)
         return [
             DeadRecord(
                 raw_id=r[i],
@@ -28,20 +28,18 @@ class DeadLetters(StoreBase):
             for i in range(0, len(r), 5)
         ]
 
-    async def dead_ids(
-        self, type_name: str, count: int, *, group: str | None = None
-    ) -> list[bytes]:
+    async def dead_ids(self, shard: str, count: int, *, group: str | None = None) -> list[bytes]:
         """The ``count`` oldest dead-letter ids."""
-        key = self._k(type_name, group).dead
+        key = self._k(shard, group).dead
         return cast(list[bytes], await self.redis.zrange(key, 0, count - 1))
 
-    async def dead_count(self, type_name: str, *, group: str | None = None) -> int:
+    async def dead_count(self, shard: str, *, group: str | None = None) -> int:
         """How many dead letters a group of the type has."""
-        return int(await self.redis.zcard(self._k(type_name, group).dead))
+        return int(await self.redis.zcard(self._k(shard, group).dead))
 
     async def requeue_dead(
         self,
-        type_name: str,
+        shard: str,
         ids: Sequence[str | bytes],
         delay_ms: int,
         *,
@@ -50,13 +48,13 @@ class DeadLetters(StoreBase):
         """Schedule dead letters again after ``delay_ms`` (for their group alone); return how many."""
         if not ids:
             return 0
-        args = [delay_ms, self.keys.wakeup_channel, type_name, *ids]
-        return int(await self._run("dead_requeue", type_name, args, group=group))
+        args = [delay_ms, self.keys.wakeup_channel, shard, *ids]
+        return int(await self._run("dead_requeue", shard, args, group=group))
 
     async def purge_dead(
-        self, type_name: str, ids: Sequence[str | bytes], *, group: str | None = None
+        self, shard: str, ids: Sequence[str | bytes], *, group: str | None = None
     ) -> int:
         """Delete dead letters; return how many."""
         if not ids:
             return 0
-        return int(await self._run("dead_purge", type_name, list(ids), group=group))
+        return int(await self._run("dead_purge", shard, list(ids), group=group))

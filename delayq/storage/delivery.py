@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import cast
+from typing import Any, cast
 
 from .base import StoreBase, log
 from .records import Claimed, Throttle
@@ -30,16 +30,16 @@ class Deliveries(StoreBase):
         self._block_at_most = seconds
 
     async def pop_ready(
-        self, type_name: str, timeout: float, *, group: str | None = None
+        self, shard: str, timeout: float, *, group: str | None = None
     ) -> bytes | None:
         """Block up to ``timeout`` seconds for one ready entry of a group (BRPOP)."""
         timeout = min(timeout, self._block_at_most)
-        reply = await self.blocking.brpop([self._k(type_name, group).ready], timeout=timeout)
+        reply = await self.blocking.brpop([self._k(shard, group).ready], timeout=timeout)
         return None if reply is None else cast(bytes, reply[1])
 
     async def claim(
         self,
-        type_name: str,
+        shard: str,
         popped: Sequence[bytes],
         more: int,
         visibility_ms: int,
@@ -51,13 +51,13 @@ class Deliveries(StoreBase):
         Returns Redis's time in µs and the events now leased to the caller.
         """
         now_us, claimed, _ = await self.claim_limited(
-            type_name, popped, more, visibility_ms, group=group
+            shard, popped, more, visibility_ms, group=group
         )
         return now_us, claimed
 
     async def claim_limited(
         self,
-        type_name: str,
+        shard: str,
         popped: Sequence[bytes],
         more: int,
         visibility_ms: int,
@@ -68,21 +68,21 @@ class Deliveries(StoreBase):
 
         Entries the limits did not allow went back to the ready list, in order.
         """
-        # a flow key's marker ("k:<key>", claim.lua) needs the flow keys' five keys too
-        # (a claim without them puts a marker it pops back); a type that never showed
-        # one sends what it always sent
-        keyed = (type_name, group) in self._keyed_claims
+        # a flow key's marker ("k:<key>", claim.lua) needs the flow keys' state too (a
+        # claim without it puts a marker it pops back); a type that never showed one
+        # sends its keys only up to the limits
+        keyed = (shard, group) in self._keyed_claims
         # one C-level search, no generator per entry (a plain id containing "\0k:" only
         # makes the claim send the five keys too: harmless)
         if not keyed and (b"\0" + b"\0".join(popped)).find(b"\0k:") >= 0:
             keyed = True
-            self._keyed_claims.add((type_name, group))
+            self._keyed_claims.add((shard, group))
         # with min_replicas the claim waits for the replicas too (WAIT): a handler runs on a
         # claim the next master has. A claim the old master alone took is undone by a
         # failover, and its event runs again there (the ack finds no lease of its own)
-        r = await self._run_durable(
-            "claim", type_name, [visibility_ms, more, *popped], group=group, n=21 if keyed else None
-        )
+        last = None if keyed else "limits"
+        args = [visibility_ms, more, *popped]
+        r = await self._run("claim", shard, args, group=group, last=last, durable=True)
         throttle = None
         head = r[0]
         if isinstance(head, list):
@@ -103,23 +103,21 @@ class Deliveries(StoreBase):
             missing = [c.raw_id for c in claimed if c.attempt == 0]
             log.warning(
                 "%s: dropped %d queued ids that have no stored event: %s",
-                type_name,
+                shard,
                 len(missing),
                 [m.decode("utf-8", "replace") for m in missing[:10]],
             )
             claimed = [c for c in claimed if c.attempt != 0]
         return int(head), claimed, throttle
 
-    async def wait_for_flow(
-        self, type_name: str, timeout: float, *, group: str | None = None
-    ) -> bool:
+    async def wait_for_flow(self, shard: str, timeout: float, *, group: str | None = None) -> bool:
         """Block up to ``timeout`` s for a wake-up token of a flow-limited group (an ack freed
         a slot, the limits changed); True when one came."""
-        key = self.keys.for_shard(type_name).wake(group)
+        key = self.keys.for_shard(shard).wake(group)
         return await self.blocking.blpop([key], timeout=max(0.02, timeout)) is not None
 
     async def ack(
-        self, type_name: str, done: Iterable[tuple[bytes, bytes]], *, group: str | None = None
+        self, shard: str, done: Iterable[tuple[bytes, bytes]], *, group: str | None = None
     ) -> int:
         """Settle deliveries whose handlers succeeded; stale tokens are ignored.
 
@@ -128,14 +126,33 @@ class Deliveries(StoreBase):
         args = [x for pair in done for x in pair]
         if not args:
             return 0
-        # a keyed delivery's token is "<n>|<key>": its ack frees the key's slot (KEYS[17..21])
-        # (one find over the joined tokens: bytes' `in` builds a TypeError per call)
-        n = 21 if b"".join(args[1::2]).find(b"|") >= 0 else 16
-        return int(await self._run_durable("ack", type_name, args, group=group, n=n))
+        # a keyed delivery's token is "<n>|<key>": its ack frees the key's slot (the flow
+        # keys' state) (one find over the joined tokens: bytes' `in` builds a TypeError per
+        # call); the others send their keys only up to the dedup marks
+        keyed = b"".join(args[1::2]).find(b"|") >= 0
+        last = None if keyed else "dedup"
+        return int(await self._run("ack", shard, args, group=group, last=last, durable=True))
+
+    async def ack_results(
+        self,
+        shard: str,
+        done: Iterable[tuple[bytes, bytes, bytes]],
+        keep_ms: int,
+        *,
+        group: str | None = None,
+    ) -> int:
+        """:meth:`ack` for a type that keeps results: ``done`` holds (id, token, outcome
+        record) triples; each record is kept ``keep_ms`` in the step that removes its event
+        (ack_results.lua)."""
+        args: list[Any] = [keep_ms, self.keys.results_channel, shard]
+        args += [x for triple in done for x in triple]
+        if len(args) == 3:
+            return 0
+        return int(await self._run("ack_results", shard, args, group=group, durable=True))
 
     async def renew(
         self,
-        type_name: str,
+        shard: str,
         leases: Iterable[tuple[bytes, bytes]],
         visibility_ms: int,
         *,
@@ -145,26 +162,33 @@ class Deliveries(StoreBase):
         args = [x for pair in leases for x in pair]
         if not args:
             return []
-        return list(await self._run("renew", type_name, [visibility_ms, *args], group=group))
+        return list(await self._run("renew", shard, [visibility_ms, *args], group=group))
 
     async def fail(
         self,
-        type_name: str,
+        shard: str,
         claimed: Claimed,
         *,
         dead: bool,
         delay_ms: int,
         error: str,
         group: str | None = None,
+        keep_ms: int | None = None,
     ) -> int:
-        """Retry after ``delay_ms`` or dead-letter; 0 when the lease was no longer ours."""
-        args = [
+        """Retry after ``delay_ms`` or dead-letter; 0 when the lease was no longer ours.
+
+        ``keep_ms`` (a type that keeps results): a dead letter also keeps its error as the
+        event's outcome that long."""
+        args: list[Any] = [
             claimed.raw_id,
             claimed.token,
             "dead" if dead else "retry",
             delay_ms,
             error,
             self.keys.wakeup_channel,
-            type_name,
+            shard,
         ]
-        return int(await self._run("fail", type_name, args, group=group))
+        if keep_ms is None:
+            return int(await self._run("fail", shard, args, group=group, last="krun"))
+        args += [keep_ms, self.keys.results_channel]
+        return int(await self._run("fail", shard, args, group=group))

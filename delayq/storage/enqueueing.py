@@ -13,6 +13,7 @@ from ..errors import QueueFullError, RedisResponseError, error_code
 from ..flow.dedup import Dedup
 from .groups import DeliveryGroups
 from .layouts import Layouts
+from .records import Enqueued
 
 # Enqueue sends at most this many events per script call: keeps each call
 # well under a millisecond of Redis time.
@@ -38,7 +39,7 @@ class Enqueueing(Layouts, DeliveryGroups):
 
     async def enqueue(
         self,
-        type_name: str,
+        shard: str,
         items: Sequence[tuple[str, bytes, int]],
         *,
         absolute: bool,
@@ -49,8 +50,8 @@ class Enqueueing(Layouts, DeliveryGroups):
 
         ``keys``: a flow key per item (None: none), or None when no item has one.
 
-        Codes: 1 added, 0 kept (the id exists, or unique_for refused it), 2
-        replaced. ``ms`` is a delay or, with ``absolute``, a unix time in ms.
+        Codes: :class:`~delayq.storage.records.Enqueued` (ADDED, KEPT: the id exists or
+        unique_for refused it, REPLACED). ``ms`` is a delay or, with ``absolute``, a unix time in ms.
         ``replace`` may be a :class:`~delayq.flow.dedup.Dedup` mode. Chunks are pipelined.
 
         Single-event calls made concurrently (say, a hundred request handlers
@@ -61,14 +62,15 @@ class Enqueueing(Layouts, DeliveryGroups):
         """
         if len(items) != 1:
             return await self._enqueue_now(
-                type_name, items, absolute=absolute, replace=replace, keys=keys
+                shard, items, absolute=absolute, replace=replace, keys=keys
             )
-        key = (type_name, absolute, replace)
+        key = (shard, absolute, replace)
         batch = self._batches.get(key)
         if batch is None:
             batch = self._batches[key] = _Batch()
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        batch.pending.append((items[0], keys[0] if keys else None, future))
+        (flow_key,) = keys if keys else (None,)  # the one item's flow key
+        batch.pending.append((items[0], flow_key, future))
         if batch.task is None:
             batch.task = asyncio.create_task(self._flush(key, batch))
         return [await future]
@@ -81,7 +83,7 @@ class Enqueueing(Layouts, DeliveryGroups):
 
     async def _flush(self, key: tuple[str, bool, bool | Dedup], batch: _Batch) -> None:
         """Send coalesced single-event enqueues until none are waiting."""
-        type_name, absolute, replace = key
+        shard, absolute, replace = key
         sending: list[tuple[tuple[str, bytes, int], str | None, asyncio.Future[int]]] = []
         try:
             await asyncio.sleep(0)  # the callers of this loop iteration join the first call
@@ -94,9 +96,12 @@ class Enqueueing(Layouts, DeliveryGroups):
                 keyed = [key for _, key, _ in sending]
                 try:
                     codes = await self._enqueue_now(
-                        type_name, [item for item, _, _ in sending], absolute=absolute,
-                        replace=replace, keys=keyed if any(keyed) else None,
-                    )  # fmt: skip
+                        shard,
+                        [item for item, _, _ in sending],
+                        absolute=absolute,
+                        replace=replace,
+                        keys=keyed if any(keyed) else None,
+                    )
                 except Exception as exc:
                     for _, _, future in sending:
                         if not future.done():
@@ -116,7 +121,7 @@ class Enqueueing(Layouts, DeliveryGroups):
 
     async def _enqueue_now(
         self,
-        type_name: str,
+        shard: str,
         items: Sequence[tuple[str, bytes, int]],
         *,
         absolute: bool,
@@ -126,14 +131,14 @@ class Enqueueing(Layouts, DeliveryGroups):
         """Enqueue now (not coalesced); Redis out of memory raises :class:`QueueFullError`."""
         try:
             return await self._send_enqueue(
-                type_name, items, absolute=absolute, replace=replace, keys=keys
+                shard, items, absolute=absolute, replace=replace, keys=keys
             )
         except RedisResponseError as exc:
             if error_code(exc) != "OOM":  # by code: the message differs between servers
                 raise
             raise QueueFullError(
                 f"Redis is out of memory (used memory > maxmemory, policy noeviction): "
-                f"{type_name} events were not enqueued"
+                f"{shard} events were not enqueued"
                 + (
                     ""
                     if len(items) <= ENQUEUE_CHUNK
@@ -145,7 +150,7 @@ class Enqueueing(Layouts, DeliveryGroups):
 
     async def _send_enqueue(
         self,
-        type_name: str,
+        shard: str,
         items: Sequence[tuple[str, bytes, int]],
         *,
         absolute: bool,
@@ -153,17 +158,17 @@ class Enqueueing(Layouts, DeliveryGroups):
         keys: Sequence[str | None] | None = None,
     ) -> list[int]:
         """One script call per chunk of ``ENQUEUE_CHUNK`` items, pipelined."""
-        await self.register_type(type_name)
+        await self.register_type(shard)
         # "<replace>:<call id>:<chunk no>": the call id lets the script tell
         # a retried chunk from a new call that encoded identical bytes.
         # a dedup mode ("d<ms>", "u<ms>") needs the dedup key too; the plain modes
         # send the keys they always sent
         dedup = isinstance(replace, Dedup)
         keyed = keys is not None and any(keys)
-        # flow keys need KEYS[17..21] (fkeys, and the lines their events wait in); so
-        # does a replace (the replaced event may have had a key); a plain keep-first
-        # enqueue sends the 13 it always sent
-        n = None if dedup or keyed or replace else 13
+        # flow keys need fkeys and the lines their events wait in; so does a replace (the
+        # replaced event may have had a key); a plain keep-first enqueue sends its keys
+        # only up to the group's retries, as it always did
+        last = None if dedup or keyed or replace else "retries"
         mode_flag = replace.flag if isinstance(replace, Dedup) else "1" if replace else "0"
         flags = f"{mode_flag}:{uuid.uuid4().hex}"
         chunks = [items[i : i + ENQUEUE_CHUNK] for i in range(0, len(items), ENQUEUE_CHUNK)]
@@ -191,44 +196,49 @@ class Enqueueing(Layouts, DeliveryGroups):
         calls = [
             [
                 mode,
-                f"{flags}:{n}",
+                f"{flags}:{number}",
                 self.keys.wakeup_channel,
-                type_name,
-                packed[n - 1],
+                shard,
+                packed[number - 1],
                 b"".join([env for _, env, _ in chunk]),
             ]
-            for n, chunk in enumerate(chunks, 1)
+            for number, chunk in enumerate(chunks, 1)
         ]
         if len(calls) == 1:
-            codes = [int(c) for c in await self._run_durable("enqueue", type_name, calls[0], n=n)]
+            reply = await self._run("enqueue", shard, calls[0], last=last, durable=True)
+            codes = [int(c) for c in reply]
         else:
-            replies = await self._pipelined("enqueue", type_name, calls, wait=True, n=n)
+            replies = await self._pipelined("enqueue", shard, calls, wait=True, last=last)
             codes = [int(c) for reply in replies for c in reply]
-        if 3 in codes:  # replaces of events already fanned out to delivery groups
+        if Enqueued.FANNED_OUT in codes:  # replaces of events already fanned out to groups
             for i, code in enumerate(codes):
-                if code == 3:
-                    codes[i] = await self._replace_fanned(type_name, items[i], absolute)
+                if code == Enqueued.FANNED_OUT:
+                    codes[i] = await self._replace_fanned(shard, items[i], absolute)
         return codes
 
     async def _replace_fanned(
-        self, type_name: str, item: tuple[str, bytes, int], absolute: bool
+        self, shard: str, item: tuple[str, bytes, int], absolute: bool
     ) -> int:
-        """Replace one event for every group that still holds it; 2 replaced, 1 added."""
+        """Replace one event for every group that still holds it: REPLACED or ADDED."""
         event_id, envelope, ms = item
-        args = [event_id, envelope, ms, "at" if absolute else "delay",
-                self.keys.wakeup_channel, type_name]  # fmt: skip
-        reply = await self._every_group("group_replace", type_name, args)
+        args = [
+            event_id,
+            envelope,
+            ms,
+            "at" if absolute else "delay",
+            self.keys.wakeup_channel,
+            shard,
+        ]
+        reply = await self._every_group("group_replace", shard, args)
         if reply is None:  # the groups were all removed meanwhile: an ordinary replace
-            (code,) = await self._enqueue_now(type_name, [item], absolute=absolute, replace=True)
+            (code,) = await self._enqueue_now(shard, [item], absolute=absolute, replace=True)
             return code
         return int(reply)
 
-    async def cancel(self, type_name: str, event_id: str) -> bool:
+    async def cancel(self, shard: str, event_id: str) -> bool:
         """Remove a pending event (for every delivery group); True when one was removed.
 
         Dead letters stay (see :meth:`purge_dead`).
         """
-        reply = await self._every_group(
-            "group_cancel", type_name, [event_id], ("cancel", [event_id])
-        )
+        reply = await self._every_group("group_cancel", shard, [event_id], ("cancel", [event_id]))
         return bool(reply)

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from typing import cast
 
 from ..flow.limits import FlowLimits, split_concurrency, split_rate
-from ..partitions.shards import parse_shard
-from ..partitions.shards import shards as layout_shards
+from ..keyspace.shards import parse_shard
+from ..keyspace.shards import shards as layout_shards
 from .base import log
 from .groups import DeliveryGroups
 from .layouts import Layouts
@@ -23,17 +23,17 @@ from .layouts import Layouts
 class FlowLimitsStore(Layouts, DeliveryGroups):
     """The limits HASH of a type or group (``{p:T}:limits``); ``lua/claim.lua`` enforces it."""
 
-    async def read_limits(self, type_name: str, group: str | None = None) -> dict[bytes, bytes]:
+    async def read_limits(self, shard: str, group: str | None = None) -> dict[bytes, bytes]:
         """The stored fields of a shard's (group's) limits; empty when none is set."""
-        key = self.keys.for_shard(type_name).limits(group)
+        key = self.keys.for_shard(shard).limits(group)
         return cast(dict[bytes, bytes], await self.redis.hgetall(key))
 
     async def change_limits(
-        self, type_name: str, changes: Mapping[str, str], group: str | None = None
+        self, shard: str, changes: Mapping[str, str], group: str | None = None
     ) -> dict[bytes, bytes]:
         """Set fields (an empty value deletes one) in one atomic step and wake waiting
         consumers; returns the fields now stored."""
-        tk = self.keys.for_shard(type_name)
+        tk = self.keys.for_shard(shard)
         args = [x for pair in changes.items() for x in pair]
         reply = await self._scripts["limits_set"](
             keys=[tk.limits(group), tk.wake(group)], args=args
@@ -74,8 +74,10 @@ class FlowLimitsStore(Layouts, DeliveryGroups):
                 log.warning(
                     "%s: concurrency %d is below its %d shards (partitions of every layout "
                     "in use): each shard gets 1 until the partition count change is done",
-                    type_name, limits.concurrency, n,
-                )  # fmt: skip
+                    type_name,
+                    limits.concurrency,
+                    n,
+                )
             paused = "1" if limits.paused else ""
             changes = [
                 {**c, **r, "paused": paused}
@@ -112,11 +114,11 @@ class FlowLimitsStore(Layouts, DeliveryGroups):
             await self.spread_limits(type_name, fields)
 
     async def key_backlog(
-        self, type_name: str, group: str | None, scan: int
+        self, shard: str, group: str | None, scan: int
     ) -> tuple[int, int, list[tuple[str, int, int, int]]]:
         """Keys in rotation, parked keys, and ``(key, ready, running, parked_until_ms)``
         for up to ``scan`` keys with work (``key_backlog.lua``; docs/FLOW.md)."""
-        r = await self._run("key_backlog", type_name, [scan], group=group)
+        r = await self._run("key_backlog", shard, [scan], group=group)
         rows = [
             (r[i].decode("utf-8", "replace"), int(r[i + 1]), int(r[i + 2]), int(r[i + 3]))
             for i in range(2, len(r), 4)

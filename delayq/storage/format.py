@@ -18,14 +18,14 @@ meets one of three cases:
   release notes first; refused the same way.
 
 A prefix used before the number existed holds format 1 (the layout of 0.1.0); the key is
-absent there until a service starts. The key's name is built here rather than in
-``delayq.keys`` to keep this check in one small module.
+absent there until a service starts (its name: ``PrefixKeys.format``).
 """
 
 from __future__ import annotations
 
 from .._version import __version__
 from ..errors import FormatVersionError, RedisError
+from ..keyspace.layout import PrefixKeys
 from .base import StoreBase, log
 
 __all__ = ["FORMAT", "OLDEST_READ", "FormatVersions", "format_key"]
@@ -38,7 +38,7 @@ OLDEST_READ = 1
 
 def format_key(prefix: str) -> str:
     """The key holding the prefix's stored-data format (tag ``{prefix}``, as the type set)."""
-    return f"{{{prefix}}}:format"
+    return PrefixKeys(prefix).format
 
 
 class FormatVersions(StoreBase):
@@ -51,7 +51,7 @@ class FormatVersions(StoreBase):
         None when Redis could not be asked (down, or an ACL without the key): the service
         starts as it always did and its loops report the error; nothing is refused then.
         """
-        key = format_key(self.keys.prefix)
+        key = self.keys.format
         # SET NX then GET, in that order on one connection: the GET sees our write or the
         # earlier one (SET NX ... GET needs Redis 7; this works on 6.2). No MULTI: the
         # ACL line of docs/RELIABILITY.md allows SET and GET, not MULTI/EXEC

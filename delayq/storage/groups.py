@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..keys import DEFAULT_GROUP
+from ..keyspace.scripts import SCRIPT_KEYS
 from .base import StoreBase
 from .records import _int
 
@@ -19,30 +19,26 @@ class DeliveryGroups(StoreBase):
     # looked yet). Scripts that need every group's keys say when it is stale.
     _groups: dict[str, tuple[str, ...]]
 
-    def _remember_groups(self, type_name: str, names: Sequence[Any]) -> tuple[str, ...] | None:
+    def _remember_groups(self, shard: str, names: Sequence[Any]) -> tuple[str, ...] | None:
         groups = tuple(sorted(n.decode() if isinstance(n, bytes) else str(n) for n in names))
         if groups:
-            self._groups[type_name] = groups
+            self._groups[shard] = groups
             return groups
-        self._groups.pop(type_name, None)
+        self._groups.pop(shard, None)
         return None
 
-    def _group_call(self, type_name: str, groups: Sequence[str]) -> tuple[list[str], list[Any]]:
-        """Keys and leading arguments of a script in ``lua.GROUPED`` for ``groups``."""
-        tk = self.keys.for_shard(type_name)
-        keys = list(self._k(type_name))
-        for group in groups:
-            keys.extend(tk.group_keys(group))
-        # then each group's flow-key state and the type's fkeys (see _groups.lua)
-        for group in groups:
-            keys.extend(tk.key_lines(None if group == DEFAULT_GROUP else group))
-        keys.append(tk.fkeys)
+    def _group_call(
+        self, script: str, shard: str, groups: Sequence[str]
+    ) -> tuple[list[str], list[Any]]:
+        """Keys and leading arguments of a script in ``keyspace.scripts.GROUPED`` for
+        ``groups`` (see ``TypeKeys.group_call``)."""
+        keys = self.keys.for_shard(shard).group_call(SCRIPT_KEYS[script], groups)
         return keys, [len(groups), *groups]
 
     async def _every_group(
         self,
         script: str,
-        type_name: str,
+        shard: str,
         args: Sequence[Any],
         ungrouped: tuple[str, Sequence[Any]] | None = None,
     ) -> Any:
@@ -54,38 +50,36 @@ class DeliveryGroups(StoreBase):
         process makes the script answer ``stale`` with the registered groups:
         the call is made again with those, so the move never misses a group.
         """
-        groups = self._groups.get(type_name)
+        groups = self._groups.get(shard)
         if groups is None and ungrouped is None:
-            groups = self._remember_groups(
-                type_name, await self.redis.hkeys(self._k(type_name).groups)
-            )
+            groups = self._remember_groups(shard, await self.redis.hkeys(self._k(shard).groups))
             if groups is None:
                 return None
         for _ in range(20):
             if groups is None:
                 assert ungrouped is not None
-                reply = await self._run(ungrouped[0], type_name, ungrouped[1])
+                reply = await self._run(ungrouped[0], shard, ungrouped[1])
             else:
-                keys, lead = self._group_call(type_name, groups)
+                keys, lead = self._group_call(script, shard, groups)
                 reply = await self._scripts[script](keys=keys, args=[*lead, *args])
             if not (isinstance(reply, list) and reply and reply[0] == _STALE):
                 return reply
-            groups = self._remember_groups(type_name, reply[1:])
+            groups = self._remember_groups(shard, reply[1:])
             if groups is None and ungrouped is None:
                 return None
-        raise RuntimeError(f"{type_name}: its delivery groups keep changing; try again")
+        raise RuntimeError(f"{shard}: its delivery groups keep changing; try again")
 
-    async def register_group(self, type_name: str, group: str, max_deliveries: int) -> bool:
+    async def register_group(self, shard: str, group: str, max_deliveries: int) -> bool:
         """Register a delivery group of the type; True when it is new."""
-        return bool(await self._run("group_register", type_name, [group, max_deliveries]))
+        return bool(await self._run("group_register", shard, [group, max_deliveries]))
 
-    async def remove_group(self, type_name: str, group: str, batch: int = 500) -> int:
+    async def remove_group(self, shard: str, group: str, batch: int = 500) -> int:
         """Drop a group and its pending deliveries (in bounded steps).
 
         Returns 1 removed, 0 no such group, -1 refused (the type's last group).
         """
-        self._groups.pop(type_name, None)
-        keys, lead = self._group_call(type_name, [group])
+        self._groups.pop(shard, None)
+        keys, lead = self._group_call("group_remove", shard, [group])
         first = "1"
         while True:
             code = int(await self._scripts["group_remove"](keys=keys, args=[*lead, batch, first]))
@@ -93,7 +87,7 @@ class DeliveryGroups(StoreBase):
                 return code
             first = "0"
 
-    async def groups(self, type_name: str) -> dict[str, int]:
+    async def groups(self, shard: str) -> dict[str, int]:
         """The type's registered groups and their max deliveries (empty: no named group)."""
-        reply = await self.redis.hgetall(self._k(type_name).groups)
+        reply = await self.redis.hgetall(self._k(shard).groups)
         return {(k.decode() if isinstance(k, bytes) else k): _int(v) for k, v in reply.items()}

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..events import validate_name
-from ..partitions.shards import layout_member, parse_member, parse_shard, shards
+from ..keyspace.names import validate_name
+from ..keyspace.shards import layout_member, parse_member, parse_shard, shards
 from .base import StoreBase, log
 
 

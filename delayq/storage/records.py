@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from enum import IntEnum
 from typing import Any
 
 __all__ = [
@@ -19,6 +20,23 @@ __all__ = [
     "Throttle",
     "sum_counts",
 ]
+
+
+class Enqueued(IntEnum):
+    """What ``enqueue.lua`` (and ``sink_enqueue.lua``) answer for each event: an int on the
+    wire, compared with these names."""
+
+    KEPT = 0
+    """An event with that id exists (or unique_for refused it): nothing was written."""
+    ADDED = 1
+    """Stored (or this very call was retried after a lost reply)."""
+    REPLACED = 2
+    """The event with that id was replaced."""
+    FANNED_OUT = 3
+    """Not written: a replace of an event already fanned out to delivery groups (the store
+    then runs ``group_replace.lua``, which answers ADDED or REPLACED)."""
+    IN_LEDGER = 4
+    """Not written: a streaming sink's ledger holds the id for this batch already."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +129,8 @@ class QueueCounts:
     due time has passed."""
     paused: bool = field(default=False, compare=False)
     """True while the type (its default group) is paused (``EventService.pause``)."""
+    results_kept: int = field(default=0, compare=False)
+    """Outcomes of done events kept and not expired (types with ``results=``; else 0)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +226,7 @@ def _counts(r: Sequence[Any]) -> QueueCounts:
         backlog_age=max(0, now - oldest) / 1000 if oldest is not None else 0.0,
         due=ready + overdue,
         paused=len(r) > 8 and int(r[8]) == 1,
+        results_kept=int(r[9]) if len(r) > 9 else 0,
     )
 
 
@@ -222,5 +243,6 @@ def sum_counts(parts: Sequence[QueueCounts]) -> QueueCounts:
         next_due_at=min(dues) if dues else None,
         backlog_age=max(p.backlog_age for p in parts),
         due=sum(p.due for p in parts),
+        results_kept=sum(p.results_kept for p in parts),
         paused=any(p.paused for p in parts),  # pause() writes every partition
     )

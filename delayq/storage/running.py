@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..keys import DEFAULT_GROUP
+from ..keyspace.groups import stored_group
 from .base import StoreBase
 
 __all__ = ["RunControl", "cancel_message", "parse_cancel_message"]
@@ -31,8 +31,8 @@ def parse_cancel_message(data: bytes) -> tuple[str, str | None, bytes, bytes] | 
 class RunControl(StoreBase):
     """Progress of running deliveries and the lease tokens a cancel signals."""
 
-    def _progress_keys(self, shard: str, group: str | None) -> list[str]:
-        return [self._k(shard, group).leases, self.keys.for_shard(shard).progress(group)]
+    def _progress_keys(self, shard: str, group: str | None) -> tuple[str, ...]:
+        return self._script_keys("progress", shard, group)
 
     async def write_progress(
         self, shard: str, group: str | None, items: Sequence[tuple[bytes, bytes, bytes]]
@@ -83,7 +83,7 @@ class RunControl(StoreBase):
         default group)."""
         named = await self.redis.hkeys(self._k(shard).groups)
         names = [g.decode() if isinstance(g, bytes) else g for g in named]
-        groups: list[str | None] = [None if g == DEFAULT_GROUP else g for g in names] or [None]
+        groups: list[str | None] = [stored_group(g) for g in names] or [None]
         async with self.redis.pipeline(transaction=False) as pipe:
             for group in groups:
                 pipe.hget(self._k(shard, group).leases, event_id)

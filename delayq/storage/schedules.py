@@ -52,13 +52,12 @@ class ScheduleStore(Layouts):
     @property
     def schedule_index_keys(self) -> tuple[str, str]:
         """The prefix's index ZSET and homes HASH."""
-        tag = f"{{{self.keys.prefix}}}"
-        return f"{tag}:schedules", f"{tag}:schedule-homes"
+        return self.keys.schedule_index, self.keys.schedule_homes
 
     def schedule_keys(self, shard: str) -> tuple[str, str]:
         """The definitions HASH and state HASH of the schedules that fire into ``shard``."""
-        tag = self.keys.for_shard(shard).tag
-        return f"{tag}:schedules", f"{tag}:schedule-state"
+        keys = self.keys.for_shard(shard)
+        return keys.schedules, keys.schedule_state
 
     async def schedule_write(
         self,
@@ -95,7 +94,7 @@ class ScheduleStore(Layouts):
         """Fire ``(name, version, slot or 'T'/'P', id, due ms, envelope, overlap)`` items in
         one shard (``schedule_fire.lua``); ``(code, gen, mark, released slot, buffered
         slot)`` per item (slots in ms, 0 for none)."""
-        keys = [*self._k(shard), *self.schedule_keys(shard)]
+        keys = self._script_keys("schedule_fire", shard, None, last="schedule_state")
         packed: list[Any] = []
         for name, version, slot, event_id, due, envelope, overlap in fires:
             packed.extend((name, version, slot, event_id, due, len(envelope), overlap))
@@ -148,7 +147,7 @@ class ScheduleStore(Layouts):
 
     async def schedule_home(self, name: str) -> str | None:
         """The shard schedule ``name`` lives in (None: no such schedule)."""
-        home = await self.redis.hget(self.schedule_index_keys[1], name)
+        home = await self.redis.hget(self.keys.schedule_homes, name)
         if home is None:
             return None
         shard = _text(home).split("|", 1)[1]
@@ -157,7 +156,7 @@ class ScheduleStore(Layouts):
     async def schedule_homes(self) -> dict[str, str]:
         """Every schedule's name -> shard (HSCAN, a page at a time)."""
         out: dict[str, str] = {}
-        key = self.schedule_index_keys[1]
+        key = self.keys.schedule_homes
         cursor = 0
         while True:
             cursor, page = cast(
@@ -174,5 +173,5 @@ class ScheduleStore(Layouts):
         """The index's next fire (ms) of each name (None: not in the index)."""
         if not names:
             return []
-        scores = await self.redis.zmscore(self.schedule_index_keys[0], list(names))
+        scores = await self.redis.zmscore(self.keys.schedule_index, list(names))
         return [None if s is None else int(s) for s in scores]

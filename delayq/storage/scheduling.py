@@ -55,14 +55,14 @@ class Scheduling(DeliveryGroups):
         )
 
     async def move_due(
-        self, type_name: str, batch: int, visibility_ms: int, max_deliveries: int
+        self, shard: str, batch: int, visibility_ms: int, max_deliveries: int
     ) -> MoveResult:
         """Move due, expired and orphaned events of one type to its ready list.
 
         For a type with delivery groups: to the ready list of every group.
         """
         args = [batch, visibility_ms, max_deliveries]
-        r = await self._every_group("group_move", type_name, args, ("move_due", args))
+        r = await self._every_group("group_move", shard, args, ("move_due", args))
         next_ms = int(r[2])
         dead, dead_groups = r[4], {}
         if isinstance(dead, list):  # group_move: [group, count, ...]
@@ -83,7 +83,7 @@ class Scheduling(DeliveryGroups):
             missing=list(r[7:]),
         )
 
-    async def run_now(self, type_name: str, event_id: str, group: str | None = None) -> bool:
+    async def run_now(self, shard: str, event_id: str, group: str | None = None) -> bool:
         """Move a scheduled event to the ready list now; False when it is not scheduled.
 
         For a type with delivery groups an event not fanned out yet is fanned out
@@ -92,7 +92,7 @@ class Scheduling(DeliveryGroups):
         has it waiting for a retry. See ``lua/group_run_now.lua``.
         """
         args = [event_id, group or ""]
-        return bool(await self._every_group("group_run_now", type_name, args, ("run_now", args)))
+        return bool(await self._every_group("group_run_now", shard, args, ("run_now", args)))
 
     async def peek_scheduled(self, shard: str, count: int) -> list[tuple[bytes, bytes, int]]:
         """Up to ``count`` scheduled events of a shard, earliest first: (id, envelope, due ms)."""

@@ -238,8 +238,9 @@ class CheckedSentinelPool(SentinelConnectionPool):
         failover = self.failover
         if failover is not None:
             if new != failover.new and (failover.new is not None or old != failover.old):
-                log.debug("sentinel: ignoring a switch to %s:%s while %s", *new,
-                          _describe(failover))  # fmt: skip
+                log.debug(
+                    "sentinel: ignoring a switch to %s:%s while %s", *new, _describe(failover)
+                )
                 return False
         elif new == self.master_address:
             self._pinned = (new, time.monotonic() + self.PIN_FOR)

@@ -18,6 +18,8 @@ from typing import Any, Protocol
 import anyio
 from redis.asyncio.sentinel import Sentinel
 
+from .._pacing import Retrying
+
 __all__ = ["FencedPool", "SentinelWatch"]
 
 log = logging.getLogger("delayq.sentinel")
@@ -32,8 +34,11 @@ _STARTING = ("+try-failover",)
 _PROMOTING = ("+selected-slave", "+failover-state-send-slaveof-noone")
 # Events that end a failover without a switch (+failover-end-for-timeout is followed by
 # +switch-master: not an abort).
-_ABORTED = ("-failover-abort-not-elected", "-failover-abort-no-good-slave",
-            "-failover-abort-slave-timeout")  # fmt: skip
+_ABORTED = (
+    "-failover-abort-not-elected",
+    "-failover-abort-no-good-slave",
+    "-failover-abort-slave-timeout",
+)
 _MAX_BACKOFF = 2.0  # seconds between resubscribes to a sentinel, at most
 _CHANNELS = ("+switch-master", *_STARTING, *_PROMOTING, *_ABORTED)
 
@@ -96,7 +101,7 @@ class SentinelWatch:
                 tg.start_soon(self._listen, sentinel)
 
     async def _listen(self, sentinel: Any) -> None:
-        backoff = 0.1
+        retrying = Retrying(first=0.1, most=_MAX_BACKOFF)
         while True:
             pubsub = sentinel.pubsub()
             held_since = math.inf
@@ -109,10 +114,9 @@ class SentinelWatch:
                         await self._event(msg["channel"], msg["data"])
             except Exception as exc:  # that sentinel went away: the others still listen
                 if time.monotonic() - held_since >= _MAX_BACKOFF:
-                    backoff = 0.1  # (one dropped soon after SUBSCRIBE keeps backing off)
-                log.debug("sentinel watch: %s; resubscribing in %.1fs", exc, backoff)
-                await anyio.sleep(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF)
+                    retrying.reset()  # (one dropped soon after SUBSCRIBE keeps backing off)
+                log.debug("sentinel watch: %s; resubscribing in %.1fs", exc, retrying.delay)
+                await retrying.sleep()
             finally:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(1):
                     await pubsub.aclose()

@@ -18,7 +18,8 @@ from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
 
 from .. import lua
-from ..keys import PrefixKeys
+from ..keyspace.layout import PrefixKeys
+from ..lua.shift import shifted
 from .base import Script, log
 from .browsing import Browsing
 from .connect import no_retry
@@ -31,6 +32,7 @@ from .format import FormatVersions
 from .records import (
     Claimed,
     DeadRecord,
+    Enqueued,
     EventRecord,
     MoveResult,
     QueueCounts,
@@ -39,6 +41,7 @@ from .records import (
     sum_counts,
     token_flow_key,
 )
+from .results import OutcomeReads
 from .running import RunControl
 from .schedules import ScheduleStore
 from .scheduling import Scheduling
@@ -47,6 +50,7 @@ from .workers import Workers
 __all__ = [
     "Claimed",
     "DeadRecord",
+    "Enqueued",
     "EventRecord",
     "MoveResult",
     "QueueCounts",
@@ -69,14 +73,14 @@ class Store(
     ScheduleStore,
     FlowLimitsStore,
     FormatVersions,
+    OutcomeReads,
     RunControl,
 ):
     """Queue operations on one Redis for one prefix.
 
-    Per-type operations take a *shard* where they say ``type_name``: the type
-    name itself for an unpartitioned type, or ``"T#k/N"`` for partition ``k``
-    of ``N`` (see :mod:`delayq.partitions.shards`); each shard is one key space on one
-    cluster slot. ``redis`` serves ordinary commands and scripts; ``blocking`` (default: the
+    Per-type operations take a *shard*: the type name itself for an unpartitioned
+    type, or ``"T#k/N"`` for partition ``k`` of ``N`` (see
+    :mod:`delayq.keyspace.shards`); each shard is one key space on one cluster slot. ``redis`` serves ordinary commands and scripts; ``blocking`` (default: the
     same client) serves BRPOP and pub/sub, which hold a connection while they
     wait. Both must return bytes (``decode_responses=False``).
     """
@@ -98,18 +102,26 @@ class Store(
         self.blocking = blocking if blocking is not None else redis
         self.keys = PrefixKeys(prefix)
         self._type_keys = {}
-        self._flow_views = {}
+        self._call_keys = {}
         self._keyed_claims = set()
-        self._scripts = {
-            name: Script(redis, lua.source(name))
-            for name in (*lua.PER_TYPE, *lua.GROUPED, *lua.STANDALONE)
-        }
+        self._scripts = _scripts(redis, 0)
         # what each attribute holds: see its declaration in delayq/storage/
         self._groups = {}
         self._known_types = set()
         self._layouts = {}
         self._batches = {}
         self._wakeup_turn = 0  # wake-up subscriptions made (a cluster's go round the nodes)
+
+    def set_clock_offset(self, offset_ms: int) -> None:
+        """Tests only (``delayq.testing.advance``): run every script with Redis's clock
+        ``offset_ms`` ahead, and :meth:`server_time_ms` too.
+
+        The scripts that read the clock are sent again with the offset in their source
+        (:func:`delayq.lua.shift.shifted`; loaded at their first call after NOSCRIPT);
+        the others keep their SHA. A store never shifted runs the scripts as they are.
+        """
+        self.clock_offset_ms = offset_ms
+        self._scripts = _scripts(self.redis, offset_ms)
 
     async def connect(self) -> None:
         """Discover a cluster's nodes before blocking calls start.
@@ -146,6 +158,15 @@ class Store(
     def cancel_signals(self) -> WakeupListener:
         """A subscription to the prefix's cancel channel (messages: ``running.cancel_message``)."""
         return WakeupListener(self.blocking.pubsub(), self.keys.cancel_channel, self.connect)
+
+    def result_wakeups(self) -> WakeupListener:
+        """A subscription to the prefix's results channel (``"<shard> <id>"`` messages)."""
+        return WakeupListener(self.blocking.pubsub(), self.keys.results_channel, self.connect)
+
+
+def _scripts(redis: Redis | RedisCluster, offset_ms: int) -> dict[str, Script]:
+    names = (*lua.PER_TYPE, *lua.GROUPED, *lua.STANDALONE)
+    return {name: Script(redis, shifted(lua.source(name), offset_ms)) for name in names}
 
 
 class WakeupListener:

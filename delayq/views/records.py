@@ -188,6 +188,10 @@ class EventInfo:
     are then those of the most active group (in flight, else ready, scheduled, dead)."""
     progress: RunProgress | None = None
     """``in_flight``: what its handler last reported (``Delivery.progress``), if anything."""
+    outcome: Literal["ok", "failed"] | None = None
+    """For an ``absent`` event of a type with ``results=``: ``"ok"`` when its result is
+    kept, ``"failed"`` when its dead letter's error is (read it with
+    ``EventService.result``); else None."""
 
     def to_dict(self) -> dict[str, Any]:
         """Stable JSON-able fields (times as ISO 8601 UTC, ``raw`` as base64)."""
@@ -209,6 +213,7 @@ class EventInfo:
             "checked_at": _iso(self.checked_at),
             "groups": {name: g.to_dict() for name, g in self.groups.items()},
             "progress": None if self.progress is None else self.progress.to_dict(),
+            "outcome": self.outcome,
         }
 
 

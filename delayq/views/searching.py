@@ -89,9 +89,15 @@ class ReadyEvent:
 
 
 async def ready(
-    store: Store, codec: Codec, type_name: str, cls: type[Event] | None,
-    limit: int = 100, offset: int = 0, *, group: str | None = None,
-) -> list[ReadyEvent]:  # fmt: skip
+    store: Store,
+    codec: Codec,
+    type_name: str,
+    cls: type[Event] | None,
+    limit: int = 100,
+    offset: int = 0,
+    *,
+    group: str | None = None,
+) -> list[ReadyEvent]:
     """Up to ``limit`` ready events from position ``offset``, in the order consumers get
     them (a partitioned type's partitions merged by push order)."""
     _check("limit", limit, 1, MAX_PAGE)
@@ -112,11 +118,16 @@ async def ready(
         decoded = decode_payload(r.envelope, r.raw_id, cls, codec)
         items.append(
             ReadyEvent(
-                id=r.raw_id.decode("utf-8", "replace"), attempts=r.attempts, last_error=r.error,
-                enqueued_at=decoded.enqueued_at, popped=r.score < 0, context=decoded.context,
-                payload=decoded.payload, checked_at=checked,
+                id=r.raw_id.decode("utf-8", "replace"),
+                attempts=r.attempts,
+                last_error=r.error,
+                enqueued_at=decoded.enqueued_at,
+                popped=r.score < 0,
+                context=decoded.context,
+                payload=decoded.payload,
+                checked_at=checked,
             )
-        )  # fmt: skip
+        )
     return items
 
 
@@ -167,12 +178,12 @@ async def find_ids(store: Store, type_name: str, prefix: str, limit: int = 20) -
             complete = complete and done
             for raw in members:
                 found[(raw.decode("utf-8", "replace"), state, group)] = None
-    keys = sorted(found)
-    if len({k[0] for k in keys}) > limit:
+    hits = sorted(found)
+    distinct = sorted({event_id for event_id, _, _ in hits})
+    if len(distinct) > limit:
         complete = False
-    ids = sorted({k[0] for k in keys})[:limit]
-    chosen = set(ids)
-    matches = [IdMatch(i, s, g) for i, s, g in keys if i in chosen]
+    chosen = set(distinct[:limit])
+    matches = [IdMatch(i, s, g) for i, s, g in hits if i in chosen]
     return IdSearch(matches, complete)
 
 
@@ -194,9 +205,17 @@ def _ascii_lower(text: str) -> str:
 
 
 async def find_dead_letters(
-    store: Store, codec: Codec, type_name: str, cls: type[Event] | None, text: str,
-    limit: int = 100, offset: int = 0, *, scan: int = 1000, group: str | None = None,
-) -> DeadLetterSearch:  # fmt: skip
+    store: Store,
+    codec: Codec,
+    type_name: str,
+    cls: type[Event] | None,
+    text: str,
+    limit: int = 100,
+    offset: int = 0,
+    *,
+    scan: int = 1000,
+    group: str | None = None,
+) -> DeadLetterSearch:
     """Dead letters whose last error contains ``text`` (ASCII case ignored), among the
     ``scan`` (≤ 5000) oldest from position ``offset``; at most ``limit``.
 
@@ -236,12 +255,17 @@ async def find_dead_letters(
         decoded = decode_payload(r.envelope, r.raw_id, cls, codec)
         items.append(
             DeadLetter(
-                id=r.raw_id.decode("utf-8", "replace"), event=decoded.event,
-                context=decoded.context, attempts=r.attempts, error=r.error,
-                failed_at=utc(r.failed_at_ms), raw=r.envelope, decode_error=decoded.error,
+                id=r.raw_id.decode("utf-8", "replace"),
+                event=decoded.event,
+                context=decoded.context,
+                attempts=r.attempts,
+                error=r.error,
+                failed_at=utc(r.failed_at_ms),
+                raw=r.envelope,
+                decode_error=decoded.error,
                 payload=decoded.payload,
             )
-        )  # fmt: skip
+        )
     return DeadLetterSearch(items, next_offset, complete)
 
 

@@ -1,14 +1,18 @@
 """The event types: shared by the web process (which enqueues) and the workers (which handle).
 
 Pin each wire name with ``event_name=``: it is part of the Redis keys, so the class can be
-renamed or moved without orphaning queued events.
+renamed or moved without orphaning queued events. ``results=`` keeps each handler's return
+value for that long after its event is done.
 """
+
+from datetime import timedelta
 
 from delayq import Event
 
 
-class PaymentCheck(Event, event_name="payment-check"):
-    """Look at an order's payment some time after the order was placed."""
+class PaymentCheck(Event, event_name="payment-check", results=timedelta(days=1)):
+    """Look at an order's payment some time after the order was placed; what the handler
+    returns is kept a day after it is done (``service.result()`` reads it)."""
 
     order_id: int
 

@@ -12,12 +12,11 @@ it needs ``await``, which a module-level ``tasks:service`` has no place for. (Wi
 schedules, ``delayq worker tasks:service`` runs the same handlers.)
 """
 
-import asyncio
 import logging
 import os
+from typing import Any
 
 from events import PaymentCheck, ReconcilePayments
-from results import save_check
 
 from delayq import EventService, current_delivery, event_context
 
@@ -29,16 +28,16 @@ PREFIX = os.environ.get("DELAYQ_PREFIX", "shop")  # the same as the web app's
 service = EventService.from_url(REDIS_URL, prefix=PREFIX)
 
 
-async def check_payment(event: PaymentCheck) -> None:
-    """Check the order's payment; returning (or True) means done, raising means retry later."""
+async def check_payment(event: PaymentCheck) -> dict[str, Any]:
+    """Check the order's payment; the value returned is kept as the event's result (the
+    type has ``results=``), raising means retry later."""
     delivery = current_delivery()
     assert delivery is not None  # always set while a handler runs
     request_id = event_context().get("request_id")
-    # A real handler would ask the payment provider; this one records what it did in the
-    # application's database, where the web app's GET /orders/{id}/check finds it.
-    record = {"request_id": request_id, "attempt": delivery.attempt, "pid": os.getpid()}
-    await asyncio.to_thread(save_check, event.order_id, record)  # sqlite3 blocks: a thread
+    # A real handler would ask the payment provider; this one returns what it did, which
+    # the web app's GET /orders/{id}/check reads with service.result()
     log.info("checked payment of order %d (request %s)", event.order_id, request_id)
+    return {"request_id": request_id, "attempt": delivery.attempt, "pid": os.getpid()}
 
 
 async def reconcile(event: ReconcilePayments) -> None:

@@ -3,7 +3,6 @@
 uvicorn web:app --port 8000                     # from this directory
 """
 
-import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -11,10 +10,9 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from events import PaymentCheck
-from fastapi import Depends, FastAPI, Header, Query, Request, status
-from results import load_check
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, status
 
-from delayq import EventService
+from delayq import EventFailed, EventService
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://localhost:6379/0")
 PREFIX = os.environ.get("DELAYQ_PREFIX", "shop")  # the same as the workers'
@@ -62,9 +60,21 @@ async def place_order(
 
 
 @app.get("/orders/{order_id}/check")
-async def check_status(order_id: int, service: Service) -> dict[str, Any]:
-    """Where the order's check is (scheduled, ready, in_flight, dead, absent) and its result."""
-    info = await service.inspect(PaymentCheck, f"order-{order_id}")
-    # the handler's result is in the application's database (delayq keeps none)
-    result = await asyncio.to_thread(load_check, order_id)
-    return {"state": info.state, "result": result}
+async def check_status(
+    order_id: int,
+    service: Service,
+    wait: Annotated[float, Query(ge=0, le=30, description="seconds")] = 0.0,
+) -> dict[str, Any]:
+    """Where the order's check is (scheduled, ready, in_flight, dead, absent) and its result;
+    with ``wait``, wait that long for the result first."""
+    event_id = f"order-{order_id}"
+    if wait:
+        try:  # waits for the worker's ack (a pub/sub wake-up, no polling)
+            await service.result(PaymentCheck, event_id, timeout=wait)
+        except LookupError:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, "no such order check") from None
+        except (TimeoutError, EventFailed):
+            pass  # reported below
+    info = await service.inspect(PaymentCheck, event_id)
+    outcome = (await service.results(PaymentCheck, [event_id]))[event_id]
+    return {"state": info.state, "result": outcome.value, "error": outcome.error}

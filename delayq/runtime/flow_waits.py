@@ -45,6 +45,9 @@ class FlowWaits:
         self.paused = False
         """True while the last claim found the group paused."""
         self._shards: dict[str, tuple[int, int, float]] = {}  # shard -> live, limit, when
+        self.waiting: dict[str, Throttle] = {}
+        """Shard -> the throttle its fetcher waits out right now (read by delayq.testing)."""
+        self._scopes: dict[str, anyio.CancelScope] = {}
 
     async def wait(self, shard: str, throttle: Throttle) -> None:
         """Wait as ``throttle`` says (see the module's doc); report the time waited."""
@@ -62,12 +65,29 @@ class FlowWaits:
         if seconds <= 0:
             return
         start = time.monotonic()
-        if throttle.reason == "rate":
-            await anyio.sleep(seconds + random.uniform(0, min(0.005, seconds / 4)))
-        else:
-            await self._store.wait_for_flow(shard, seconds, group=self._group)
-        metrics.observe("throttled_time", time.monotonic() - start, event_type=type_name,
-                        outcome=throttle.reason)  # fmt: skip
+        self.waiting[shard] = throttle
+        try:
+            with anyio.CancelScope() as self._scopes[shard]:
+                if throttle.reason == "rate":
+                    await anyio.sleep(seconds + random.uniform(0, min(0.005, seconds / 4)))
+                else:
+                    await self._store.wait_for_flow(shard, seconds, group=self._group)
+        finally:
+            self.waiting.pop(shard, None)
+            self._scopes.pop(shard, None)
+        metrics.observe(
+            "throttled_time",
+            time.monotonic() - start,
+            event_type=type_name,
+            outcome=throttle.reason,
+        )
+
+    def wake(self) -> None:
+        """End every wait now: the clock moved (``delayq.testing.advance``), so the next
+        claim may be allowed."""
+        self.waiting.clear()
+        for scope in self._scopes.values():
+            scope.cancel()
 
     def _fleet(self, shard: str, throttle: Throttle) -> tuple[int, int]:
         """Live leases and the limit of the whole type: a partitioned type's claims see one
