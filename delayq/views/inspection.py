@@ -186,9 +186,7 @@ class Inspector:
         """The progress of the run holding the event's lease (of the first group running it)."""
         running = [n for n, g in groups.items() if g.state == "in_flight"] if groups else [None]
         for name in running:
-            data = await self._store.read_progress(
-                shard, stored_group(name), event_id
-            )
+            data = await self._store.read_progress(shard, stored_group(name), event_id)
             if data is not None:
                 return RunProgress.decode(data)
         return None
