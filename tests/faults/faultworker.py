@@ -187,7 +187,11 @@ async def main(args: argparse.Namespace) -> None:
         if attempt <= job.fail_times:
             await rec.hincrby(rec_key(run, "fail"), job.id, 1)
             return False
-        await rec.hincrby(rec_key(run, "end"), job.id, 1)
+        # shielded: a lost lease's cancel must not land between the record and the return
+        # (a success counted that was neither acked nor found stale); delayq's cancel waits
+        # for the shield, then the run returns and its ack goes (or meets its lost lease)
+        with anyio.CancelScope(shield=True):
+            await rec.hincrby(rec_key(run, "end"), job.id, 1)
         return True
 
     if not args.no_handler:
