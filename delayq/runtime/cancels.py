@@ -31,9 +31,11 @@ _MAX_BACKOFF = 5.0
 class CancelSignals:
     """Hears the cancel channel and hands each message to the consumer it names."""
 
-    def __init__(self, store: Store, cancel_run: Callable[[str, str, str | None, bytes], bool]):
+    def __init__(
+        self, store: Store, cancel_run: Callable[[str, str, str | None, bytes, bytes], bool]
+    ):
         self._store = store
-        # (shard, type name, group, token) -> True when a handler task here was told
+        # (shard, type name, group, id, token) -> True when a handler task here was told
         self._cancel_run = cancel_run
         self._stopping = False
         self._scope: anyio.CancelScope | None = None
@@ -55,12 +57,12 @@ class CancelSignals:
         parsed = parse_cancel_message(data.encode("utf-8", "surrogateescape"))
         if parsed is None:
             return False
-        shard, group, _, token = parsed
+        shard, group, raw_id, token = parsed
         try:
             type_name = parse_shard(shard)[0]
         except ValueError:
             return False
-        return self._cancel_run(shard, type_name, group, token)
+        return self._cancel_run(shard, type_name, group, raw_id, token)
 
     async def run(self) -> None:
         """Listen until :meth:`stop`; subscribe again after a dropped connection."""

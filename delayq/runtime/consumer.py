@@ -165,8 +165,11 @@ class Consumer:
 
     def running_since(self, most: int) -> list[tuple[str, int]]:
         """``(event id, claim time in ms)`` of up to ``most`` running handlers, longest first."""
-        started = sorted(self._slots.started.values(), key=lambda item: item[1])[:most]
-        return [(raw.decode("utf-8", "replace"), us // 1000) for raw, us, _, _ in started]
+        started = sorted(
+            ((us, raw) for (_, raw, _), (us, _) in self._slots.started.items()),
+            key=lambda item: item[0],
+        )[:most]
+        return [(raw.decode("utf-8", "replace"), us // 1000) for us, raw in started]
 
     @property
     def max_deliveries(self) -> int:
@@ -233,28 +236,28 @@ class Consumer:
             self._helpers = None
             self._finished.set()
 
-    def cancel_run(self, shard: str, token: bytes, why: str) -> bool:
-        """Cancel the handler task of the delivery ``token`` if it runs here: its event was
-        cancelled, or its lease lost. True when a task was told."""
-        entry = self._slots.started.get((shard, token))
-        if entry is None or entry[3].done():
+    def cancel_run(self, lease: Lease, why: str) -> bool:
+        """Cancel the handler task of the delivery ``lease`` (shard, id, claim token) if it
+        runs here: its event was cancelled, or its lease lost. True when a task was told."""
+        entry = self._slots.started.get(lease)
+        if entry is None or entry[1].done():
             return False
-        raw_id, _, shard, task = entry
+        _, raw_id, _ = lease
+        task = entry[1]
         log.info(
             "%s %r: cancelling its handler (%s)", self.label, raw_id.decode("utf-8", "replace"), why
         )
         cancel_unless_shielded(task, self._handlers.settled)
         # the run records nothing (its event is gone, or another delivery holds it): its
         # lease is no longer renewed once the task has ended
-        lease = (shard, raw_id, token)
         task.add_done_callback(lambda _: self._settlement.leased.discard(lease))
         return True
 
     def _leases_lost(self, leases: list[Lease]) -> None:
         """A renewal found these leases lost (expired while this process stalled, say, and
         maybe claimed by another worker): cancel their runs, which must not go on."""
-        for shard, _, token in leases:
-            self.cancel_run(shard, token, "its lease was lost")
+        for lease in leases:
+            self.cancel_run(lease, "its lease was lost")
 
     def _report_progress(self, delivery: Delivery, value: object, note: str | None) -> None:
         """``Delivery.progress`` of one of this consumer's runs: kept for the writer task."""
@@ -266,7 +269,7 @@ class Consumer:
             writer.started = True
             self._helpers.start_soon(writer.run)
         raw = delivery.id.encode()
-        for (_, token), (raw_id, claimed_us, shard, task) in self._slots.started.items():
+        for (shard, raw_id, token), (claimed_us, task) in self._slots.started.items():
             if raw_id == raw and claimed_us == delivery.claimed_us:
                 if writer.report(shard, raw_id, token, data):  # its first: clear it at its end
                     task.add_done_callback(partial(_run_ended, writer, token))
@@ -274,7 +277,8 @@ class Consumer:
 
     # -- handling --------------------------------------------------------------
 
-    async def _handle(self, c: Claimed, now_us: int, shard: str) -> None:
+    async def _handle(self, c: Claimed, now_us: int, lease: Lease) -> None:
+        shard = lease[0]
         try:
             try:
                 event, context, enqueued_ms = self._codec.decode_timed(
@@ -333,7 +337,7 @@ class Consumer:
                 else:
                     failure, error, result = await self._call_guarded(event, c, delivery, timeout)
                 if failure is None and self._keeps:
-                    failure = self._keep(result, (shard, c.raw_id, c.token))
+                    failure = self._keep(result, lease)
             finally:
                 if run is not None and hooks is not None:
                     hooks.finished(delivery, run, failure, error)
@@ -342,7 +346,7 @@ class Consumer:
                 # come between them. The ack task clears ack_wanted before it takes the
                 # list: the first ack of a new list wakes it, the others find it awake.
                 acks = self._settlement.acks
-                acks.append((shard, c.raw_id, c.token))
+                acks.append(lease)
                 if len(acks) == 1:
                     self._settlement.ack_wanted.set()
             else:
@@ -351,7 +355,7 @@ class Consumer:
                     c, shard, failure, dead=c.attempt > self._s.retry_attempts
                 )
         finally:
-            self._slots.ended(shard, c.token, self._reports)
+            self._slots.ended(lease, self._reports)
 
     def _keep(self, returned: object, lease: Lease) -> str | None:
         """Note the outcome record of a handler's return value for its ack (a type with

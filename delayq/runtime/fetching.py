@@ -21,7 +21,7 @@ from ..storage.store import Claimed, Store
 from .consumer_settings import ConsumerSettings
 from .flow_waits import FlowWaits
 from .handler_tasks import HandlerTasks
-from .settlement import Settlement
+from .settlement import Lease, Settlement
 
 # the consumer's logger: the records keep the name they had before the split
 log = logging.getLogger("delayq.consumer")
@@ -59,11 +59,11 @@ class Slots:
         self.running = 0
         self.reserved = 0  # slots promised to claims under way (several fetch loops)
         self.shards = 1  # fetch loops sharing the slots
-        # (shard, claim token) -> (id, claim time in µs, Redis's clock; shard; its task) of
+        # lease (shard, id, claim token) -> (claim time in µs, Redis's clock; its task) of
         # each running handler: the heartbeat shows the longest-running ones
-        # (Consumer.running_since), a cancel finds the task. (Tokens count per shard: a
-        # partitioned type's shards may hand out the same one.)
-        self.started: dict[tuple[str, bytes], tuple[bytes, int, str, asyncio.Task[None]]] = {}
+        # (Consumer.running_since), a cancel finds the task. The key is the lease tuple the
+        # settlement holds, built once per delivery.
+        self.started: dict[Lease, tuple[int, asyncio.Task[None]]] = {}
         # the in_flight gauge and delivered counter, bound at the first claim (when they
         # were first reported before): the history records neither, so the sink alone
         self.set_in_flight: Callable[[float], None] | None = None
@@ -98,11 +98,11 @@ class Slots:
         freed.set()
         freed.clear()
 
-    def ended(self, shard: str, token: bytes, report: bool) -> None:
+    def ended(self, lease: Lease, report: bool) -> None:
         """A handler task ended (settled or not): its slot is free. ``report``: the
         service reports metrics (the in_flight gauge)."""
         self.running -= 1
-        self.started.pop((shard, token), None)
+        self.started.pop(lease, None)
         if report and self.set_in_flight is not None:
             self.set_in_flight(self.running)
         if self._wanted:
@@ -124,7 +124,7 @@ class Fetcher:
         slots: Slots,
         settlement: Settlement,
         flow: FlowWaits,
-        handle: Callable[[Claimed, int, str], Coroutine[Any, Any, None]],
+        handle: Callable[[Claimed, int, Lease], Coroutine[Any, Any, None]],
         on_registered: Callable[[], None] | None = None,
     ):
         self.type_name = type_name
@@ -226,9 +226,10 @@ class Fetcher:
                         drain = len(claimed) >= share
                         for c in claimed:
                             slots.running += 1
-                            leased.add((shard, c.raw_id, c.token))
-                            task = handlers.start_soon(self._handle, c, now_us, shard)
-                            slots.started[shard, c.token] = (c.raw_id, now_us, shard, task)
+                            lease = (shard, c.raw_id, c.token)
+                            leased.add(lease)
+                            task = handlers.start_soon(self._handle, c, now_us, lease)
+                            slots.started[lease] = (now_us, task)
                 finally:
                     slots.reserved -= share
                     if slots.shards > 1:  # a fetcher may wait for slots this claim left

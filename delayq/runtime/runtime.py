@@ -198,9 +198,12 @@ class Runtime:
             self._cancels.started = True
             tg.start_soon(self._keep_running, self._cancels)
 
-    def _cancel_run(self, shard: str, type_name: str, group: str | None, token: bytes) -> bool:
+    def _cancel_run(
+        self, shard: str, type_name: str, group: str | None, raw_id: bytes, token: bytes
+    ) -> bool:
         consumer = self.consumers.get((type_name, group))
-        return consumer is not None and consumer.cancel_run(shard, token, "its event was cancelled")
+        lease = (shard, raw_id, token)
+        return consumer is not None and consumer.cancel_run(lease, "its event was cancelled")
 
     async def remove_consumer(self, name: str, group: str | None) -> bool:
         """Stop a consumer and, while the service runs, wait for its handlers; False if none."""
