@@ -28,6 +28,7 @@ from delayq import (
 )
 from delayq.codec import Codec
 from delayq.dashboard import create_app
+from delayq.testing import drain, isolated_service
 
 
 class RunJob(Event, event_name="rh-job"):
@@ -359,6 +360,42 @@ async def test_metrics_see_runs_through_middleware_and_cancels(services, wait_fo
     await wait_for(lambda: metrics.observed("handler_duration", "cancelled") == 1, timeout=5)
     assert (await service.inspect(RunJob, "long")).state == "absent"
     assert await service.dead_letters(RunJob) == []
+
+
+async def test_drain_records_runs_through_middleware_and_a_cancelled_run(redis_url) -> None:
+    # the testing kit's Recorder sits around the middleware chain: it sees each run once,
+    # and a run stopped by cancel() as "cancelled"
+    async with isolated_service(redis_url) as service:
+        seen: list[str] = []
+        running = asyncio.Event()
+
+        async def note(delivery: Delivery, call_next: Any) -> Any:
+            seen.append(delivery.id)
+            return await call_next()
+
+        async def handle(event: RunJob) -> None:
+            if event.sleep:
+                running.set()
+                await asyncio.sleep(event.sleep)
+
+        async def cancel_once_running() -> None:
+            await running.wait()
+            assert await service.cancel(RunJob, "long") is CancelResult.SIGNALLED
+
+        service.use(note)
+        service.add_handler(RunJob, handle, concurrency=2)
+        # due in a minute: nothing runs before drain moves the clock
+        assert await service.enqueue_with_delay(RunJob(id="ok"), timedelta(minutes=1))
+        assert await service.enqueue_with_delay(RunJob(id="long", sleep=60), timedelta(minutes=1))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(cancel_once_running)
+            runs = await drain(service, until=timedelta(minutes=1))
+        assert sorted((r.id, r.attempt, r.outcome) for r in runs) == [
+            ("long", 1, "cancelled"),
+            ("ok", 1, "success"),
+        ]
+        assert sorted(seen) == ["long", "ok"]
+        assert (await service.inspect(RunJob, "long")).state == "absent"
 
 
 async def test_a_cancel_waits_for_a_shielded_section(services, wait_for) -> None:

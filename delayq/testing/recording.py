@@ -32,7 +32,8 @@ class Delivered:
     """1 for the first delivery, 2 for the first retry, and so on."""
     outcome: str
     """``"success"``; after a failure ``"retry"`` (a retry is scheduled) or ``"dead"`` (it
-    became a dead letter); ``"cancelled"`` when the service stopped during the run."""
+    became a dead letter); ``"cancelled"`` when the run was stopped: the service stopped
+    during it, its event was cancelled (``cancel``) or its lease was lost."""
     result: Any = None
     """What the run produced for the event's result (None: delayq keeps no results yet)."""
     group: str = "default"
