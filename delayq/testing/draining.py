@@ -52,8 +52,8 @@ async def drain(
     raise_errors: bool = False,
     timeout: float = 30.0,
 ) -> list[Delivered]:
-    """Run ``service``'s handlers until nothing is ready or due; the runs, in the order
-    they ended.
+    """Run ``service``'s handlers until nothing is ready or due; the runs since the last
+    ``drain`` (or since the service started), in the order they ended.
 
     ``types`` (classes or wire names) limits the waiting, and the runs returned, to those
     types (default: every type the service handles). With ``until`` (a ``timedelta`` or
@@ -70,7 +70,9 @@ async def drain(
     recorder = _recorder(service)
     consumers = _consumers(service, types)
     names = {c.type_name for c in consumers}
-    first = len(recorder.deliveries)
+    # from the last drain's end: a run that began before this call (an event enqueued
+    # due now starts at once) is one of this drain's
+    first = recorder.drained
     deadline = None if until is None else await _deadline(service, until)
     steps = 0
     while True:
@@ -88,6 +90,7 @@ async def drain(
                 f"before {until!r}: drain a shorter span"
             )
         await advance(service, timedelta(milliseconds=target - now))
+    recorder.drained = len(recorder.deliveries)
     return [d for d in recorder.deliveries[first:] if d.type in names]
 
 

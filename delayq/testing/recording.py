@@ -56,6 +56,8 @@ class Recorder:
         self.inner = inner
         self.deliveries: list[Delivered] = []
         """Every run so far, in the order the runs ended."""
+        self.drained = 0
+        """How many of :attr:`deliveries` an earlier ``drain`` returned (or passed over)."""
         self.max_deliveries: Callable[[str, str], int | None] = lambda type_name, group: None
         """(type, group) -> its consumer's deliveries before a dead letter (set by the kit)."""
 
