@@ -16,7 +16,7 @@ a moment just both look at a partition, never move an event twice.
 A process moves the partitions it owns as the leader moves types (at due times,
 on wake-ups, at every sweep). For the partitions it does not own it behaves as
 a standby does for the leader: it looks ``takeover_delay`` after each due time
-or lease deadline. If it then finds events at least ``takeover_delay`` overdue
+or lease deadline. If it then finds events still there (at least half ``takeover_delay`` overdue)
 the owner has stopped moving (killed, or its event loop stalled): it has just
 moved them itself, and it evicts the owner from the membership, which publishes
 ``:members`` so every process recomputes the owners at once (unless it looked
@@ -401,7 +401,8 @@ class Spread:
             if was_failing:
                 log.info("%s: moving due events again", unit)
             owner = None if self.mine(unit) else self._owners.get(unit)
-            if owner is not None and late >= self._delay * 1000 and not was_failing:
+            # half the delay it looked after: see Scheduler._standby_pass
+            if owner is not None and late >= self._delay * 500 and not was_failing:
                 if behind < self._delay / 2:
                     self._evict[owner] = max(self._evict.get(owner, 0), late)
                 else:
