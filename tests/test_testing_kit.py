@@ -254,3 +254,17 @@ async def test_drain_waits_out_the_lease_of_a_worker_that_died(redis_url: str) -
         assert await drain(service) == []  # the lease is another process's: nothing to run now
         runs = await drain(service, until=timedelta(minutes=2))
         assert [(r.id, r.attempt, r.outcome) for r in runs] == [("w", 2, "success")]
+
+
+class Priced(events.Event, event_name="kit-priced", results=timedelta(minutes=5)):
+    cents: int
+
+
+async def test_drain_gives_the_value_a_results_type_kept(service: EventService) -> None:
+    async def price(event: Priced) -> int:
+        return event.cents * 2
+
+    service.add_handler(Priced, price)
+    await service.enqueue_with_delay(Priced(id="p1", cents=21), timedelta(minutes=2))
+    runs = await drain(service, until=timedelta(minutes=3))
+    assert [(r.id, r.outcome, r.result) for r in runs] == [("p1", "success", 42)]

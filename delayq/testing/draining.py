@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 import anyio
@@ -91,7 +91,37 @@ async def drain(
             )
         await advance(service, timedelta(milliseconds=target - now))
     recorder.drained = len(recorder.deliveries)
-    return [d for d in recorder.deliveries[first:] if d.type in names]
+    runs = [d for d in recorder.deliveries[first:] if d.type in names]
+    return await _with_results(service, consumers, runs)
+
+
+async def _with_results(
+    service: EventService, consumers: list[Consumer], runs: list[Delivered]
+) -> list[Delivered]:
+    """The successful runs of a type with ``results=`` get the value it kept."""
+    keeping = {
+        c.type_name: c.event_type
+        for c in consumers
+        if getattr(c.event_type, "event_results_ms", None) is not None
+    }
+    ok: dict[str, list[str]] = {}
+    for run in runs:
+        if run.type in keeping and run.outcome == "success":
+            ok.setdefault(run.type, []).append(run.id)
+    if not ok:
+        return runs
+    values: dict[tuple[str, str], object] = {}
+    for type_name, ids in ok.items():
+        outcomes = await service.results(keeping[type_name], ids)
+        for event_id, outcome in outcomes.items():
+            if outcome.status == "ok":
+                values[type_name, event_id] = outcome.value
+    return [
+        replace(r, result=values[r.type, r.id])
+        if r.outcome == "success" and (r.type, r.id) in values
+        else r
+        for r in runs
+    ]
 
 
 def _recorder(service: EventService) -> Recorder:

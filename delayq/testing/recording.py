@@ -35,7 +35,8 @@ class Delivered:
     became a dead letter); ``"cancelled"`` when the run was stopped: the service stopped
     during it, its event was cancelled (``cancel``) or its lease was lost."""
     result: Any = None
-    """What the run produced for the event's result (None: delayq keeps no results yet)."""
+    """The value a successful run kept, for a type with ``results=`` (``drain`` reads it
+    with ``service.results()``); None otherwise."""
     group: str = "default"
     """The delivery group of the handler."""
     error: str | None = None
