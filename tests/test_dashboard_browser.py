@@ -165,8 +165,22 @@ def _css(driver, selector: str):
     return driver.find_elements(By.CSS_SELECTOR, selector)
 
 
-def _click(driver, selector: str) -> None:
-    (_css(driver, selector) or pytest.fail(f"nothing matches {selector!r}"))[0].click()
+def _click(driver, selector: str, timeout: float = 10.0) -> None:
+    """Click the first element matching ``selector``, found again if the page's live
+    refresh replaced it between the look and the click (a loaded CI lane hit that)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    def clicked() -> bool:
+        found = _css(driver, selector)
+        if not found:
+            return False
+        try:
+            found[0].click()
+        except StaleElementReferenceException:
+            return False
+        return True
+
+    _wait(clicked, timeout, f"a click on {selector!r}")
 
 
 def _find(driver, selector: str, timeout: float = 10.0):
