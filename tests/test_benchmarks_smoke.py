@@ -151,9 +151,11 @@ def test_scale_script_runs_small(tmp_path: Path) -> None:
         find_redis_server_binary()
     except RuntimeError as exc:
         pytest.skip(f"needs a redis-server binary: {exc}")
+    # --lead 6: the burst's producer process (spawned, importing delayq) and its 2000
+    # enqueues must finish a second before it; 3 s was too little in loaded CI lanes
     proc = subprocess.run(
         [sys.executable, "benchmarks/scale.py", "--timers", "2000", "--burst", "2000",
-         "--probes", "20", "--producers", "1", "--lead", "3", "--out-dir", str(tmp_path),
+         "--probes", "20", "--producers", "1", "--lead", "6", "--out-dir", str(tmp_path),
          "--tmp", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
