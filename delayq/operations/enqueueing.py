@@ -9,6 +9,9 @@ outcome is counted as ``enqueued``, ``kept`` (the id existed) or
 ``replaced``, and a cancel that removed an event as ``cancelled``. The tracing hooks of
 :class:`~delayq.observer.Observer` wrap the encoding, so a trace context
 travels in the stored envelope.
+
+(Over 400 lines: one job, the producer's side of an enqueue, with the per-event options
+checks, enqueue hooks and timeouts each route shares.)
 """
 
 from __future__ import annotations

@@ -202,8 +202,11 @@ class Spread:
         if self.token not in members and not self._stopping:
             members = sorted([*members, self.token])
         if members != self.members:
-            log.info("scheduler %s: %d scheduler processes share the partitions",
-                     self.token[:8], len(members))  # fmt: skip
+            log.info(
+                "scheduler %s: %d scheduler processes share the partitions",
+                self.token[:8],
+                len(members),
+            )
             self.members = members
             self._owners = {}
             self._last_full = -math.inf  # new owners look at their partitions now
@@ -245,8 +248,12 @@ class Spread:
                     backoff = 0.1
                 except Exception as exc:  # loops never die
                     self._on_error()
-                    log.warning("moving partitions failed (%s: %s); retrying in %.2fs",
-                                type(exc).__name__, exc, backoff)  # fmt: skip
+                    log.warning(
+                        "moving partitions failed (%s: %s); retrying in %.2fs",
+                        type(exc).__name__,
+                        exc,
+                        backoff,
+                    )
                     sleep_for = backoff
                     backoff = min(backoff * 2, _MAX_BACKOFF)
                     failed = True
@@ -267,8 +274,10 @@ class Spread:
         """Whether to join before the wake-up subscription is up: when no other process
         moves the partitions, or after ``join_by`` (pub/sub only makes moves faster)."""
         if time.monotonic() >= join_by:
-            log.warning("scheduler %s: no wake-up subscription yet; joining the "
-                        "partitions' owners anyway", self.token[:8])  # fmt: skip
+            log.warning(
+                "scheduler %s: no wake-up subscription yet; joining the partitions' owners anyway",
+                self.token[:8],
+            )
             return True
         members, _ = await self._store.scheduler_membership(self.token, self._ttl_ms, "read")
         return not members
@@ -313,14 +322,25 @@ class Spread:
             wait = self._failing.failed("", now)
             left = self._lease_end - now
             if left > 0:
-                log.warning("scheduler %s: the membership is out of reach (%s: %s); moving "
-                            "the partitions it owned for %.1fs more, trying again in %.2fs",
-                            self.token[:8], type(exc).__name__, exc, left, wait)  # fmt: skip
+                log.warning(
+                    "scheduler %s: the membership is out of reach (%s: %s); moving "
+                    "the partitions it owned for %.1fs more, trying again in %.2fs",
+                    self.token[:8],
+                    type(exc).__name__,
+                    exc,
+                    left,
+                    wait,
+                )
             else:
-                log.warning("scheduler %s: the membership is out of reach (%s: %s) past "
-                            "this process's lease: it moves partitions only as a standby, "
-                            "trying again in %.2fs", self.token[:8], type(exc).__name__,
-                            exc, wait)  # fmt: skip
+                log.warning(
+                    "scheduler %s: the membership is out of reach (%s: %s) past "
+                    "this process's lease: it moves partitions only as a standby, "
+                    "trying again in %.2fs",
+                    self.token[:8],
+                    type(exc).__name__,
+                    exc,
+                    wait,
+                )
             return
         if self._failing.succeeded(""):
             log.info("scheduler %s: the membership is back", self.token[:8])
@@ -409,9 +429,14 @@ class Spread:
                     # this process looked late itself (its loop or the machine stalled):
                     # the owner may have stalled with it, so this is no proof it died;
                     # the next look, if on time, decides
-                    log.info("scheduler %s: moved partitions that %s left %d ms overdue, "
-                             "looking %d ms late itself; not evicting it", self.token[:8],
-                             owner[:8], late, behind * 1000)  # fmt: skip
+                    log.info(
+                        "scheduler %s: moved partitions that %s left %d ms overdue, "
+                        "looking %d ms late itself; not evicting it",
+                        self.token[:8],
+                        owner[:8],
+                        late,
+                        behind * 1000,
+                    )
         finally:
             self._moving.discard(unit)
             self._interrupt()
@@ -420,8 +445,9 @@ class Spread:
         self._on_error()
         now = time.monotonic()
         # this partition alone waits; the others must still move
-        self._failing.move_failed(unit, exc, now, refused_wait=_FULL_SWEEP * self._interval,
-                                  log=log)  # fmt: skip
+        self._failing.move_failed(
+            unit, exc, now, refused_wait=_FULL_SWEEP * self._interval, log=log
+        )
         self._next[unit] = min(self._next.get(unit, math.inf), now)  # looked at on retry
 
     async def _evict_silent(self) -> None:
@@ -430,8 +456,12 @@ class Spread:
         partitions were moved anyway, and the next overdue look tries again."""
         evict, self._evict = self._evict, {}
         for owner, late in evict.items():
-            log.warning("scheduler %s: moved partitions that %s left %d ms overdue; "
-                        "taking them over", self.token[:8], owner[:8], late)  # fmt: skip
+            log.warning(
+                "scheduler %s: moved partitions that %s left %d ms overdue; taking them over",
+                self.token[:8],
+                owner[:8],
+                late,
+            )
             try:
                 members, _ = await self._store.scheduler_membership(
                     self.token, self._ttl_ms, f"evict:{owner}"

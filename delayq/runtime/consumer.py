@@ -13,6 +13,9 @@ handler tasks are :mod:`delayq.runtime.handler_tasks`'. The fetching (BRPOP,
 claims) is a :class:`~delayq.runtime.fetching.Fetcher` the consumer owns, over the
 :class:`~delayq.runtime.fetching.Slots` it shares with the handler tasks; the options are in
 :mod:`delayq.runtime.consumer_settings`.
+
+(Over 400 lines: one job, a delivery from claim to outcome, with the optional timeout,
+middleware and kept-result steps beside the plain path they must not slow.)
 """
 
 from __future__ import annotations

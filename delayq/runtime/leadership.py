@@ -105,17 +105,30 @@ class Leadership:
         self._metrics.increment("redis_errors")
         wait = self._failing.failed("", now)
         if self.is_leader and now < self._lease_end:
-            log.warning("scheduler %s cannot reach the lock (%s: %s); leading for %.1fs "
-                        "more (its lease), trying again in %.2fs", self._token()[:8],
-                        type(exc).__name__, exc, self._lease_end - now, wait)  # fmt: skip
+            log.warning(
+                "scheduler %s cannot reach the lock (%s: %s); leading for %.1fs "
+                "more (its lease), trying again in %.2fs",
+                self._token()[:8],
+                type(exc).__name__,
+                exc,
+                self._lease_end - now,
+                wait,
+            )
         else:
-            log.warning("scheduler %s cannot reach the lock (%s: %s); trying again in "
-                        "%.2fs", self._token()[:8], type(exc).__name__, exc, wait)  # fmt: skip
+            log.warning(
+                "scheduler %s cannot reach the lock (%s: %s); trying again in %.2fs",
+                self._token()[:8],
+                type(exc).__name__,
+                exc,
+                wait,
+            )
 
     def _within_lease(self, now: float) -> bool:
         if self.is_leader and now >= self._lease_end:
-            log.warning("scheduler %s: its lease on the lock ended unrenewed; standing by",
-                        self._token()[:8])  # fmt: skip
+            log.warning(
+                "scheduler %s: its lease on the lock ended unrenewed; standing by",
+                self._token()[:8],
+            )
             self._became(False, "")
         return self.is_leader
 
@@ -153,14 +166,22 @@ class Leadership:
         except Exception as exc:
             self._metrics.increment("redis_errors")
             self._failing.failed("", time.monotonic())
-            log.warning("scheduler %s could not take the lock over (%s: %s)",
-                        self._token()[:8], type(exc).__name__, exc)  # fmt: skip
+            log.warning(
+                "scheduler %s could not take the lock over (%s: %s)",
+                self._token()[:8],
+                type(exc).__name__,
+                exc,
+            )
             return
         self._succeeded(sent, held)
         if held:
             self._metrics.increment("scheduler_takeovers")
-            log.warning("scheduler %s took over from %s, which left events %d ms overdue",
-                        self._token()[:8], self.holder[:8], late_ms)  # fmt: skip
+            log.warning(
+                "scheduler %s took over from %s, which left events %d ms overdue",
+                self._token()[:8],
+                self.holder[:8],
+                late_ms,
+            )
             self.holder = None
         self._became(held, "took over")
 

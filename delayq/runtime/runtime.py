@@ -6,6 +6,9 @@ it starts them in one task group under one supervisor task, restarts a loop
 that crashes, reports which run (``health()``), and on close stops them in
 order (consumers drain, then the reporters write their last records), then
 closes the store and the clients the service owns. No task outlives it.
+
+(Over 400 lines: one job, the loops' lifetime, which now includes the cancel listener
+and the clock moves of the testing kit.)
 """
 
 from __future__ import annotations

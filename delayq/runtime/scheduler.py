@@ -211,8 +211,12 @@ class Scheduler:
                 backoff = 0.1
             except Exception as exc:  # loops never die: log, back off, go on
                 self._metrics.increment("redis_errors")
-                log.warning("scheduler pass failed (%s: %s); retrying in %.2fs",
-                            type(exc).__name__, exc, backoff)  # fmt: skip
+                log.warning(
+                    "scheduler pass failed (%s: %s); retrying in %.2fs",
+                    type(exc).__name__,
+                    exc,
+                    backoff,
+                )
                 sleep_for = backoff
                 backoff = min(backoff * 2, MAX_BACKOFF)
                 failed = True
@@ -286,8 +290,9 @@ class Scheduler:
             # else), or its node is away: sweep the types this process already knows
             self._metrics.increment("redis_errors")
             level = logging.ERROR if isinstance(exc, RedisResponseError) else logging.WARNING
-            log.log(level, "reading the set of event types failed (%s: %s)",
-                    type(exc).__name__, exc)  # fmt: skip
+            log.log(
+                level, "reading the set of event types failed (%s: %s)", type(exc).__name__, exc
+            )
             return self._types
 
     async def _pass(self) -> float:

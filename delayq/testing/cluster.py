@@ -279,8 +279,9 @@ class RedisClusterServer(Lifecycle):
                 raise RuntimeError(f"the cluster on ports {self.ports} did not become ok")
             time.sleep(0.05)
 
-    def _wait_promoted(self, old: RedisServer, candidates: list[RedisServer], started: float,
-                       timeout: float) -> ClusterFailover:  # fmt: skip
+    def _wait_promoted(
+        self, old: RedisServer, candidates: list[RedisServer], started: float, timeout: float
+    ) -> ClusterFailover:
         deadline = started + timeout
         new = promoted = None
         while new is None:
