@@ -268,3 +268,18 @@ async def test_drain_gives_the_value_a_results_type_kept(service: EventService) 
     await service.enqueue_with_delay(Priced(id="p1", cents=21), timedelta(minutes=2))
     runs = await drain(service, until=timedelta(minutes=3))
     assert [(r.id, r.outcome, r.result) for r in runs] == [("p1", "success", 42)]
+
+
+async def test_a_kept_result_expires_when_the_clock_moves_past_its_window(
+    service: EventService,
+) -> None:
+    async def price(event: Priced) -> int:
+        return event.cents
+
+    service.add_handler(Priced, price)
+    await service.enqueue_with_delay(Priced(id="p2", cents=7), 0)
+    await drain(service)
+    assert await service.result(Priced, "p2", timeout=5) == 7
+    await advance(service, timedelta(minutes=6))  # past Priced's 5 minutes
+    with pytest.raises(LookupError):
+        await service.result(Priced, "p2", timeout=1)
