@@ -1,4 +1,7 @@
-"""``RedisServer``: one private ``redis-server`` process, to start, kill, restart and reconfigure."""
+"""``RedisServer``: one private ``redis-server`` process, to start, kill, restart and reconfigure.
+
+(Over 400 lines: one class doing one job, the test server's lifecycle.)
+"""
 
 from __future__ import annotations
 
