@@ -105,6 +105,11 @@ async def _at_least(rec: aioredis.Redis, n: int) -> bool:
     return int(await rec.hlen("starts")) >= n
 
 
+async def _ticks_at_least(rec: aioredis.Redis, n: int) -> bool:
+    records = await Records.read(rec)
+    return sum(i.startswith("tick@") for i in records.starts) >= n
+
+
 async def _fault(cluster: RedisClusterServer, prefix: str, kind: str, master: RedisServer) -> Phase:
     touched = {s for s, port in shard_ports(cluster, prefix).items() if port == master.port}
     assert len(touched) == 2
@@ -276,6 +281,9 @@ async def test_schedules_and_limits_through_planned_failovers(
                     await wait_for(lambda o=old: queue.master() is not o, timeout=30)
                     await asyncio.to_thread(queue.wait_stable)
                 await _steady(recorder, 60)
+            # the producer's pace sets the run's length, not the schedule's: fast failovers
+            # left room for only 9 slots; run on until the schedule has fired enough
+            await wait_for(lambda: _ticks_at_least(recorder, 12), timeout=30, interval=0.2)
             producer.stop()
 
         async def handled() -> bool:
