@@ -1,13 +1,15 @@
 """A worker process for tests/test_cancel_running.py and benchmarks/cancel_latency.py.
 
     python tests/control_worker.py URL PREFIX NAME [--visibility S] [--concurrency N]
-        [--groups G1,G2] [--cluster] [--marks URL]
+        [--groups G1,G2] [--cluster] [--marks URL] [--release]
 
 Runs an EventService handling ``ctl-job`` events (in each delivery group named, else in
 the default group) and ``ctl-part`` events (3 partitions) until SIGTERM; ``--cluster``:
 URL is a Redis Cluster. The marks below go to ``--marks`` (default: URL, a plain Redis). Each handler records under ``<PREFIX>-test:*``, outside
 the queue's keys: ``HSET started <id>[/<group>] <NAME>:<attempt>`` and ``HINCRBY runs``,
-then sleeps for an hour; on ``CancelledError`` it records ``HSET cancelled <id>[/<group>]
+then sleeps for an hour (``--release``: until something is pushed to the list
+``release:<id>[/<group>]``, then records ``HSET done <id>[/<group>] <NAME>:<attempt>`` and
+returns); on ``CancelledError`` it records ``HSET cancelled <id>[/<group>]
 <NAME>:<attempt>:<unix time>`` (shielded) and re-raises. When the service has started it
 adds NAME to the set ``<PREFIX>-test:ready``.
 """
@@ -49,6 +51,7 @@ async def main() -> None:
     parser.add_argument("--groups", default="")
     parser.add_argument("--cluster", action="store_true")
     parser.add_argument("--marks", default=None)
+    parser.add_argument("--release", action="store_true")
     args = parser.parse_args()
     test_key = f"{args.prefix}-test"
     raw = aioredis.Redis.from_url(args.marks or args.url, protocol=2)
@@ -61,6 +64,10 @@ async def main() -> None:
         await raw.hset(f"{test_key}:started", run, mark)
         await raw.hincrby(f"{test_key}:runs", run, 1)
         try:
+            if args.release:
+                await raw.blpop([f"{test_key}:release:{run}"], timeout=3600)
+                await raw.hset(f"{test_key}:done", run, mark)
+                return
             await asyncio.sleep(3600)
         except asyncio.CancelledError:
             with anyio.CancelScope(shield=True):

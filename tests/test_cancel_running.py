@@ -143,6 +143,42 @@ async def test_cancel_stops_every_groups_run(pool, workers, redis_client, prefix
     assert (await producer.inspect(CtlJob, "o")).state == "absent"
 
 
+async def test_cancel_for_one_group_stops_its_run_and_the_other_groups_run_is_acked(
+    pool, workers, redis_client, prefix, wait_for
+) -> None:
+    # each group's handler in a process of its own
+    workers.start("gb", "--groups", "billing", "--release")
+    workers.start("gm", "--groups", "mail", "--release")
+    await ready(redis_client, prefix, wait_for, "gb", "gm")
+    producer = pool.producer()
+    await producer.register_group(CtlJob, "billing")
+    await producer.register_group(CtlJob, "mail")
+    assert await producer.remove_group(CtlJob, "default")  # no process handles it here
+    assert await producer.enqueue_with_delay(CtlJob(id="o"), 0)
+    await wait_for(field_is(redis_client, prefix, "started", "o/billing", "gb:1"), timeout=15)
+    await wait_for(field_is(redis_client, prefix, "started", "o/mail", "gm:1"), timeout=15)
+    assert await producer.cancel(CtlJob, "o", group="billing") is CancelResult.SIGNALLED
+    await wait_for(field_is(redis_client, prefix, "cancelled", "o/billing", "gb:1"), timeout=5)
+    info = await producer.inspect(CtlJob, "o")
+    assert info.groups["billing"].state == "absent"
+    assert info.groups["mail"].state == "in_flight"
+    assert await redis_client.hget(tkey(prefix, "cancelled"), "o/mail") is None
+    # billing's is gone: cancelling it there again finds nothing
+    assert await producer.cancel(CtlJob, "o", group="billing") is CancelResult.UNKNOWN
+    # mail's run goes on, finishes and is acked: the last group done, the event goes
+    await redis_client.lpush(tkey(prefix, "release:o/mail"), "go")
+    await wait_for(field_is(redis_client, prefix, "done", "o/mail", "gm:1"), timeout=5)
+
+    async def acked() -> bool:
+        return (await producer.inspect(CtlJob, "o")).state == "absent"
+
+    await wait_for(acked, timeout=10)
+    assert await redis_client.hgetall(tkey(prefix, "runs")) == {b"o/billing": b"1", b"o/mail": b"1"}
+    for group in ("billing", "mail"):
+        assert await producer.dead_letters(CtlJob, group=group) == []
+    assert await producer.cancel(CtlJob, "o") is CancelResult.UNKNOWN
+
+
 @pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="needs SIGSTOP")
 async def test_a_run_that_lost_its_lease_is_cancelled_and_its_ack_changes_nothing(
     pool, workers, redis_client, prefix, wait_for

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from core_support import Recorder, ServicePool, prefix_keys
 
-from delayq import EventService, InMemoryMetrics, fixed
+from delayq import CancelResult, EventService, InMemoryMetrics, fixed
 from delayq.events import Event
 from delayq.keys import TypeKeys
 
@@ -262,6 +262,52 @@ async def test_cancel_across_groups(services, redis_client, prefix, wait_for) ->
     assert audit.ids == ["marker"]
     assert sorted(billing.ids) == ["marker", "now"]
     assert await leftovers(redis_client, prefix) == []
+
+
+async def test_cancel_for_one_group_leaves_the_others_delivery(
+    services, redis_client, prefix, wait_for
+) -> None:
+    service = await services.start()
+    await service.register_group(Order, "audit")  # and the default group: no process yet
+    # not fanned out yet: the other group keeps it, due at its time
+    assert await service.enqueue_with_delay(Order(id="future"), 3600)
+    due = (await service.inspect(Order, "future")).due_at
+    assert await service.cancel(Order, "future", group="audit") is CancelResult.REMOVED
+    assert await service.cancel(Order, "future", group="audit") is CancelResult.UNKNOWN
+    assert await service.cancel(Order, "future", group="no-such-group") is CancelResult.UNKNOWN
+    info = await service.inspect(Order, "future")
+    assert {g: s.state for g, s in info.groups.items()} == {
+        "audit": "absent",
+        "default": "scheduled",
+    }
+    assert info.groups["default"].due_at == due
+    # fanned out (waiting in both ready lists): the default group's copy alone goes
+    assert await service.enqueue_with_delay(Order(id="now"), 0)
+
+    async def both_ready() -> bool:
+        stats = await service.group_stats(Order)
+        return stats["audit"].ready == stats["default"].ready == 1
+
+    await wait_for(both_ready, timeout=10)
+    assert await service.cancel(Order, "now", group="default") is CancelResult.REMOVED
+    info = await service.inspect(Order, "now")
+    assert (info.groups["audit"].state, info.groups["default"].state) == ("ready", "absent")
+    billing, audit = Recorder(), Recorder()
+    service.add_handler(Order, billing)
+    service.add_handler(Order, audit, group="audit")
+    await wait_for(audit.handled(1), timeout=10)
+    assert audit.ids == ["now"]
+    # the last group to let go of an event removes it
+    assert await service.cancel(Order, "future", group="default") is CancelResult.REMOVED
+    assert (await service.inspect(Order, "future")).state == "absent"
+    await wait_for(lambda: settled(service), timeout=10)
+    assert billing.ids == []
+    assert await leftovers(redis_client, prefix) == []
+    # a type without named groups has the default group alone
+    assert await service.enqueue_with_delay(Plain(id="p"), 3600)
+    assert await service.cancel(Plain, "p", group="audit") is CancelResult.UNKNOWN
+    assert await service.cancel(Plain, "p", group="default") is CancelResult.REMOVED
+    assert (await service.inspect(Plain, "p")).state == "absent"
 
 
 async def test_replace_across_groups(services, redis_client, prefix, wait_for) -> None:

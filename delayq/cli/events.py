@@ -204,25 +204,50 @@ def enqueue(
 def cancel(
     type_name: TypeName,
     event_id: EventId,
+    group: Annotated[
+        str | None,
+        typer.Option(
+            "--group",
+            help="Cancel it for this delivery group only (default: every group).",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Json = False,
     conn: Connection = Connection(),
 ) -> None:
     """Remove a pending (scheduled, ready or in-flight) event; a running handler of it is
-    cancelled wherever it runs. Exit code 1 when there was none (dead letters are removed
+    cancelled wherever it runs. With --group, only that delivery group's delivery and run:
+    the other groups keep theirs. Exit code 1 when there was none (dead letters are removed
     with `dead purge`)."""
 
     async def main() -> CancelResult:
         async with conn.connect() as service:
-            return await service.cancel(await known_type(service, type_name), event_id)
+            name = await known_type(service, type_name)
+            await _known_group(service, name, group)
+            return await service.cancel(name, event_id, group=group)
 
     result = run(main)
     if as_json:
         print_json(
-            {"type": type_name, "id": event_id, "cancelled": bool(result), "result": result.value}
+            {
+                "type": type_name,
+                "id": event_id,
+                "group": group,
+                "cancelled": bool(result),
+                "result": result.value,
+            }
         )
     else:
         console.print(_CANCEL_SAID[result])
     raise typer.Exit(0 if result else 1)
+
+
+async def _known_group(service: EventService, name: str, group: str | None) -> None:
+    """Exit with a message unless ``group`` (None: every group) is one of the type's."""
+    if group is not None and group != DEFAULT_GROUP:
+        groups = await service.groups(name)
+        if group not in groups:
+            fail(f"{name!r} has no delivery group {group!r} (groups: {', '.join(groups)})")
 
 
 @with_connection
@@ -246,10 +271,7 @@ def run_now(
     async def main() -> bool:
         async with conn.connect() as service:
             name = await known_type(service, type_name)
-            if group is not None and group != DEFAULT_GROUP:
-                groups = await service.groups(name)
-                if group not in groups:
-                    fail(f"{name!r} has no delivery group {group!r} (groups: {', '.join(groups)})")
+            await _known_group(service, name, group)
             try:
                 return await service.run_now(name, event_id, group=group)
             except (TypeError, ValueError) as exc:

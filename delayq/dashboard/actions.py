@@ -111,8 +111,8 @@ class Actions:
         )  # fmt: skip
 
     async def event(self, request: Request) -> Response:
-        """Cancel a pending event (in every delivery group; after a confirmation), or run a
-        scheduled one now (in every group, or in the one named by the form's ``group``)."""
+        """Cancel a pending or running event (after a confirmation), or run a scheduled one
+        now: in every delivery group, or in the one named by the form's ``group``."""
         dash = self.dash
         form, refused = await self._checked_form(request)
         if refused is not None:
@@ -129,15 +129,17 @@ class Actions:
             info = await dash.service.inspect(name, event_id)
             return dash.render(request, "confirm_event.html", name=name, event_id=event_id,
                                info=info, group=group, group_param=back_group)  # fmt: skip
+        where = "" if group is None else f" for group {group}"
         if action == "cancel":
-            result = await dash.service.cancel(name, event_id)
+            result = await dash.service.cancel(name, event_id, group=group)
             ok = bool(result)
             heading = "Cancelled" if ok else "Nothing to cancel"
             message = (
-                f"{name} {event_id!r} was removed." if result is CancelResult.REMOVED
-                else f"{name} {event_id!r} was running: it was removed and its handler was "
-                "told to stop." if result is CancelResult.SIGNALLED
-                else f"{name} {event_id!r} is not pending (already handled, cancelled, or a dead letter)."
+                f"{name} {event_id!r} was removed{where}." if result is CancelResult.REMOVED
+                else f"{name} {event_id!r} was running{where}: it was removed and its handler "
+                "was told to stop." if result is CancelResult.SIGNALLED
+                else f"{name} {event_id!r} is not pending{where} (already handled, cancelled, "
+                "or a dead letter)."
             )  # fmt: skip
         else:
             ok = await dash.service.run_now(name, event_id, group=group)

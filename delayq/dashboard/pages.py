@@ -105,6 +105,7 @@ class Pages:
         start = "−1 h" if window == "hour" else "−24 h"
         handled = [p.handled_per_minute for p in points]
         failed = [p.failed_per_minute for p in points]
+        cancelled = [p.cancelled_per_minute for p in points]
         p50 = [p.lateness_p50 for p in points]
         p99 = [p.lateness_p99 for p in points]
         return {
@@ -112,8 +113,9 @@ class Pages:
                 [
                     Series("handled/min", "ok", handled, bars=True),
                     Series("failed/min", "bad", failed, bars=True),
+                    Series("cancelled/min", "cancelled", cancelled, bars=True),
                 ],
-                title="handled and failed per minute",
+                title="handled, failed and cancelled per minute",
                 start_label=start,
                 point_labels=labels,
             ),
@@ -126,6 +128,7 @@ class Pages:
             ),
             "handled": sum(p.handled for p in points),
             "failed": sum(p.failed for p in points),
+            "cancelled": sum(p.cancelled for p in points),
         }
 
     # -- overview --------------------------------------------------------------
@@ -311,11 +314,16 @@ class Pages:
         found = [i for i in infos if i.state != "absent"]
         if len(found) == 1:
             info = found[0]
-            # per group: which actions apply (run now: scheduled; requeue/purge: dead)
-            any_scheduled = info.state == "scheduled" or any(
-                g.state == "scheduled" for g in info.groups.values()
+            # per group: which actions apply (run now: scheduled; cancel: scheduled, ready
+            # or running; requeue/purge: dead)
+            states = {info.state, *(g.state for g in info.groups.values())}
+            return dash.render(
+                request,
+                "event.html",
+                info=info,
+                any_scheduled="scheduled" in states,
+                any_pending=bool(states & {"scheduled", "ready", "in_flight"}),
             )
-            return dash.render(request, "event.html", info=info, any_scheduled=any_scheduled)
         prefixed: list[tuple[str, Any]] = []
         complete = True
         if not found:

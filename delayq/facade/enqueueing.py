@@ -11,6 +11,7 @@ from ..durations import delay_ms, due_unix_ms
 from ..events import Event
 from ..flow.dedup import Dedup, check_debounce, dedup_mode
 from ..operations.enqueueing import CancelResult, EnqueueHook, timed_envelopes, with_timeout
+from ..operations.groups import check_view
 from ..views.inspection import EventTypeRef
 from .parts import ServiceParts
 
@@ -166,7 +167,9 @@ class EnqueueMixin(ServiceParts):
         """
         self._enqueuer.add_hook(hook)
 
-    async def cancel(self, event_type: EventTypeRef, id: str) -> CancelResult:
+    async def cancel(
+        self, event_type: EventTypeRef, id: str, *, group: str | None = None
+    ) -> CancelResult:
         """Remove a pending (scheduled, ready or in-flight) event, and stop its handler if
         one is running.
 
@@ -175,9 +178,11 @@ class EnqueueMixin(ServiceParts):
         ``CancelledError`` within about a second, and the event is neither retried nor a
         dead letter) or ``UNKNOWN`` (nothing under that id). Only ``UNKNOWN`` is false,
         so ``if await service.cancel(...)`` reads as before. ``event_type`` is the class
-        or its wire name; with delivery groups, every group's delivery goes and every
-        group's run is cancelled. Dead letters are not touched: use
+        or its wire name. With delivery groups, without ``group`` every group's delivery
+        goes and every group's run is cancelled; with ``group`` (``"default"`` for the
+        default group) that group's alone, the others keeping theirs (an event not due
+        yet stays due at its time for them). Dead letters are not touched: use
         :meth:`purge_dead_letters`. See docs/guides/running-handlers.md.
         """
         name = self._types.name(event_type)
-        return await self._enqueuer.cancel(name, id)
+        return await self._enqueuer.cancel(name, id, check_view(group))

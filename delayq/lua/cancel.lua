@@ -3,15 +3,18 @@
 -- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `queued`, `inflight`,
 --   `leases`, `attempts`, `errors`, `dead`, `groups`, `dedup`, `fkeys` of the type or one
 --   group's view (see _prelude.lua).
--- ARGV[1] id
+-- ARGV[1] id, ARGV[2] the delivery group asked for ('' for every group; a type
+--         without named groups has only 'default')
 -- Returns: 1 removed, 0 no such pending event (unknown, or a dead letter:
---          dead letters are removed with dead_purge), or {'stale', group...}
---          when the type has delivery groups (the caller runs group_cancel.lua).
+--          dead letters are removed with dead_purge; or no such group), or
+--          {'stale', group...} when the type has delivery groups (the caller
+--          runs group_cancel.lua).
 -- Guarantees: the event is gone from every state at once; a stale ready
 -- entry is skipped by claim, and a running handler's ack becomes a no-op.
 -- A cancelled event was not handled: its unique_for mark (still -ttl) goes.
-local id = ARGV[1]
+local id, group = ARGV[1], ARGV[2] or ''
 if grouped() then return {'stale', unpack(redis.call('HKEYS', K_GROUPS))} end
+if group ~= '' and group ~= 'default' then return 0 end
 if redis.call('ZSCORE', K_DEAD, id) then return 0 end
 if redis.call('HDEL', K_EVENTS, id) == 0 then return 0 end
 forget_delivery(id)

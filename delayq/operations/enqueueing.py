@@ -30,6 +30,7 @@ from ..errors import DecodeError
 from ..events import Event, EventTypes, check_event, find_event_type, validate_name
 from ..flow.dedup import Dedup, check_debounce
 from ..flow.keys import check_key, event_key
+from ..keyspace.groups import stored_group
 from ..metrics import ServiceMetrics
 from ..observer import Observer
 from ..options import check_timeout
@@ -272,13 +273,16 @@ class Enqueuer:
         self._count_codes(name, [code])
         return code != Enqueued.KEPT
 
-    async def cancel(self, name: str, event_id: str) -> CancelResult:
-        """Remove a pending or running event of type ``name`` (counted when one was) and
-        tell the processes running it to cancel their handlers."""
+    async def cancel(self, name: str, event_id: str, group: str | None = None) -> CancelResult:
+        """Remove a pending or running event of type ``name`` (for every delivery group, or
+        ``group``, ``"default"`` the default one; counted when one was) and tell the
+        processes running it to cancel their handlers."""
         # the leases held before the removal: a run claimed between the two is stopped by
         # its next lease renewal instead (it finds its lease gone)
         runs = await self._router.running(name, event_id)
-        if not await self._router.cancel(name, event_id):
+        if group is not None:
+            runs = [run for run in runs if run[1] == stored_group(group)]
+        if not await self._router.cancel(name, event_id, group):
             return CancelResult.UNKNOWN
         self._metrics.increment("cancelled", event_type=name)
         if not runs:

@@ -83,11 +83,12 @@ class Router:
         :func:`delayq.partitions.repartition.repartition`)."""
         return await repartition(self._store, type_name, partitions, wait=wait)
 
-    async def cancel(self, type_name: str, event_id: str) -> bool:
-        """Cancel an id wherever a layout of the type routes it; True when one was removed."""
+    async def cancel(self, type_name: str, event_id: str, group: str | None = None) -> bool:
+        """Cancel an id (for every delivery group, or ``group``) wherever a layout of the
+        type routes it; True when one was removed."""
         removed = False
         for shard in self.shards_of_id(type_name, event_id):
-            removed = await self._store.cancel(shard, event_id) or removed
+            removed = await self._store.cancel(shard, event_id, group) or removed
         return removed
 
     async def running(self, type_name: str, event_id: str) -> list[tuple[str, str | None, bytes]]:

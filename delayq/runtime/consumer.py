@@ -43,7 +43,7 @@ from .fetching import CLAIM_MAX as CLAIM_MAX  # the claim bound, imported from h
 from .fetching import Fetcher, Slots
 from .flow_waits import FlowWaits
 from .handler_tasks import HandlerTasks, cancel_unless_shielded
-from .history import LATENESS_BOUNDS_MS, LATENESS_ROW_START, HistoryRecorder
+from .history import CANCELLED_COLUMN, LATENESS_BOUNDS_MS, LATENESS_ROW_START, HistoryRecorder
 from .middleware import Chain, Pipeline
 from .progress import ProgressWriter, encode_progress
 from .settlement import Lease, Settlement, delivery_fields
@@ -239,9 +239,10 @@ class Consumer:
             self._helpers = None
             self._finished.set()
 
-    def cancel_run(self, lease: Lease, why: str) -> bool:
+    def cancel_run(self, lease: Lease, why: str, *, cancelled: bool = False) -> bool:
         """Cancel the handler task of the delivery ``lease`` (shard, id, claim token) if it
-        runs here: its event was cancelled, or its lease lost. True when a task was told."""
+        runs here: its event was cancelled (``cancelled``: counted in the history), or its
+        lease lost. True when a task was told."""
         entry = self._slots.started.get(lease)
         if entry is None or entry[1].done():
             return False
@@ -250,6 +251,9 @@ class Consumer:
         log.info(
             "%s %r: cancelling its handler (%s)", self.label, raw_id.decode("utf-8", "replace"), why
         )
+        if cancelled and self._late_row is not None and not self._handlers.settled(task):
+            # the event ended here: a cancelled run, neither handled nor failed
+            self._late_row[CANCELLED_COLUMN] += 1
         cancel_unless_shielded(task, self._handlers.settled)
         # the run records nothing (its event is gone, or another delivery holds it): its
         # lease is no longer renewed once the task has ended

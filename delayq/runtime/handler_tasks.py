@@ -22,17 +22,21 @@ _SHIELD_RECHECK = 0.02
 def cancel_unless_shielded(
     task: asyncio.Task[Any], settled: Callable[[asyncio.Task[Any]], bool] = lambda _: False
 ) -> None:
-    """Cancel ``task`` now, or as soon as it leaves an ``anyio.CancelScope(shield=True)``.
+    """Cancel ``task`` now, or as soon as it leaves an ``anyio.CancelScope(shield=True)``;
+    not at all once ``settled(task)`` (its handler returned: the outcome it is recording
+    must not be cut off, as :meth:`HandlerTasks.cancel_and_wait` spares it too).
 
     A native ``Task.cancel()`` is not held back by anyio's shield, so a handler's shielded
     critical section would be cut in half: this looks at the task's anyio cancel scopes
     first (anyio's asyncio backend keeps the innermost one per task) and, while one of
     them shields, looks again shortly after. No extra work per event: only a cancel pays.
     """
-    if task.done():
+    if task.done() or settled(task):
         return
     if _shielded(task):
-        asyncio.get_running_loop().call_later(_SHIELD_RECHECK, cancel_unless_shielded, task)
+        asyncio.get_running_loop().call_later(
+            _SHIELD_RECHECK, cancel_unless_shielded, task, settled
+        )
         return
     task.cancel()
 

@@ -11,9 +11,10 @@ happened. Redis keeps two rings per type, HASHes of fixed size:
 * ``minute``: 60 one-minute slots (the last hour);
 * ``coarse``: 72 twenty-minute slots (the last day).
 
-A slot is MessagePack ``[period, handled, failed, b1..b19]`` where ``bN``
-counts deliveries whose lateness (start time minus due time) fell in bucket N
-of :data:`LATENESS_BOUNDS_MS`: about 30 bytes, so a type's history is capped
+A slot is MessagePack ``[period, handled, failed, b1..b19, cancelled]`` where
+``bN`` counts deliveries whose lateness (start time minus due time) fell in bucket N
+of :data:`LATENESS_BOUNDS_MS` and ``cancelled`` the runs stopped by ``cancel()``
+(left out while 0, so a slot without cancels reads as before it was added): about 30 bytes, so a type's history is capped
 near 132 slots x ~45 bytes = ~6 KB (both rings stay compact listpacks), and
 expires two days after its last write. Percentiles are interpolated within a
 bucket, so p50/p99 are approximate (within the bucket's width).
@@ -37,6 +38,7 @@ from ..storage.store import Store
 from .periodic import Periodic
 
 __all__ = [
+    "CANCELLED_COLUMN",
     "LATENESS_BOUNDS_MS",
     "LATENESS_ROW_START",
     "HistoryPoint",
@@ -60,9 +62,12 @@ COARSE_SLOTS = 72
 RING_TTL_MS = 2 * 24 * 3600 * 1000
 
 Window = Literal["hour", "day"]
-_N = 2 + len(LATENESS_BOUNDS_MS) + 1  # handled, failed, buckets
 LATENESS_ROW_START = 2
 """Index of the first lateness bucket in a recorder's row (after handled and failed)."""
+_BUCKETS = len(LATENESS_BOUNDS_MS) + 1
+CANCELLED_COLUMN = LATENESS_ROW_START + _BUCKETS
+"""Index of the count of runs stopped by ``cancel()`` in a recorder's row (after the buckets)."""
+_N = CANCELLED_COLUMN + 1  # handled, failed, buckets, cancelled
 
 _pack = msgspec.msgpack.Encoder().encode
 _unpack = msgspec.msgpack.Decoder(list[int]).decode
@@ -75,7 +80,8 @@ class HistoryRecorder:
     ``observe("lateness", seconds)`` once the service reports it that way,
     else from the ``lateness_ms`` gauge (never both). The service's consumers
     count lateness without a call per event instead, straight into a
-    :meth:`lateness_row` that :meth:`take` reads.
+    :meth:`lateness_row` that :meth:`take` reads, and runs stopped by ``cancel()``
+    in that row's :data:`CANCELLED_COLUMN` (neither handled nor failed).
     """
 
     def __init__(self) -> None:
@@ -87,7 +93,8 @@ class HistoryRecorder:
         """The live row of ``event_type`` (one per label, however often asked for).
 
         Its owner adds 1 at ``LATENESS_ROW_START + bisect_left(LATENESS_BOUNDS_MS, ms)``
-        for each delivery of lateness ``ms`` (0 when early), as :meth:`observe` would;
+        for each delivery of lateness ``ms`` (0 when early), as :meth:`observe` would,
+        and 1 at :data:`CANCELLED_COLUMN` for each run stopped by ``cancel()``;
         :meth:`take` moves the counts out and zeroes the row in place (between two
         steps of the event loop, so no count is lost).
         """
@@ -170,6 +177,12 @@ class HistoryRecorder:
                 mine[i] += v
 
 
+def _stored(row: list[int]) -> list[int]:
+    """A row as written: without its cancelled column while that is 0 (readers from before
+    the column was added read such a slot, and a slot is as small as it was)."""
+    return row if row[CANCELLED_COLUMN] else row[:CANCELLED_COLUMN]
+
+
 class HistoryWriter(Periodic):
     """The loop that writes the recorder's counts every ``interval``; owned by the service."""
 
@@ -185,7 +198,7 @@ class HistoryWriter(Periodic):
             return
         try:
             await self._store.add_history(
-                [(name, _pack(row)) for name, row in sorted(rows.items())],
+                [(name, _pack(_stored(row))) for name, row in sorted(rows.items())],
                 minute_slots=MINUTE_SLOTS,
                 coarse_seconds=COARSE_SECONDS,
                 coarse_slots=COARSE_SLOTS,
@@ -228,6 +241,8 @@ class HistoryPoint:
     """Median lateness in seconds (approximate), None without deliveries."""
     lateness_p99: float | None
     """99th percentile lateness in seconds (approximate), None without deliveries."""
+    cancelled: int = 0
+    """Runs stopped by ``cancel()`` (neither handled nor failed: the event ended there)."""
 
     @property
     def handled_per_minute(self) -> float:
@@ -238,6 +253,11 @@ class HistoryPoint:
     def failed_per_minute(self) -> float:
         """Failed deliveries per minute over the period."""
         return self.failed * 60 / self.seconds
+
+    @property
+    def cancelled_per_minute(self) -> float:
+        """Runs stopped by ``cancel()`` per minute over the period."""
+        return self.cancelled * 60 / self.seconds
 
 
 def percentile(buckets: list[int], q: float) -> float | None:
@@ -288,12 +308,13 @@ async def read_history(
             row = _unpack(raw)
         except (msgspec.DecodeError, msgspec.ValidationError):
             continue
-        if len(row) == _N + 1 and current - slots < row[0] <= current:
+        # a slot without cancels has no cancelled column (as written before there was one)
+        if len(row) in (_N, _N + 1) and current - slots < row[0] <= current:
             rows[row[0]] = row[1:]
     points = []
     for index in range(current - slots + 1, current + 1):
         row = rows.get(index, [0] * _N)
-        buckets = row[2:]
+        buckets = row[LATENESS_ROW_START:CANCELLED_COLUMN]
         p50, p99 = percentile(buckets, 0.5), percentile(buckets, 0.99)
         points.append(
             HistoryPoint(
@@ -303,6 +324,7 @@ async def read_history(
                 failed=row[1],
                 lateness_p50=None if p50 is None else p50 / 1000,
                 lateness_p99=None if p99 is None else p99 / 1000,
+                cancelled=row[CANCELLED_COLUMN] if len(row) > CANCELLED_COLUMN else 0,
             )
         )
     return points

@@ -206,7 +206,9 @@ class Runtime:
     ) -> bool:
         consumer = self.consumers.get((type_name, group))
         lease = (shard, raw_id, token)
-        return consumer is not None and consumer.cancel_run(lease, "its event was cancelled")
+        return consumer is not None and consumer.cancel_run(
+            lease, "its event was cancelled", cancelled=True
+        )
 
     async def remove_consumer(self, name: str, group: str | None) -> bool:
         """Stop a consumer and, while the service runs, wait for its handlers; False if none."""

@@ -235,10 +235,13 @@ class Enqueueing(Layouts, DeliveryGroups):
             return code
         return int(reply)
 
-    async def cancel(self, shard: str, event_id: str) -> bool:
-        """Remove a pending event (for every delivery group); True when one was removed.
+    async def cancel(self, shard: str, event_id: str, group: str | None = None) -> bool:
+        """Remove a pending event for every delivery group (``group`` None) or for one
+        (``"default"`` the default group); True when one was removed.
 
-        Dead letters stay (see :meth:`purge_dead`).
+        For one group of several, an event not fanned out yet is fanned out now to the
+        others, due at its time (see ``lua/group_cancel.lua``). Dead letters stay (see
+        :meth:`purge_dead`).
         """
-        reply = await self._every_group("group_cancel", shard, [event_id], ("cancel", [event_id]))
-        return bool(reply)
+        args = [event_id, group or ""]
+        return bool(await self._every_group("group_cancel", shard, args, ("cancel", args)))
