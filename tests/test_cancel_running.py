@@ -257,3 +257,34 @@ async def test_delayq_cancel_says_it_stopped_a_running_handler(
     await wait_for(field_is(redis_client, prefix, "cancelled", "x", "w1"), timeout=5)
     code, out = await anyio.to_thread.run_sync(cancel)
     assert code == 1 and "no such pending event" in out
+
+
+async def test_delayq_cancel_for_one_group(pool, redis_url, prefix, capsys, monkeypatch) -> None:
+    producer = pool.producer()
+    await producer.register_group(CtlJob, "billing")
+    await producer.register_group(CtlJob, "mail")
+    assert await producer.enqueue_with_delay(CtlJob(id="c"), 3600)
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("DELAYQ_PREFIX", prefix)
+
+    def cancel(*extra: str) -> tuple[int, str]:
+        code = cli_main(["cancel", "ctl-job", "c", *extra])
+        captured = capsys.readouterr()
+        return code, captured.out + captured.err
+
+    code, out = await anyio.to_thread.run_sync(cancel, "--group", "nobody")
+    assert code != 0 and "no delivery group 'nobody'" in out
+    code, out = await anyio.to_thread.run_sync(cancel, "--group", "billing", "--json")
+    assert code == 0 and json.loads(out)["result"] == "removed", out
+    assert json.loads(out)["group"] == "billing"
+    info = await producer.inspect(CtlJob, "c")
+    assert {g: s.state for g, s in info.groups.items()} == {
+        "billing": "absent",
+        "default": "scheduled",
+        "mail": "scheduled",
+    }
+    code, out = await anyio.to_thread.run_sync(cancel, "--group", "billing")
+    assert code == 1 and "no such pending event" in out
+    code, out = await anyio.to_thread.run_sync(cancel)
+    assert code == 0 and out.strip() == "cancelled"
+    assert (await producer.inspect(CtlJob, "c")).state == "absent"

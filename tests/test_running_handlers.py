@@ -422,6 +422,38 @@ async def test_a_cancel_waits_for_a_shielded_section(services, wait_for) -> None
     assert steps == ["charged", "cancelled"]
 
 
+async def test_a_cancel_spares_a_run_recording_its_outcome() -> None:
+    # a run whose handler has returned and which is recording its failure is not cut off
+    # (its record must reach Redis or be found stale there), inside a shield or not
+    from delayq.runtime.handler_tasks import cancel_unless_shielded
+
+    release = asyncio.Event()
+
+    async def recording(shielded: bool) -> None:
+        if shielded:
+            with anyio.CancelScope(shield=True):
+                await release.wait()
+            await asyncio.sleep(0.2)  # recording: past the cancel's next look (20 ms)
+        await release.wait()
+
+    settling: set[asyncio.Task[Any]] = set()
+    plain, spared, shielded = (
+        asyncio.create_task(recording(False)),
+        asyncio.create_task(recording(False)),
+        asyncio.create_task(recording(True)),
+    )
+    await asyncio.sleep(0)  # every task at its first await
+    settling.add(spared)
+    for task in (plain, spared, shielded):
+        cancel_unless_shielded(task, settling.__contains__)
+    settling.add(shielded)  # it settles while the cancel waits for its shield to end
+    release.set()
+    await asyncio.wait([plain, spared, shielded], timeout=5)
+    assert plain.cancelled()
+    assert spared.done() and not spared.cancelled()
+    assert shielded.done() and not shielded.cancelled()
+
+
 async def test_the_dashboard_cancels_a_running_handler(services, wait_for) -> None:
     service = await services.start()
     steps: list[str] = []
@@ -448,3 +480,111 @@ async def test_the_dashboard_cancels_a_running_handler(services, wait_for) -> No
         r = await http.post("/actions/event", data={**form, "confirm": "yes"})
         assert r.status_code == 200 and "was running" in r.text, r.text
     await wait_for(lambda: steps == ["started", "cancelled"], timeout=5)
+
+
+def _dashboard(service: EventService) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=create_app(service)), base_url="http://dash.test"
+    )
+
+
+async def test_a_cancelled_run_counts_as_cancelled_in_the_history_the_dashboard_shows(
+    services, wait_for
+) -> None:
+    service = await services.start(retry_attempts=0, history_interval=0.1)
+    running = asyncio.Event()
+
+    async def handle(event: RunJob) -> None:
+        if event.sleep < 0:
+            raise RuntimeError("asked to fail")
+        if event.sleep:
+            running.set()
+            await asyncio.sleep(event.sleep)
+
+    service.add_handler(RunJob, handle, concurrency=4)
+    assert await service.enqueue_many([RunJob(id="ok"), RunJob(id="bad", sleep=-1)])
+    assert await service.enqueue_with_delay(RunJob(id="long", sleep=60), 0)
+    await running.wait()
+    assert await service.cancel(RunJob, "long") is CancelResult.SIGNALLED
+
+    async def counted() -> bool:
+        points = await service.history(RunJob)
+        totals = [sum(getattr(p, f) for p in points) for f in ("handled", "failed", "cancelled")]
+        return totals == [1, 1, 1]
+
+    await wait_for(counted, timeout=10)
+    async with _dashboard(service) as http:
+        page = (await http.get("/type", params={"name": "rh-job"})).text
+        assert "1 handled · 1 failed · 1 cancelled (last hour)" in page
+        assert '<rect class="cancelled"' in page and "cancelled/min: 1" in page
+        overview = (await http.get("/")).text
+        assert "1 handled · 1 failed · 1 cancelled (last hour)" in overview
+
+
+async def test_the_dashboard_cancels_one_groups_run_or_every_groups(services, wait_for) -> None:
+    service = await services.start(history_interval=0.1)
+    await service.register_group(RunJob, "audit")
+    runs: dict[str, list[str]] = {"default": [], "audit": []}
+
+    async def long(event: RunJob) -> None:
+        delivery = current_delivery()
+        assert delivery is not None
+        steps = runs[delivery.group]
+        steps.append(f"{event.id} started")
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            steps.append(f"{event.id} cancelled")
+            raise
+
+    service.add_handler(RunJob, long)
+    service.add_handler(RunJob, long, group="audit")
+    assert await service.enqueue_with_delay(RunJob(id="g"), 0)
+    assert await service.enqueue_with_delay(RunJob(id="later"), 3600)
+    await wait_for(lambda: runs == {"default": ["g started"], "audit": ["g started"]}, timeout=10)
+
+    def row(html: str, group: str) -> str:
+        return html.split(f'class="event-group-row" data-group="{group}"')[1].split("</tr>")[0]
+
+    async with _dashboard(service) as http:
+        page = (await http.get("/event", params={"type": "rh-job", "id": "g"})).text
+        assert 'id="cancel">Cancel in every group' in page and 'id="run-now"' not in page
+        assert "cancel-group" in row(page, "audit") and "Cancel and stop" in row(page, "audit")
+        match = re.search(r'name="csrf" value="([^"]+)"', page)
+        assert match is not None
+        form = {"type": "rh-job", "id": "g", "action": "cancel", "csrf": match.group(1)}
+        # audit's alone: asked first, then its run stops and the default group's goes on
+        r = await http.post("/actions/event", data={**form, "group": "audit"})
+        assert "Cancel rh-job" in r.text and "for group audit?" in r.text
+        assert "The other groups keep theirs" in r.text
+        assert '<input type="hidden" name="group" value="audit">' in r.text
+        r = await http.post("/actions/event", data={**form, "group": "audit", "confirm": "yes"})
+        assert "was running for group audit" in r.text, r.text
+        await wait_for(lambda: runs["audit"] == ["g started", "g cancelled"], timeout=5)
+        info = await service.inspect(RunJob, "g")
+        assert (info.groups["audit"].state, info.groups["default"].state) == ("absent", "in_flight")
+        assert runs["default"] == ["g started"]
+
+        async def audit_counted() -> bool:
+            points = await service.history(RunJob, group="audit")
+            return sum(p.cancelled for p in points) == 1
+
+        await wait_for(audit_counted, timeout=10)
+        assert sum(p.cancelled for p in await service.history(RunJob)) == 0
+        page = (await http.get("/type", params={"name": "rh-job", "group": "audit"})).text
+        assert "0 handled · 0 failed · 1 cancelled" in page
+        # a scheduled one: cancel for one group from its row, the other keeps it
+        page = (await http.get("/event", params={"type": "rh-job", "id": "later"})).text
+        assert "run-now-group" in row(page, "default") and "cancel-group" in row(page, "default")
+        r = await http.post(
+            "/actions/event",
+            data={**form, "id": "later", "group": "default", "confirm": "yes"},
+        )
+        assert "was removed for group default" in r.text
+        info = await service.inspect(RunJob, "later")
+        assert (info.groups["audit"].state, info.groups["default"].state) == ("scheduled", "absent")
+        # every group: the default group's run stops too
+        r = await http.post("/actions/event", data={**form, "confirm": "yes"})
+        assert "was running: it was removed" in r.text
+        await wait_for(lambda: runs["default"] == ["g started", "g cancelled"], timeout=5)
+        assert (await service.inspect(RunJob, "g")).state == "absent"

@@ -126,6 +126,42 @@ async def test_history_from_two_processes_adds_up(redis_url: str, prefix: str):
         await pool.aclose()
 
 
+async def test_cancelled_runs_add_up_with_slots_written_without_the_column(
+    redis_url: str, prefix: str
+):
+    # a process that counted no cancelled run writes the slot as before the column was
+    # added (as an older worker does): the merge keeps the column and the counts add up
+    import msgspec
+
+    from delayq.runtime.history import CANCELLED_COLUMN, HistoryWriter
+
+    pool = ServicePool(redis_url, prefix)
+    try:
+        service = pool.producer()
+        ring = service.store.keys.history("wh-beat", "minute")
+
+        async def widths() -> set[int]:
+            slots = (await service.store.redis.hgetall(ring)).values()
+            return {len(msgspec.msgpack.decode(v)) for v in slots}
+
+        for handled, cancelled in ((4, 0), (3, 2), (0, 1)):
+            recorder = HistoryRecorder()
+            if handled:
+                recorder.increment("succeeded", handled, event_type="wh-beat")
+            recorder.lateness_row("wh-beat")[CANCELLED_COLUMN] += cancelled
+            await HistoryWriter(service.store, recorder, 10).flush()
+            if not cancelled and handled:  # [period, handled, failed, buckets]: as before
+                assert await widths() == {1 + CANCELLED_COLUMN}
+        assert 2 + CANCELLED_COLUMN in await widths()
+        for window in ("hour", "day"):
+            points = await service.history("wh-beat", window)
+            assert sum(p.handled for p in points) == 7
+            assert sum(p.cancelled for p in points) == 3
+            assert sum(p.failed for p in points) == 0
+    finally:
+        await pool.aclose()
+
+
 def test_percentile_and_observe_take_over_from_the_gauge():
     r = HistoryRecorder()
     r.gauge("lateness_ms", 3, event_type="t")
