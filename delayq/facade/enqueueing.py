@@ -163,7 +163,7 @@ class EnqueueMixin(ServiceParts):
         raises that exception and nothing of it (or, for ``enqueue_many``, of the whole
         call) is written. With no hook, an enqueue does no extra work. Not run by
         :meth:`enqueue_envelopes` nor by schedules' fires (see
-        docs/guides/running-handlers.md).
+        docs/guides/middleware.md).
         """
         self._enqueuer.add_hook(hook)
 

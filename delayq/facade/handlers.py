@@ -73,7 +73,7 @@ class HandlersMixin(ServiceParts):
         :class:`~delayq.Delivery` and returning an async context manager (such as an
         ``@asynccontextmanager`` function). It runs in the handler's task, inside the
         handler's timeout, and must let ``CancelledError`` through
-        (docs/guides/running-handlers.md). Works before and after :meth:`start`.
+        (docs/guides/middleware.md). Works before and after :meth:`start`.
         """
         self._runtime.pipeline.add(middleware)
 
