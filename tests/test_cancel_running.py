@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import anyio.to_thread
@@ -108,10 +109,14 @@ async def test_cancel_reaches_a_handler_in_another_process(
         return await redis_client.hlen(started) == 2
 
     await wait_for(both_running, timeout=15)
+    asked = time.time()
     result = await producer.cancel(CtlJob, "a")
     assert result is CancelResult.SIGNALLED and result
-    # the handler sees CancelledError (well within the lease: nothing else could end it)
+    # the handler sees CancelledError (well within the lease: nothing else could end it),
+    # within about a second (milliseconds here; the mark holds the worker's clock)
     await wait_for(field_is(redis_client, prefix, "cancelled", "a", "w"), timeout=5)
+    mark = (await redis_client.hget(tkey(prefix, "cancelled"), "a")).decode()
+    assert float(mark.rsplit(":", 1)[1]) - asked < 1.0, mark
     assert (await producer.inspect(CtlJob, "a")).state == "absent"
     assert await producer.dead_letters(CtlJob) == []
     assert await redis_client.hget(tkey(prefix, "cancelled"), "b") is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import math
 import re
 import time
@@ -26,6 +27,7 @@ from delayq import (
     current_delivery,
     fixed,
 )
+from delayq.cli.app import main as cli_main
 from delayq.codec import Codec
 from delayq.dashboard import create_app
 from delayq.testing import drain, isolated_service
@@ -100,6 +102,18 @@ async def test_event_timeout_overrides_the_types(services, wait_for) -> None:
     assert letter.error.startswith("HandlerTimeout: handler ran longer than 0.2s"), letter.error
     # the timeout is the handler's business: event_context does not show it
     assert recorder.contexts == [{}]
+
+
+async def test_a_timed_out_run_is_retried_by_the_types_policy(services, wait_for) -> None:
+    service = await services.start(retry_attempts=0)
+    recorder = Recorder(sleeper)
+    # the type's policy (one retry) over the service's (none)
+    service.add_handler(RunJob, recorder, timeout=0.1, retry_attempts=1)
+    assert await service.enqueue_with_delay(RunJob(id="t", sleep=5), 0)
+    await wait_for(dead(service, RunJob, 1), timeout=10)
+    (letter,) = await service.dead_letters(RunJob)
+    assert letter.attempts == 2 and letter.error.startswith("HandlerTimeout"), letter
+    assert recorder.counts == {"t": 2}
 
 
 async def test_event_timeout_on_many_and_envelopes(services, wait_for) -> None:
@@ -271,7 +285,7 @@ async def test_enqueue_hooks_add_context_and_refuse(services, redis_client, pref
 
 
 async def test_progress_is_rate_limited_and_the_last_value_written(
-    services, redis_client, prefix, wait_for
+    services, redis_client, redis_url, prefix, wait_for, capsys, monkeypatch
 ) -> None:
     service = await services.start()
     store = service._store
@@ -325,6 +339,18 @@ async def test_progress_is_rate_limited_and_the_last_value_written(
         assert 'id="event-progress">100' in page and "step 200" in page
         live = (await http.get("/type", params={"name": "rh-job"})).text
         assert '<td class="progress" data-label="progress" title="step 200">100.0</td>' in live
+    # and delayq inspect (text and --json)
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("DELAYQ_PREFIX", prefix)
+
+    def cli_inspect(*extra: str) -> tuple[int, str]:
+        code = cli_main(["inspect", "rh-job", "p", *extra])
+        return code, capsys.readouterr().out
+
+    code, out = await anyio.to_thread.run_sync(cli_inspect, "--json")
+    assert code == 0 and json.loads(out)["progress"]["value"] == 100, out
+    code, out = await anyio.to_thread.run_sync(cli_inspect)
+    assert code == 0 and "100.0 (step 200)" in out, out
     release.set()
     progress_key = f"{{{prefix}:rh-job}}:progress"
 
@@ -420,6 +446,47 @@ async def test_a_cancel_waits_for_a_shielded_section(services, wait_for) -> None
     assert await service.cancel(RunJob, "pay") is CancelResult.SIGNALLED
     await wait_for(lambda: len(steps) == 2, timeout=5)
     assert steps == ["charged", "cancelled"]
+
+
+async def test_a_handler_ignoring_the_cancel_is_bounded_by_its_timeout_and_changes_nothing(
+    services, wait_for
+) -> None:
+    metrics = InMemoryMetrics()
+    # a long lease: its renewal (which would cancel the run again, finding the lease
+    # gone) comes after the 1 s timeout here
+    service = await services.start(metrics=metrics, retry_attempts=3, visibility_timeout=30)
+    steps: list[str] = []
+
+    async def stubborn(event: RunJob) -> None:
+        steps.append(f"{event.id} started")
+        try:
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                steps.append(f"{event.id} ignored the cancel")  # and goes on: a bug
+            await asyncio.sleep(event.sleep)
+            steps.append(f"{event.id} returned")
+        finally:
+            steps.append(f"{event.id} ended")
+
+    service.add_handler(RunJob, stubborn, concurrency=2, timeout=1.0)
+    # "acks": returns after the cancel; "hangs": would run a minute more, its timeout ends it
+    assert await service.enqueue_many([RunJob(id="acks", sleep=0.1), RunJob(id="hangs", sleep=60)])
+    await wait_for(lambda: len(steps) == 2, timeout=10)
+    for run in ("acks", "hangs"):
+        assert await service.cancel(RunJob, run) is CancelResult.SIGNALLED
+    await wait_for(lambda: "acks returned" in steps, timeout=5)
+    # stopped by its timeout (1 s), not a minute later
+    await wait_for(lambda: "hangs ended" in steps, timeout=10)
+    assert "hangs ignored the cancel" in steps and "hangs returned" not in steps
+    # the late ack found its lease gone; the timed-out run ends cancelled (the cancel it
+    # swallowed is still pending on its task) or its failure record is found stale too
+    await wait_for(lambda: metrics.total("stale_outcomes") >= 1, timeout=5)
+    # neither changed anything: no ack, no retry, no dead letter
+    for run in ("acks", "hangs"):
+        assert (await service.inspect(RunJob, run)).state == "absent"
+    assert await service.dead_letters(RunJob) == []
+    assert sorted(s for s in steps if s.endswith("started")) == ["acks started", "hangs started"]
 
 
 async def test_a_cancel_spares_a_run_recording_its_outcome() -> None:
