@@ -38,7 +38,7 @@ _COUNTERS: dict[str, tuple[str, str, str | None]] = {
     "enqueued": ("enqueued", "Events passed to enqueue, by outcome", "new"),
     "kept": ("enqueued", "", "kept"),
     "replaced": ("enqueued", "", "replaced"),
-    "cancelled": ("cancelled", "Pending events removed by cancel()", None),
+    "cancelled": ("cancelled", "Events removed by cancel() (pending or running)", None),
     "moved": ("moved", "Due events the scheduler moved to their ready list", None),
     "delivered": ("delivered", "Deliveries claimed by this process (each attempt counts)", None),
     "succeeded": ("succeeded", "Handler runs that succeeded and were acknowledged", None),
