@@ -138,3 +138,23 @@ async def cancel_task(task: asyncio.Task[Any]) -> None:
     task.cancel()
     with contextlib.suppress(BaseException):
         await task
+
+
+async def run_cli(
+    monkeypatch: Any, capsys: Any, url: str, prefix: str, *args: str
+) -> tuple[int, str]:
+    """``delayq ARGS`` against ``url`` and ``prefix``, in a thread (the command runs its own
+    event loop): its exit code and what it printed (stdout, then stderr)."""
+    import anyio.to_thread
+
+    from delayq.cli.app import main as cli_main
+
+    monkeypatch.setenv("REDIS_URL", url)
+    monkeypatch.setenv("DELAYQ_PREFIX", prefix)
+
+    def call() -> tuple[int, str]:
+        code = cli_main(list(args))
+        captured = capsys.readouterr()
+        return code, captured.out + captured.err
+
+    return await anyio.to_thread.run_sync(call)

@@ -11,12 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-import anyio.to_thread
 import pytest
-from core_support import ServicePool
+from core_support import ServicePool, run_cli
 
 from delayq import CancelResult, Event, EventService
-from delayq.cli.app import main as cli_main
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).with_name("control_worker.py")
@@ -250,17 +248,16 @@ async def test_delayq_cancel_says_it_stopped_a_running_handler(
     producer = pool.producer()
     assert await producer.enqueue_with_delay(CtlJob(id="x"), 0)
     await wait_for(field_is(redis_client, prefix, "started", "x", "w1"), timeout=15)
-    monkeypatch.setenv("REDIS_URL", redis_url)
-    monkeypatch.setenv("DELAYQ_PREFIX", prefix)
 
-    def cancel(*extra: str) -> tuple[int, str]:
-        code = cli_main(["cancel", "ctl-job", "x", *extra])
-        return code, capsys.readouterr().out
+    async def cancel(*extra: str) -> tuple[int, str]:
+        return await run_cli(
+            monkeypatch, capsys, redis_url, prefix, "cancel", "ctl-job", "x", *extra
+        )
 
-    code, out = await anyio.to_thread.run_sync(cancel, "--json")
+    code, out = await cancel("--json")
     assert code == 0 and json.loads(out)["result"] == "signalled", out
     await wait_for(field_is(redis_client, prefix, "cancelled", "x", "w1"), timeout=5)
-    code, out = await anyio.to_thread.run_sync(cancel)
+    code, out = await cancel()
     assert code == 1 and "no such pending event" in out
 
 
@@ -269,17 +266,15 @@ async def test_delayq_cancel_for_one_group(pool, redis_url, prefix, capsys, monk
     await producer.register_group(CtlJob, "billing")
     await producer.register_group(CtlJob, "mail")
     assert await producer.enqueue_with_delay(CtlJob(id="c"), 3600)
-    monkeypatch.setenv("REDIS_URL", redis_url)
-    monkeypatch.setenv("DELAYQ_PREFIX", prefix)
 
-    def cancel(*extra: str) -> tuple[int, str]:
-        code = cli_main(["cancel", "ctl-job", "c", *extra])
-        captured = capsys.readouterr()
-        return code, captured.out + captured.err
+    async def cancel(*extra: str) -> tuple[int, str]:
+        return await run_cli(
+            monkeypatch, capsys, redis_url, prefix, "cancel", "ctl-job", "c", *extra
+        )
 
-    code, out = await anyio.to_thread.run_sync(cancel, "--group", "nobody")
+    code, out = await cancel("--group", "nobody")
     assert code != 0 and "no delivery group 'nobody'" in out
-    code, out = await anyio.to_thread.run_sync(cancel, "--group", "billing", "--json")
+    code, out = await cancel("--group", "billing", "--json")
     assert code == 0 and json.loads(out)["result"] == "removed", out
     assert json.loads(out)["group"] == "billing"
     info = await producer.inspect(CtlJob, "c")
@@ -288,8 +283,8 @@ async def test_delayq_cancel_for_one_group(pool, redis_url, prefix, capsys, monk
         "default": "scheduled",
         "mail": "scheduled",
     }
-    code, out = await anyio.to_thread.run_sync(cancel, "--group", "billing")
+    code, out = await cancel("--group", "billing")
     assert code == 1 and "no such pending event" in out
-    code, out = await anyio.to_thread.run_sync(cancel)
+    code, out = await cancel()
     assert code == 0 and out.strip() == "cancelled"
     assert (await producer.inspect(CtlJob, "c")).state == "absent"

@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from core_support import Recorder, ServicePool, keys_of
+from core_support import Recorder, ServicePool, keys_of, run_cli
 
 from delayq import (
     CancelResult,
@@ -27,7 +27,6 @@ from delayq import (
     current_delivery,
     fixed,
 )
-from delayq.cli.app import main as cli_main
 from delayq.codec import Codec
 from delayq.dashboard import create_app
 from delayq.testing import drain, isolated_service
@@ -340,16 +339,10 @@ async def test_progress_is_rate_limited_and_the_last_value_written(
         live = (await http.get("/type", params={"name": "rh-job"})).text
         assert '<td class="progress" data-label="progress" title="step 200">100.0</td>' in live
     # and delayq inspect (text and --json)
-    monkeypatch.setenv("REDIS_URL", redis_url)
-    monkeypatch.setenv("DELAYQ_PREFIX", prefix)
-
-    def cli_inspect(*extra: str) -> tuple[int, str]:
-        code = cli_main(["inspect", "rh-job", "p", *extra])
-        return code, capsys.readouterr().out
-
-    code, out = await anyio.to_thread.run_sync(cli_inspect, "--json")
+    inspect = ("inspect", "rh-job", "p")
+    code, out = await run_cli(monkeypatch, capsys, redis_url, prefix, *inspect, "--json")
     assert code == 0 and json.loads(out)["progress"]["value"] == 100, out
-    code, out = await anyio.to_thread.run_sync(cli_inspect)
+    code, out = await run_cli(monkeypatch, capsys, redis_url, prefix, *inspect)
     assert code == 0 and "100.0 (step 200)" in out, out
     release.set()
     progress_key = f"{{{prefix}:rh-job}}:progress"
