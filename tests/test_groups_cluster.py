@@ -175,6 +175,10 @@ async def test_cancel_replace_and_remove_group_on_a_cluster(
         assert await service.cancel(GOrder, "future")
         assert await service.cancel(GOrder, "gone")
         assert not await service.cancel(GOrder, "gone")
+        # cancel for one group: audit's copy of w0 goes, reports keeps its own
+        assert await service.cancel(GOrder, "w0", group="audit")
+        info = await service.inspect(GOrder, "w0")
+        assert (info.groups["audit"].state, info.groups["reports"].state) == ("absent", "ready")
         # replace across groups: the groups that still hold it get the new version
         assert await service.enqueue_with_delay(GOrder(id="replaced", n=2), 0, replace=True)
         info = await service.inspect(GOrder, "replaced")
@@ -185,10 +189,10 @@ async def test_cancel_replace_and_remove_group_on_a_cluster(
         assert await service.groups(GOrder) == ["audit", "default"]
         audit = Recorder()
         service.add_handler(GOrder, audit, concurrency=4, group="audit")
-        await wait_for(lambda: audit.total == 21, timeout=10)
+        await wait_for(lambda: audit.total == 20, timeout=10)
         await wait_for(lambda: _settled(service, GOrder), timeout=10)
         assert sorted(audit.versions) == sorted(
-            [("replaced", 2)] + [(f"w{i}", 0) for i in range(20)]
+            [("replaced", 2)] + [(f"w{i}", 0) for i in range(1, 20)]
         )
         assert ("replaced", 2) not in billing.versions  # billing had handled it already
         assert _leftovers(cluster, prefix) == []
@@ -248,6 +252,16 @@ async def test_a_partitioned_type_with_groups_on_a_cluster(
         await wait_for(lambda: audit.total == 60 + 6 + 5 + 5, timeout=10)
         await wait_for(_dead_is(service, GHot, 5), timeout=10)
         assert await service.purge_dead_letters(GHot, group="audit") == 5
+        # cancel for one group, on the id's partition: the other group keeps it
+        assert await service.enqueue_with_delay(GHot(id="later"), 3600)
+        assert await service.cancel(GHot, "later", group="audit")
+        info = await service.inspect(GHot, "later")
+        assert (info.groups["audit"].state, info.groups["default"].state) == (
+            "absent",
+            "scheduled",
+        )
+        assert await service.cancel(GHot, "later", group="default")
+        assert (await service.inspect(GHot, "later")).state == "absent"
         assert await service.remove_group(GHot, "audit")
         assert await service.groups(GHot) == ["default"]
         assert _leftovers(cluster, prefix) == []
