@@ -60,6 +60,8 @@ DEFAULT_FAULTS = ("planned", "kill", "freeze")
 # the sentinels learn the replicas from the master's INFO every 10 s: on a loaded machine that
 # can take longer than RedisSentinelSet's default 20 s (returns as soon as they agree)
 STARTUP_TIMEOUT = 60.0
+# seconds of load at least, once the last failover is over and a stopped master is back
+_SETTLED_LOAD_S = 2.0
 
 
 class SentinelJob(Event, event_name="sentinel-job"):
@@ -79,7 +81,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rate", type=float, default=200.0, help="events enqueued per second")
     p.add_argument("--delay", type=float, default=0.5, help="each event is due this much later")
     p.add_argument("--before", type=float, default=3.0, help="seconds of load before the fault")
-    p.add_argument("--after", type=float, default=12.0, help="seconds of load after it")
+    p.add_argument(
+        "--after",
+        type=float,
+        default=12.0,
+        help="seconds of load after it (and at least 2 s after the set is whole)",
+    )
     p.add_argument(
         "--thaw-after", type=float, default=3.0, help="freeze: seconds frozen after the promotion"
     )
@@ -232,7 +239,11 @@ async def run_fault(
             elif fault in ("kill", "planned-kill", "planned-kill-new"):
                 await asyncio.sleep(thaw_after)
                 old_master.start()  # the sentinels make it a replica of the new master
-            await asyncio.sleep(max(0.0, fault_at + after - time.monotonic()))
+            # at least 2 s of load once the set is whole again: on a loaded machine the
+            # failovers alone could take most of `after`, leaving the check on what was
+            # enqueued after the fault without teeth (or failing it)
+            end = max(fault_at + after, time.monotonic() + _SETTLED_LOAD_S)
+            await asyncio.sleep(max(0.0, end - time.monotonic()))
             stop.set()
             await producing
             deadline = time.monotonic() + drain_timeout
