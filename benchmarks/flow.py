@@ -109,10 +109,10 @@ async def claim_time(url: str, limits: dict[str, Any], paused: bool, calls: int)
             await service.pause(FlowBench)
         await _fill(service, 5000)
         store = service.store
-        await store.claim_limited("flow-bench", [], 1, 60_000)  # loads the script
+        await store.deliveries.claim_limited("flow-bench", [], 1, 60_000)  # loads the script
         await raw.config_resetstat()
         for _ in range(calls):
-            await store.claim_limited("flow-bench", [], 1, 60_000)
+            await store.deliveries.claim_limited("flow-bench", [], 1, 60_000)
         stats = await raw.info("commandstats")
         return float(stats["cmdstat_evalsha"]["usec_per_call"])
     finally:

@@ -95,7 +95,7 @@ async def claim_time(url: str, keys: int, limits: dict[str, Any], calls: int) ->
 
         async def one() -> None:
             entry = await raw.rpop(ready)
-            await store.claim_limited("keys-bench", [entry] if entry else [], 7, 60_000)
+            await store.deliveries.claim_limited("keys-bench", [entry] if entry else [], 7, 60_000)
 
         await one()  # loads the script
         await raw.config_resetstat()

@@ -55,7 +55,7 @@ async def main() -> None:
     rec = aioredis.Redis.from_url(rec_url, protocol=2)
     service = EventService.from_url(url, cluster=True, prefix=prefix, shutdown_grace=2.0)
     store = service.store
-    real_membership = store.scheduler_membership
+    real_membership = store.scheduling.scheduler_membership
 
     async def membership(token: str, ttl_ms: int, mode: str = "beat") -> Any:
         if mode.startswith("evict:"):
@@ -65,8 +65,8 @@ async def main() -> None:
             await rec.hsetnx(key(run, "joined"), token, await _ms(rec))
         return reply
 
-    store.scheduler_membership = membership  # type: ignore[method-assign]
-    real_move = store.move_due
+    store.scheduling.scheduler_membership = membership  # type: ignore[method-assign]
+    real_move = store.scheduling.move_due
 
     async def move_due(shard: str, *args: Any, **kwargs: Any) -> Any:
         r = await real_move(shard, *args, **kwargs)
@@ -74,7 +74,7 @@ async def main() -> None:
             await rec.rpush(key(run, "moves"), f"{r.now_ms} {pid} {shard} {r.moved} {r.late_ms}")
         return r
 
-    store.move_due = move_due  # type: ignore[method-assign,assignment]
+    store.scheduling.move_due = move_due  # type: ignore[method-assign,assignment]
 
     async def handle(job: ChurnJob) -> None:
         delivery = current_delivery()

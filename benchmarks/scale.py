@@ -177,7 +177,7 @@ def worker(url: str, out: str, probes: int, batch_size: int) -> None:
         # how late the scheduler moved the probes (the rest of their lateness is the
         # consumer's): observed around the store's call, nothing changed
         moved_late: list[float] = []
-        move_due = service.store.move_due
+        move_due = service.store.scheduling.move_due
 
         async def observed_move_due(type_name: str, *args: Any, **kwargs: Any) -> Any:
             result = await move_due(type_name, *args, **kwargs)
@@ -185,7 +185,7 @@ def worker(url: str, out: str, probes: int, batch_size: int) -> None:
                 moved_late.append(result.late_ms)
             return result
 
-        service.store.move_due = observed_move_due  # type: ignore[method-assign]
+        service.store.scheduling.move_due = observed_move_due  # type: ignore[method-assign]
         service.add_handler(ScaleProbe, on_probe, concurrency=16)
         service.add_handler(ScaleBurst, on_burst, concurrency=256)
         async with service:

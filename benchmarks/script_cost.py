@@ -79,14 +79,14 @@ async def measure(url: str, sizes: list[int], calls: int, events: int) -> list[d
             claimed_all: list[Any] = []
 
             async def move(size: int = size) -> None:
-                await store.move_due(name, size, 60_000, 10)
+                await store.scheduling.move_due(name, size, 60_000, 10)
 
             async def claim(size: int = size, out: list[Any] = claimed_all) -> None:
-                out.append((await store.claim(name, [], size, 60_000))[1])
+                out.append((await store.deliveries.claim(name, [], size, 60_000))[1])
 
             async def ack(out: list[Any] = claimed_all) -> None:
                 claimed = out.pop()
-                await store.ack(name, [(c.raw_id, c.token) for c in claimed])
+                await store.deliveries.ack(name, [(c.raw_id, c.token) for c in claimed])
 
             for script, call in (("move_due", move), ("claim", claim), ("ack", ack)):
                 r.slowlog_reset()

@@ -153,7 +153,7 @@ def _redis_benchmark_once(
     # JSON: redis-benchmark takes arguments from argv, which cannot carry the NUL
     # bytes of a MessagePack envelope (the other paths use the default, MessagePack)
     envelope = Codec("json").encode(sample_event(123456)).decode()
-    # "<replace>:<call id>:<chunk no>" like Store.enqueue: a new (random) call id per request
+    # "<replace>:<call id>:<chunk no>" like store.enqueueing.enqueue: a new (random) call id per request
     args = ["delay", "0:__rand_int__:1", PrefixKeys(prefix).wakeup_channel, PaymentCheck.event_name]
     for _ in range(chunk):
         # every __rand_int__ gets its own random 12-digit number per request

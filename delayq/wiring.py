@@ -85,7 +85,7 @@ def wire(clients: connect.Clients, options: dict[str, Any], service: object) -> 
     history = HistoryRecorder() if opts.history_interval else None
     metrics = ServiceMetrics(opts.metrics, history)
     observer = Observer(opts.tracing)
-    types = EventTypes(store.declare)
+    types = EventTypes(store.types.declare)
     pending = PendingGroups(store)  # a running service's new groups (see delayq.operations.groups)
     schedules = Schedules(store, codec, types, metrics, observer)
     return Parts(

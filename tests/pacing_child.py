@@ -69,7 +69,7 @@ async def spread_case(case: str, url: str, counts: dict[str, int]) -> dict[str, 
     redis = Redis.from_url(url, max_connections=2 if case == "spread-pool" else 100)
     admin = Redis.from_url(url)
     store = Store(redis, "pacing")
-    counting(store, "scheduler_membership", counts)
+    counting(store.scheduling, "scheduler_membership", counts)
 
     async def drain(unit: str, nexts: dict[str, float], active: set[str]) -> int:
         await redis.ping()
@@ -120,7 +120,7 @@ async def leading(url: str) -> AsyncIterator[tuple[Redis, Scheduler]]:
 
 async def scheduler_case(url: str, counts: dict[str, int]) -> dict[str, Any]:
     async with leading(url) as (admin, scheduler):
-        counting(scheduler._store, "take_lock", counts)
+        counting(scheduler._store.scheduling, "take_lock", counts)
         await admin.execute_command("REPLICAOF", "127.0.0.1", "1")  # renewals: READONLY
         await asyncio.sleep(0.5)
         await admin.publish(scheduler._store.keys.wakeup_channel, "pacing-job")
@@ -155,7 +155,7 @@ async def resubscribe_case(url: str, counts: dict[str, int]) -> dict[str, Any]:
 async def firer_case(url: str, counts: dict[str, int]) -> dict[str, Any]:
     redis = Redis.from_url(url, max_connections=1)
     store = Store(redis, "pacing")
-    counting(store, "schedules_due", counts)
+    counting(store.schedules, "schedules_due", counts)
     firer = ScheduleFirer(store, InMemoryMetrics(), is_leader=lambda: True,
                           takeover_delay=0.5, sweep=1.0)  # fmt: skip
     async with anyio.create_task_group() as tg:

@@ -41,7 +41,7 @@ async def test_claims_and_acks_are_bounded_however_many_slots_are_free(services,
     service = services.make()
     claims: list[int] = []
     acks: list[int] = []
-    claim, ack = service.store.claim_limited, service.store.ack
+    claim, ack = service.store.deliveries.claim_limited, service.store.deliveries.ack
 
     async def recording_claim(shard: str, popped: Any, more: int, *args: Any, **kw: Any) -> Any:
         claims.append(len(popped) + more)
@@ -52,8 +52,8 @@ async def test_claims_and_acks_are_bounded_however_many_slots_are_free(services,
         acks.append(len(done))
         return await ack(shard, done, **kw)
 
-    service.store.claim_limited = recording_claim  # type: ignore[method-assign]  # observe only
-    service.store.ack = recording_ack  # type: ignore[method-assign]
+    service.store.deliveries.claim_limited = recording_claim  # type: ignore[method-assign]  # observe only
+    service.store.deliveries.ack = recording_ack  # type: ignore[method-assign]
     service.add_handler(BoundJob, handle, concurrency=n)
     await service.start()
     await wait_for(lambda: len(seen) == n, timeout=30)

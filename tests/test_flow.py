@@ -451,22 +451,25 @@ async def test_a_failure_frees_its_slot_with_a_wake_token(
     wake = TypeKeys(prefix, "flow-job").wake()
     await enqueue(service, 3)
     # no limit: a failure pushes nothing
-    _, (first,), _ = await store.claim_limited("flow-job", [], 1, 5000)
-    assert await store.fail("flow-job", first, dead=False, delay_ms=0, error="E: x") == 1
+    _, (first,), _ = await store.deliveries.claim_limited("flow-job", [], 1, 5000)
+    assert await store.deliveries.fail("flow-job", first, dead=False, delay_ms=0, error="E: x") == 1
     assert not await raw.exists(wake)
     await service.set_limits(FlowJob, concurrency=1)
     await raw.delete(wake)  # set_limits wakes every waiter: start from an empty list
-    _, (held,), _ = await store.claim_limited("flow-job", [], 1, 5000)
-    _, claimed, throttle = await store.claim_limited("flow-job", [], 1, 5000)
+    _, (held,), _ = await store.deliveries.claim_limited("flow-job", [], 1, 5000)
+    _, claimed, throttle = await store.deliveries.claim_limited("flow-job", [], 1, 5000)
     assert claimed == [] and throttle is not None and throttle.reason == "concurrency"
     # a retry frees the slot: one token, which the next waiter's BLPOP takes at once
-    assert await store.fail("flow-job", held, dead=False, delay_ms=60_000, error="E: x") == 1
+    assert (
+        await store.deliveries.fail("flow-job", held, dead=False, delay_ms=60_000, error="E: x")
+        == 1
+    )
     assert await raw.llen(wake) == 1
-    assert await store.wait_for_flow("flow-job", 5.0)
+    assert await store.deliveries.wait_for_flow("flow-job", 5.0)
     # and so does a dead letter
-    _, (held,), throttle = await store.claim_limited("flow-job", [], 1, 5000)
+    _, (held,), throttle = await store.deliveries.claim_limited("flow-job", [], 1, 5000)
     assert throttle is None
-    assert await store.fail("flow-job", held, dead=True, delay_ms=0, error="E: x") == 2
+    assert await store.deliveries.fail("flow-job", held, dead=True, delay_ms=0, error="E: x") == 2
     assert await raw.llen(wake) == 1
 
 

@@ -527,13 +527,13 @@ async def test_each_group_has_its_views(services, redis_client, prefix, wait_for
 def _slow_group_registration(service: EventService, monkeypatch, seconds: float = 0.5) -> None:
     """Make the consumer's own registration of its group late (as on a busy loop or a slow
     Redis): whatever it races with loses deterministically unless it waits for it."""
-    register = service.store.register_group
+    register = service.store.groups.register_group
 
     async def slow(*args, **kwargs):
         await asyncio.sleep(seconds)
         return await register(*args, **kwargs)
 
-    monkeypatch.setattr(service.store, "register_group", slow)
+    monkeypatch.setattr(service.store.groups, "register_group", slow)
 
 
 async def test_add_handler_on_a_running_service_is_in_effect_for_the_next_enqueue(

@@ -1,7 +1,7 @@
 """The batching on delayq's hot paths keeps every caller's own result.
 
 Concurrent single-event enqueues are coalesced into shared script calls
-(``Store.enqueue``); these tests check that each caller still gets its own
+(``store.enqueueing.enqueue``); these tests check that each caller still gets its own
 answer, that errors reach every caller, and that nothing is lost or doubled.
 """
 

@@ -1,4 +1,4 @@
-"""Consumers block for less than Redis's idle ``timeout`` (see ``Store.limit_block``).
+"""Consumers block for less than Redis's idle ``timeout`` (see ``store.deliveries.limit_block``).
 
 Redis closes a connection idle for longer than its ``timeout``. A client blocked in BRPOP is
 exempt, but not one an enqueue has just unblocked, until its reply is written: a BRPOP
@@ -29,7 +29,7 @@ async def _block(url: str, prefix: str, polling: float) -> float:
 
     service.add_handler(Tick, handle)
     async with service:
-        return service._store._block_at_most
+        return service._store.deliveries._block_at_most
 
 
 @pytest.mark.parametrize(

@@ -314,8 +314,8 @@ async def test_changing_the_partition_count_loses_nothing(
         assert 0 < result.moved <= 300
         await wait_for(lambda: len(seen) == 321, timeout=20)
         assert set(seen.values()) == {1}
-        assert await service.store.known_types() >= {"part-resize"}
-        assert service.store.layouts("part-resize") == (8,)
+        assert await service.store.types.known_types() >= {"part-resize"}
+        assert service.store.types.layouts("part-resize") == (8,)
         client = RedisCluster.from_url(cluster.url)
         try:
             for shard in shards("part-resize", 4):

@@ -86,7 +86,7 @@ class Moves:
         self.calls: Counter[str] = Counter()
         self.evicted: list[str] = []
         store = service.store
-        move_due, membership = store.move_due, store.scheduler_membership
+        move_due, membership = store.scheduling.move_due, store.scheduling.scheduler_membership
 
         async def counting_move(type_name: str, *args: Any, **kwargs: Any) -> Any:
             r = await move_due(type_name, *args, **kwargs)
@@ -99,8 +99,8 @@ class Moves:
                 self.evicted.append(mode[6:])
             return await membership(token, ttl_ms, mode)
 
-        store.move_due = counting_move  # type: ignore[method-assign]
-        store.scheduler_membership = counting_membership  # type: ignore[method-assign]
+        store.scheduling.move_due = counting_move  # type: ignore[method-assign]
+        store.scheduling.scheduler_membership = counting_membership  # type: ignore[method-assign]
 
     def on(self, owned: set[str]) -> int:
         return sum(n for shard, n in self.moved.items() if shard in owned)
@@ -205,7 +205,7 @@ async def test_a_joining_process_moves_its_partitions_and_is_not_evicted(
         # its knowledge of its partitions being suspect, looks at every one of them
         await wait_for(lambda: not spread._next, timeout=15)  # nothing planned anywhere
         calls = Counter(new_moves.calls)
-        await old.store.scheduler_membership(a, 10_000, f"evict:{b}")
+        await old.store.scheduling.scheduler_membership(a, 10_000, f"evict:{b}")
 
         def swept() -> bool:
             return all(new_moves.calls[s] > calls[s] for s in shards(JoinJob.event_name, 6))

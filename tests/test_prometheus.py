@@ -572,7 +572,7 @@ async def test_dead_letters_made_by_the_scheduler_carry_their_group(
         store = service.store
 
         async def claimed() -> bool:  # a worker of the audit group that claims, then dies
-            _, got = await store.claim(PromFan.event_name, [], 1, 300, group="audit")
+            _, got = await store.deliveries.claim(PromFan.event_name, [], 1, 300, group="audit")
             return bool(got)
 
         await wait_for(claimed, timeout=15)

@@ -247,7 +247,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.n += 1
         envelope = f"envelope-{self.n}".encode()
         (code,) = self.run(
-            self.store.enqueue(
+            self.store.enqueueing.enqueue(
                 TYPE, [(i, envelope, 0 if now else FAR)], absolute=False, replace=replace
             )
         )
@@ -266,7 +266,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule(i=st.sampled_from(IDS))
     def cancel(self, i):
-        removed = self.run(self.store.cancel(TYPE, i))
+        removed = self.run(self.store.enqueueing.cancel(TYPE, i))
         m = self.model
         expected = i in m.events and i not in m.dead
         assert removed == expected
@@ -279,7 +279,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule(target=handles, n=st.integers(1, 4))
     def claim(self, n):
-        _, claimed = self.run(self.store.claim(TYPE, [], n, 60_000))
+        _, claimed = self.run(self.store.deliveries.claim(TYPE, [], n, 60_000))
         m = self.model
         expected = []
         for _, i in m.entries[:n]:
@@ -299,7 +299,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule(h=consumes(handles))
     def ack(self, h: Claimed):
-        removed = self.run(self.store.ack(TYPE, [(h.raw_id, h.token)]))
+        removed = self.run(self.store.deliveries.ack(TYPE, [(h.raw_id, h.token)]))
         m = self.model
         current = m.leases.get(h.id) == h.token
         assert removed == int(current)
@@ -311,7 +311,7 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(h=consumes(handles), how=st.sampled_from(["now", "later", "dead"]))
     def fail(self, h: Claimed, how):
         code = self.run(
-            self.store.fail(
+            self.store.deliveries.fail(
                 TYPE, h, dead=how == "dead", delay_ms=0 if how == "now" else FAR, error="E: x"
             )
         )
@@ -335,7 +335,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule(h=handles)
     def renew(self, h: Claimed):
-        lost = self.run(self.store.renew(TYPE, [(h.raw_id, h.token)], 60_000))
+        lost = self.run(self.store.deliveries.renew(TYPE, [(h.raw_id, h.token)], 60_000))
         current = self.model.leases.get(h.id) == h.token
         assert lost == ([] if current else [h.raw_id])
         self.seen["renewed" if current else "lease lost"] += 1
@@ -387,7 +387,7 @@ class QueueMachine(RuleBasedStateMachine):
     @rule()
     def move_due(self):
         # visibility 0: an orphaned entry is given back in the call that finds it
-        r = self.run(self.store.move_due(TYPE, 1000, 0, MAX_DELIVERIES))
+        r = self.run(self.store.scheduling.move_due(TYPE, 1000, 0, MAX_DELIVERIES))
         m = self.model
         ids: list[str] = []
         missing: list[str] = []
@@ -453,7 +453,7 @@ class QueueMachine(RuleBasedStateMachine):
         assert {dec(a): int(b) for a, b in attempts.items()} == m.attempts
         assert {dec(a) for a in dead} == m.dead
         assert int(pushed or 0) == m.pushed
-        counts = self.run(self.store.counts([TYPE]))[TYPE]
+        counts = self.run(self.store.browsing.counts([TYPE]))[TYPE]
         assert counts == m.counts()
 
 

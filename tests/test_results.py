@@ -160,14 +160,14 @@ async def test_result_wakes_up_on_the_ack_without_polling(
     monkeypatch.setattr(results_module, "RECHECK", 30.0)
     service = EventService.from_url(redis_url, prefix=prefix, **FAST)
     reads = 0
-    store_outcomes = service._store.outcomes
+    store_outcomes = service._store.results.outcomes
 
     async def counted(shard: str, ids: Any) -> Any:
         nonlocal reads
         reads += 1
         return await store_outcomes(shard, ids)
 
-    monkeypatch.setattr(service._store, "outcomes", counted)
+    monkeypatch.setattr(service._store.results, "outcomes", counted)
     gate = asyncio.Event()
 
     async def slow(event: Thumb) -> str:

@@ -255,7 +255,9 @@ async def test_event_whose_class_changed_shape(services, wait_for) -> None:
     items = [
         (f"old-{i}", codec.encode(ShapeOld(id=f"old-{i}", amount="12.50")), 0) for i in range(2)
     ]
-    assert await store.enqueue("core-ret-shape", items, absolute=False, replace=False) == [1, 1]
+    assert await store.enqueueing.enqueue(
+        "core-ret-shape", items, absolute=False, replace=False
+    ) == [1, 1]
     assert await producer.enqueue_with_delay(ShapeNew(id="new", amount=5), 0)
 
     service = await services.start()

@@ -289,13 +289,13 @@ async def test_progress_is_rate_limited_and_the_last_value_written(
     service = await services.start()
     store = service._store
     writes: list[int] = []
-    write = store.write_progress
+    write = store.running.write_progress
 
     async def counted(shard: str, group: str | None, items: Any) -> None:
         writes.append(len(items))
         await write(shard, group, items)
 
-    store.write_progress = counted  # type: ignore[method-assign]
+    store.running.write_progress = counted  # type: ignore[method-assign]
     release = asyncio.Event()
     calls = 0
     reporting: list[float] = []  # monotonic times: first report, last report

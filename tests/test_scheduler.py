@@ -83,14 +83,14 @@ async def test_moves_are_bounded_batches(services, wait_for) -> None:
     metrics = InMemoryMetrics()
     service = services.make(scheduling_batch_size=100, metrics=metrics)
     moves: list[int] = []
-    move_due = service.store.move_due
+    move_due = service.store.scheduling.move_due
 
     async def recording_move_due(*args, **kwargs):
         result = await move_due(*args, **kwargs)
         moves.append(result.moved)
         return result
 
-    service.store.move_due = recording_move_due  # observe, don't change
+    service.store.scheduling.move_due = recording_move_due  # observe, don't change
     recorder = Recorder()
     service.add_handler(SchedJob, recorder, concurrency=50)
     await service.start()
@@ -134,7 +134,7 @@ async def test_a_burst_takes_turns_with_other_types(services, redis_client, wait
     await wait_for(all_due, timeout=10)
     service = services.make(scheduling_batch_size=100)
     moves: list[list] = []  # [type, moved], in the order the calls started
-    move_due = service.store.move_due
+    move_due = service.store.scheduling.move_due
 
     async def recording_move_due(type_name, *args, **kwargs):
         call = [type_name, 0]
@@ -143,7 +143,7 @@ async def test_a_burst_takes_turns_with_other_types(services, redis_client, wait
         call[1] = result.moved
         return result
 
-    service.store.move_due = recording_move_due  # observe, don't change
+    service.store.scheduling.move_due = recording_move_due  # observe, don't change
     await service.start()
 
     async def moved_all() -> bool:
@@ -173,7 +173,7 @@ async def test_a_type_due_during_a_burst_batch_does_not_wait_for_it(
 
     await wait_for(all_due, timeout=10)
     service = services.make(scheduling_batch_size=100)
-    move_due = service.store.move_due
+    move_due = service.store.scheduling.move_due
     other_moved = asyncio.Event()
     burst_calls = 0
     held: list[bool] = []
@@ -191,7 +191,7 @@ async def test_a_type_due_during_a_burst_batch_does_not_wait_for_it(
             other_moved.set()
         return result
 
-    service.store.move_due = gated_move_due  # holds one call back; changes no result
+    service.store.scheduling.move_due = gated_move_due  # holds one call back; changes no result
     await service.start()
     await wait_for(lambda: burst_calls >= 2, timeout=10)
     assert await producer.enqueue_with_delay(OtherJob(id="during"), 0.2)
@@ -207,19 +207,19 @@ async def test_a_type_due_during_a_burst_batch_does_not_wait_for_it(
 async def test_lock_steal_is_a_compare_and_set(services, redis_client, prefix) -> None:
     store = services.producer().store
     lock = f"{{{prefix}}}:scheduler-lock"
-    assert await store.take_lock("leader", 60_000) == (True, None)
-    assert await store.take_lock("standby-1", 60_000) == (False, "leader")
+    assert await store.scheduling.take_lock("leader", 60_000) == (True, None)
+    assert await store.scheduling.take_lock("standby-1", 60_000) == (False, "leader")
     # a standby that saw another token cannot take it; one that saw the holder's can
-    assert not await store.steal_lock("someone-else", "standby-2", 60_000)
-    assert await store.steal_lock("leader", "standby-1", 1_000)
+    assert not await store.scheduling.steal_lock("someone-else", "standby-2", 60_000)
+    assert await store.scheduling.steal_lock("leader", "standby-1", 1_000)
     assert await redis_client.get(lock) == b"standby-1"
     assert 0 < await redis_client.pttl(lock) <= 1_000
     # the second standby saw the dead leader too: too late, the lock moved on
-    assert not await store.steal_lock("leader", "standby-2", 60_000)
-    assert await store.take_lock("leader", 60_000) == (False, "standby-1")
+    assert not await store.scheduling.steal_lock("leader", "standby-2", 60_000)
+    assert await store.scheduling.take_lock("leader", 60_000) == (False, "standby-1")
     # free: anyone takes it
-    assert await store.release_lock("standby-1")
-    assert await store.steal_lock("leader", "standby-2", 60_000)
+    assert await store.scheduling.release_lock("standby-1")
+    assert await store.scheduling.steal_lock("leader", "standby-2", 60_000)
     assert await redis_client.get(lock) == b"standby-2"
 
 

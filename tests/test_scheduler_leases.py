@@ -44,7 +44,7 @@ async def test_an_owner_keeps_moving_its_partitions_until_its_lease_ends(
     spread = Spread(store, token="a", interval=0.1, takeover_delay=5.0, member_ttl_ms=TTL_MS,
                     drain=drain, on_error=lambda: None)  # fmt: skip
     # another member, so that ownership is shared: "a" owns some units, "b" the others
-    await store.scheduler_membership("b", 60_000)
+    await store.scheduling.scheduler_membership("b", 60_000)
     units = {f"job#{k}/8" for k in range(8)}
     spread.set_units(units)
     spread.listening()
@@ -54,7 +54,7 @@ async def test_an_owner_keeps_moving_its_partitions_until_its_lease_ends(
             await wait_for(lambda: spread.members == ["a", "b"], timeout=10)
             mine = spread.owned()
             assert mine and mine != units
-            store.scheduler_membership = _away  # type: ignore[method-assign]
+            store.scheduling.scheduler_membership = _away  # type: ignore[method-assign]
             failed_at = time.monotonic()
             # within the lease: its own partitions keep moving at their times
             await wait_for(lambda: sum(1 for u, t in moved if t > failed_at + 0.5 and u in mine)
@@ -78,7 +78,7 @@ async def test_a_leader_keeps_leading_until_its_lease_ends(
                       token=lambda: "a", on_leading=lambda: became.append(True))  # fmt: skip
     try:
         assert await lead.hold()
-        store.take_lock = _away  # type: ignore[method-assign]
+        store.scheduling.take_lock = _away  # type: ignore[method-assign]
         failed_at = time.monotonic()
         while time.monotonic() - failed_at < TTL_MS / 1000 - 0.3:
             assert await lead.hold()  # renewals fail: still the leader, within the lease

@@ -77,7 +77,7 @@ async def test_identical_declarations_seconds_apart_keep_the_overdue_slot(
     overdue = _ms(first.next_fire)
 
     async def passed() -> bool:  # Redis's clock, as the scripts see it
-        return await producer.store.server_time_ms() > overdue + 300
+        return await producer.store.browsing.server_time_ms() > overdue + 300
 
     await wait_for(passed, timeout=5)
     # the same definition (the context in another order is the same context)
@@ -151,7 +151,7 @@ async def test_a_definition_stored_with_its_encode_time_is_the_same_definition(
     overdue = _ms(old.next_fire)
 
     async def passed() -> bool:
-        return await producer.store.server_time_ms() > overdue + 300
+        return await producer.store.browsing.server_time_ms() > overdue + 300
 
     await wait_for(passed, timeout=5)
     new = await producer.schedule("upgrade", Beat, **declare)
@@ -185,7 +185,7 @@ async def test_a_restart_that_declares_at_start_fires_the_overdue_slot(
     overdue = _ms(info.next_fire)
 
     async def passed() -> bool:
-        return await first.store.server_time_ms() > overdue + 300
+        return await first.store.browsing.server_time_ms() > overdue + 300
 
     await wait_for(passed, timeout=5)
     await first.aclose()
@@ -214,7 +214,7 @@ async def test_a_declaration_between_the_firers_reads_never_stops_the_schedule(
     producer = make(redis_url, prefix, enable_scheduling=False)
     every = timedelta(seconds=1)
     store = service.store
-    real_load = store.schedule_load
+    real_load = store.schedules.schedule_load
     real_execute = store.redis.execute_command
     armed = False
     hooked: list[str] = []
@@ -240,7 +240,7 @@ async def test_a_declaration_between_the_firers_reads_never_stops_the_schedule(
             pairs.append((decode_spec(data).version, ScheduleState.decode(state).version))
         return loaded
 
-    store.schedule_load = schedule_load  # type: ignore[method-assign]
+    store.schedules.schedule_load = schedule_load  # type: ignore[method-assign]
     store.redis.execute_command = execute_command  # type: ignore[method-assign]
     async with service:
         await producer.schedule("raced", Beat, every=every, payload={"label": "old"})

@@ -83,7 +83,7 @@ async def test_a_partition_whose_ack_fails_holds_back_no_other_partition(
     running: set[str] = set()
     calls: list[str] = []
     store = service._store
-    real_ack = store.ack
+    real_ack = store.deliveries.ack
 
     async def ack(shard: str, done, *, group=None) -> int:  # a node down for 2 calls
         calls.append(shard)
@@ -91,7 +91,7 @@ async def test_a_partition_whose_ack_fails_holds_back_no_other_partition(
             raise ConnectionError("the node of partition 0 is down")
         return await real_ack(shard, done, group=group)
 
-    store.ack = ack  # type: ignore[method-assign]
+    store.deliveries.ack = ack  # type: ignore[method-assign]
 
     async def handle(event: Spread) -> None:
         running.add(event.id)

@@ -26,11 +26,11 @@ def test_every_clock_read_is_the_form_the_offset_replaces() -> None:
 
 def test_an_unshifted_store_runs_the_scripts_as_they_are(redis_url: str) -> None:
     store = Store(aioredis.Redis.from_url(redis_url), "shift-check")
-    assert {n: s.script for n, s in store._scripts.items()} == {n: lua.source(n) for n in NAMES}
+    assert {n: s.script for n, s in store.core.scripts.items()} == {n: lua.source(n) for n in NAMES}
     store.set_clock_offset(0)
-    assert {n: s.script for n, s in store._scripts.items()} == {n: lua.source(n) for n in NAMES}
+    assert {n: s.script for n, s in store.core.scripts.items()} == {n: lua.source(n) for n in NAMES}
     store.set_clock_offset(5)
-    changed = {n for n, s in store._scripts.items() if s.script != lua.source(n)}
+    changed = {n for n, s in store.core.scripts.items() if s.script != lua.source(n)}
     assert changed == {n for n in NAMES if TIME_CALL in lua.source(n)}
 
 

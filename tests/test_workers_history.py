@@ -52,7 +52,7 @@ async def test_a_worker_that_stops_beating_vanishes_after_its_ttl(
         viewer = pool.producer()
         ghost = Heartbeat(viewer.store, 0.1, lambda: {"wh-beat": (1, 0)})
         # one beat, then nothing: as if the process had been killed
-        await viewer.store.heartbeat(ghost.worker_id, ghost.record(), ghost.ttl_ms)
+        await viewer.store.workers.heartbeat(ghost.worker_id, ghost.record(), ghost.ttl_ms)
         assert [w.id for w in await viewer.workers()] == [ghost.worker_id]
 
         async def gone() -> bool:
@@ -61,7 +61,7 @@ async def test_a_worker_that_stops_beating_vanishes_after_its_ttl(
         await wait_for(gone, timeout=5)
         # the index entry goes at the next beat of anyone
         live = Heartbeat(viewer.store, 1, dict)
-        await viewer.store.heartbeat(live.worker_id, live.record(), live.ttl_ms)
+        await viewer.store.workers.heartbeat(live.worker_id, live.record(), live.ttl_ms)
         members = await viewer.store.redis.zrange(viewer.store.keys.workers, 0, -1)
         assert members == [live.worker_id.encode()]
     finally:

@@ -46,7 +46,7 @@ async def run_checks(service: EventService) -> list[dict[str, Any]]:
     store = service.store
     redis: Any = store.redis
     try:
-        await asyncio.wait_for(store.server_time_ms(), 10)
+        await asyncio.wait_for(store.browsing.server_time_ms(), 10)
     except Exception as exc:
         add("redis", "fail", f"cannot reach Redis: {type(exc).__name__}: {exc}")
         return results
@@ -58,7 +58,7 @@ async def run_checks(service: EventService) -> list[dict[str, Any]]:
         add("lua", "ok", f"{len(names)} scripts loaded")
     except Exception as exc:
         add("lua", "fail", f"SCRIPT LOAD failed: {exc}")
-    policy = await store.eviction_policy()
+    policy = await store.browsing.eviction_policy()
     if policy == "noeviction":
         add("maxmemory-policy", "ok", "noeviction")
     elif policy is None:

@@ -176,7 +176,7 @@ async def connect(url: str, prefix: str, cluster: bool) -> AsyncIterator[EventSe
         fail(f"bad connection settings: {exc}")
     try:
         try:
-            await asyncio.wait_for(service.store.server_time_ms(), 10)
+            await asyncio.wait_for(service.store.browsing.server_time_ms(), 10)
         except Exception as exc:
             reason = "no answer" if isinstance(exc, asyncio.TimeoutError) else str(exc)
             fail(f"cannot reach Redis at {safe_url(url)}: {reason or type(exc).__name__}")
@@ -195,7 +195,7 @@ async def known_type(service: EventService, name: str, hint: str = "") -> str:
         validate_name(name)
     except (TypeError, ValueError) as exc:
         fail(str(exc))
-    known = await service.store.known_types()
+    known = await service.store.types.known_types()
     if name not in known:
         listed = ", ".join(sorted(known)[:20]) or f"none; {CHOOSE_WHERE}"
         fail(

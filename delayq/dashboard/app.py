@@ -132,7 +132,7 @@ class Dashboard:
     async def known_type(self, request: Request, value: str | None) -> str | HTMLResponse:
         """The type's name when the prefix has it, else a 404 page saying it does not exist."""
         name = self.type_name(value)
-        if name in await self.service.store.known_types():
+        if name in await self.service.store.types.known_types():
             return name
         return self.message(request, 404, "No such event type",
                             f"No event type {name!r} exists under the prefix "

@@ -187,7 +187,7 @@ class Pages:
         group_stats = await self.service.group_stats(name)
         grouped = list(group_stats) != [DEFAULT_GROUP]
         # lists read from several sets at once take offset + page of each: bounded deeper
-        partitioned = len(self.service.store.shards(name)) > 1
+        partitioned = len(self.service.store.types.shards(name)) > 1
         offset = dash.offset(request, "offset", merged=partitioned or grouped)
         r_offset = dash.offset(request, "r_offset", merged=partitioned)
         in_offset = dash.offset(request, "in_offset", merged=partitioned)
@@ -241,7 +241,7 @@ class Pages:
         context = await self._type_context(request, name)
         group_arg = context["group_param"]
         dead_offset = dash.offset(
-            request, "dead_offset", merged=len(self.service.store.shards(name)) > 1
+            request, "dead_offset", merged=len(self.service.store.types.shards(name)) > 1
         )
         error = request.query_params.get("error", "").strip()[:200]
         window = "day" if request.query_params.get("window") == "day" else "hour"
@@ -299,7 +299,7 @@ class Pages:
         dash = self.dash
         event_id = request.query_params.get("id", "").strip()
         type_value = request.query_params.get("type", "").strip()
-        names = sorted(await self.service.store.known_types())
+        names = sorted(await self.service.store.types.known_types())
         if not event_id:
             return dash.render(request, "search.html", names=names, found=[], event_id="",
                                type_name=type_value, searched=False, prefixed=[])  # fmt: skip

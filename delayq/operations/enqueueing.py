@@ -288,7 +288,9 @@ class Enqueuer:
         if not runs:
             return CancelResult.REMOVED
         raw_id = event_id.encode()
-        await self._store.signal_cancel([cancel_message(s, g, raw_id, t) for s, g, t in runs])
+        await self._store.running.signal_cancel(
+            [cancel_message(s, g, raw_id, t) for s, g, t in runs]
+        )
         return CancelResult.SIGNALLED
 
     async def many(
@@ -412,5 +414,5 @@ class Enqueuer:
             return cls.event_partitions
         if name not in self._layouts_read:
             self._layouts_read.add(name)
-            await self._store.known_types()  # refreshes the layouts
-        return self._store.layouts(name)[0]
+            await self._store.types.known_types()  # refreshes the layouts
+        return self._store.types.layouts(name)[0]

@@ -39,15 +39,15 @@ class FlowControl:
     async def _shards(self, name: str, partitions: int) -> list[str]:
         """Every shard whose limits govern the type: of its declared partition count and
         of every layout recorded in Redis (one SMEMBERS)."""
-        await self._store.known_types()
+        await self._store.types.known_types()
         if partitions > 1:
-            self._store.declare(name, partitions)
-        return self._store.shards(name)
+            self._store.types.declare(name, partitions)
+        return self._store.types.shards(name)
 
     async def limits(self, name: str, partitions: int, group: str | None) -> FlowLimits:
         """The limits stored for the type (group): the figures set for the whole type."""
         shard = (await self._shards(name, partitions))[0]
-        return FlowLimits.from_fields(await self._store.read_limits(shard, group))
+        return FlowLimits.from_fields(await self._store.limits.read_limits(shard, group))
 
     async def set_limits(
         self,
@@ -83,7 +83,7 @@ class FlowControl:
             )
         for shard, change in zip(shard_list, changes, strict=True):
             change.update(self._per_key_changes(shard, per_key_concurrency, per_key_rate))
-        fields = await self._store.change_shard_limits(shard_list, changes, group)
+        fields = await self._store.limits.change_shard_limits(shard_list, changes, group)
         return FlowLimits.from_fields(fields)
 
     def _per_key_changes(
@@ -113,7 +113,7 @@ class FlowControl:
         waiting consumers at once."""
         shard_list = await self._shards(name, partitions)
         change = {"paused": "1" if paused else ""}
-        fields = await self._store.change_shard_limits(
+        fields = await self._store.limits.change_shard_limits(
             shard_list, [change] * len(shard_list), group
         )
         return FlowLimits.from_fields(fields)
@@ -127,9 +127,9 @@ class FlowControl:
             raise ValueError(f"limit must be from 1 to {scan}, not {limit!r}")
         merged: dict[str, tuple[int, int, int]] = {}  # a key may be in several partitions
         rotating = parked = 0
-        shards = [name] if partitions == 1 else self._store.shards(name)
+        shards = [name] if partitions == 1 else self._store.types.shards(name)
         for shard in shards:
-            r, p, found = await self._store.key_backlog(shard, group, scan)
+            r, p, found = await self._store.limits.key_backlog(shard, group, scan)
             rotating, parked = rotating + r, parked + p
             for key, ready, running, until in found:
                 a, b, c = merged.get(key, (0, 0, -1))

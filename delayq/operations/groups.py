@@ -78,9 +78,9 @@ class PendingGroups:
     async def flush(self) -> None:
         """Register every pending group; a Redis error propagates (nothing is dropped)."""
         for (name, group), max_deliveries in list(self._groups.items()):
-            for shard in self._store.shards(name):  # as the consumer does (idempotent)
-                await self._store.register_type(shard)
-                await self._store.register_group(shard, group, max_deliveries)
+            for shard in self._store.types.shards(name):  # as the consumer does (idempotent)
+                await self._store.types.register_type(shard)
+                await self._store.groups.register_group(shard, group, max_deliveries)
             if self._groups.get((name, group)) == max_deliveries:
                 self.discard(name, group)
 
@@ -100,9 +100,9 @@ class Groups:
         group = group_name(group)  # the registry names the default group
         max_deliveries = self._max if retry_attempts is None else 1 + retry_attempts
         new = False
-        for shard in self._store.shards(type_name):
-            await self._store.register_type(shard)
-            new = await self._store.register_group(shard, group, max_deliveries) or new
+        for shard in self._store.types.shards(type_name):
+            await self._store.types.register_type(shard)
+            new = await self._store.groups.register_group(shard, group, max_deliveries) or new
         return new
 
     async def remove(self, type_name: str, group: str | None) -> bool:
@@ -110,10 +110,10 @@ class Groups:
         it was not registered."""
         group = group_name(group)
         code = 0
-        for shard in self._store.shards(type_name):
+        for shard in self._store.types.shards(type_name):
             # groups are registered in every partition together: the last group of
             # the first partition is the last of all, refused before anything changed
-            got = await self._store.remove_group(shard, group)
+            got = await self._store.groups.remove_group(shard, group)
             if got < 0:
                 code = got
                 break
@@ -128,17 +128,17 @@ class Groups:
 
     async def names(self, type_name: str) -> list[str]:
         """The registered groups (``["default"]`` while no group has been named)."""
-        groups = await self._store.groups(self._store.shards(type_name)[0])
+        groups = await self._store.groups.groups(self._store.types.shards(type_name)[0])
         return sorted(groups) if groups else [DEFAULT_GROUP]
 
     async def counts(self, type_name: str) -> dict[str, QueueCounts]:
         """Counts per registered group (summed over the type's partitions)."""
-        shards = self._store.shards(type_name)
-        groups = await self._store.groups(shards[0])
+        shards = self._store.types.shards(type_name)
+        groups = await self._store.groups.groups(shards[0])
         if not groups:
-            return {DEFAULT_GROUP: (await self._store.counts([type_name]))[type_name]}
+            return {DEFAULT_GROUP: (await self._store.browsing.counts([type_name]))[type_name]}
         parts: dict[str, list[QueueCounts]] = {}
         for shard in shards:
-            for name, c in (await self._store.group_counts(shard, groups)).items():
+            for name, c in (await self._store.browsing.group_counts(shard, groups)).items():
                 parts.setdefault(name, []).append(c)
         return {name: sum_counts(p) for name, p in parts.items()}

@@ -47,7 +47,7 @@ class ResultReader:
                 per_shard.setdefault(shard, []).append(event_id)
         for shard, shard_ids in per_shard.items():
             for event_id, (state, data) in zip(
-                shard_ids, await self._store.outcomes(shard, shard_ids), strict=True
+                shard_ids, await self._store.results.outcomes(shard, shard_ids), strict=True
             ):
                 outcome = _outcome(state, data)
                 # a type being repartitioned: the layout that knows the id wins

@@ -61,14 +61,14 @@ async def repartition(
     Passes repeat (every 0.2 s) while old layouts still hold ready or running
     events, for at most ``wait`` seconds.
     """
-    await store.known_types()
-    old = [n for n in store.layouts(type_name) if n != partitions]
+    await store.types.known_types()
+    old = [n for n in store.types.layouts(type_name) if n != partitions]
     for n in old:
-        if await store.has_groups(shards(type_name, n)[0]):
+        if await store.scheduling.has_groups(shards(type_name, n)[0]):
             raise ValueError(
                 f"{type_name} has delivery groups: repartitioning it is not supported yet"
             )
-    await store.register_type(shards(type_name, partitions)[0])
+    await store.types.register_type(shards(type_name, partitions)[0])
     moved = 0
     deadline = time.monotonic() + wait
     retired: list[int] = []
@@ -82,7 +82,7 @@ async def repartition(
                 moved += await _move_scheduled(store, type_name, shard, partitions)
             counts = await _counts(store, type_name, n)
             if counts == 0:
-                await store.forget_layout(type_name, n)
+                await store.types.forget_layout(type_name, n)
                 retired.append(n)
                 log.info("%s: the %d-partition layout is empty and retired", type_name, n)
             else:
@@ -94,7 +94,7 @@ async def repartition(
 
 async def _move_scheduled(store: Store, type_name: str, shard: str, partitions: int) -> int:
     moved = 0
-    while page := await store.peek_scheduled(shard, _BATCH):
+    while page := await store.scheduling.peek_scheduled(shard, _BATCH):
         by_target: dict[str, list[tuple[str, bytes, int]]] = {}
         for raw_id, envelope, due in page:
             event_id = raw_id.decode("utf-8", "replace")
@@ -102,11 +102,11 @@ async def _move_scheduled(store: Store, type_name: str, shard: str, partitions: 
             by_target.setdefault(target, []).append((event_id, envelope, due))
         for target, items in by_target.items():
             # copy first (absolute due time, an id already there is kept) ...
-            await store.enqueue(target, items, absolute=True, replace=False)
+            await store.enqueueing.enqueue(target, items, absolute=True, replace=False)
         # ... then remove the copied version from the old layout
         done = 0
         for raw_id, envelope, _ in page:
-            done += await store.migrate_out(shard, raw_id, envelope)
+            done += await store.scheduling.migrate_out(shard, raw_id, envelope)
         moved += done
         if done == 0:
             break  # every one changed under us (replaced or moved): next pass
@@ -114,5 +114,5 @@ async def _move_scheduled(store: Store, type_name: str, shard: str, partitions: 
 
 
 async def _counts(store: Store, type_name: str, partitions: int) -> int:
-    counts = await store.shard_counts(shards(type_name, partitions))
+    counts = await store.browsing.shard_counts(shards(type_name, partitions))
     return sum(c.scheduled + c.ready + c.in_flight + c.dead for c in counts)

@@ -34,7 +34,7 @@ class Router:
 
     def shards_of_id(self, type_name: str, event_id: str | bytes) -> list[str]:
         """The shard an id routes to in every known layout of the type (one per layout)."""
-        return [shard_for(type_name, event_id, n) for n in self._store.layouts(type_name)]
+        return [shard_for(type_name, event_id, n) for n in self._store.types.layouts(type_name)]
 
     def split(
         self, type_name: str, partitions: int, items: Sequence[tuple[str, bytes, int]]
@@ -62,12 +62,12 @@ class Router:
         ``keys``: the items' flow keys (None: none); each partition rotates over its own keys.
         """
         if partitions == 1:
-            return await self._store.enqueue(
+            return await self._store.enqueueing.enqueue(
                 type_name, items, absolute=absolute, replace=replace, keys=keys
             )
         codes = [0] * len(items)
         for shard, indexes in self.split(type_name, partitions, items).items():
-            got = await self._store.enqueue(
+            got = await self._store.enqueueing.enqueue(
                 shard,
                 [items[i] for i in indexes],
                 absolute=absolute,
@@ -88,7 +88,7 @@ class Router:
         type routes it; True when one was removed."""
         removed = False
         for shard in self.shards_of_id(type_name, event_id):
-            removed = await self._store.cancel(shard, event_id, group) or removed
+            removed = await self._store.enqueueing.cancel(shard, event_id, group) or removed
         return removed
 
     async def running(self, type_name: str, event_id: str) -> list[tuple[str, str | None, bytes]]:
@@ -96,17 +96,19 @@ class Router:
         return [
             (shard, group, token)
             for shard in self.shards_of_id(type_name, event_id)
-            for group, token in await self._store.running_tokens(shard, event_id)
+            for group, token in await self._store.running.running_tokens(shard, event_id)
         ]
 
     async def dead_letters(
         self, type_name: str, offset: int, limit: int, group: str | None
     ) -> list[DeadRecord]:
         """Dead letters of the whole type, oldest first (merged across shards)."""
-        shards = self._store.shards(type_name)
+        shards = self._store.types.shards(type_name)
         if len(shards) == 1:
-            return await self._store.dead_letters(shards[0], offset, limit, group=group)
-        pages = [await self._store.dead_letters(s, 0, offset + limit, group=group) for s in shards]
+            return await self._store.dead.dead_letters(shards[0], offset, limit, group=group)
+        pages = [
+            await self._store.dead.dead_letters(s, 0, offset + limit, group=group) for s in shards
+        ]
         merged = heapq.merge(*pages, key=lambda r: (r.failed_at_ms, r.raw_id))
         return list(merged)[offset : offset + limit]
 
@@ -115,11 +117,12 @@ class Router:
     ) -> list[ScheduledRecord]:
         """Scheduled events of the whole type by due time (merged across shards; with
         ``group``, that group's retries too)."""
-        shards = self._store.shards(type_name)
+        shards = self._store.types.shards(type_name)
         if len(shards) == 1:
-            return await self._store.scheduled_page(shards[0], offset, limit, group=group)
+            return await self._store.browsing.scheduled_page(shards[0], offset, limit, group=group)
         pages = [
-            await self._store.scheduled_page(s, 0, offset + limit, group=group) for s in shards
+            await self._store.browsing.scheduled_page(s, 0, offset + limit, group=group)
+            for s in shards
         ]
         merged = heapq.merge(*pages, key=lambda r: (r.due_ms, r.raw_id))
         return list(merged)[offset : offset + limit]
@@ -127,7 +130,10 @@ class Router:
     async def dead_count(self, type_name: str, group: str | None) -> int:
         """Dead letters of the whole type (in ``group``)."""
         return sum(
-            [await self._store.dead_count(s, group=group) for s in self._store.shards(type_name)]
+            [
+                await self._store.dead.dead_count(s, group=group)
+                for s in self._store.types.shards(type_name)
+            ]
         )
 
     async def by_id(
@@ -149,7 +155,7 @@ class Router:
 
     async def each_shard(self, type_name: str, call: Callable[[str], Awaitable[_T]]) -> list[_T]:
         """``call(shard)`` for every shard of the type, in order."""
-        return [await call(shard) for shard in self._store.shards(type_name)]
+        return [await call(shard) for shard in self._store.types.shards(type_name)]
 
     async def requeue_dead(
         self, type_name: str, ids: Iterable[str] | None, ms: int, group: str | None
@@ -159,20 +165,20 @@ class Router:
             return await self.by_id(
                 type_name,
                 list(ids),
-                lambda shard, p: self._store.requeue_dead(shard, p, ms, group=group),
+                lambda shard, p: self._store.dead.requeue_dead(shard, p, ms, group=group),
             )
 
         async def requeue_all(shard: str) -> int:
             # Only what is dead now: a requeued event that fails again must not
             # come round in this same call.
             total, seen = 0, 0
-            limit = await self._store.dead_count(shard, group=group)
+            limit = await self._store.dead.dead_count(shard, group=group)
             while seen < limit:
-                page = await self._store.dead_ids(shard, min(_PAGE, limit - seen), group=group)
+                page = await self._store.dead.dead_ids(shard, min(_PAGE, limit - seen), group=group)
                 if not page:
                     break
                 seen += len(page)
-                total += await self._store.requeue_dead(shard, page, ms, group=group)
+                total += await self._store.dead.requeue_dead(shard, page, ms, group=group)
             return total
 
         return sum(await self.each_shard(type_name, requeue_all))
@@ -181,13 +187,15 @@ class Router:
         """Delete dead letters (those in ``ids``, or all) for good; return how many."""
         if ids is not None:
             return await self.by_id(
-                type_name, list(ids), lambda shard, p: self._store.purge_dead(shard, p, group=group)
+                type_name,
+                list(ids),
+                lambda shard, p: self._store.dead.purge_dead(shard, p, group=group),
             )
 
         async def purge_all(shard: str) -> int:
             total = 0
-            while page := await self._store.dead_ids(shard, _PAGE, group=group):
-                removed = await self._store.purge_dead(shard, page, group=group)
+            while page := await self._store.dead.dead_ids(shard, _PAGE, group=group):
+                removed = await self._store.dead.purge_dead(shard, page, group=group)
                 total += removed
                 if not removed:
                     break

@@ -226,7 +226,9 @@ class Spread:
             if self._joined:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                     try:
-                        await self._store.scheduler_membership(self.token, self._ttl_ms, "leave")
+                        await self._store.scheduling.scheduler_membership(
+                            self.token, self._ttl_ms, "leave"
+                        )
                     except Exception as exc:
                         log.debug("leaving the scheduler membership failed: %s", exc)
 
@@ -279,7 +281,9 @@ class Spread:
                 self.token[:8],
             )
             return True
-        members, _ = await self._store.scheduler_membership(self.token, self._ttl_ms, "read")
+        members, _ = await self._store.scheduling.scheduler_membership(
+            self.token, self._ttl_ms, "read"
+        )
         return not members
 
     def _next_beat(self) -> float:
@@ -347,7 +351,7 @@ class Spread:
 
     async def _beat(self) -> None:
         sent = time.monotonic()
-        members, added = await self._store.scheduler_membership(self.token, self._ttl_ms)
+        members, added = await self._store.scheduling.scheduler_membership(self.token, self._ttl_ms)
         if added:
             # joined, or back after an eviction or an expiry: what this process knew of
             # its partitions' due times may be stale (that is why it was evicted)
@@ -463,7 +467,7 @@ class Spread:
                 late,
             )
             try:
-                members, _ = await self._store.scheduler_membership(
+                members, _ = await self._store.scheduling.scheduler_membership(
                     self.token, self._ttl_ms, f"evict:{owner}"
                 )
             except Exception as exc:

@@ -152,9 +152,9 @@ class Fetcher:
         retrying = Retrying()
         while not self.stopping:
             try:
-                for shard in self._store.shards(self.type_name):
-                    await self._store.register_type(shard)
-                    await self._store.register_group(shard, self.group, self.max_deliveries)
+                for shard in self._store.types.shards(self.type_name):
+                    await self._store.types.register_type(shard)
+                    await self._store.groups.register_group(shard, self.group, self.max_deliveries)
                 if self._on_registered is not None:
                     self._on_registered()
                 return
@@ -168,7 +168,7 @@ class Fetcher:
         (a partition count being changed, as the scheduler's sweeps learn) join."""
         block = max(0.05, self._s.polling_timeout)
         retrying = Retrying()
-        while len(self._store.shards(self.type_name)) > 1 and not self.stopping:
+        while len(self._store.types.shards(self.type_name)) > 1 and not self.stopping:
             try:
                 await self._store.connect()
                 break
@@ -178,7 +178,7 @@ class Fetcher:
         async with anyio.create_task_group() as fetchers:
             started: set[str] = set()
             while not self.stopping:
-                for shard in self._store.shards(self.type_name):
+                for shard in self._store.types.shards(self.type_name):
                     if shard not in started:
                         started.add(shard)
                         self._slots.shards = len(started)
@@ -199,7 +199,7 @@ class Fetcher:
                 continue
             try:
                 if not popped and not drain:
-                    entry = await self._store.pop_ready(shard, block, group=self.group)
+                    entry = await self._store.deliveries.pop_ready(shard, block, group=self.group)
                     if entry is None:
                         continue
                     popped.append(entry)
@@ -215,7 +215,7 @@ class Fetcher:
                 # a whole lease for nothing: never cancel it half-way.
                 try:
                     with anyio.CancelScope(shield=True):
-                        now_us, claimed, throttle = await self._store.claim_limited(
+                        now_us, claimed, throttle = await self._store.deliveries.claim_limited(
                             shard,
                             popped,
                             share - len(popped),

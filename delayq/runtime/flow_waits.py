@@ -71,7 +71,7 @@ class FlowWaits:
                 if throttle.reason == "rate":
                     await anyio.sleep(seconds + random.uniform(0, min(0.005, seconds / 4)))
                 else:
-                    await self._store.wait_for_flow(shard, seconds, group=self._group)
+                    await self._store.deliveries.wait_for_flow(shard, seconds, group=self._group)
         finally:
             self.waiting.pop(shard, None)
             self._scopes.pop(shard, None)

@@ -139,14 +139,14 @@ class Heartbeat(Periodic):
         try:
             while not self._stopping:
                 try:
-                    await self._store.heartbeat(self.worker_id, self.record(), self.ttl_ms)
+                    await self._store.workers.heartbeat(self.worker_id, self.record(), self.ttl_ms)
                 except Exception as exc:  # loops never die; the next beat may get through
                     log.warning("heartbeat failed (%s: %s)", type(exc).__name__, exc)
                 await self.pause()
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                 try:
-                    await self._store.remove_worker(self.worker_id)
+                    await self._store.workers.remove_worker(self.worker_id)
                 except Exception as exc:  # it expires by itself
                     log.debug("removing the heartbeat record failed: %s", exc)
 
@@ -154,7 +154,7 @@ class Heartbeat(Periodic):
 async def read_workers(store: Store, limit: int = 1000) -> list[WorkerInfo]:
     """The live workers under the store's prefix (at most ``limit``), oldest first."""
     workers = []
-    for raw in await store.worker_records(limit):
+    for raw in await store.workers.worker_records(limit):
         try:
             r = _decode_record(raw)
         except (msgspec.DecodeError, msgspec.ValidationError):

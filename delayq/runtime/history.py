@@ -197,7 +197,7 @@ class HistoryWriter(Periodic):
         if not rows:
             return
         try:
-            await self._store.add_history(
+            await self._store.workers.add_history(
                 [(name, _pack(_stored(row))) for name, row in sorted(rows.items())],
                 minute_slots=MINUTE_SLOTS,
                 coarse_seconds=COARSE_SECONDS,
@@ -298,7 +298,7 @@ async def read_history(
         ring, period, slots = "coarse", COARSE_SECONDS, COARSE_SLOTS
     else:
         raise ValueError(f"window must be 'hour' or 'day', not {window!r}")
-    values = await store.history_ring(type_name, ring, slots)
+    values = await store.workers.history_ring(type_name, ring, slots)
     current = int((time.time() if now is None else now) // period)
     rows: dict[int, list[int]] = {}
     for raw in values:

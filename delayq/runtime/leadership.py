@@ -149,7 +149,7 @@ class Leadership:
     async def take(self) -> bool:
         """Take or renew the lock; return whether this process holds it."""
         sent = time.monotonic()
-        held, self.holder = await self._store.take_lock(self._token(), self._lock_ms)
+        held, self.holder = await self._store.scheduling.take_lock(self._token(), self._lock_ms)
         self._succeeded(sent, held)
         self._became(held, "took")
         return held
@@ -162,7 +162,9 @@ class Leadership:
                 await self.take()
                 return
             sent = time.monotonic()
-            held = await self._store.steal_lock(self.holder, self._token(), self._lock_ms)
+            held = await self._store.scheduling.steal_lock(
+                self.holder, self._token(), self._lock_ms
+            )
         except Exception as exc:
             self._metrics.increment("redis_errors")
             self._failing.failed("", time.monotonic())
@@ -191,6 +193,6 @@ class Leadership:
             return
         self.is_leader = False
         try:
-            await self._store.release_lock(self._token())
+            await self._store.scheduling.release_lock(self._token())
         except Exception as exc:
             log.debug("releasing the scheduler lock failed: %s", exc)

@@ -163,7 +163,7 @@ class Mover:
         """
         label = type_of(type_name)
         sent = time.monotonic()
-        r = await self._store.move_due(
+        r = await self._store.scheduling.move_due(
             type_name, self._batch_size, self._visibility_ms, self._max_deliveries
         )
         answered = time.monotonic()

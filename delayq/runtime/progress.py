@@ -86,7 +86,7 @@ class ProgressWriter:
         while self._clears:
             token, run = self._clears.pop()
             try:
-                await self._store.clear_progress(run.shard, self._group, run.raw_id, token)
+                await self._store.running.clear_progress(run.shard, self._group, run.raw_id, token)
             except Exception as exc:  # it expires with the hash
                 log.debug("%s: clearing progress failed: %s", self._label, exc)
 
@@ -110,7 +110,7 @@ class ProgressWriter:
                         later = min(later, run.written_at + INTERVAL)
                 for shard, items in due.items():
                     try:
-                        await self._store.write_progress(shard, self._group, items)
+                        await self._store.running.write_progress(shard, self._group, items)
                     except Exception as exc:  # progress is for people looking: never fatal
                         log.warning("%s: writing progress failed: %s", self._label, exc)
                 await self._clear()

@@ -257,7 +257,7 @@ class Runtime:
         redis_error: str | None = None
         try:
             with anyio.fail_after(timeout):
-                await self._store.server_time_ms()
+                await self._store.browsing.server_time_ms()
         except TimeoutError:
             redis_error = f"no answer within {timeout}s"
         except Exception as exc:
@@ -289,8 +289,8 @@ class Runtime:
             return
         # refuses data in a format this delayq does not read (a rolling deploy across a
         # format change: docs/versioning.md), before any loop touches it
-        await self._store.check_format()
-        policy = await self._store.eviction_policy()
+        await self._store.format.check_format()
+        policy = await self._store.browsing.eviction_policy()
         if policy is None:  # managed services and ACL users often may not run CONFIG
             log.info(
                 "cannot read Redis's maxmemory-policy (CONFIG GET refused): make sure it is "
@@ -307,7 +307,7 @@ class Runtime:
             # the partition counts in use (a count being changed has two), so that
             # the consumers serve every layout their type has events in
             try:
-                await self._store.known_types()
+                await self._store.types.known_types()
             except Exception as exc:  # the scheduler's sweeps read them again
                 log.warning("reading the event types failed: %s", exc)
         for (name, group), consumer in self.consumers.items():
@@ -322,12 +322,12 @@ class Runtime:
 
     async def _block_under_idle_timeout(self) -> None:
         """Keep the consumers' BRPOPs shorter than Redis's idle ``timeout`` (see
-        ``Store.limit_block``: past it, an entry popped just then could wait for its lease)."""
-        idle = await self._store.idle_timeout()
+        ``Deliveries.limit_block``: past it, an entry popped just then could wait for its lease)."""
+        idle = await self._store.browsing.idle_timeout()
         block = self._consumer_settings.polling_timeout
         if idle and idle > 0 and block > idle - 0.5:
             at_most = max(0.05, idle - 0.5)
-            self._store.limit_block(at_most)
+            self._store.deliveries.limit_block(at_most)
             log.info(
                 "Redis closes connections idle for %d s (its timeout): consumers block "
                 "%.2f s at a time instead of %.2f s",

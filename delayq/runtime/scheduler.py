@@ -281,8 +281,8 @@ class Scheduler:
     async def _known_types(self) -> set[str]:
         """The unpartitioned types (the leader's); the partitions go to the spread."""
         try:
-            names = await self._store.known_types()
-            shards = {s for name in names for s in self._store.shards(name)}
+            names = await self._store.types.known_types()
+            shards = {s for name in names for s in self._store.types.shards(name)}
             self.spread.set_units({s for s in shards if "#" in s})
             return {s for s in shards if "#" not in s}
         except Exception as exc:

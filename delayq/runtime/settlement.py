@@ -138,7 +138,7 @@ class Settlement:
         self._settling.add(lease)
         for _ in range(5):
             try:
-                code = await self._store.fail(
+                code = await self._store.deliveries.fail(
                     shard, c, dead=dead, delay_ms=delay_ms, error=error[:4000],
                     group=self._group, keep_ms=self._keep_ms,
                 )  # fmt: skip
@@ -248,12 +248,14 @@ class Settlement:
         """One partition's ack call; for a type that keeps results, with each delivery's
         outcome record (ack_results.lua)."""
         if self._keep_ms is None:
-            return self._store.ack(shard, [(i, t) for _, i, t in leases], group=self._group)
+            return self._store.deliveries.ack(
+                shard, [(i, t) for _, i, t in leases], group=self._group
+            )
         # every acked lease of such a type has its record (the consumer notes it first);
         # a missing one would keep None rather than hold up the acks behind it
         results = self.results
         done = [(i, t, results.get((s, i, t), _NO_VALUE)) for s, i, t in leases]
-        return self._store.ack_results(shard, done, self._keep_ms, group=self._group)
+        return self._store.deliveries.ack_results(shard, done, self._keep_ms, group=self._group)
 
     async def ack_loop(self) -> None:
         """The one task that sends acks, until :meth:`close_acks` and none are left.
@@ -321,7 +323,7 @@ class Settlement:
                 # leases from being renewed (they expired, and ran again, issue 37)
                 try:
                     for i in range(0, len(leases), ACK_MAX):  # bounded calls, as acks
-                        lost += await self._store.renew(
+                        lost += await self._store.deliveries.renew(
                             shard, leases[i : i + ACK_MAX], self._visibility_ms, group=self._group
                         )
                 except Exception as exc:

@@ -256,7 +256,7 @@ class Schedules:
     async def upsert(self, spec: ScheduleSpec) -> ScheduleInfo:
         """Create the schedule or update it in place (by name); return it as now stored."""
         shard = shard_for(spec.event_type, spec.name, spec.partitions)
-        home = await self._store.schedule_home(spec.name)
+        home = await self._store.schedules.schedule_home(spec.name)
         if home is not None and home != shard:
             if type_of(home) != spec.event_type:
                 raise ValueError(
@@ -265,31 +265,33 @@ class Schedules:
                 )
             # the type's partition count changed: the schedule moves to its new home
             # (its new mark is now, later than any slot the old one fired)
-            removed = await self._store.schedule_write(home, "remove", spec.name)
-            await self._store.schedule_index([(spec.name, removed.gen, "", None)])
+            removed = await self._store.schedules.schedule_write(home, "remove", spec.name)
+            await self._store.schedules.schedule_index([(spec.name, removed.gen, "", None)])
         # the stored version says whether the definition changed (the mark moves then)
         data = encode_spec(spec)
-        w = await self._store.schedule_write(shard, "upsert", spec.name, data, spec.version, "?")
+        w = await self._store.schedules.schedule_write(
+            shard, "upsert", spec.name, data, spec.version, "?"
+        )
         if w.differs:
             # another version: a change, unless it is this definition as an older release
             # stored it (with its encode time); the script replaces exactly that version
             assert w.state is not None and w.definition is not None
             same = same_definition(w.definition, spec)
             old = ScheduleState.decode(w.state).version if same else ""
-            w = await self._store.schedule_write(
+            w = await self._store.schedules.schedule_write(
                 shard, "upsert", spec.name, data, spec.version, old
             )
         assert w.state is not None
         state = ScheduleState.decode(w.state)
         nxt = _next(spec, state, w.now_ms)
-        await self._store.schedule_index([(spec.name, w.gen, shard, nxt)], publish=True)
+        await self._store.schedules.schedule_index([(spec.name, w.gen, shard, nxt)], publish=True)
         return info_of(spec, state)
 
     async def _read(self, name: str) -> tuple[str, ScheduleSpec, ScheduleState] | None:
-        shard = await self._store.schedule_home(name)
+        shard = await self._store.schedules.schedule_home(name)
         if shard is None:
             return None
-        w = await self._store.schedule_write(shard, "read", name)
+        w = await self._store.schedules.schedule_write(shard, "read", name)
         if w.state is None or w.definition is None:
             return None
         return shard, decode_spec(w.definition), ScheduleState.decode(w.state)
@@ -302,24 +304,24 @@ class Schedules:
     async def list(self) -> list[ScheduleInfo]:
         """Every schedule under the prefix, by name."""
         by_shard: dict[str, list[str]] = {}
-        for name, shard in (await self._store.schedule_homes()).items():
+        for name, shard in (await self._store.schedules.schedule_homes()).items():
             by_shard.setdefault(shard, []).append(name)
         out: list[ScheduleInfo] = []
         for shard, names in by_shard.items():
             for i in range(0, len(names), 1000):
                 chunk = names[i : i + 1000]
-                for data, raw in await self._store.schedule_load(shard, chunk):
+                for data, raw in await self._store.schedules.schedule_load(shard, chunk):
                     if data is not None and raw is not None:
                         out.append(info_of(decode_spec(data), ScheduleState.decode(raw)))
         return sorted(out, key=lambda i: i.name)
 
     async def remove(self, name: str) -> bool:
         """Delete a schedule; its fires already enqueued stay. False if there was none."""
-        shard = await self._store.schedule_home(name)
+        shard = await self._store.schedules.schedule_home(name)
         if shard is None:
             return False
-        w = await self._store.schedule_write(shard, "remove", name)
-        await self._store.schedule_index([(name, w.gen, "", None)], publish=True)
+        w = await self._store.schedules.schedule_write(shard, "remove", name)
+        await self._store.schedules.schedule_index([(name, w.gen, "", None)], publish=True)
         return w.found
 
     async def set_paused(self, name: str, paused: bool) -> bool:
@@ -328,15 +330,15 @@ class Schedules:
         A resumed schedule fires its next slot after now: slots that came while
         it was paused are not fired late.
         """
-        shard = await self._store.schedule_home(name)
+        shard = await self._store.schedules.schedule_home(name)
         if shard is None:
             return False
-        w = await self._store.schedule_write(shard, "pause" if paused else "resume", name)
+        w = await self._store.schedules.schedule_write(shard, "pause" if paused else "resume", name)
         if not w.found or w.state is None or w.definition is None:
             return False
         state = ScheduleState.decode(w.state)
         nxt = _next(decode_spec(w.definition), state, w.now_ms)
-        await self._store.schedule_index([(name, w.gen, shard, nxt)], publish=True)
+        await self._store.schedules.schedule_index([(name, w.gen, shard, nxt)], publish=True)
         return True
 
     async def trigger(self, name: str) -> str | None:
@@ -345,7 +347,7 @@ class Schedules:
         if found is None:
             return None
         shard, spec, _ = found
-        now = await self._store.server_time_ms()
+        now = await self._store.browsing.server_time_ms()
         event_id = trigger_id(name, now, spec.partitions)
         fire = (name, spec.version, "T", event_id, now, "allow", spec.template, now)
         (result,) = await write_fires(self._store, self._observer, shard, now, [fire], trigger=True)

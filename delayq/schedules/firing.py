@@ -80,9 +80,9 @@ async def write_fires(
         envelope = restamp(template, now, name, slot, extra)
         fires.append((name, version, slot_arg, event_id, due, envelope, overlap))
     if spans is None:
-        return await store.schedule_fire(shard, fires)
+        return await store.schedules.schedule_fire(shard, fires)
     try:
-        results = await store.schedule_fire(shard, fires)
+        results = await store.schedules.schedule_fire(shard, fires)
     except BaseException as exc:
         spans.end(None, exc)
         raise
@@ -190,7 +190,7 @@ class ScheduleFirer:
         """Fire what is due; return how long to sleep."""
         leader = self._is_leader()
         while True:
-            now, nxt, due = await self._store.schedules_due(self._batch, AHEAD_MS)
+            now, nxt, due = await self._store.schedules.schedules_due(self._batch, AHEAD_MS)
             read_at = time.monotonic()
             self.passes += 1
             if due:
@@ -236,7 +236,7 @@ class ScheduleFirer:
         self, now: int, shard: str, entries: list[tuple[str, int]]
     ) -> list[tuple[str, int, str, int | None]]:
         label = type_of(shard)
-        loaded = await self._store.schedule_load(shard, [name for name, _ in entries])
+        loaded = await self._store.schedules.schedule_load(shard, [name for name, _ in entries])
         index: list[tuple[str, int, str, int | None]] = []
         fires: list[Planned] = []
         specs: dict[str, ScheduleSpec] = {}
@@ -294,7 +294,7 @@ class ScheduleFirer:
                     nxt = next_look(specs[name], mark, buffered, now, AHEAD_MS)
                     index.append((name, gen, shard, nxt))
                 # stale, gone, paused: the write that caused it updated the index
-        await self._store.schedule_index(index)
+        await self._store.schedules.schedule_index(index)
         return index
 
     def _next_look(self, spec: ScheduleSpec, mark: int, now: int) -> int | None:

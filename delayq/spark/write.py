@@ -37,7 +37,7 @@ def write_partition(
     partitions = job.event_type.event_partitions
     mode = job.mode if job.mode != "now" else "delay"
     channel = PrefixKeys(job.prefix).wakeup_channel
-    # "<replace>:<call id>:<chunk no>", as Store.enqueue sends: one call per task,
+    # "<replace>:<call id>:<chunk no>", as store.enqueueing.enqueue sends: one call per task,
     # so the script tells a retried chunk from a row that repeats an earlier one
     flags = f"{'1' if job.replace else '0'}:{uuid.uuid4().hex}"
     chunk_no = 0
@@ -49,7 +49,7 @@ def write_partition(
     def flush(args: list[Any]) -> None:
         nonlocal registered, chunk_no
         if not registered:
-            # what Store.register_type does before the service's first enqueue
+            # what store.types.register_type does before the service's first enqueue
             client.sadd(PrefixKeys(job.prefix).types, layout_member(job.type_name, partitions))
             registered = True
         routed: dict[int, list[Any]] = {}

@@ -1,11 +1,12 @@
-"""The store's primitives: the state its parts share, a shard's keys, and running scripts.
+"""The store's core: the clients, the keys, the scripts and the primitives that run them.
 
-Every part of :class:`delayq.storage.store.Store` (the mixins in this package) sends
-its scripts through the methods here: one call (:meth:`StoreBase._run`), one
-read-only call (:meth:`StoreBase._read`), and one loop for many calls
-(:meth:`StoreBase._calls`: pipelined, a few at a time on a cluster, sent again
-after a NOSCRIPT). With ``store.py`` it is the only part of the store that
-imports redis.
+Every part of :class:`delayq.storage.store.Store` (one object per concern in this
+package) is given the one :class:`StoreCore` and sends its scripts through it: one call
+(:meth:`StoreCore.run`), one read-only call (:meth:`StoreCore.read`), and one loop for
+many calls (:meth:`StoreCore.calls`: pipelined, a few at a time on a cluster, sent again
+after a NOSCRIPT). The caches here (a shard's keys, a call's keys) are the only state the
+parts share; each part declares and keeps its own. With ``store.py`` it is the only part
+of the store that imports redis.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import ResponseError
 
+from .. import lua
 from ..errors import NotReplicatedError, error_code
 from ..keyspace.layout import KeyView, PrefixKeys
 from ..keyspace.scripts import SCRIPT_KEYS, keys_for, through
+from ..lua.shift import shifted
 
 # the logger of delayq.storage.store, whichever part of the store logs
 log = logging.getLogger("delayq.store")
@@ -57,22 +60,45 @@ class Script(AsyncScript):
         raise AssertionError("unreachable")
 
 
-class StoreBase:
-    """What the parts of :class:`delayq.storage.store.Store` share (set up by its ``__init__``)."""
+class StoreCore:
+    """What the parts of :class:`delayq.storage.store.Store` share: the clients, the
+    prefix's keys, the scripts, and running them on a shard's keys.
 
-    redis: Redis | RedisCluster
-    blocking: Redis | RedisCluster
-    min_replicas: int
-    replica_timeout_ms: int
-    keys: PrefixKeys
-    _type_keys: dict[tuple[str, str | None], KeyView]
-    # (script, shard, group, last key sent) -> the call's keys
-    _call_keys: dict[tuple[str, str, str | None, str | None], tuple[str, ...]]
-    _scripts: dict[str, Script]
-    clock_offset_ms: int = 0
-    """How far ahead of Redis's clock the scripts run (tests only: ``set_clock_offset``)."""
+    ``redis`` serves ordinary commands and scripts; ``blocking`` (default: the same
+    client) serves BRPOP and pub/sub, which hold a connection while they wait.
+    """
 
-    def _k(self, shard: str, group: str | None = None) -> KeyView:
+    def __init__(
+        self,
+        redis: Redis | RedisCluster,
+        prefix: str,
+        *,
+        blocking: Redis | RedisCluster | None = None,
+        min_replicas: int = 0,
+        replica_timeout_ms: int = 1000,
+    ):
+        if min_replicas and isinstance(redis, RedisCluster):
+            raise ValueError("min_replicas is not supported on a Redis Cluster")
+        self.redis = redis
+        self.blocking = blocking if blocking is not None else redis
+        self.min_replicas = min_replicas
+        self.replica_timeout_ms = replica_timeout_ms
+        self.keys = PrefixKeys(prefix)
+        self.scripts = _scripts(redis, 0)
+        """Every script by name (sent again with a shifted clock by :meth:`set_clock_offset`)."""
+        self.clock_offset_ms = 0
+        """How far ahead of Redis's clock the scripts run (tests only: ``set_clock_offset``)."""
+        self._type_keys: dict[tuple[str, str | None], KeyView] = {}
+        # (script, shard, group, last key sent) -> the call's keys
+        self._call_keys: dict[tuple[str, str, str | None, str | None], tuple[str, ...]] = {}
+
+    def set_clock_offset(self, offset_ms: int) -> None:
+        """Tests only: run every script with Redis's clock ``offset_ms`` ahead (see
+        :meth:`delayq.storage.store.Store.set_clock_offset`)."""
+        self.clock_offset_ms = offset_ms
+        self.scripts = _scripts(self.redis, offset_ms)
+
+    def view(self, shard: str, group: str | None = None) -> KeyView:
         """The keys of a group's view of a shard (``TypeKeys.view``; None: the default group)."""
         keys = self._type_keys.get((shard, group))
         if keys is None:
@@ -80,7 +106,7 @@ class StoreBase:
             self._type_keys[shard, group] = keys
         return keys
 
-    def _script_keys(
+    def script_keys(
         self, script: str, shard: str, group: str | None, last: str | None = None
     ) -> tuple[str, ...]:
         """The keys a per-type script takes (``keyspace.scripts.SCRIPT_KEYS``) for a group
@@ -92,17 +118,17 @@ class StoreBase:
             self._call_keys[script, shard, group, last] = keys
         return keys
 
-    def _read_keys(self, script: str, shard: str, group: str | None) -> tuple[str, ...]:
+    def read_keys(self, script: str, shard: str, group: str | None) -> tuple[str, ...]:
         """The keys of a read-only script: the type's own (its default group's lists) for
         ``None``, else the group's read view (``TypeKeys.read_view``)."""
         return keys_for(SCRIPT_KEYS[script], self.keys.for_shard(shard).named(group, read=True))
 
-    async def _read(self, script: str, shard: str, args: Sequence[Any], group: str | None) -> Any:
-        """Run a read-only script on the type, or on one group of it (see :meth:`_read_keys`)."""
-        keys = self._read_keys(script, shard, group)
-        return await self._scripts[script](keys=keys, args=args)
+    async def read(self, script: str, shard: str, args: Sequence[Any], group: str | None) -> Any:
+        """Run a read-only script on the type, or on one group of it (see :meth:`read_keys`)."""
+        keys = self.read_keys(script, shard, group)
+        return await self.scripts[script](keys=keys, args=args)
 
-    async def _run(
+    async def run(
         self,
         script: str,
         shard: str,
@@ -116,14 +142,14 @@ class StoreBase:
         ``last``: give it its keys only up to that name (a call that needs no more);
         ``durable`` with ``min_replicas``: also wait for that many replicas to have it."""
         if durable and self.min_replicas:
-            (reply,) = await self._pipelined(
+            (reply,) = await self.pipelined(
                 script, shard, [args], wait=True, group=group, last=last
             )
             return reply
-        keys = self._script_keys(script, shard, group, last)
-        return await self._scripts[script](keys=keys, args=args)
+        keys = self.script_keys(script, shard, group, last)
+        return await self.scripts[script](keys=keys, args=args)
 
-    async def _calls(
+    async def calls(
         self,
         script: str,
         calls: Sequence[tuple[Sequence[str], Sequence[Any]]],
@@ -141,7 +167,7 @@ class StoreBase:
         """
         if not calls:
             return []
-        source = self._scripts[script]
+        source = self.scripts[script]
         if isinstance(self.redis, RedisCluster):  # (no min_replicas on a cluster)
             results: list[Any] = []
             for i in range(0, len(calls), _CLUSTER_BATCH):
@@ -165,7 +191,7 @@ class StoreBase:
                 await self.redis.script_load(source.script)
         raise AssertionError("unreachable")
 
-    async def _pipelined(
+    async def pipelined(
         self,
         script: str,
         shard: str,
@@ -180,9 +206,9 @@ class StoreBase:
         With ``wait`` and ``min_replicas``, raise or warn (see :meth:`_replicated`)
         unless that many replicas confirm the calls.
         """
-        keys = self._script_keys(script, shard, group, last)
+        keys = self.script_keys(script, shard, group, last)
         wait = wait and self.min_replicas > 0
-        replies = await self._calls(script, [(keys, args) for args in calls], wait=wait)
+        replies = await self.calls(script, [(keys, args) for args in calls], wait=wait)
         if wait:
             self._replicated(int(replies.pop()), script, shard)
         return replies
@@ -199,3 +225,8 @@ class StoreBase:
             raise NotReplicatedError(message + ". Enqueueing again is safe (same id, same event)")
         # an ack a failover undoes means the event runs again: at-least-once still holds
         log.warning("%s", message)
+
+
+def _scripts(redis: Redis | RedisCluster, offset_ms: int) -> dict[str, Script]:
+    names = (*lua.PER_TYPE, *lua.GROUPED, *lua.STANDALONE)
+    return {name: Script(redis, shifted(lua.source(name), offset_ms)) for name in names}

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..keyspace.groups import DEFAULT_GROUP, stored_group
+from .base import StoreCore
 from .groups import DeliveryGroups
 from .layouts import Layouts
 from .records import (
@@ -31,8 +32,14 @@ from .records import (
 )
 
 
-class Browsing(Layouts, DeliveryGroups):
-    """Read-only views of a type's queues, one consistent read per call."""
+class Browsing:
+    """Read-only views of a type's queues, one consistent read per call (``types``: a
+    type's shards; ``groups``: reads that reach every delivery group)."""
+
+    def __init__(self, core: StoreCore, types: Layouts, groups: DeliveryGroups):
+        self._core = core
+        self._types = types
+        self._groups = groups
 
     async def counts(self, type_names: Iterable[str]) -> dict[str, QueueCounts]:
         """Per-type counts, next due time and backlog age: one read-only script per shard.
@@ -42,11 +49,11 @@ class Browsing(Layouts, DeliveryGroups):
         all types go in one pipeline (on a cluster, a few at a time).
         """
         names = sorted(type_names)
-        per_name = [self.shards(name) for name in names]
+        per_name = [self._types.shards(name) for name in names]
         calls: list[tuple[Sequence[str], Sequence[Any]]] = [
             (self._counts_keys(s, None), []) for sl in per_name for s in sl
         ]
-        replies = await self._calls("counts", calls)
+        replies = await self._core.calls("counts", calls)
         result: dict[str, QueueCounts] = {}
         at = 0
         for name, shard_list in zip(names, per_name, strict=True):
@@ -55,16 +62,16 @@ class Browsing(Layouts, DeliveryGroups):
         return result
 
     def _counts_keys(self, shard: str, group: str | None) -> Sequence[str]:
-        """``counts.lua``'s keys: the read keys (see :meth:`_read_keys`: for the type's own
+        """``counts.lua``'s keys: the read keys (see :meth:`StoreCore.read_keys`: for the type's own
         counts its schedule stands in for a retry schedule it must not count), with the
         limits HASH, for the paused flag, and the flow keys' lines (the next key's head)."""
-        return self._read_keys("counts", shard, group)
+        return self._core.read_keys("counts", shard, group)
 
     async def shard_counts(self, shard_list: Sequence[str]) -> list[QueueCounts]:
         """Counts of each shard on its own."""
-        async with self.redis.pipeline(transaction=False) as pipe:
+        async with self._core.redis.pipeline(transaction=False) as pipe:
             for shard in shard_list:
-                k = self._k(shard)
+                k = self._core.view(shard)
                 for key in (k.scheduled, k.queued, k.inflight, k.dead):
                     pipe.zcard(key)
             replies = [int(x) for x in await pipe.execute()]
@@ -80,7 +87,9 @@ class Browsing(Layouts, DeliveryGroups):
 
     async def inspect(self, shard: str, event_id: str) -> EventRecord:
         """Everything stored about one event, in one atomic read (in every delivery group)."""
-        r = await self._every_group("group_inspect", shard, [event_id], ("inspect", [event_id]))
+        r = await self._groups.every_group(
+            "group_inspect", shard, [event_id], ("inspect", [event_id])
+        )
         if r[0] == b"groups":
             groups = {
                 _text(r[i]) or "": GroupEventRecord(
@@ -121,7 +130,7 @@ class Browsing(Layouts, DeliveryGroups):
     ) -> list[ScheduledRecord]:
         """Scheduled events ``offset .. offset+limit-1`` by due time, earliest first
         (with ``group``: the type's schedule and that group's retries, merged)."""
-        r = await self._read("scheduled_list", shard, [offset, limit], group)
+        r = await self._core.read("scheduled_list", shard, [offset, limit], group)
         return [
             ScheduledRecord(
                 raw_id=r[i],
@@ -140,19 +149,19 @@ class Browsing(Layouts, DeliveryGroups):
         calls: list[tuple[Sequence[str], Sequence[Any]]] = [
             (self._counts_keys(shard, name), []) for name in names
         ]
-        replies = await self._calls("counts", calls)
+        replies = await self._core.calls("counts", calls)
         return {name: _counts(r) for name, r in zip(names, replies, strict=True)}
 
     async def server_time_ms(self) -> int:
         """Redis's clock in ms (TIME), as the scripts see it: also a cheap check that Redis
         answers."""
-        seconds, micros = await self.redis.time()
-        return int(seconds) * 1000 + int(micros) // 1000 + self.clock_offset_ms
+        seconds, micros = await self._core.redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000 + self._core.clock_offset_ms
 
     async def eviction_policy(self) -> str | None:
         """Redis's ``maxmemory-policy``, or None when CONFIG is not allowed."""
         try:
-            reply: dict[Any, Any] = await self.redis.config_get("maxmemory-policy")
+            reply: dict[Any, Any] = await self._core.redis.config_get("maxmemory-policy")
         except Exception:  # ACLs or managed Redis may forbid CONFIG
             return None
         value: Any = reply.get(b"maxmemory-policy") or reply.get("maxmemory-policy")
@@ -162,7 +171,7 @@ class Browsing(Layouts, DeliveryGroups):
         """Redis's ``timeout`` (seconds an idle connection is kept; 0: forever), or None when
         CONFIG is not allowed."""
         try:
-            reply: dict[Any, Any] = await self.redis.config_get("timeout")
+            reply: dict[Any, Any] = await self._core.redis.config_get("timeout")
             value: Any = reply.get(b"timeout") or reply.get("timeout")
             return int(value)
         except Exception:  # ACLs or managed Redis may forbid CONFIG (or rename it)
@@ -173,7 +182,7 @@ class Browsing(Layouts, DeliveryGroups):
     ) -> tuple[int, list[tuple[bytes, int, int]]]:
         """Redis's time (ms) and ``(id, lease deadline ms, attempts)`` of in-flight events
         (of ``group``; the default group's without)."""
-        r = await self._read("inflight_list", shard, [offset, limit], group)
+        r = await self._core.read("inflight_list", shard, [offset, limit], group)
         page = [(r[i], int(float(r[i + 1])), _int(r[i + 2])) for i in range(1, len(r), 3)]
         return int(r[0]), page
 
@@ -182,7 +191,7 @@ class Browsing(Layouts, DeliveryGroups):
     ) -> tuple[int, list[int]]:
         """Redis's time (ms) and scheduled counts per due-time range (see due_histogram.lua;
         with ``group``, the group's retries count too)."""
-        r = await self._read("due_histogram", shard, list(bounds_ms), group)
+        r = await self._core.read("due_histogram", shard, list(bounds_ms), group)
         return int(r[0]), [int(x) for x in r[1:]]
 
     async def ready_page(
@@ -190,7 +199,7 @@ class Browsing(Layouts, DeliveryGroups):
     ) -> tuple[int, list[ReadyRecord]]:
         """Redis's time (ms) and ready events ``offset .. offset+limit-1`` in the order
         consumers get them (of ``group``; the type's default group without)."""
-        r = await self._read("ready_list", shard, [offset, limit], group)
+        r = await self._core.read("ready_list", shard, [offset, limit], group)
         page = [
             ReadyRecord(
                 raw_id=r[i],
@@ -215,7 +224,7 @@ class Browsing(Layouts, DeliveryGroups):
     ) -> tuple[int, list[DeadRecord]]:
         """Dead letters whose error contains ``needle`` (lower case) among the ``scan`` from
         position ``offset``: where to continue, and up to ``limit`` matches (dead_find.lua)."""
-        r = await self._read("dead_find", shard, [offset, scan, limit, needle], group)
+        r = await self._core.read("dead_find", shard, [offset, scan, limit, needle], group)
         found = [
             DeadRecord(
                 raw_id=r[i],
@@ -231,7 +240,7 @@ class Browsing(Layouts, DeliveryGroups):
     def id_sets(self, shard: str, groups: Sequence[str]) -> list[tuple[str, str, str]]:
         """``(state, group, key)`` of each sorted set that holds a shard's event ids by state:
         the type's own sets, then each named group's (the default group's retries too)."""
-        k = self._k(shard)
+        k = self._core.view(shard)
         states = (
             ("scheduled", "scheduled"),
             ("ready", "queued"),
@@ -239,7 +248,7 @@ class Browsing(Layouts, DeliveryGroups):
             ("dead", "dead"),
         )
         sets = [(state, DEFAULT_GROUP, getattr(k, name)) for state, name in states]
-        tk = self.keys.for_shard(shard)
+        tk = self._core.keys.for_shard(shard)
         for group in groups:
             if stored_group(group) is None:  # the type's own sets, listed above, and its retries
                 sets.append(("scheduled", group, tk.view().retries))
@@ -257,7 +266,7 @@ class Browsing(Layouts, DeliveryGroups):
         cursor: int = 0
         found: list[bytes] = []
         for _ in range(calls):
-            cursor, items = await self.redis.zscan(key, cursor, match=pattern, count=count)
+            cursor, items = await self._core.redis.zscan(key, cursor, match=pattern, count=count)
             found.extend(m for m, _ in items if isinstance(m, bytes))  # decode_responses=False
             if cursor == 0:
                 return found, True

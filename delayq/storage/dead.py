@@ -5,18 +5,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import cast
 
-from .base import StoreBase
+from .base import StoreCore
 from .records import DeadRecord, _int
 
 
-class DeadLetters(StoreBase):
+class DeadLetters:
     """The dead letters of one group of a type."""
+
+    def __init__(self, core: StoreCore):
+        self._core = core
 
     async def dead_letters(
         self, shard: str, offset: int, limit: int, *, group: str | None = None
     ) -> list[DeadRecord]:
         """Dead letters of one type (and group), oldest first."""
-        r = await self._run("dead_list", shard, [offset, limit], group=group)
+        r = await self._core.run("dead_list", shard, [offset, limit], group=group)
         return [
             DeadRecord(
                 raw_id=r[i],
@@ -30,12 +33,12 @@ class DeadLetters(StoreBase):
 
     async def dead_ids(self, shard: str, count: int, *, group: str | None = None) -> list[bytes]:
         """The ``count`` oldest dead-letter ids."""
-        key = self._k(shard, group).dead
-        return cast(list[bytes], await self.redis.zrange(key, 0, count - 1))
+        key = self._core.view(shard, group).dead
+        return cast(list[bytes], await self._core.redis.zrange(key, 0, count - 1))
 
     async def dead_count(self, shard: str, *, group: str | None = None) -> int:
         """How many dead letters a group of the type has."""
-        return int(await self.redis.zcard(self._k(shard, group).dead))
+        return int(await self._core.redis.zcard(self._core.view(shard, group).dead))
 
     async def requeue_dead(
         self,
@@ -48,8 +51,8 @@ class DeadLetters(StoreBase):
         """Schedule dead letters again after ``delay_ms`` (for their group alone); return how many."""
         if not ids:
             return 0
-        args = [delay_ms, self.keys.wakeup_channel, shard, *ids]
-        return int(await self._run("dead_requeue", shard, args, group=group))
+        args = [delay_ms, self._core.keys.wakeup_channel, shard, *ids]
+        return int(await self._core.run("dead_requeue", shard, args, group=group))
 
     async def purge_dead(
         self, shard: str, ids: Sequence[str | bytes], *, group: str | None = None
@@ -57,4 +60,4 @@ class DeadLetters(StoreBase):
         """Delete dead letters; return how many."""
         if not ids:
             return 0
-        return int(await self._run("dead_purge", shard, list(ids), group=group))
+        return int(await self._core.run("dead_purge", shard, list(ids), group=group))

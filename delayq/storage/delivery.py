@@ -6,17 +6,19 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
-from .base import StoreBase, log
+from .base import StoreCore, log
 from .records import Claimed, Throttle
 
 
-class Deliveries(StoreBase):
+class Deliveries:
     """One delivery's life on the consumer side, for one group of a type."""
 
-    # (shard, group) whose claims have met a flow key: they send the flow keys' five too
-    _keyed_claims: set[tuple[str, str | None]]
-    # seconds a BRPOP may block at most, whatever its caller asks (see limit_block)
-    _block_at_most: float = math.inf
+    def __init__(self, core: StoreCore):
+        self._core = core
+        # (shard, group) whose claims have met a flow key: they send the flow keys' five too
+        self._keyed_claims: set[tuple[str, str | None]] = set()
+        # seconds a BRPOP may block at most, whatever its caller asks (see limit_block)
+        self._block_at_most = math.inf
 
     def limit_block(self, seconds: float) -> None:
         """Make every BRPOP block ``seconds`` at most: set below the server's idle ``timeout``.
@@ -34,7 +36,9 @@ class Deliveries(StoreBase):
     ) -> bytes | None:
         """Block up to ``timeout`` seconds for one ready entry of a group (BRPOP)."""
         timeout = min(timeout, self._block_at_most)
-        reply = await self.blocking.brpop([self._k(shard, group).ready], timeout=timeout)
+        reply = await self._core.blocking.brpop(
+            [self._core.view(shard, group).ready], timeout=timeout
+        )
         return None if reply is None else cast(bytes, reply[1])
 
     async def claim(
@@ -82,7 +86,7 @@ class Deliveries(StoreBase):
         # failover, and its event runs again there (the ack finds no lease of its own)
         last = None if keyed else "limits"
         args = [visibility_ms, more, *popped]
-        r = await self._run("claim", shard, args, group=group, last=last, durable=True)
+        r = await self._core.run("claim", shard, args, group=group, last=last, durable=True)
         throttle = None
         head = r[0]
         if isinstance(head, list):
@@ -113,8 +117,8 @@ class Deliveries(StoreBase):
     async def wait_for_flow(self, shard: str, timeout: float, *, group: str | None = None) -> bool:
         """Block up to ``timeout`` s for a wake-up token of a flow-limited group (an ack freed
         a slot, the limits changed); True when one came."""
-        key = self.keys.for_shard(shard).wake(group)
-        return await self.blocking.blpop([key], timeout=max(0.02, timeout)) is not None
+        key = self._core.keys.for_shard(shard).wake(group)
+        return await self._core.blocking.blpop([key], timeout=max(0.02, timeout)) is not None
 
     async def ack(
         self, shard: str, done: Iterable[tuple[bytes, bytes]], *, group: str | None = None
@@ -131,7 +135,7 @@ class Deliveries(StoreBase):
         # call); the others send their keys only up to the dedup marks
         keyed = b"".join(args[1::2]).find(b"|") >= 0
         last = None if keyed else "dedup"
-        return int(await self._run("ack", shard, args, group=group, last=last, durable=True))
+        return int(await self._core.run("ack", shard, args, group=group, last=last, durable=True))
 
     async def ack_results(
         self,
@@ -144,11 +148,11 @@ class Deliveries(StoreBase):
         """:meth:`ack` for a type that keeps results: ``done`` holds (id, token, outcome
         record) triples; each record is kept ``keep_ms`` in the step that removes its event
         (ack_results.lua)."""
-        args: list[Any] = [keep_ms, self.keys.results_channel, shard]
+        args: list[Any] = [keep_ms, self._core.keys.results_channel, shard]
         args += [x for triple in done for x in triple]
         if len(args) == 3:
             return 0
-        return int(await self._run("ack_results", shard, args, group=group, durable=True))
+        return int(await self._core.run("ack_results", shard, args, group=group, durable=True))
 
     async def renew(
         self,
@@ -162,7 +166,7 @@ class Deliveries(StoreBase):
         args = [x for pair in leases for x in pair]
         if not args:
             return []
-        return list(await self._run("renew", shard, [visibility_ms, *args], group=group))
+        return list(await self._core.run("renew", shard, [visibility_ms, *args], group=group))
 
     async def fail(
         self,
@@ -185,10 +189,10 @@ class Deliveries(StoreBase):
             "dead" if dead else "retry",
             delay_ms,
             error,
-            self.keys.wakeup_channel,
+            self._core.keys.wakeup_channel,
             shard,
         ]
         if keep_ms is None:
-            return int(await self._run("fail", shard, args, group=group, last="krun"))
-        args += [keep_ms, self.keys.results_channel]
-        return int(await self._run("fail", shard, args, group=group))
+            return int(await self._core.run("fail", shard, args, group=group, last="krun"))
+        args += [keep_ms, self._core.keys.results_channel]
+        return int(await self._core.run("fail", shard, args, group=group))

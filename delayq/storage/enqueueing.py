@@ -11,6 +11,7 @@ import msgspec
 
 from ..errors import QueueFullError, RedisResponseError, error_code
 from ..flow.dedup import Dedup
+from .base import StoreCore
 from .groups import DeliveryGroups
 from .layouts import Layouts
 from .records import Enqueued
@@ -32,10 +33,16 @@ class _Batch:
     task: asyncio.Task[None] | None = None
 
 
-class Enqueueing(Layouts, DeliveryGroups):
-    """Adding, replacing and cancelling events."""
+class Enqueueing:
+    """Adding, replacing and cancelling events (the type registry ``types`` records each
+    shard's layout before its first enqueue; ``groups`` reaches every delivery group)."""
 
-    _batches: dict[tuple[str, bool, bool | Dedup], _Batch]
+    def __init__(self, core: StoreCore, types: Layouts, groups: DeliveryGroups):
+        self._core = core
+        self._types = types
+        self._groups = groups
+        # (shard, absolute, mode) -> the single-event enqueues waiting to go together
+        self._batches: dict[tuple[str, bool, bool | Dedup], _Batch] = {}
 
     async def enqueue(
         self,
@@ -158,7 +165,7 @@ class Enqueueing(Layouts, DeliveryGroups):
         keys: Sequence[str | None] | None = None,
     ) -> list[int]:
         """One script call per chunk of ``ENQUEUE_CHUNK`` items, pipelined."""
-        await self.register_type(shard)
+        await self._types.register_type(shard)
         # "<replace>:<call id>:<chunk no>": the call id lets the script tell
         # a retried chunk from a new call that encoded identical bytes.
         # a dedup mode ("d<ms>", "u<ms>") needs the dedup key too; the plain modes
@@ -197,7 +204,7 @@ class Enqueueing(Layouts, DeliveryGroups):
             [
                 mode,
                 f"{flags}:{number}",
-                self.keys.wakeup_channel,
+                self._core.keys.wakeup_channel,
                 shard,
                 packed[number - 1],
                 b"".join([env for _, env, _ in chunk]),
@@ -205,10 +212,10 @@ class Enqueueing(Layouts, DeliveryGroups):
             for number, chunk in enumerate(chunks, 1)
         ]
         if len(calls) == 1:
-            reply = await self._run("enqueue", shard, calls[0], last=last, durable=True)
+            reply = await self._core.run("enqueue", shard, calls[0], last=last, durable=True)
             codes = [int(c) for c in reply]
         else:
-            replies = await self._pipelined("enqueue", shard, calls, wait=True, last=last)
+            replies = await self._core.pipelined("enqueue", shard, calls, wait=True, last=last)
             codes = [int(c) for reply in replies for c in reply]
         if Enqueued.FANNED_OUT in codes:  # replaces of events already fanned out to groups
             for i, code in enumerate(codes):
@@ -226,10 +233,10 @@ class Enqueueing(Layouts, DeliveryGroups):
             envelope,
             ms,
             "at" if absolute else "delay",
-            self.keys.wakeup_channel,
+            self._core.keys.wakeup_channel,
             shard,
         ]
-        reply = await self._every_group("group_replace", shard, args)
+        reply = await self._groups.every_group("group_replace", shard, args)
         if reply is None:  # the groups were all removed meanwhile: an ordinary replace
             (code,) = await self._enqueue_now(shard, [item], absolute=absolute, replace=True)
             return code
@@ -244,4 +251,4 @@ class Enqueueing(Layouts, DeliveryGroups):
         :meth:`purge_dead`).
         """
         args = [event_id, group or ""]
-        return bool(await self._every_group("group_cancel", shard, args, ("cancel", args)))
+        return bool(await self._groups.every_group("group_cancel", shard, args, ("cancel", args)))

@@ -13,29 +13,33 @@ from collections.abc import Mapping, Sequence
 from typing import cast
 
 from ..flow.limits import FlowLimits, split_concurrency, split_rate
-from ..keyspace.shards import parse_shard
-from ..keyspace.shards import shards as layout_shards
-from .base import log
+from .base import StoreCore, log
 from .groups import DeliveryGroups
-from .layouts import Layouts
 
 
-class FlowLimitsStore(Layouts, DeliveryGroups):
-    """The limits HASH of a type or group (``{p:T}:limits``); ``lua/claim.lua`` enforces it."""
+class FlowLimitsStore:
+    """The limits HASH of a type or group (``{p:T}:limits``); ``lua/claim.lua`` enforces it.
+
+    The type registry (:class:`~delayq.storage.layouts.Layouts`) calls
+    :meth:`layout_added` and :meth:`spread_limits` when a type's layouts change."""
+
+    def __init__(self, core: StoreCore, groups: DeliveryGroups):
+        self._core = core
+        self._groups = groups
 
     async def read_limits(self, shard: str, group: str | None = None) -> dict[bytes, bytes]:
         """The stored fields of a shard's (group's) limits; empty when none is set."""
-        key = self.keys.for_shard(shard).limits(group)
-        return cast(dict[bytes, bytes], await self.redis.hgetall(key))
+        key = self._core.keys.for_shard(shard).limits(group)
+        return cast(dict[bytes, bytes], await self._core.redis.hgetall(key))
 
     async def change_limits(
         self, shard: str, changes: Mapping[str, str], group: str | None = None
     ) -> dict[bytes, bytes]:
         """Set fields (an empty value deletes one) in one atomic step and wake waiting
         consumers; returns the fields now stored."""
-        tk = self.keys.for_shard(shard)
+        tk = self._core.keys.for_shard(shard)
         args = [x for pair in changes.items() for x in pair]
-        reply = await self._scripts["limits_set"](
+        reply = await self._core.scripts["limits_set"](
             keys=[tk.limits(group), tk.wake(group)], args=args
         )
         return {reply[i]: reply[i + 1] for i in range(0, len(reply), 2)}
@@ -55,14 +59,16 @@ class FlowLimitsStore(Layouts, DeliveryGroups):
                 first = fields
         return first
 
-    async def spread_limits(self, type_name: str, fields: Mapping[bytes, bytes] | None) -> None:
-        """Split limits again over every shard of the type's known layouts: ``fields`` (a
-        limits HASH as read) for the default group, the first shard's for its groups."""
-        shard_list = self.shards(type_name)
+    async def spread_limits(
+        self, type_name: str, shard_list: Sequence[str], fields: Mapping[bytes, bytes] | None
+    ) -> None:
+        """Split limits again over ``shard_list`` (every shard of the type's known layouts):
+        ``fields`` (a limits HASH as read) for the default group, the first shard's for its
+        groups."""
         views: list[tuple[str | None, dict[bytes, bytes]]] = []
         if fields:
             views.append((None, dict(fields)))
-        for name in await self.groups(shard_list[0]):
+        for name in await self._groups.groups(shard_list[0]):
             if name != "default":
                 got = await self.read_limits(shard_list[0], name)
                 if got:
@@ -91,34 +97,20 @@ class FlowLimitsStore(Layouts, DeliveryGroups):
             ]
             await self.change_shard_limits(shard_list, changes, group)
 
-    async def register_type(self, type_name: str) -> None:
-        """:meth:`Layouts.register_type`; a layout new to Redis gets the type's limits
-        (split again over the shards of every layout, see the module's doc)."""
-        name, added = await self._register_member(type_name)
-        if not added:
-            return
-        await self.known_types()  # the type's other layouts, if any (once per new layout)
-        others = [n for n in self.layouts(name) if n != parse_shard(type_name)[2]]
-        if not others:
-            return
-        fields = await self.read_limits(layout_shards(name, others[0])[0])
-        if fields or await self.groups(layout_shards(name, others[0])[0]):
-            log.info("%s: a new partition layout: splitting its flow limits again", name)
-            await self.spread_limits(name, fields)
-
-    async def forget_layout(self, type_name: str, partitions: int) -> None:
-        """:meth:`Layouts.forget_layout`; the type's limits move to the remaining shards."""
-        fields = await self.read_limits(layout_shards(type_name, partitions)[0])
-        await super().forget_layout(type_name, partitions)
-        if fields:
-            await self.spread_limits(type_name, fields)
+    async def layout_added(self, type_name: str, other: str, shard_list: Sequence[str]) -> None:
+        """A layout of the type new to Redis: when ``other`` (the first shard of another
+        layout in use) has limits or groups, split them again over ``shard_list``."""
+        fields = await self.read_limits(other)
+        if fields or await self._groups.groups(other):
+            log.info("%s: a new partition layout: splitting its flow limits again", type_name)
+            await self.spread_limits(type_name, shard_list, fields)
 
     async def key_backlog(
         self, shard: str, group: str | None, scan: int
     ) -> tuple[int, int, list[tuple[str, int, int, int]]]:
         """Keys in rotation, parked keys, and ``(key, ready, running, parked_until_ms)``
         for up to ``scan`` keys with work (``key_backlog.lua``; docs/FLOW.md)."""
-        r = await self._run("key_backlog", shard, [scan], group=group)
+        r = await self._core.run("key_backlog", shard, [scan], group=group)
         rows = [
             (r[i].decode("utf-8", "replace"), int(r[i + 1]), int(r[i + 2]), int(r[i + 3]))
             for i in range(2, len(r), 4)

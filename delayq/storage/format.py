@@ -26,7 +26,7 @@ from __future__ import annotations
 from .._version import __version__
 from ..errors import FormatVersionError, RedisError
 from ..keyspace.layout import PrefixKeys
-from .base import StoreBase, log
+from .base import StoreCore, log
 
 __all__ = ["FORMAT", "OLDEST_READ", "FormatVersions", "format_key"]
 
@@ -41,8 +41,11 @@ def format_key(prefix: str) -> str:
     return PrefixKeys(prefix).format
 
 
-class FormatVersions(StoreBase):
+class FormatVersions:
     """The format check a service makes once, when it starts."""
+
+    def __init__(self, core: StoreCore):
+        self._core = core
 
     async def check_format(self) -> int | None:
         """Record this delayq's format under the prefix if none is, and return the stored
@@ -51,11 +54,11 @@ class FormatVersions(StoreBase):
         None when Redis could not be asked (down, or an ACL without the key): the service
         starts as it always did and its loops report the error; nothing is refused then.
         """
-        key = self.keys.format
+        key = self._core.keys.format
         # SET NX then GET, in that order on one connection: the GET sees our write or the
         # earlier one (SET NX ... GET needs Redis 7; this works on 6.2). No MULTI: the
         # ACL line of docs/RELIABILITY.md allows SET and GET, not MULTI/EXEC
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = self._core.redis.pipeline(transaction=False)
         pipe.set(key, FORMAT, nx=True)
         pipe.get(key)
         try:
@@ -73,7 +76,7 @@ class FormatVersions(StoreBase):
             ) from None
         if stored > FORMAT:
             raise FormatVersionError(
-                f"the data under prefix {self.keys.prefix!r} is in stored-data format "
+                f"the data under prefix {self._core.keys.prefix!r} is in stored-data format "
                 f"{stored}, newer than this delayq {__version__} reads (format {FORMAT}): "
                 f"a newer delayq wrote it. Upgrade this process to a release that reads "
                 f"format {stored} (CHANGELOG.md); until then it is refused, so that it "
@@ -81,7 +84,7 @@ class FormatVersions(StoreBase):
             )
         if stored < OLDEST_READ:
             raise FormatVersionError(
-                f"the data under prefix {self.keys.prefix!r} is in stored-data format "
+                f"the data under prefix {self._core.keys.prefix!r} is in stored-data format "
                 f"{stored}, older than this delayq {__version__} reads (formats "
                 f"{OLDEST_READ} to {FORMAT}): run the migration in CHANGELOG.md first"
             )

@@ -4,33 +4,45 @@ from __future__ import annotations
 
 from ..keyspace.names import validate_name
 from ..keyspace.shards import layout_member, parse_member, parse_shard, shards
-from .base import StoreBase, log
+from .base import StoreCore, log
+from .flow import FlowLimitsStore
 
 
-class Layouts(StoreBase):
-    """Registering types in ``{prefix}:types`` and knowing each type's layouts."""
+class Layouts:
+    """Registering types in ``{prefix}:types`` and knowing each type's layouts.
 
-    _known_types: set[str]
-    # type -> partition counts it has events in (its layouts), as last read from
-    # {prefix}:types or declared by this process's event classes
-    _layouts: dict[str, set[int]]
+    A layout new to Redis, or one forgotten, splits the type's flow limits again over
+    the shards of the layouts left (``limits``: see :mod:`delayq.storage.flow`).
+    """
+
+    def __init__(self, core: StoreCore, limits: FlowLimitsStore):
+        self._core = core
+        self._limits = limits
+        # the type set's members this process has registered or seen added
+        self._known_types: set[str] = set()
+        # type -> partition counts it has events in (its layouts), as last read from
+        # {prefix}:types or declared by this process's event classes
+        self._layouts: dict[str, set[int]] = {}
 
     async def register_type(self, type_name: str) -> None:
         """Record the type (layout) of shard ``type_name`` in the prefix's type set, once
-        per process: ``T`` for an unpartitioned type, ``T#N`` for N partitions."""
-        await self._register_member(type_name)
+        per process: ``T`` for an unpartitioned type, ``T#N`` for N partitions.
 
-    async def _register_member(self, type_name: str) -> tuple[str, bool]:
-        """:meth:`register_type`; returns the type name and whether this call added the
-        layout to Redis (the first process to use it)."""
+        A layout new to Redis gets the type's limits (split again over the shards of
+        every layout, see :mod:`delayq.storage.flow`)."""
         name, _, partitions = parse_shard(type_name)
         member = layout_member(name, partitions)
-        added = False
-        if member not in self._known_types:
-            added = bool(await self.redis.sadd(self.keys.types, member))
-            self._known_types.add(member)
-            self.declare(name, partitions)
-        return name, added
+        if member in self._known_types:
+            return
+        added = bool(await self._core.redis.sadd(self._core.keys.types, member))
+        self._known_types.add(member)
+        self.declare(name, partitions)
+        if not added:
+            return
+        await self.known_types()  # the type's other layouts, if any (once per new layout)
+        others = [n for n in self.layouts(name) if n != partitions]
+        if others:
+            await self._limits.layout_added(name, shards(name, others[0])[0], self.shards(name))
 
     def declare(self, type_name: str, partitions: int) -> None:
         """Note that ``type_name`` has (or may have) events in ``partitions`` partitions."""
@@ -45,20 +57,24 @@ class Layouts(StoreBase):
         return [s for n in self.layouts(type_name) for s in shards(type_name, n)]
 
     async def forget_layout(self, type_name: str, partitions: int) -> None:
-        """Drop a layout from the prefix's type set (after it has been emptied)."""
+        """Drop a layout from the prefix's type set (after it has been emptied); the
+        type's limits move to the remaining shards."""
+        fields = await self._limits.read_limits(shards(type_name, partitions)[0])
         member = layout_member(type_name, partitions)
-        await self.redis.srem(self.keys.types, member)
+        await self._core.redis.srem(self._core.keys.types, member)
         self._known_types.discard(member)
         known = self._layouts.get(type_name)
         if known is not None:
             known.discard(partitions)
+        if fields:
+            await self._limits.spread_limits(type_name, self.shards(type_name), fields)
 
     async def known_types(self) -> set[str]:
         """Every type name used under the prefix (a partitioned type once).
 
         Also refreshes the layouts (partition counts) of every type, see :meth:`layouts`.
         """
-        members = await self.redis.smembers(self.keys.types)
+        members = await self._core.redis.smembers(self._core.keys.types)
         names = set()
         found: dict[str, set[int]] = {}
         for member in members:
@@ -69,7 +85,9 @@ class Layouts(StoreBase):
                 name, partitions = parse_member(text)
                 validate_name(name)
             except (TypeError, ValueError):  # UnicodeDecodeError is a ValueError
-                log.warning("ignoring invalid event type name %r in %s", member, self.keys.types)
+                log.warning(
+                    "ignoring invalid event type name %r in %s", member, self._core.keys.types
+                )
                 continue
             names.add(name)
             found.setdefault(name, set()).add(partitions)

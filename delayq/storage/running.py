@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..keyspace.groups import stored_group
-from .base import StoreBase
+from .base import StoreCore
 
 __all__ = ["RunControl", "cancel_message", "parse_cancel_message"]
 
@@ -28,24 +28,27 @@ def parse_cancel_message(data: bytes) -> tuple[str, str | None, bytes, bytes] | 
         return None
 
 
-class RunControl(StoreBase):
+class RunControl:
     """Progress of running deliveries and the lease tokens a cancel signals."""
 
+    def __init__(self, core: StoreCore):
+        self._core = core
+
     def _progress_keys(self, shard: str, group: str | None) -> tuple[str, ...]:
-        return self._script_keys("progress", shard, group)
+        return self._core.script_keys("progress", shard, group)
 
     async def write_progress(
         self, shard: str, group: str | None, items: Sequence[tuple[bytes, bytes, bytes]]
     ) -> None:
         """Store ``(id, token, value)`` progress of deliveries that still hold their leases."""
         keys = self._progress_keys(shard, group)
-        await self._calls("progress", [(keys, ["set", i, t, v]) for i, t, v in items])
+        await self._core.calls("progress", [(keys, ["set", i, t, v]) for i, t, v in items])
 
     async def clear_progress(
         self, shard: str, group: str | None, raw_id: bytes, token: bytes
     ) -> None:
         """Remove the progress of the delivery ``token`` (a newer run's stays)."""
-        await self._scripts["progress"](
+        await self._core.scripts["progress"](
             keys=self._progress_keys(shard, group), args=["clear", raw_id, token]
         )
 
@@ -53,7 +56,7 @@ class RunControl(StoreBase):
         """The progress value of the delivery that holds ``event_id``'s lease now, if it
         reported any."""
         leases, progress = self._progress_keys(shard, group)
-        async with self.redis.pipeline(transaction=False) as pipe:
+        async with self._core.redis.pipeline(transaction=False) as pipe:
             pipe.hget(leases, event_id)
             pipe.hget(progress, event_id)
             token, stored = await pipe.execute()
@@ -68,7 +71,7 @@ class RunControl(StoreBase):
         if not ids:
             return {}
         leases, progress = self._progress_keys(shard, group)
-        async with self.redis.pipeline(transaction=False) as pipe:
+        async with self._core.redis.pipeline(transaction=False) as pipe:
             pipe.hmget(leases, list(ids))
             pipe.hmget(progress, list(ids))
             tokens, stored = await pipe.execute()
@@ -81,12 +84,12 @@ class RunControl(StoreBase):
     async def running_tokens(self, shard: str, event_id: str) -> list[tuple[str | None, bytes]]:
         """``(group, claim token)`` of every lease held on ``event_id`` now (None: the
         default group)."""
-        named = await self.redis.hkeys(self._k(shard).groups)
+        named = await self._core.redis.hkeys(self._core.view(shard).groups)
         names = [g.decode() if isinstance(g, bytes) else g for g in named]
         groups: list[str | None] = [stored_group(g) for g in names] or [None]
-        async with self.redis.pipeline(transaction=False) as pipe:
+        async with self._core.redis.pipeline(transaction=False) as pipe:
             for group in groups:
-                pipe.hget(self._k(shard, group).leases, event_id)
+                pipe.hget(self._core.view(shard, group).leases, event_id)
             tokens = await pipe.execute()
         return [(g, t) for g, t in zip(groups, tokens, strict=True) if t is not None]
 
@@ -94,5 +97,5 @@ class RunControl(StoreBase):
         """Publish cancel messages (:func:`cancel_message`); how many processes heard them."""
         heard = 0
         for message in messages:
-            heard += int(await self.redis.publish(self.keys.cancel_channel, message))
+            heard += int(await self._core.redis.publish(self._core.keys.cancel_channel, message))
         return heard

@@ -21,6 +21,7 @@ from typing import Any, cast
 
 import msgspec
 
+from .base import StoreCore
 from .layouts import Layouts
 
 __all__ = ["ScheduleStore", "ScheduleWrite"]
@@ -46,17 +47,22 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-class ScheduleStore(Layouts):
-    """Schedules' definitions and state (per type shard) and their index (per prefix)."""
+class ScheduleStore:
+    """Schedules' definitions and state (per type shard) and their index (per prefix);
+    ``types`` records a schedule's shard as the scheduler sweeps the types it knows."""
+
+    def __init__(self, core: StoreCore, types: Layouts):
+        self._core = core
+        self._types = types
 
     @property
     def schedule_index_keys(self) -> tuple[str, str]:
         """The prefix's index ZSET and homes HASH."""
-        return self.keys.schedule_index, self.keys.schedule_homes
+        return self._core.keys.schedule_index, self._core.keys.schedule_homes
 
     def schedule_keys(self, shard: str) -> tuple[str, str]:
         """The definitions HASH and state HASH of the schedules that fire into ``shard``."""
-        keys = self.keys.for_shard(shard)
+        keys = self._core.keys.for_shard(shard)
         return keys.schedules, keys.schedule_state
 
     async def schedule_write(
@@ -75,8 +81,8 @@ class ScheduleStore(Layouts):
         stored, or a version: replace exactly that one keeping the mark (the same
         definition as an older release encoded it)."""
         if op == "upsert":
-            await self.register_type(shard)  # the scheduler sweeps the types it knows
-        r = await self._scripts["schedule_write"](
+            await self._types.register_type(shard)  # the scheduler sweeps the types it knows
+        r = await self._core.scripts["schedule_write"](
             keys=list(self.schedule_keys(shard)), args=[op, name, definition, version, other]
         )
         return ScheduleWrite(
@@ -94,13 +100,13 @@ class ScheduleStore(Layouts):
         """Fire ``(name, version, slot or 'T'/'P', id, due ms, envelope, overlap)`` items in
         one shard (``schedule_fire.lua``); ``(code, gen, mark, released slot, buffered
         slot)`` per item (slots in ms, 0 for none)."""
-        keys = self._script_keys("schedule_fire", shard, None, last="schedule_state")
+        keys = self._core.script_keys("schedule_fire", shard, None, last="schedule_state")
         packed: list[Any] = []
         for name, version, slot, event_id, due, envelope, overlap in fires:
             packed.extend((name, version, slot, event_id, due, len(envelope), overlap))
         blob = b"".join(item[5] for item in fires)
-        args: list[str | bytes] = [self.keys.wakeup_channel, shard, _pack(packed), blob]
-        reply = await self._scripts["schedule_fire"](keys=keys, args=args)
+        args: list[str | bytes] = [self._core.keys.wakeup_channel, shard, _pack(packed), blob]
+        reply = await self._core.scripts["schedule_fire"](keys=keys, args=args)
         return [(int(c), int(g), int(m), int(r), int(b)) for c, g, m, r, b in reply]
 
     async def schedule_load(
@@ -110,7 +116,7 @@ class ScheduleStore(Layouts):
         (``schedule_load.lua``): the state's version is always the definition's."""
         if not names:
             return []
-        r = await self._scripts["schedule_load"](
+        r = await self._core.scripts["schedule_load"](
             keys=list(self.schedule_keys(shard)), args=list(names)
         )
         return [(r[i] or None, r[i + 1] or None) for i in range(0, len(r), 2)]
@@ -125,9 +131,11 @@ class ScheduleStore(Layouts):
         packed: list[Any] = []
         for name, gen, shard, next_ms in entries:
             packed.extend((name, gen, shard, "" if next_ms is None else next_ms))
-        args = [self.keys.wakeup_channel, "1" if publish else "0", _pack(packed)]
+        args = [self._core.keys.wakeup_channel, "1" if publish else "0", _pack(packed)]
         return int(
-            await self._scripts["schedule_index"](keys=list(self.schedule_index_keys), args=args)
+            await self._core.scripts["schedule_index"](
+                keys=list(self.schedule_index_keys), args=args
+            )
         )
 
     async def schedules_due(
@@ -135,7 +143,7 @@ class ScheduleStore(Layouts):
     ) -> tuple[int, int | None, list[tuple[str, int, str]]]:
         """``(Redis now ms, next fire after the horizon or None, [(name, gen, shard)] due
         by now + ahead_ms)``."""
-        r = await self._scripts["schedule_due"](
+        r = await self._core.scripts["schedule_due"](
             keys=list(self.schedule_index_keys), args=[limit, ahead_ms]
         )
         due = []
@@ -147,7 +155,7 @@ class ScheduleStore(Layouts):
 
     async def schedule_home(self, name: str) -> str | None:
         """The shard schedule ``name`` lives in (None: no such schedule)."""
-        home = await self.redis.hget(self.keys.schedule_homes, name)
+        home = await self._core.redis.hget(self._core.keys.schedule_homes, name)
         if home is None:
             return None
         shard = _text(home).split("|", 1)[1]
@@ -156,11 +164,12 @@ class ScheduleStore(Layouts):
     async def schedule_homes(self) -> dict[str, str]:
         """Every schedule's name -> shard (HSCAN, a page at a time)."""
         out: dict[str, str] = {}
-        key = self.keys.schedule_homes
+        key = self._core.keys.schedule_homes
         cursor = 0
         while True:
             cursor, page = cast(
-                tuple[int, dict[bytes, bytes]], await self.redis.hscan(key, cursor, count=1000)
+                tuple[int, dict[bytes, bytes]],
+                await self._core.redis.hscan(key, cursor, count=1000),
             )
             for name, home in page.items():
                 shard = _text(home).split("|", 1)[1]
@@ -173,5 +182,5 @@ class ScheduleStore(Layouts):
         """The index's next fire (ms) of each name (None: not in the index)."""
         if not names:
             return []
-        scores = await self.redis.zmscore(self.keys.schedule_index, list(names))
+        scores = await self._core.redis.zmscore(self._core.keys.schedule_index, list(names))
         return [None if s is None else int(s) for s in scores]

@@ -5,12 +5,18 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from .base import StoreCore
 from .groups import DeliveryGroups
 from .records import MoveResult
 
 
-class Scheduling(DeliveryGroups):
-    """What the scheduler loop (and repartitioning) asks of Redis."""
+class Scheduling:
+    """What the scheduler loop (and repartitioning) asks of Redis (``groups``: the moves
+    and run-now reach every delivery group)."""
+
+    def __init__(self, core: StoreCore, groups: DeliveryGroups):
+        self._core = core
+        self._groups = groups
 
     async def scheduler_membership(
         self, token: str, ttl_ms: int, mode: str = "beat"
@@ -21,8 +27,9 @@ class Scheduling(DeliveryGroups):
         Returns the live members, sorted, and whether this beat added ``token`` (it was
         not a member: it joins, or comes back after an eviction or an expiry).
         """
-        reply = await self._scripts["members"](
-            keys=[self.keys.members], args=[token, ttl_ms, mode, self.keys.wakeup_channel]
+        reply = await self._core.scripts["members"](
+            keys=[self._core.keys.members],
+            args=[token, ttl_ms, mode, self._core.keys.wakeup_channel],
         )
         members = sorted(m.decode() if isinstance(m, bytes) else str(m) for m in reply[1:])
         return members, int(reply[0]) == 1
@@ -32,7 +39,9 @@ class Scheduling(DeliveryGroups):
 
         Returns whether ``token`` holds it now, and otherwise the holder's token.
         """
-        r = await self._scripts["lock_take"](keys=[self.keys.scheduler_lock], args=[token, ttl_ms])
+        r = await self._core.scripts["lock_take"](
+            keys=[self._core.keys.scheduler_lock], args=[token, ttl_ms]
+        )
         if int(r[0]):
             return True, None
         holder = r[1] if len(r) > 1 else None
@@ -41,16 +50,16 @@ class Scheduling(DeliveryGroups):
     async def steal_lock(self, holder: str, token: str, ttl_ms: int) -> bool:
         """Take the lock if ``holder`` (or nobody) still holds it; True when ``token`` holds it."""
         return bool(
-            await self._scripts["lock_steal"](
-                keys=[self.keys.scheduler_lock], args=[holder, token, ttl_ms]
+            await self._core.scripts["lock_steal"](
+                keys=[self._core.keys.scheduler_lock], args=[holder, token, ttl_ms]
             )
         )
 
     async def release_lock(self, token: str) -> bool:
         """Release the scheduler lock if ``token`` holds it, and tell the standbys so."""
         return bool(
-            await self._scripts["lock_release"](
-                keys=[self.keys.scheduler_lock], args=[token, self.keys.wakeup_channel]
+            await self._core.scripts["lock_release"](
+                keys=[self._core.keys.scheduler_lock], args=[token, self._core.keys.wakeup_channel]
             )
         )
 
@@ -62,7 +71,7 @@ class Scheduling(DeliveryGroups):
         For a type with delivery groups: to the ready list of every group.
         """
         args = [batch, visibility_ms, max_deliveries]
-        r = await self._every_group("group_move", shard, args, ("move_due", args))
+        r = await self._groups.every_group("group_move", shard, args, ("move_due", args))
         next_ms = int(r[2])
         dead, dead_groups = r[4], {}
         if isinstance(dead, list):  # group_move: [group, count, ...]
@@ -92,15 +101,15 @@ class Scheduling(DeliveryGroups):
         has it waiting for a retry. See ``lua/group_run_now.lua``.
         """
         args = [event_id, group or ""]
-        return bool(await self._every_group("group_run_now", shard, args, ("run_now", args)))
+        return bool(await self._groups.every_group("group_run_now", shard, args, ("run_now", args)))
 
     async def peek_scheduled(self, shard: str, count: int) -> list[tuple[bytes, bytes, int]]:
         """Up to ``count`` scheduled events of a shard, earliest first: (id, envelope, due ms)."""
-        k = self._k(shard)
-        reply: list[Any] = await self.redis.zrange(k.scheduled, 0, count - 1, withscores=True)
+        k = self._core.view(shard)
+        reply: list[Any] = await self._core.redis.zrange(k.scheduled, 0, count - 1, withscores=True)
         if not reply:
             return []
-        envelopes: list[Any] = await self.redis.hmget(k.events, [m for m, _ in reply])
+        envelopes: list[Any] = await self._core.redis.hmget(k.events, [m for m, _ in reply])
         return [
             (cast(bytes, m), cast(bytes, env), int(score))
             for (m, score), env in zip(reply, envelopes, strict=True)
@@ -109,8 +118,8 @@ class Scheduling(DeliveryGroups):
 
     async def migrate_out(self, shard: str, event_id: bytes, envelope: bytes) -> bool:
         """Remove a copied event from a retired layout, if it is still that version."""
-        return bool(await self._run("migrate_out", shard, [event_id, envelope]))
+        return bool(await self._core.run("migrate_out", shard, [event_id, envelope]))
 
     async def has_groups(self, shard: str) -> bool:
         """True when the shard's type has named delivery groups."""
-        return bool(await self.redis.exists(self._k(shard).groups))
+        return bool(await self._core.redis.exists(self._core.view(shard).groups))

@@ -2,10 +2,10 @@
 
 ``store`` knows key names and scripts but nothing of handlers or loops; the
 scheduler, the consumers and the service call it. Its operations live in
-``delayq/storage/``, one module per concern, over the primitives of
-``base.py`` (the keys of a shard, running scripts); this module
-composes them into :class:`Store`, sets up its clients and scripts, and holds
-the wake-up subscription.
+``delayq/storage/``, one object per concern (``store.deliveries.ack(...)``), each given
+the one :class:`~delayq.storage.base.StoreCore` (the clients, the keys, the scripts and
+running them) and the other parts it uses; this module builds them into :class:`Store`,
+and holds the wake-up subscriptions.
 """
 
 from __future__ import annotations
@@ -17,10 +17,8 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
 
-from .. import lua
 from ..keyspace.layout import PrefixKeys
-from ..lua.shift import shifted
-from .base import Script, log
+from .base import StoreCore, log
 from .browsing import Browsing
 from .connect import no_retry
 from .dead import DeadLetters
@@ -29,6 +27,8 @@ from .enqueueing import ENQUEUE_CHUNK as ENQUEUE_CHUNK
 from .enqueueing import Enqueueing
 from .flow import FlowLimitsStore
 from .format import FormatVersions
+from .groups import DeliveryGroups
+from .layouts import Layouts
 from .records import (
     Claimed,
     DeadRecord,
@@ -63,27 +63,45 @@ __all__ = [
 ]
 
 
-class Store(
-    Enqueueing,
-    Scheduling,
-    Deliveries,
-    DeadLetters,
-    Browsing,
-    Workers,
-    ScheduleStore,
-    FlowLimitsStore,
-    FormatVersions,
-    OutcomeReads,
-    RunControl,
-):
-    """Queue operations on one Redis for one prefix.
+class Store:
+    """Queue operations on one Redis for one prefix, one part per concern.
 
     Per-type operations take a *shard*: the type name itself for an unpartitioned
     type, or ``"T#k/N"`` for partition ``k`` of ``N`` (see
-    :mod:`delayq.keyspace.shards`); each shard is one key space on one cluster slot. ``redis`` serves ordinary commands and scripts; ``blocking`` (default: the
-    same client) serves BRPOP and pub/sub, which hold a connection while they
-    wait. Both must return bytes (``decode_responses=False``).
+    :mod:`delayq.keyspace.shards`); each shard is one key space on one cluster slot.
+    ``redis`` serves ordinary commands and scripts; ``blocking`` (default: the same
+    client) serves BRPOP and pub/sub, which hold a connection while they wait. Both
+    must return bytes (``decode_responses=False``).
     """
+
+    core: StoreCore
+    """The clients, the prefix's keys, the scripts and the primitives every part uses."""
+    groups: DeliveryGroups
+    """Delivery groups: the registry, and scripts that reach every group."""
+    limits: FlowLimitsStore
+    """Flow limits: a type's (or group's) limits HASH."""
+    types: Layouts
+    """The prefix's type set: types, their partition layouts and shards."""
+    enqueueing: Enqueueing
+    """Enqueue, replace, cancel."""
+    scheduling: Scheduling
+    """The scheduler's lock, membership and moves; run-now."""
+    deliveries: Deliveries
+    """Pop, claim, ack, renew, fail."""
+    dead: DeadLetters
+    """Dead letters: list, count, requeue, purge."""
+    browsing: Browsing
+    """Read-only views: counts, pages, searches, Redis's clock and policy."""
+    workers: Workers
+    """Worker heartbeats and history rings."""
+    schedules: ScheduleStore
+    """Recurring schedules: definitions, state, the index."""
+    format: FormatVersions
+    """The stored-data format check."""
+    results: OutcomeReads
+    """Kept outcomes of types that keep results."""
+    running: RunControl
+    """Running handlers' progress and cancel signals."""
 
     def __init__(
         self,
@@ -94,23 +112,48 @@ class Store(
         min_replicas: int = 0,
         replica_timeout_ms: int = 1000,
     ):
-        if min_replicas and isinstance(redis, RedisCluster):
-            raise ValueError("min_replicas is not supported on a Redis Cluster")
-        self.redis = redis
-        self.min_replicas = min_replicas
-        self.replica_timeout_ms = replica_timeout_ms
-        self.blocking = blocking if blocking is not None else redis
-        self.keys = PrefixKeys(prefix)
-        self._type_keys = {}
-        self._call_keys = {}
-        self._keyed_claims = set()
-        self._scripts = _scripts(redis, 0)
-        # what each attribute holds: see its declaration in delayq/storage/
-        self._groups = {}
-        self._known_types = set()
-        self._layouts = {}
-        self._batches = {}
+        core = StoreCore(
+            redis,
+            prefix,
+            blocking=blocking,
+            min_replicas=min_replicas,
+            replica_timeout_ms=replica_timeout_ms,
+        )
+        self.core = core
+        self.groups = DeliveryGroups(core)
+        self.limits = FlowLimitsStore(core, self.groups)
+        self.types = Layouts(core, self.limits)
+        self.enqueueing = Enqueueing(core, self.types, self.groups)
+        self.scheduling = Scheduling(core, self.groups)
+        self.deliveries = Deliveries(core)
+        self.dead = DeadLetters(core)
+        self.browsing = Browsing(core, self.types, self.groups)
+        self.workers = Workers(core)
+        self.schedules = ScheduleStore(core, self.types)
+        self.format = FormatVersions(core)
+        self.results = OutcomeReads(core)
+        self.running = RunControl(core)
         self._wakeup_turn = 0  # wake-up subscriptions made (a cluster's go round the nodes)
+
+    @property
+    def redis(self) -> Redis | RedisCluster:
+        """The client for ordinary commands and scripts."""
+        return self.core.redis
+
+    @property
+    def blocking(self) -> Redis | RedisCluster:
+        """The client for BRPOP and pub/sub."""
+        return self.core.blocking
+
+    @property
+    def keys(self) -> PrefixKeys:
+        """The prefix's key names."""
+        return self.core.keys
+
+    @property
+    def clock_offset_ms(self) -> int:
+        """How far ahead of Redis's clock the scripts run (tests only: ``set_clock_offset``)."""
+        return self.core.clock_offset_ms
 
     def set_clock_offset(self, offset_ms: int) -> None:
         """Tests only (``delayq.testing.advance``): run every script with Redis's clock
@@ -120,8 +163,11 @@ class Store(
         (:func:`delayq.lua.shift.shifted`; loaded at their first call after NOSCRIPT);
         the others keep their SHA. A store never shifted runs the scripts as they are.
         """
-        self.clock_offset_ms = offset_ms
-        self._scripts = _scripts(self.redis, offset_ms)
+        self.core.set_clock_offset(offset_ms)
+
+    async def aclose(self) -> None:
+        """Wait for coalesced enqueues still on their way (their callers are waiting too)."""
+        await self.enqueueing.aclose()
 
     async def connect(self) -> None:
         """Discover a cluster's nodes before blocking calls start.
@@ -162,11 +208,6 @@ class Store(
     def result_wakeups(self) -> WakeupListener:
         """A subscription to the prefix's results channel (``"<shard> <id>"`` messages)."""
         return WakeupListener(self.blocking.pubsub(), self.keys.results_channel, self.connect)
-
-
-def _scripts(redis: Redis | RedisCluster, offset_ms: int) -> dict[str, Script]:
-    names = (*lua.PER_TYPE, *lua.GROUPED, *lua.STANDALONE)
-    return {name: Script(redis, shifted(lua.source(name), offset_ms)) for name in names}
 
 
 class WakeupListener:

@@ -54,7 +54,7 @@ async def enqueued(
     consumers get them), then scheduled ones by due time. ``group``: a delivery group's
     ready events and retries (default: the type's own, and its default group's)."""
     name = event_type if isinstance(event_type, str) else event_type.event_name
-    now = await service.store.server_time_ms()
+    now = await service.store.browsing.server_time_ms()
     found: list[EnqueuedEvent] = []
     offset = 0
     while True:

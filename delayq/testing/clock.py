@@ -24,7 +24,7 @@ __all__ = ["advance", "now"]
 
 async def now(service: EventService) -> datetime:
     """The service's clock (Redis's, plus what :func:`advance` added) as an aware UTC datetime."""
-    return _utc(await service.store.server_time_ms())
+    return _utc(await service.store.browsing.server_time_ms())
 
 
 async def advance(service: EventService, by: timedelta | float | datetime) -> datetime:
@@ -41,7 +41,7 @@ async def advance(service: EventService, by: timedelta | float | datetime) -> da
     own (give a test one service). Raises ``ValueError`` for a time in the past.
     """
     store = service.store
-    current = await store.server_time_ms()
+    current = await store.browsing.server_time_ms()
     if isinstance(by, datetime):
         target = due_unix_ms(by)
         if target < current:

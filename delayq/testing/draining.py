@@ -79,7 +79,7 @@ async def drain(
         look = await _settle(service, consumers, recorder, first, raise_errors, timeout)
         if deadline is None:
             break
-        now = await service.store.server_time_ms()
+        now = await service.store.browsing.server_time_ms()
         target = deadline if look.next_ms is None else min(look.next_ms, deadline)
         if target <= now:
             break
@@ -160,7 +160,7 @@ def _consumers(service: EventService, types: Iterable[type[Event] | str] | None)
 
 
 async def _deadline(service: EventService, until: timedelta | float | datetime) -> int:
-    now = await service.store.server_time_ms()
+    now = await service.store.browsing.server_time_ms()
     if isinstance(until, datetime):
         deadline = due_unix_ms(until)
         if deadline < now:
@@ -203,7 +203,7 @@ async def _look(service: EventService, consumers: list[Consumer]) -> _Look:
     if busy:
         return _Look(busy, None)
     nearest = math.inf
-    now = await service.store.server_time_ms()
+    now = await service.store.browsing.server_time_ms()
     names = {c.type_name for c in consumers}
     for schedule in await service.schedules():
         if schedule.event_type not in names or schedule.paused or schedule.next_fire is None:
@@ -258,7 +258,7 @@ async def _throttled_until(
     if reason == "rate" and wait_ms >= 1000:
         # the claim answers 1 s at most: the next token's time, as claim.lua's wait_ms
         # computes it, from the GCRA's state
-        fields = await service.store.read_limits(shard, consumer.group)
+        fields = await service.store.limits.read_limits(shard, consumer.group)
         try:
             n, period = int(fields[b"rate_n"]), int(fields[b"rate_ms"])
             burst, tat = int(fields[b"burst"]), float(fields[b"tat"])

@@ -74,13 +74,15 @@ class Browser:
         merged)."""
         check_page(limit, offset)
         store = self._store
-        shards = store.shards(type_name)
+        shards = store.types.shards(type_name)
         if len(shards) == 1:
-            now_ms, page = await store.inflight_page(shards[0], offset, limit, group=group)
+            now_ms, page = await store.browsing.inflight_page(shards[0], offset, limit, group=group)
         else:
             now_ms, page = 0, []
             for shard in shards:
-                shard_now, part = await store.inflight_page(shard, 0, offset + limit, group=group)
+                shard_now, part = await store.browsing.inflight_page(
+                    shard, 0, offset + limit, group=group
+                )
                 now_ms = max(now_ms, shard_now)
                 page.extend(part)
             page = sorted(page, key=lambda e: (e[1], e[0]))[offset : offset + limit]
@@ -88,7 +90,7 @@ class Browser:
         ids = [raw for raw, _, _ in page]
         reported: dict[bytes, bytes] = {}
         for shard in shards if ids else []:
-            reported.update(await store.progress_many(shard, group, ids))
+            reported.update(await store.running.progress_many(shard, group, ids))
         return [
             InFlightEvent(
                 raw.decode("utf-8", "replace"),
@@ -105,8 +107,8 @@ class Browser:
         partition); with ``group``, that group's retries count too."""
         now_ms, counts = 0, [0] * (len(DUE_RANGES) + 1)
         bounds = [ms for _, ms in DUE_RANGES]
-        for shard in self._store.shards(type_name):
-            shard_now, part = await self._store.due_histogram(shard, bounds, group=group)
+        for shard in self._store.types.shards(type_name):
+            shard_now, part = await self._store.browsing.due_histogram(shard, bounds, group=group)
             now_ms = max(now_ms, shard_now)
             counts = [a + b for a, b in zip(counts, part, strict=True)]
         labels = [label for label, _ in DUE_RANGES] + ["later"]
@@ -114,10 +116,10 @@ class Browser:
 
     async def run_now(self, type_name: str, event_id: str, group: str | None) -> bool:
         """Hand a scheduled event to the consumers now, in the first layout that has it: for
-        every delivery group, or ``group`` alone (see :meth:`delayq.storage.store.Store.run_now`);
+        every delivery group, or ``group`` alone (see :meth:`delayq.storage.scheduling.Scheduling.run_now`);
         False when it is not scheduled."""
         for shard in self._router.shards_of_id(type_name, event_id):
-            if await self._store.run_now(shard, event_id, group):
+            if await self._store.scheduling.run_now(shard, event_id, group):
                 return True
         return False
 

@@ -104,8 +104,8 @@ class Inspector:
     async def stats(self, type_names: Iterable[str] | None = None) -> dict[str, QueueCounts]:
         """Counts per type name: of ``type_names``, or of every type used under the prefix."""
         if type_names is None:
-            type_names = await self._store.known_types()
-        return await self._store.counts(type_names)
+            type_names = await self._store.types.known_types()
+        return await self._store.browsing.counts(type_names)
 
     async def inspect(self, name: str, event_id: str) -> EventInfo:
         """Where the event ``(name, event_id)`` is, and all that is stored about it."""
@@ -113,15 +113,15 @@ class Inspector:
             raise ValueError(f"event id must be a non-empty str, not {event_id!r}")
         cls = self._types.cls_of(name)
         if cls is not None:
-            self._store.declare(name, cls.event_partitions)
+            self._store.types.declare(name, cls.event_partitions)
         shard_list = self._router.shards_of_id(name, event_id)
         found = shard_list[0]
-        r = await self._store.inspect(found, event_id)
+        r = await self._store.browsing.inspect(found, event_id)
         for shard in shard_list[1:]:  # a partition count being changed: look in each layout
             if r.envelope is not None:
                 break
             found = shard
-            r = await self._store.inspect(shard, event_id)
+            r = await self._store.browsing.inspect(shard, event_id)
         groups = _group_states(r) if r.groups is not None else {}
         outcome: Literal["ok", "failed"] | None = None
         state: EventState
@@ -186,7 +186,7 @@ class Inspector:
         """The progress of the run holding the event's lease (of the first group running it)."""
         running = [n for n, g in groups.items() if g.state == "in_flight"] if groups else [None]
         for name in running:
-            data = await self._store.read_progress(shard, stored_group(name), event_id)
+            data = await self._store.running.read_progress(shard, stored_group(name), event_id)
             if data is not None:
                 return RunProgress.decode(data)
         return None
@@ -197,7 +197,7 @@ class Inspector:
         """Whether a done event's outcome is kept (types with ``results=``; one more read,
         for absent events only)."""
         for shard in shard_list:
-            ((found, _),) = await self._store.outcomes(shard, [event_id])
+            ((found, _),) = await self._store.results.outcomes(shard, [event_id])
             if found in ("o", "f"):
                 return "ok" if found == "o" else "failed"
         return None

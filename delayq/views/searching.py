@@ -102,13 +102,13 @@ async def ready(
     them (a partitioned type's partitions merged by push order)."""
     _check("limit", limit, 1, MAX_PAGE)
     _check("offset", offset, 0, _MAX_OFFSET)
-    shards = store.shards(type_name)
+    shards = store.types.shards(type_name)
     if len(shards) == 1:
-        now_ms, page = await store.ready_page(shards[0], offset, limit, group=group)
+        now_ms, page = await store.browsing.ready_page(shards[0], offset, limit, group=group)
     else:
         now_ms, page = 0, []
         for shard in shards:
-            shard_now, part = await store.ready_page(shard, 0, offset + limit, group=group)
+            shard_now, part = await store.browsing.ready_page(shard, 0, offset + limit, group=group)
             now_ms = max(now_ms, shard_now)
             page.extend(part)
         page = sorted(page, key=lambda r: (r.score, r.raw_id))[offset : offset + limit]
@@ -171,10 +171,12 @@ async def find_ids(store: Store, type_name: str, prefix: str, limit: int = 20) -
     pattern = _glob_escape(prefix) + "*"
     found: dict[tuple[str, str, str], None] = {}
     complete = True
-    for shard in store.shards(type_name):
-        groups = sorted(await store.groups(shard))
-        for state, group, key in store.id_sets(shard, groups):
-            members, done = await store.scan_ids(key, pattern, _SCAN_COUNT, _SCAN_CALLS, limit)
+    for shard in store.types.shards(type_name):
+        groups = sorted(await store.groups.groups(shard))
+        for state, group, key in store.browsing.id_sets(shard, groups):
+            members, done = await store.browsing.scan_ids(
+                key, pattern, _SCAN_COUNT, _SCAN_CALLS, limit
+            )
             complete = complete and done
             for raw in members:
                 found[(raw.decode("utf-8", "replace"), state, group)] = None
@@ -231,13 +233,13 @@ async def find_dead_letters(
     needle = _ascii_lower(text)
     pages: list[list[DeadRecord]] = []
     next_offset, complete = offset, True
-    for shard in store.shards(type_name):
+    for shard in store.types.shards(type_name):
         # in short calls: one script never looks at more than _FIND_CHUNK dead letters
         part: list[DeadRecord] = []
         at, end = offset, offset + scan
         while at < end and len(part) < limit:
             chunk = min(_FIND_CHUNK, end - at)
-            reached, found = await store.dead_find(
+            reached, found = await store.browsing.dead_find(
                 shard, needle, at, chunk, limit - len(part), group=group
             )
             part.extend(found)
@@ -247,7 +249,7 @@ async def find_dead_letters(
             at = reached
         pages.append(part)
         next_offset = max(next_offset, at)
-        count = await store.dead_count(shard, group=group)
+        count = await store.dead.dead_count(shard, group=group)
         complete = complete and at >= count
     records = list(heapq.merge(*pages, key=lambda r: (r.failed_at_ms, r.raw_id)))[:limit]
     items = []

@@ -115,7 +115,7 @@ async def main(args: argparse.Namespace) -> None:
     # Instrument the store: an id leaves this process's in-progress set only once its ack or
     # failure has been written to the queue Redis.
     store = service.store
-    real_ack, real_fail = store.ack, store.fail
+    real_ack, real_fail = store.deliveries.ack, store.deliveries.fail
 
     async def ack(type_name, done, **kw):  # type: ignore[no-untyped-def]
         done = list(done)
@@ -129,7 +129,7 @@ async def main(args: argparse.Namespace) -> None:
         await rec.srem(inprog, claimed.raw_id)
         return code
 
-    real_move = store.move_due
+    real_move = store.scheduling.move_due
 
     async def move_due(type_name, *a, **kw):  # type: ignore[no-untyped-def]
         # who moves how often: the failover benchmark reports the standbys' cost
@@ -138,9 +138,9 @@ async def main(args: argparse.Namespace) -> None:
         return await real_move(type_name, *a, **kw)
 
     if args.count_moves:
-        store.move_due = move_due  # type: ignore[method-assign]
-    store.ack = ack  # type: ignore[method-assign]
-    store.fail = fail  # type: ignore[method-assign]
+        store.scheduling.move_due = move_due  # type: ignore[method-assign]
+    store.deliveries.ack = ack  # type: ignore[method-assign]
+    store.deliveries.fail = fail  # type: ignore[method-assign]
 
     async def handle(job: Job) -> bool:
         delivery = current_delivery()

@@ -153,7 +153,7 @@ async def test_idle_timeout_disconnects(redis_server_factory, prefix, wait_for, 
         sent += await h.send(10)
         await wait_for(lambda: all(h.handled[i] for i in sent), timeout=10)
         if when == "at-start":
-            assert h.worker._store._block_at_most == 0.5
+            assert h.worker._store.deliveries._block_at_most == 0.5
         else:
             await admin.config_set("timeout", 1)
         for _ in range(3):
