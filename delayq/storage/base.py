@@ -26,6 +26,7 @@ from ..errors import NotReplicatedError, error_code
 from ..keyspace.layout import KeyView, PrefixKeys
 from ..keyspace.scripts import SCRIPT_KEYS, keys_for, through
 from ..lua.shift import shifted
+from .connect import Client
 
 # the logger of delayq.storage.store, whichever part of the store logs
 log = logging.getLogger("delayq.store")
@@ -64,23 +65,23 @@ class StoreCore:
     """What the parts of :class:`delayq.storage.store.Store` share: the clients, the
     prefix's keys, the scripts, and running them on a shard's keys.
 
-    ``redis`` serves ordinary commands and scripts; ``blocking`` (default: the same
-    client) serves BRPOP and pub/sub, which hold a connection while they wait.
+    ``redis`` serves ordinary commands and scripts; ``blocking`` serves BRPOP and
+    pub/sub, which hold a connection while they wait (the arguments of
+    :class:`~delayq.storage.store.Store`, which builds it).
     """
 
     def __init__(
         self,
-        redis: Redis | RedisCluster,
+        redis: Client,
+        blocking: Client,
         prefix: str,
-        *,
-        blocking: Redis | RedisCluster | None = None,
-        min_replicas: int = 0,
-        replica_timeout_ms: int = 1000,
+        min_replicas: int,
+        replica_timeout_ms: int,
     ):
         if min_replicas and isinstance(redis, RedisCluster):
             raise ValueError("min_replicas is not supported on a Redis Cluster")
         self.redis = redis
-        self.blocking = blocking if blocking is not None else redis
+        self.blocking = blocking
         self.min_replicas = min_replicas
         self.replica_timeout_ms = replica_timeout_ms
         self.keys = PrefixKeys(prefix)

@@ -113,11 +113,7 @@ class Store:
         replica_timeout_ms: int = 1000,
     ):
         core = StoreCore(
-            redis,
-            prefix,
-            blocking=blocking,
-            min_replicas=min_replicas,
-            replica_timeout_ms=replica_timeout_ms,
+            redis, redis if blocking is None else blocking, prefix, min_replicas, replica_timeout_ms
         )
         self.core = core
         self.groups = DeliveryGroups(core)
