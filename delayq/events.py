@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from .durations import seconds_to_ms
+from .flow.priorities import check_priority
 from .keyspace.names import validate_name
 from .keyspace.shards import check_partitions
 
@@ -49,6 +50,7 @@ class EventMeta(msgspec.StructMeta):
         partitions = kwargs.pop("partitions", 1)
         flow_key = kwargs.pop("flow_key", None)  # the field that supplies the flow key
         results = kwargs.pop("results", None)  # how long a finished event's result is kept
+        priority = kwargs.pop("priority", 0)  # the level its events are enqueued at
         if explicit is None:
             # Only this class's own namespace counts: a subclass must not inherit
             # its parent's explicit name, or the two would share one queue.
@@ -63,6 +65,10 @@ class EventMeta(msgspec.StructMeta):
             raise TypeError(f"flow_key={flow_key!r}: {clsname} has no such field")
         type.__setattr__(cls, "event_flow_key", flow_key)
         type.__setattr__(cls, "event_results_ms", _results_ms(clsname, results))
+        try:
+            type.__setattr__(cls, "event_priority", check_priority(priority))
+        except ValueError as exc:
+            raise ValueError(f"{clsname}: {exc}") from None
         if not is_base:
             _register(name, cls)  # type: ignore[arg-type]
         return cls
@@ -121,6 +127,13 @@ class Event(msgspec.Struct, kw_only=True, metaclass=EventMeta):
         class Report(Event, event_name="report", flow_key="tenant"):
             tenant: str
 
+    Background work marked down: its events, unless an enqueue gives ``priority=``, wait
+    behind more urgent ones of the type (0, the default, is the most urgent;
+    docs/guides/priorities.md)::
+
+        class Report(Event, priority=5):
+            tenant: str
+
     A type whose handlers' return values are kept, for ``service.result()``, an hour
     after each event is done::
 
@@ -137,6 +150,10 @@ class Event(msgspec.Struct, kw_only=True, metaclass=EventMeta):
     """The field whose value is an event's flow key (``flow_key="tenant"`` class
     keyword; default None: only ``enqueue_*(..., key=...)`` gives one). See
     docs/FLOW.md, "Flow keys"."""
+    event_priority: ClassVar[int]
+    """The priority level its events are enqueued at unless a call gives one
+    (``priority=5`` class keyword; default 0, the most urgent). See
+    docs/guides/priorities.md."""
     event_results_ms: ClassVar[int | None]
     """How long (ms) a finished event's result is kept (``results=timedelta(...)`` class
     keyword; default None: no results are kept). See docs/WORKFLOWS.md, "Results"."""

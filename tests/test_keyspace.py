@@ -55,7 +55,7 @@ def test_no_python_module_counts_or_indexes_keys() -> None:
 def test_a_script_lists_exactly_the_keys_it_uses(name: str) -> None:
     source = lua.source(name)
     body = source[len(lua_header(name)) :]
-    used = set(re.findall(r"\bK_[A-Z_]+\b", _code(body)))
+    used = set(re.findall(r"\bK_[A-Z0-9_]+\b", _code(body)))
     checked = {
         name
         for call in re.findall(r"check_keys\(([^)]*)\)", _code(body))

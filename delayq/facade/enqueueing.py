@@ -32,6 +32,7 @@ class EnqueueMixin(ServiceParts):
         unique_for: float | timedelta | None = None,
         key: str | None = None,
         timeout: float | timedelta | None = None,
+        priority: int | None = None,
     ) -> bool:
         """Handle ``event`` once ``delay`` (a timedelta or seconds, >= 0) has passed.
 
@@ -55,6 +56,12 @@ class EnqueueMixin(ServiceParts):
         ``timeout`` (a timedelta or seconds): this event's handler timeout, over the
         handler's ``add_handler(timeout=...)`` and the service's ``handler_timeout``
         (docs/guides/running-handlers.md). None: theirs.
+
+        ``priority``: the event's priority level, an int from 0 (the most urgent) to 9;
+        among a type's ready events a lower number is claimed first
+        (docs/guides/priorities.md). None: the class's ``priority=`` (default 0). A
+        ``replace`` sets the level again (to this one). Anything else raises
+        ``ValueError`` before anything is written.
         """
         if timeout is not None:
             context = with_timeout(context, timeout)
@@ -65,7 +72,7 @@ class EnqueueMixin(ServiceParts):
             mode = dedup_mode(replace, debounce, unique_for)
             check_debounce(mode, ms)
         return await self._enqueuer.one(
-            event, ms, absolute=False, context=context, replace=mode, key=key
+            event, ms, absolute=False, context=context, replace=mode, key=key, priority=priority
         )
 
     async def enqueue_at(
@@ -79,10 +86,11 @@ class EnqueueMixin(ServiceParts):
         unique_for: float | timedelta | None = None,
         key: str | None = None,
         timeout: float | timedelta | None = None,
+        priority: int | None = None,
     ) -> bool:
         """Handle ``event`` at ``when`` (a timezone-aware datetime); past times mean now.
 
-        ``replace``, ``debounce``, ``unique_for``, ``key`` and ``timeout`` as in
+        ``replace``, ``debounce``, ``unique_for``, ``key``, ``timeout`` and ``priority`` as in
         :meth:`enqueue_with_delay`. With ``debounce=max_wait`` the due time is capped
         (on Redis's clock) at the id's first enqueue + ``max_wait``; ``when`` further
         than ``max_wait`` from now (this process's clock: a check for mistakes) raises
@@ -94,7 +102,7 @@ class EnqueueMixin(ServiceParts):
         mode = dedup_mode(replace, debounce, unique_for)
         check_debounce(mode, ms - round(time.time() * 1000))
         return await self._enqueuer.one(
-            event, ms, absolute=True, context=context, replace=mode, key=key
+            event, ms, absolute=True, context=context, replace=mode, key=key, priority=priority
         )
 
     async def enqueue_many(
@@ -108,6 +116,7 @@ class EnqueueMixin(ServiceParts):
         unique_for: float | timedelta | None = None,
         key: str | None = None,
         timeout: float | timedelta | None = None,
+        priority: int | None = None,
     ) -> list[bool]:
         """Enqueue many events in pipelined batches; one result per event, in order.
 
@@ -116,12 +125,13 @@ class EnqueueMixin(ServiceParts):
         (every item's delay at most ``max_wait``) and ``unique_for`` as in
         :meth:`enqueue_with_delay` (with ``debounce``, an id given twice in one call:
         the later replaces the earlier); ``key`` is every event's flow key (None: each
-        class's ``flow_key`` field, if any); ``timeout`` is every event's handler timeout.
+        class's ``flow_key`` field, if any); ``timeout`` is every event's handler timeout;
+        ``priority`` every event's priority level (None: each class's ``priority=``).
         """
         if timeout is not None:
             context = with_timeout(context, timeout)
         mode = dedup_mode(replace, debounce, unique_for)
-        return await self._enqueuer.many(events, delay, context, mode, key)
+        return await self._enqueuer.many(events, delay, context, mode, key, priority)
 
     async def enqueue_envelopes(
         self,
@@ -132,6 +142,7 @@ class EnqueueMixin(ServiceParts):
         replace: bool = False,
         keys: Sequence[str | None] | None = None,
         timeout: float | timedelta | None = None,
+        priority: int | Sequence[int] | None = None,
     ) -> list[int]:
         """Enqueue events already encoded into envelopes; one code per item, in order.
 
@@ -146,11 +157,13 @@ class EnqueueMixin(ServiceParts):
         per item (None: none; see :meth:`enqueue_with_delay`). ``timeout``: every
         item's handler timeout (as in :meth:`enqueue_with_delay`), added to each
         envelope's context. Enqueue hooks (:meth:`use_enqueue`) do not run here: the
-        envelopes are already encoded.
+        envelopes are already encoded. ``priority``: every item's priority level, or one
+        per item (see :meth:`enqueue_with_delay`; None: the class's ``priority=`` when
+        the class is defined in this process, else 0).
         """
         items = timed_envelopes(items, timeout)
         return await self._enqueuer.envelopes(
-            event_type, items, absolute=absolute, replace=replace, keys=keys
+            event_type, items, absolute=absolute, replace=replace, keys=keys, priorities=priority
         )
 
     def use_enqueue(self, hook: EnqueueHook) -> None:

@@ -3,6 +3,8 @@ backlog (:mod:`~delayq.operations.flow_control`; docs/FLOW.md)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from ..flow.control import KEEP, Keep
 from ..flow.keys import KeyBacklogs
 from ..flow.limits import FlowLimits, Rate
@@ -25,6 +27,7 @@ class FlowMixin(ServiceParts):
         per_key_concurrency: int | Keep | None = KEEP,
         per_key_rate: str | Rate | Keep | None = KEEP,
         group: str | None = None,
+        priority_aging: timedelta | Keep | None = KEEP,
     ) -> FlowLimits:
         """Store fleet-wide flow limits of ``event_type`` (or of one delivery ``group``).
 
@@ -46,6 +49,10 @@ class FlowMixin(ServiceParts):
         ``per_key_concurrency=1`` runs each key's events one at a time, in the
         order they became ready. Per-key limits on a partitioned type raise
         ``ValueError`` (a key's events are spread over the partitions).
+        ``priority_aging`` (a timedelta): priority levels' anti-starvation; a ready event
+        waiting for ``t`` is claimed as level ``max(0, level - t // priority_aging)``,
+        ties going to the earlier due time (docs/guides/priorities.md). None: strict
+        priority (the default).
         """
         name, partitions = self._flow_type(event_type)
         return await self._flow.set_limits(
@@ -56,6 +63,7 @@ class FlowMixin(ServiceParts):
             rate=rate,
             per_key_concurrency=per_key_concurrency,
             per_key_rate=per_key_rate,
+            priority_aging=priority_aging,
         )
 
     async def limits(self, event_type: EventTypeRef, *, group: str | None = None) -> FlowLimits:

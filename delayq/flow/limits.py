@@ -22,6 +22,8 @@ key_concurrency  per flow key: handlers in flight (live leases) of each key
 key_rate_n, key_rate_ms, key_burst  per flow key: a rate like ``rate_n``...
 channel, shard   where claim.lua publishes a scheduler wake-up for a key whose
             next per-key token is due (stored with a per-key rate)
+aging       priority levels' aging period in ms: an entry ready for t ms is claimed
+            as level max(0, level - t // aging) (docs/guides/priorities.md)
 =========== ================================================================
 
 **Partitioned types** (``partitions=N``): each partition is claimed on its own
@@ -35,9 +37,18 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
-__all__ = ["FlowLimits", "Rate", "parse_rate", "shares", "split_concurrency", "split_rate"]
+__all__ = [
+    "FlowLimits",
+    "Rate",
+    "aging_ms",
+    "parse_rate",
+    "shares",
+    "split_concurrency",
+    "split_rate",
+]
 
 _UNITS_MS = {
     "ms": 1,
@@ -137,6 +148,8 @@ class FlowLimits:
     ``per_key_concurrency``, ``per_key_rate``: the same, for each flow key
     separately (docs/FLOW.md, "Flow keys"); ``per_key_concurrency=1`` runs
     each key's events one at a time, in order.
+    ``priority_aging``: priority levels' anti-starvation period (None: strict
+    priority); see docs/guides/priorities.md.
     """
 
     concurrency: int | None = None
@@ -144,6 +157,7 @@ class FlowLimits:
     paused: bool = False
     per_key_concurrency: int | None = None
     per_key_rate: Rate | None = None
+    priority_aging: timedelta | None = None
 
     @property
     def active(self) -> bool:
@@ -154,6 +168,7 @@ class FlowLimits:
             or self.paused
             or self.per_key_concurrency is not None
             or self.per_key_rate is not None
+            or self.priority_aging is not None
         )
 
     def to_dict(self) -> dict[str, object]:
@@ -175,6 +190,9 @@ class FlowLimits:
             "paused": self.paused,
             "per_key_concurrency": self.per_key_concurrency,
             "per_key_rate": shown(self.per_key_rate),
+            "priority_aging_ms": None
+            if self.priority_aging is None
+            else aging_ms(self.priority_aging),
         }
 
     def fields(self) -> dict[str, str]:
@@ -194,6 +212,8 @@ class FlowLimits:
             out["key_rate_n"] = str(self.per_key_rate.count)
             out["key_rate_ms"] = str(self.per_key_rate.period_ms)
             out["key_burst"] = str(self.per_key_rate.burst)
+        if self.priority_aging is not None:
+            out["aging"] = str(aging_ms(self.priority_aging))
         return out
 
     @classmethod
@@ -223,7 +243,19 @@ class FlowLimits:
             f.get("paused") == "1",
             count("key_concurrency"),
             rate("key_rate_n", "key_rate_ms", "key_burst"),
+            None if count("aging") is None else timedelta(milliseconds=count("aging") or 0),
         )
+
+
+def aging_ms(value: Any) -> int:
+    """``value`` (a positive timedelta of at most a day) as the aging period in whole ms;
+    raises ValueError."""
+    if not isinstance(value, timedelta):
+        raise ValueError(f"priority_aging must be a timedelta, not {value!r}")
+    ms = math.ceil(value.total_seconds() * 1000)
+    if not 1 <= ms <= _MAX_PERIOD_MS:
+        raise ValueError(f"priority_aging must be from 1 ms to a day, not {value!r}")
+    return ms
 
 
 def check_concurrency(value: Any) -> int | None:

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from .groups import DEFAULT_GROUP, stored_group
 from .names import validate_name
-from .scripts import GROUP_KEYS, TYPE_KEYS
+from .scripts import GROUP_KEYS, LEVEL_KEYS, LEVELS
 from .shards import parse_shard, partition_tag
 
 __all__ = ["DEFAULT_GROUP", "KeyView", "PrefixKeys", "TypeKeys"]
@@ -335,7 +335,9 @@ class TypeKeys:
             "wake": self.wake(group),
             "dedup": self.dedup,
             "fkeys": self.fkeys,
-            **dict(zip(TYPE_KEYS[-len(lines) :], lines, strict=True)),
+            **dict(zip(("klines", "krot", "kwait", "krun"), lines, strict=True)),
+            "prio": self.prio,
+            **dict(zip(LEVEL_KEYS, self.level_lists(stored_group(group)), strict=True)),
             "schedules": self.schedules,
             "schedule_state": self.schedule_state,
             "results": self.results,
@@ -386,6 +388,20 @@ class TypeKeys:
         if group is None:
             return tuple(self._key(n) for n in names)  # type: ignore[return-value]
         return tuple(self.group_key(group, n) for n in names)  # type: ignore[return-value]
+
+    @property
+    def prio(self) -> str:
+        """HASH id -> priority level (1..9) of each event not at level 0; exists only while
+        the type has such events (docs/guides/priorities.md)."""
+        return self._key("prio")
+
+    def level_lists(self, group: str | None = None) -> tuple[str, ...]:
+        """The ready lists of priority levels 1..9 of the type (``None``: its default group)
+        or a named group (level 0's is :attr:`KeyView.ready`); a level's list exists only
+        while it holds entries."""
+        if group is None:
+            return tuple(self._key(f"ready:{n}") for n in range(1, LEVELS))
+        return tuple(self.group_key(group, f"ready:{n}") for n in range(1, LEVELS))
 
     def group_keys(self, group: str) -> tuple[str, ...]:
         """The keys of one group in the order of :data:`~delayq.keyspace.scripts.GROUP_KEYS`

@@ -21,6 +21,8 @@ __all__ = [
     "GROUP_FLOW_KEYS",
     "GROUP_KEYS",
     "KEY_KINDS",
+    "LEVELS",
+    "LEVEL_KEYS",
     "SCRIPT_KEYS",
     "TYPE_KEYS",
     "group_header",
@@ -36,9 +38,25 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(text.split())
 
 
-TYPE_KEYS = _names(
-    "events scheduled ready queued inflight leases attempts errors dead meta groups pending "
-    "retries limits wake dedup fkeys klines krot kwait krun"
+def _levelled(text: str) -> tuple[str, ...]:
+    """``text``'s names, then ``prio`` and the ready lists of levels 1..9 (see
+    :data:`LEVEL_KEYS`): the keys a script that pushes to a ready list needs for a type
+    with priorities; a call for one without leaves them off."""
+    return (*_names(text), "prio", *LEVEL_KEYS)
+
+
+LEVELS = 10
+"""Priority levels: 0 (the most urgent, the default) to 9."""
+
+LEVEL_KEYS = tuple(f"ready_{n}" for n in range(1, LEVELS))
+"""The ready lists of priority levels 1..9 (level 0's is ``ready``): ``K_READY_1`` ... in Lua."""
+
+TYPE_KEYS = (
+    *_names(
+        "events scheduled ready queued inflight leases attempts errors dead meta groups pending "
+        "retries limits wake dedup fkeys klines krot kwait krun prio"
+    ),
+    *LEVEL_KEYS,
 )
 """The keys of one delivery group's view of a shard, in the order per-type scripts take them
 (:meth:`~delayq.keyspace.layout.TypeKeys.named` maps each to its key)."""
@@ -65,6 +83,8 @@ KEY_KINDS = {
     "krot": "zset",
     "kwait": "zset",
     "krun": "zset",
+    "prio": "hash",
+    **dict.fromkeys(LEVEL_KEYS, "list"),
     "sink": "zset",
     "schedules": "hash",
     "schedule_state": "hash",
@@ -93,52 +113,53 @@ GROUP_FLOW_KEYS = _names("klines krot kwait krun")
 
 SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     # per-type scripts: one group's view of a shard (names in the order of TYPE_KEYS)
-    "enqueue": _names(
+    "enqueue": _levelled(
         "events scheduled ready queued inflight leases attempts errors dead meta groups "
         "pending retries dedup fkeys klines krot kwait"
     ),
-    "move_due": _names(
+    "move_due": _levelled(
         "events scheduled ready queued inflight leases attempts errors dead meta groups "
         "fkeys klines krot kwait"
     ),
-    "claim": _names(
-        "events ready queued inflight leases attempts meta limits klines krot kwait krun"
+    "claim": (
+        *_names("events ready queued inflight leases attempts meta limits klines krot kwait krun"),
+        *LEVEL_KEYS,
     ),
     "ack": _names(
         "events ready inflight leases attempts errors meta pending limits wake dedup "
-        "fkeys klines krot kwait krun"
+        "fkeys klines krot kwait krun prio"
     ),
     # ack.lua's keys, then the type's kept outcomes (only for a type with results=)
     "ack_results": _names(
         "events ready inflight leases attempts errors meta pending limits wake dedup "
-        "fkeys klines krot kwait krun results rexp"
+        "fkeys klines krot kwait krun results rexp prio"
     ),
     "renew": _names("inflight leases meta"),
     # a type without results= sends its keys through krun
-    "fail": _names(
+    "fail": _levelled(
         "events scheduled ready queued inflight leases errors dead meta groups retries "
         "limits wake fkeys klines krot kwait krun results rexp"
     ),
     "result_get": _names("events dead errors results rexp"),
     "cancel": _names(
-        "events scheduled queued inflight leases attempts errors dead groups dedup fkeys"
+        "events scheduled queued inflight leases attempts errors dead groups dedup fkeys prio"
     ),
-    "dead_requeue": _names(
+    "dead_requeue": _levelled(
         "events scheduled ready queued attempts errors dead meta groups retries fkeys "
         "klines krot kwait"
     ),
-    "dead_purge": _names("events attempts errors dead pending fkeys"),
-    "run_now": _names("events scheduled ready queued meta groups fkeys klines krot kwait"),
+    "dead_purge": _names("events attempts errors dead pending fkeys prio"),
+    "run_now": _levelled("events scheduled ready queued meta groups fkeys klines krot kwait"),
     "group_register": _names("groups"),
     "migrate_out": _names("events scheduled queued inflight leases attempts errors dead"),
-    "inspect": _names("events scheduled queued inflight attempts errors dead groups"),
+    "inspect": _names("events scheduled queued inflight attempts errors dead groups prio"),
     "key_backlog": _names("klines krot kwait krun"),
-    "schedule_fire": _names(
+    "schedule_fire": _levelled(
         "events scheduled ready queued dead meta groups schedules schedule_state fkeys "
         "klines krot kwait"
     ),
     # enqueue.lua's keys as far as the sink sends them, the sink's ledger, then the rest
-    "sink_enqueue": _names(
+    "sink_enqueue": _levelled(
         "events scheduled ready queued inflight leases attempts errors dead meta groups "
         "pending retries sink dedup fkeys klines krot kwait"
     ),
@@ -146,17 +167,20 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     "dead_list": _names("events attempts errors dead"),
     "inflight_list": _names("inflight attempts"),
     "due_histogram": _names("scheduled retries"),
-    "counts": _names("scheduled ready queued inflight dead retries limits klines rexp"),
+    "counts": (
+        *_names("scheduled ready queued inflight dead retries limits klines rexp"),
+        *LEVEL_KEYS,
+    ),
     "scheduled_list": _names("events scheduled attempts errors retries"),
     "ready_list": _names("events queued attempts errors"),
     "dead_find": _names("events attempts errors dead"),
     # scripts on every delivery group: these, then the groups' (see the module's docstring)
-    "group_move": _names("events scheduled meta groups pending"),
-    "group_cancel": _names("events scheduled groups pending"),
+    "group_move": _names("events scheduled meta groups pending prio"),
+    "group_cancel": _names("events scheduled groups pending prio"),
     "group_replace": _names("events scheduled meta groups pending"),
-    "group_remove": _names("events meta groups pending"),
-    "group_inspect": _names("events scheduled groups pending"),
-    "group_run_now": _names("events scheduled groups pending"),
+    "group_remove": _names("events meta groups pending prio"),
+    "group_inspect": _names("events scheduled groups pending prio"),
+    "group_run_now": _names("events scheduled groups pending prio"),
     # scripts on other keys
     "lock_take": _names("lock"),
     "lock_steal": _names("lock"),

@@ -62,6 +62,7 @@ LIBRARY = (
     "_checks",
     "_clock",
     "_registry",
+    "_levels",
     "_limits",
     "_records",
     "_flow_keys",

@@ -51,7 +51,10 @@ end
 -- Ids to their keys' lines (the fk from fkeys; none: ''), in order, and their
 -- keys into rotation. `front`: at the head of the fk's line (an expired
 -- lease: it was due before what waits there, so per-fk order holds).
-local function push_keyed_to(k_ready, k_queued, k_meta, k_lines, k_rot, k_wait, ids, dues, front)
+-- `levels` (priority levels, nil: all 0): a level n > 0 sorts after level 0 in its
+-- key's line ('l<n>' before the position), so a key's turn takes its most urgent event.
+local function push_keyed_to(k_ready, k_queued, k_meta, k_lines, k_rot, k_wait, ids, dues, front,
+                             levels)
   local n = #ids
   local pos = redis.call('HINCRBY', k_meta, front and 'kfront' or 'kback', n) - n
   local keys, members, scored, order, seen = {}, {}, {}, {}, {}
@@ -66,6 +69,7 @@ local function push_keyed_to(k_ready, k_queued, k_meta, k_lines, k_rot, k_wait, 
     end
     -- at the front, later pushes sort first (1e15 - pos counts down)
     local p = front and string.format('a%015.0f', 1e15 - pos - i) or string.format('b%015.0f', pos + i)
+    if levels and levels[i] > 0 then p = 'l' .. levels[i] .. p end
     members[#members + 1] = 0
     members[#members + 1] = keys[i] .. '\0' .. p .. '\0' .. due .. ':' .. ids[i]
     scored[#scored + 1] = 0

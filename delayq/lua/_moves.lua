@@ -20,21 +20,31 @@ end
 -- Orphans. Entries with sequence <= pushed - LLEN have left the list; if their
 -- id is still in `queued`, no claim has run for them yet. They are marked with
 -- the time they were noticed (a negative score) and given back after vt.
-local function recover_orphans(k_ready, k_queued, k_meta, now, vt, batch, take)
-  local llen = redis.call('LLEN', k_ready)
-  local pushed = tonumber(redis.call('HGET', k_meta, 'pushed')) or 0
-  local popped_max = pushed - llen
-  if llen == 0 then popped_max = '+inf' end
-  local suspects = redis.call('ZRANGEBYSCORE', k_queued, 1, popped_max, 'LIMIT', 0, batch)
-  for _, id in ipairs(suspects) do
-    redis.call('ZADD', k_queued, 'XX', -now, id)
+-- With priority levels (`lists`: the ready lists of levels 1..9) each level's list
+-- is checked in its own score range (see _levels.lua).
+local function recover_orphans(k_ready, k_queued, k_meta, now, vt, batch, take, lists)
+  local full = false
+  for n = 0, lists and #lists or 0 do
+    local k = n == 0 and k_ready or lists[n]
+    local llen = redis.call('LLEN', k)
+    local pushed = tonumber(redis.call('HGET', k_meta, pushed_field(n))) or 0
+    local base = n * LEVEL_SPAN
+    local popped_max = base + pushed - llen
+    if llen == 0 then popped_max = lists and base + LEVEL_SPAN - 1 or '+inf' end
+    if pushed > 0 or n == 0 then
+      local suspects = redis.call('ZRANGEBYSCORE', k_queued, base + 1, popped_max, 'LIMIT', 0, batch)
+      for _, id in ipairs(suspects) do
+        redis.call('ZADD', k_queued, 'XX', -now, id)
+      end
+      if #suspects == batch then full = true end
+    end
   end
   local orphans = redis.call('ZRANGEBYSCORE', k_queued, -(now - vt), '(0', 'LIMIT', 0, batch)
   for _, id in ipairs(orphans) do
     redis.call('ZREM', k_queued, id)
     take(id, now)
   end
-  return #suspects == batch or #orphans == batch
+  return full or #orphans == batch
 end
 
 -- The same for the markers of a keyed ready list (their pushes are counted in

@@ -22,4 +22,5 @@ local function release(id, counted)
     redis.call('HDEL', K_PENDING, id)
   end
   redis.call('HDEL', K_EVENTS, id)
+  if K_PRIO then redis.call('HDEL', K_PRIO, id) end  -- its priority level, if it had one
 end

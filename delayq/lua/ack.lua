@@ -4,6 +4,7 @@
 --   `errors`, `meta`, `pending`, `limits`, `wake`, `dedup`, `fkeys`, `klines`, `krot`,
 --   `kwait`, `krun` of the group (see _prelude.lua); the flow-key state only for keyed
 --   deliveries.
+--   then `prio` (_levels.lua)
 -- ARGV: pairs id, token (the claim token of the delivery that succeeded)
 -- Returns: how many events were removed.
 -- Guarantees: only the current delivery removes an event. A stale ack (the

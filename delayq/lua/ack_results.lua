@@ -4,6 +4,7 @@
 -- KEYS (delayq/keyspace/scripts.py): ack.lua's (`events`, `ready`, `inflight`, `leases`,
 --   `attempts`, `errors`, `meta`, `pending`, `limits`, `wake`, `dedup`, `fkeys`, `klines`,
 --   `krot`, `kwait`, `krun` of the group), then `results` and `rexp` of the type.
+--   then `prio` (_levels.lua)
 -- ARGV[1] how long a result is kept (ms), ARGV[2] the prefix's results channel,
 -- ARGV[3] the shard, then triples id, token, record ("o" .. mark .. value, see
 -- delayq/results.py).

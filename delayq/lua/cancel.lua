@@ -3,6 +3,7 @@
 -- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `queued`, `inflight`,
 --   `leases`, `attempts`, `errors`, `dead`, `groups`, `dedup`, `fkeys` of the type or one
 --   group's view (see _prelude.lua).
+--   then `prio` (_levels.lua)
 -- ARGV[1] id, ARGV[2] the delivery group asked for ('' for every group; a type
 --         without named groups has only 'default')
 -- Returns: 1 removed, 0 no such pending event (unknown, or a dead letter:
@@ -19,6 +20,7 @@ if redis.call('ZSCORE', K_DEAD, id) then return 0 end
 if redis.call('HDEL', K_EVENTS, id) == 0 then return 0 end
 forget_delivery(id)
 redis.call('HDEL', K_FKEYS, id)  -- its flow key, if it had one
+redis.call('HDEL', K_PRIO, id)  -- its priority level, if it had one
 local mark = tonumber(redis.call('ZSCORE', K_DEDUP, 'u:' .. id))
 if mark and mark < 0 then redis.call('ZREM', K_DEDUP, 'u:' .. id) end
 return 1

@@ -3,8 +3,11 @@
 -- KEYS (delayq/keyspace/scripts.py): `events`, `ready`, `queued`, `inflight`, `leases`,
 --   `attempts`, `meta`, `limits`, `klines`, `krot`, `kwait`, `krun` of the type or group
 --   (see _prelude.lua); the flow-key state only when a marker may come.
+--   then the priority levels' ready lists `ready_1` `ready_2` `ready_3` `ready_4`
+--   `ready_5` `ready_6` `ready_7` `ready_8` `ready_9` (_levels.lua)
 -- ARGV[1] visibility timeout in ms (the lease)
--- ARGV[2] how many more entries to pop from the ready list here (0..n)
+-- ARGV[2] how many more entries to pop from the ready list here (0..n); with
+--         priority levels '<n>/<level>': the level whose list ARGV[3..] came from
 -- ARGV[3..] entries the consumer already popped with BRPOP
 -- Returns: {now_us, id, envelope, attempt, due_ms, token, id, envelope, ...}
 --   attempt counts this delivery (1 = first); token identifies this claim
@@ -35,6 +38,14 @@
 -- _prelude.lua) is needed only when a marker may come: the caller sends
 -- them when it popped one; a marker met without them goes back to the right
 -- end of the list. A type without keys pays one byte test per entry.
+-- Priority levels (_levels.lua, docs/guides/priorities.md): given the ready lists
+-- of levels 1..9 (a caller that has seen one of them), a claim takes from the most
+-- urgent non-empty level first, then the next, and so on: entries already popped
+-- from a less urgent level go back to the right end of their list (they are next
+-- there) when more urgent ones fill the claim. With the limits field `aging` (ms)
+-- an entry ready (due) for t ms competes as level max(0, level - floor(t / aging)),
+-- ties to the earlier due time: the heads of the lists are compared entry by entry.
+-- Without them only `ready` (level 0) is read, as always.
 -- '<due ms>:<id>' -> due, id (a bare id: '', id)
 local function split_entry(entry)
   local sep = string.find(entry, ':', 1, true)
@@ -53,9 +64,10 @@ end
 local function read_limits(now)
   if K_LIMITS == nil or redis.call('EXISTS', K_LIMITS) == 0 then return nil end
   local f = redis.call('HMGET', K_LIMITS, 'paused', 'concurrency', 'rate_n', 'rate_ms', 'burst',
-    'tat', 'key_concurrency', 'key_rate_n', 'key_rate_ms', 'key_burst', 'channel', 'shard')
+    'tat', 'key_concurrency', 'key_rate_n', 'key_rate_ms', 'key_burst', 'channel', 'shard',
+    'aging')
   local lim = {paused = f[1] == '1', climit = tonumber(f[2]), kc = tonumber(f[7]),
-    channel = f[11], shard = f[12]}
+    channel = f[11], shard = f[12], aging = tonumber(f[13])}
   if f[3] and f[4] and f[5] then
     lim.interval = tonumber(f[4]) / tonumber(f[3])
     lim.burst = tonumber(f[5])
@@ -85,16 +97,16 @@ local function allowance(lim, want, now)
   return allowed, reason
 end
 
--- Entries past `allowed` go back to the right end of the ready list, the oldest last
+-- Entries past `allowed` go back to the right end of ready list `k`, the oldest last
 -- (it is popped first again)
-local function hold_back(entries, allowed)
+local function hold_back(entries, allowed, k)
   if allowed >= #entries then return end
   local back = {}
   for i = #entries, allowed + 1, -1 do
     back[#back + 1] = entries[i]
     entries[i] = nil
   end
-  redis.call('RPUSH', K_READY, unpack(back))
+  redis.call('RPUSH', k, unpack(back))
 end
 
 -- How long (ms, at most 1000) until a start may be allowed again, for every limit
@@ -299,25 +311,118 @@ local function lease(entries, ekeys, deadline, kc, result)
   end
 end
 
+-- Priority levels: the ready lists (index 0: level 0's), or nil without levels
+local LISTS = level_lists()
+if LISTS then LISTS[0] = K_READY end
+
+-- Whether any ready list holds an entry
+local function any_ready()
+  for n = 0, LISTS and #LISTS or 0 do
+    if redis.call('LLEN', n == 0 and K_READY or LISTS[n]) > 0 then return true end
+  end
+  return false
+end
+
+-- Level by level, most urgent first: `given` (popped from level `from`) are taken
+-- when their level's turn comes; `want` entries at most. Returns entries, ekeys.
+local function collect_levels(given, from, want, lim, now)
+  local entries, ekeys
+  if from == 0 then
+    entries, ekeys = collect(given, want - #given, lim, now)
+    given = {}
+  else
+    entries, ekeys = collect({}, want, lim, now)
+  end
+  for n = 1, #LISTS do
+    local left = want - #entries
+    if left <= 0 then break end
+    if n == from then
+      for i = 1, math.min(left, #given) do entries[#entries + 1] = given[i] end
+      hold_back(given, left, LISTS[n])
+      given = {}
+      left = want - #entries
+    end
+    if left > 0 then
+      local popped = redis.call('RPOP', LISTS[n], left)
+      if popped then
+        for _, e in ipairs(popped) do entries[#entries + 1] = e end
+      end
+    end
+  end
+  -- more urgent levels filled the claim: these are next in their list again
+  if #given > 0 then hold_back(given, 0, LISTS[from]) end
+  return entries, ekeys
+end
+
+-- With aging (ms per level): the head (oldest entry) of every list competes as
+-- level max(0, level - floor(waited / aging)), ties to the earlier due time, then
+-- the lower level; `given` stand for the head of level `from`. Returns entries, ekeys.
+local function collect_aged(given, from, want, aging, lim, now)
+  local heads, gi, entries = {}, 1, {}
+  local function head(n)
+    if n == from and gi <= #given then return given[gi] end
+    if heads[n] == nil then heads[n] = redis.call('LINDEX', LISTS[n], -1) or false end
+    return heads[n]
+  end
+  -- flow keys' markers live in level 0's list only, and a keyed type's events wait in
+  -- their keys' lines: such a type is served level by level
+  local h0 = head(0)
+  if h0 and is_marker(h0) then return collect_levels(given, from, want, lim, now) end
+  while #entries < want do
+    local best, best_eff, best_due = nil, nil, nil
+    for n = 0, #LISTS do
+      local e = head(n)
+      if e then
+        local due = tonumber((split_entry(e))) or now
+        local eff = math.max(0, n - math.floor(math.max(0, now - due) / aging))
+        if best == nil or eff < best_eff or (eff == best_eff and due < best_due) then
+          best, best_eff, best_due = n, eff, due
+        end
+      end
+    end
+    if best == nil then break end
+    if best == from and gi <= #given then
+      entries[#entries + 1] = given[gi]
+      gi = gi + 1
+    else
+      entries[#entries + 1] = redis.call('RPOP', LISTS[best])
+      heads[best] = nil
+    end
+  end
+  local rest = {}
+  for i = gi, #given do rest[#rest + 1] = given[i] end
+  if #rest > 0 then hold_back(rest, 0, LISTS[from]) end
+  return entries, {}
+end
+
 check_keys('inflight', 'leases', 'attempts')  -- written after ZREM queued
 keep_working_when_full()
 local now, now_us = read_clock()
 local given = {}
 for i = 3, #ARGV do given[#given + 1] = ARGV[i] end
-local extra = tonumber(ARGV[2])
+local extra, from = string.match(ARGV[2], '^(%d+)/?(%d*)$')
+extra, from = tonumber(extra), tonumber(from) or 0
+local from_list = from > 0 and LISTS and LISTS[from] or K_READY
 local lim = read_limits(now)
 local held, reason = false, nil  -- held: the limits allowed fewer starts than asked
 if lim then
   local want = #given + extra
   local allowed
   allowed, reason = allowance(lim, want, now)
-  hold_back(given, allowed)
+  hold_back(given, allowed, from_list)
   extra = math.max(0, allowed - #given)
   -- nothing held back, or nothing to hold back (an empty list): an ordinary reply,
   -- and the consumer blocks in BRPOP again rather than claiming every second
-  held = allowed < want and redis.call('LLEN', K_READY) > 0
+  held = allowed < want and any_ready()
 end
-local entries, ekeys = collect(given, extra, lim, now)
+local entries, ekeys
+if not LISTS then
+  entries, ekeys = collect(given, extra, lim, now)
+elseif lim and lim.aging then
+  entries, ekeys = collect_aged(given, from, #given + extra, lim.aging, lim, now)
+else
+  entries, ekeys = collect_levels(given, from, #given + extra, lim, now)
+end
 
 local result = {now_us}
 if #entries == 0 and not held then return result end

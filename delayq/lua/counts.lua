@@ -7,9 +7,16 @@
 --   schedule, counted as scheduled too; for the type's own counts its schedule again, so
 --   not counted twice), the limits HASH, the group's flow-key lines, and the type's kept
 --   outcomes' expiry times (types with results=).
+--   then the priority levels' ready lists `ready_1` `ready_2` `ready_3` `ready_4`
+--   `ready_5` `ready_6` `ready_7` `ready_8` `ready_9` (_levels.lua)
 -- ARGV: none
 -- Returns: {scheduled, ready, in_flight, dead, next_due_ms (-1: none scheduled),
---           scheduled_overdue, oldest_ready_entry or false, now_ms, paused, results_kept}
+--           scheduled_overdue, oldest_ready_entry or false, now_ms, paused, results_kept,
+--           by_level}
+--   by_level           ids ready at priority levels 0..9 (ten counts), or empty
+--                      while none waits above level 0 (_levels.lua; given the
+--                      level lists, `ready_1`..`ready_9`, whose heads count for
+--                      the oldest entry too)
 --   results_kept       outcomes kept and not expired yet (0 for a type without results=)
 --   paused             1 while the type (group) is paused (see limits.lua), else 0
 --   scheduled_overdue  scheduled events whose due time has passed (the
@@ -38,6 +45,23 @@ if head and is_marker(head) and K_KLINES then
   local first = redis.call('ZRANGEBYLEX', K_KLINES, lo, hi, 'LIMIT', 0, 1)[1]
   head = first and string.match(first, '^[^%z]*%z[^%z]*%z(.*)$') or false
 end
+-- Priority levels (_levels.lua): the oldest head of every level's list, and how
+-- many ids wait at each level (level 0: the rest of `queued`)
+local by_level = {}
+local lists = level_lists()
+if lists and redis.call('ZCOUNT', K_QUEUED, LEVEL_SPAN, '+inf') > 0 then
+  local rest = redis.call('ZCARD', K_QUEUED)
+  for n = 1, #lists do
+    by_level[n + 1] = redis.call('ZCOUNT', K_QUEUED, n * LEVEL_SPAN, '(' .. ((n + 1) * LEVEL_SPAN))
+    rest = rest - by_level[n + 1]
+    local h = redis.call('LINDEX', lists[n], -1)
+    if h and (not head or (tonumber(string.match(h, '^(%d+):')) or now)
+        < (tonumber(string.match(head, '^(%d+):')) or now)) then
+      head = h
+    end
+  end
+  by_level[1] = rest
+end
 return {
   scheduled,
   redis.call('ZCARD', K_QUEUED),
@@ -49,4 +73,5 @@ return {
   now,
   K_LIMITS and redis.call('HEXISTS', K_LIMITS, 'paused') or 0,
   K_REXP and redis.call('ZCOUNT', K_REXP, '(' .. now, '+inf') or 0,
+  by_level,
 }

@@ -2,6 +2,7 @@
 --
 -- KEYS (delayq/keyspace/scripts.py): `events`, `attempts`, `errors`, `dead`, `pending`,
 --   `fkeys` of the type or one group's view (see _prelude.lua).
+--   then `prio` (_levels.lua)
 -- ARGV: ids
 -- Returns: how many dead letters were deleted.
 -- Guarantees: only dead letters are deleted; pending events with the same

@@ -3,6 +3,8 @@
 -- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `ready`, `queued`, `attempts`,
 --   `errors`, `dead`, `meta`, `groups`, `retries`, `fkeys`, `klines`, `krot`, `kwait` of the
 --   type or one group's view (see _prelude.lua).
+--   then `prio`, then the priority levels' ready lists `ready_1` `ready_2` `ready_3`
+--   `ready_4` `ready_5` `ready_6` `ready_7` `ready_8` `ready_9` (_levels.lua)
 -- ARGV[1] delay in ms, ARGV[2] wake-up channel, ARGV[3] type name
 -- ARGV[4..] ids
 -- Returns: how many dead letters were requeued.

@@ -2,13 +2,18 @@
 --
 -- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `ready`, `queued`, `inflight`,
 --   `leases`, `attempts`, `errors`, `dead`, `meta`, `groups`, `pending`, `retries`, `dedup`,
---   `fkeys`, `klines`, `krot`, `kwait` of the type (see _prelude.lua); a plain keep-first
---   enqueue sends them up to `retries`, a replace, dedup mode or flow key all.
+--   `fkeys`, `klines`, `krot`, `kwait`, `prio` and the levels' ready lists `ready_1`
+--   `ready_2` `ready_3` `ready_4` `ready_5` `ready_6` `ready_7` `ready_8` `ready_9` of the
+--   type (see _prelude.lua, _levels.lua); a plain keep-first enqueue sends them up to
+--   retries, a replace, dedup mode, flow key or priority level all.
 -- ARGV[1]  'delay' (times are ms from now on Redis's clock) or 'at' (unix ms);
 --          with ':mp' appended the triples come packed in ARGV[5] and ARGV[6]
 --          (two arguments per call instead of three per event: cheaper to send);
 --          with ':mpk' packed as quads id, time, envelope length, flow key ('':
---          none), and the type becomes keyed (docs/FLOW.md, "Flow keys")
+--          none), and the type becomes keyed (docs/FLOW.md, "Flow keys");
+--          with ':mpp' (or ':mpkp', after the flow key) one more element per
+--          event: its priority level 0..9 (_levels.lua; a replace without one
+--          puts the event back at level 0)
 -- ARGV[2]  '1' to replace an existing event with the same id, '0' to keep it,
 --          'd<ms>' to debounce (max wait ms), 'u<ms>' for unique-for (ttl ms);
 --          optionally followed by ':<call id>:<chunk no>' (a hex id per client
@@ -41,16 +46,23 @@ if dmode == '1' or dmode == 'd' then check_keys('inflight', 'leases', 'attempts'
 local now = clock_ms()
 local mode, items, first = ARGV[1], ARGV, 5
 local ikeys = nil  -- flow keys, by event number ('' for none), with ':mpk'
-if string.sub(mode, -4) == ':mpk' then
-  -- as ':mp' below, with a fourth element per event: its flow key
+local ilevels = nil  -- priority levels, by event number, with ':mpp' or ':mpkp'
+local packing = string.match(mode, ':mp(k?p?)$')
+if packing and packing ~= '' then
+  -- as ':mp' below, with one more element per event: its flow key ('k'), then one
+  -- more: its priority level ('p')
+  local width = 3 + #packing
   local packed, blob, pos = cmsgpack.unpack(ARGV[5]), ARGV[6], 1
-  mode, items, first, ikeys = string.sub(mode, 1, -5), {}, 1, {}
+  mode, items, first = string.sub(mode, 1, -(4 + #packing)), {}, 1
+  if string.find(packing, 'k', 1, true) then ikeys = {} end
+  if string.find(packing, 'p', 1, true) then ilevels = {} end
   local n = 0
-  for j = 1, #packed, 4 do
+  for j = 1, #packed, width do
     local next_pos = pos + packed[j + 2]
     items[n + 1], items[n + 2], items[n + 3] = packed[j], string.sub(blob, pos, next_pos - 1), packed[j + 1]
     n = n + 3
-    ikeys[#ikeys + 1] = packed[j + 3]
+    if ikeys then ikeys[#ikeys + 1] = packed[j + 3] end
+    if ilevels then ilevels[#ilevels + 1] = tonumber(packed[j + width - 1]) end
     pos = next_pos
   end
 elseif string.sub(mode, -3) == ':mp' then
@@ -89,6 +101,7 @@ end
 -- written so far, so an id that comes twice sees its first write. The wake
 -- mark is read once and published at most once.
 local envs, sched = {}, {}
+local lids, lvls = {}, {}  -- written ids and their levels (priority levels, _levels.lua)
 local mark = redis.call('HMGET', K_META, 'wake', 'keyed')
 local wake = tonumber(mark[1])
 local woken = false
@@ -106,10 +119,11 @@ local to_schedule = fan or (keyed and not K_KLINES)
 local fkeys, unkeyed = {}, {}
 local function flush()
   if #envs > 0 then redis.call('HSET', K_EVENTS, unpack(envs)) end
+  if #lids > 0 then set_levels(lids, lvls) end
   if #sched > 0 then redis.call('ZADD', K_SCHEDULED, unpack(sched)) end
   if #fkeys > 0 then redis.call('HSET', K_FKEYS, unpack(fkeys)) end
   if #unkeyed > 0 and K_FKEYS then redis.call('HDEL', K_FKEYS, unpack(unkeyed)) end
-  envs, sched, fkeys, unkeyed = {}, {}, {}, {}
+  envs, sched, fkeys, unkeyed, lids, lvls = {}, {}, {}, {}, {}, {}
 end
 
 -- What is stored under each id, read in a few HMGETs rather than one HGET per
@@ -179,6 +193,12 @@ for i = first, #items, 3 do
   if code > 0 and code ~= 3 then
     envs[#envs + 1] = id
     envs[#envs + 1] = envelope
+    -- a level given, or a replace (its level may go back to 0): the level is recorded
+    local level = ilevels and ilevels[(i - first) / 3 + 1] or 0
+    if level > 0 or (existing and K_PRIO) then
+      lids[#lids + 1] = id
+      lvls[#lvls + 1] = level
+    end
     local fk = ikeys and ikeys[(i - first) / 3 + 1] or ''
     if fk ~= '' then
       fkeys[#fkeys + 1] = id

@@ -4,6 +4,8 @@
 --   `leases`, `errors`, `dead`, `meta`, `groups`, `retries`, `limits`, `wake`, `fkeys`,
 --   `klines`, `krot`, `kwait`, `krun` of the type or one group's view (see _prelude.lua);
 --   then `results`, `rexp` for a type that keeps results.
+--   then `prio`, then the priority levels' ready lists `ready_1` `ready_2` `ready_3`
+--   `ready_4` `ready_5` `ready_6` `ready_7` `ready_8` `ready_9` (_levels.lua)
 -- ARGV[1] id, ARGV[2] claim token, ARGV[3] 'retry' or 'dead'
 -- ARGV[4] retry delay in ms, ARGV[5] error text ("Type: message")
 -- ARGV[6] wake-up channel, ARGV[7] type name

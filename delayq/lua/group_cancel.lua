@@ -2,6 +2,7 @@
 --
 -- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `groups`, `pending` of the
 --   type, then every group's (see _groups.lua), with every registered group.
+--   then `prio` (_levels.lua)
 -- ARGV: n, the group names, then ARG(1) id, ARG(2) the group to cancel it for
 --       ('' for every group)
 -- Returns: 1 removed, 0 nothing pending for that group (unknown, done, only dead
@@ -62,6 +63,7 @@ if target ~= '' then
 elseif dead_holders == 0 then
   redis.call('HDEL', K_PENDING, id)
   redis.call('HDEL', K_EVENTS, id)
+  redis.call('HDEL', K_PRIO, id)
   redis.call('HDEL', K_FKEYS, id)  -- its flow key, if it had one
 else
   redis.call('HSET', K_PENDING, id, dead_holders)

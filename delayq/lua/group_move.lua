@@ -3,6 +3,7 @@
 --
 -- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `meta`, `groups`, `pending` of
 --   the type, then every group's (see _groups.lua), with every registered group.
+--   then `prio` (_levels.lua)
 -- ARGV: n, the group names, then
 -- ARG(1) batch, ARG(2) visibility timeout in ms, ARG(3) max deliveries for a
 --        group registered without one

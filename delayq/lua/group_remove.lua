@@ -2,6 +2,7 @@
 --
 -- KEYS (delayq/keyspace/scripts.py): `events`, `meta`, `groups`, `pending` of the type,
 --   then every group's (see _groups.lua), with one group.
+--   then `prio` (_levels.lua)
 -- ARGV: 1, the group name, ARG(1) batch size, ARG(2) '1' on the first call
 -- Returns: -1 refused (the type's last group: a type always has one), 0 not
 --          registered (or registered again since the first call: left alone),

@@ -2,6 +2,7 @@
 --
 -- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `groups`, `pending` of the
 --   type, then every group's (see _groups.lua), with every registered group.
+--   then `prio` (_levels.lua)
 -- ARGV: n, the group names, then ARG(1) id, ARG(2) the group to run it for
 --       ('' for every group)
 -- Returns: 1 when something became ready, 0 when nothing was scheduled for

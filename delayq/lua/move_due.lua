@@ -3,6 +3,8 @@
 -- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `ready`, `queued`, `inflight`,
 --   `leases`, `attempts`, `errors`, `dead`, `meta`, `groups`, `fkeys`, `klines`, `krot`,
 --   `kwait` of the type or one group's view (see _prelude.lua).
+--   then `prio`, then the priority levels' ready lists `ready_1` `ready_2` `ready_3`
+--   `ready_4` `ready_5` `ready_6` `ready_7` `ready_8` `ready_9` (_levels.lua)
 -- ARGV[1] batch: the most ids handled per category in this call
 -- ARGV[2] visibility timeout in ms (how long a popped entry may stay unclaimed)
 -- ARGV[3] max deliveries: an event whose lease expires after this many
@@ -51,7 +53,9 @@ local function max_late(t) if t > late then late = t end end
 local full, t
 
 -- 1. Orphans: popped by a consumer that died before claiming them.
-if recover_orphans(K_READY, K_QUEUED, K_META, now, vt, batch, take) then more = 1 end
+-- (with priority levels, per level: _levels.lua)
+local lists = levelled() and level_lists() or nil
+if recover_orphans(K_READY, K_QUEUED, K_META, now, vt, batch, take, lists) then more = 1 end
 
 -- 2. Due events. No envelope check here (one call per id): claim skips and
 -- reports an id whose envelope is gone, which only something other than

@@ -3,6 +3,8 @@
 -- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `ready`, `queued`, `meta`,
 --   `groups`, `fkeys`, `klines`, `krot`, `kwait` of the type or one group's view (see
 --   _prelude.lua).
+--   then `prio`, then the priority levels' ready lists `ready_1` `ready_2` `ready_3`
+--   `ready_4` `ready_5` `ready_6` `ready_7` `ready_8` `ready_9` (_levels.lua)
 -- ARGV[1] id, ARGV[2] the delivery group asked for ('' for any; a type
 --         without named groups has only 'default')
 -- Returns: 1 when the event was scheduled and is now ready, else 0 (not

@@ -2,9 +2,10 @@
 --
 -- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `ready`, `queued`, `dead`,
 --   `meta`, `groups`, `schedules`, `schedule_state`, `fkeys`, `klines`, `krot`, `kwait` of
---   the type's default view (see _prelude.lua), with `schedules` (name -> definition) and
---   `schedule_state` (name -> MessagePack state, below); the caller sends them up to
---   `schedule_state`.
+--   the type's default view (see _prelude.lua), with schedules (name -> definition) and
+--   schedule_state (name -> MessagePack state, below), then `prio` and the levels'
+--   ready lists `ready_1` `ready_2` `ready_3` `ready_4` `ready_5` `ready_6` `ready_7`
+--   `ready_8` `ready_9` (_levels.lua); the caller sends them up to schedule_state.
 -- ARGV[1] wake-up channel, ARGV[2] the shard's name (published on wake-ups)
 -- ARGV[3] a MessagePack array, 7 per fire: name, definition version, slot ms
 --   ('T' for a manual trigger, 'P' to only look at a buffered fire), event id,

@@ -30,6 +30,7 @@ from ..errors import DecodeError
 from ..events import Event, EventTypes, check_event, find_event_type, validate_name
 from ..flow.dedup import Dedup, check_debounce
 from ..flow.keys import check_key, event_key
+from ..flow.priorities import check_priority
 from ..keyspace.groups import stored_group
 from ..metrics import ServiceMetrics
 from ..observer import Observer
@@ -216,9 +217,16 @@ class Enqueuer:
         context: Any,
         replace: bool | Dedup,
         key: str | None = None,
+        priority: int | None = None,
     ) -> bool:
         """Enqueue one event due in ``ms`` (or at unix ms ``ms`` when ``absolute``), under
-        flow key ``key`` (None: its class's ``flow_key`` field, if any)."""
+        flow key ``key`` (None: its class's ``flow_key`` field, if any), at priority level
+        ``priority`` (checked; None: its class's ``priority=``)."""
+        level = (
+            getattr(type(event), "event_priority", 0)
+            if priority is None
+            else check_priority(priority)
+        )
         if self.hooks:
             context = await self._hooked(event, context)
         if self._pending.any:
@@ -231,7 +239,7 @@ class Enqueuer:
             quick = observer.context_without_span
             stored_context = None if quick is None else quick(context)
             if stored_context is None:
-                return await self._one_traced(event, ms, absolute, context, replace, key)
+                return await self._one_traced(event, ms, absolute, context, replace, key, level)
             ours = context is None  # the trace's carrier alone: str to str already
         name, envelope, flow_key = self._prepare(event, stored_context, key, ours)
         (code,) = await self._router.enqueue(
@@ -241,6 +249,7 @@ class Enqueuer:
             absolute=absolute,
             replace=replace,
             keys=None if flow_key is None else [flow_key],
+            priorities=[level] if level else None,
         )
         counters = self._by_code.get(name)
         inc = counters[code] if counters is not None else _UNBOUND
@@ -258,6 +267,7 @@ class Enqueuer:
         context: Any,
         replace: bool | Dedup,
         key: str | None,
+        level: int,
     ) -> bool:
         """:meth:`one` inside the send span of the enqueue."""
         with self._observer.sending(event, context) as stored_context:
@@ -269,6 +279,7 @@ class Enqueuer:
                 absolute=absolute,
                 replace=replace,
                 keys=None if flow_key is None else [flow_key],
+                priorities=[level] if level else None,
             )
         self._count_codes(name, [code])
         return code != Enqueued.KEPT
@@ -300,12 +311,16 @@ class Enqueuer:
         context: Mapping[str, str] | None,
         replace: bool | Dedup,
         key: str | None = None,
+        priority: int | None = None,
     ) -> list[bool]:
         """Enqueue events or ``(event, delay)`` pairs, all checked before any is written;
-        ``key`` is every event's flow key (None: each class's ``flow_key`` field)."""
+        ``key`` is every event's flow key (None: each class's ``flow_key`` field),
+        ``priority`` every event's level (None: each class's ``priority=``)."""
         default_ms = delay_ms(delay)
         check_context(context)
         key = check_key(key)
+        if priority is not None:
+            check_priority(priority)
         items = list(events)
         # each item's context as the hooks leave it, all before anything is written
         hooked = (
@@ -316,7 +331,7 @@ class Enqueuer:
         names = [] if self._observer.tracing is None else self._type_names(items)
         with self._observer.sending_many(names, len(items), context) as stored_context:
             return await self._enqueue_items(
-                items, default_ms, stored_context, replace, key, hooked
+                items, default_ms, stored_context, replace, key, hooked, priority
             )
 
     def _type_names(self, items: list[Any]) -> list[str]:
@@ -330,9 +345,11 @@ class Enqueuer:
         replace: bool | Dedup,
         key: str | None,
         hooked: list[dict[str, str] | None] | None = None,
+        priority: int | None = None,
     ) -> list[bool]:
         by_type: dict[str, list[tuple[int, tuple[str, bytes, int]]]] = {}
         keys: dict[str, list[str | None]] = {}
+        levels: dict[str, list[int]] = {}
         partitions: dict[str, int] = {}
         count = 0
         for index, item in enumerate(items):
@@ -343,10 +360,12 @@ class Enqueuer:
             partitions[name] = type(event).event_partitions
             by_type.setdefault(name, []).append((index, (event.id, envelope, ms)))
             keys.setdefault(name, []).append(flow_key)
+            level = type(event).event_priority if priority is None else priority
+            levels.setdefault(name, []).append(level)
             count = index + 1
         results = [False] * count
         for name, entries in by_type.items():
-            type_keys = keys[name]
+            type_keys, type_levels = keys[name], levels[name]
             codes = await self._router.enqueue(
                 name,
                 partitions[name],
@@ -354,6 +373,7 @@ class Enqueuer:
                 absolute=False,
                 replace=replace,
                 keys=type_keys if any(type_keys) else None,
+                priorities=type_levels if any(type_levels) else None,
             )
             self._count_codes(name, codes)
             for (index, _), code in zip(entries, codes, strict=True):
@@ -368,14 +388,17 @@ class Enqueuer:
         absolute: bool,
         replace: bool,
         keys: Sequence[str | None] | None = None,
+        priorities: Sequence[int] | int | None = None,
     ) -> list[int]:
         """Enqueue ``(id, envelope, ms)`` items of a type known by name; a code per item;
-        ``keys``: a flow key per item (None: none)."""
+        ``keys``: a flow key per item (None: none); ``priorities``: a level per item, or one
+        for all (None: the class's ``priority=`` when the class is defined here, else 0)."""
         validate_name(event_type)
         if keys is not None:
             if len(keys) != len(items):
                 raise ValueError(f"{len(keys)} flow keys for {len(items)} items")
             keys = [check_key(k) for k in keys]
+        levels = self._envelope_levels(event_type, len(items), priorities)
         checked = []
         for item in items:
             if not (
@@ -402,9 +425,24 @@ class Enqueuer:
             absolute=absolute,
             replace=replace,
             keys=keys if keys is not None and any(keys) else None,
+            priorities=levels if levels is not None and any(levels) else None,
         )
         self._count_codes(event_type, codes)
         return codes
+
+    def _envelope_levels(
+        self, event_type: str, count: int, priorities: Sequence[int] | int | None
+    ) -> list[int] | None:
+        """The checked priority level of each of ``count`` envelopes (None: all 0)."""
+        if priorities is None:
+            cls = self._types.get(event_type) or find_event_type(event_type)
+            default = cls.event_priority if cls is not None else 0
+            return [default] * count if default else None
+        if not isinstance(priorities, (list, tuple)):  # one level for all (or a bad value)
+            return [check_priority(priorities)] * count
+        if len(priorities) != count:
+            raise ValueError(f"{len(priorities)} priorities for {count} items")
+        return [check_priority(p) for p in priorities]
 
     async def _partitions_of(self, name: str) -> int:
         """The partition count of a type known by name: its class's, when the class is

@@ -8,13 +8,14 @@ docs/FLOW.md.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from ..flow.control import KEEP, Keep
 from ..flow.keys import KeyBacklog, KeyBacklogs
 from ..flow.limits import (
     FlowLimits,
     Rate,
+    aging_ms,
     check_concurrency,
     parse_rate,
     split_concurrency,
@@ -59,6 +60,7 @@ class FlowControl:
         rate: str | Rate | Keep | None,
         per_key_concurrency: int | Keep | None = KEEP,
         per_key_rate: str | Rate | Keep | None = KEEP,
+        priority_aging: timedelta | Keep | None = KEEP,
     ) -> FlowLimits:
         """Change the given limits (``None`` removes one, :data:`KEEP` leaves it)."""
         shard_list = await self._shards(name, partitions)
@@ -81,8 +83,13 @@ class FlowControl:
                 f"{name}: per-key limits are not supported on a partitioned type (a key's "
                 "events are spread over its partitions; see docs/FLOW.md)"
             )
+        aging = None
+        if priority_aging is not KEEP:  # every partition ages its levels alike
+            aging = "" if priority_aging is None else str(aging_ms(priority_aging))
         for shard, change in zip(shard_list, changes, strict=True):
             change.update(self._per_key_changes(shard, per_key_concurrency, per_key_rate))
+            if aging is not None:
+                change["aging"] = aging
         fields = await self._store.limits.change_shard_limits(shard_list, changes, group)
         return FlowLimits.from_fields(fields)
 

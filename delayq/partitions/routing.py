@@ -56,14 +56,22 @@ class Router:
         absolute: bool,
         replace: bool | Dedup,
         keys: Sequence[str | None] | None = None,
+        priorities: Sequence[int] | None = None,
     ) -> list[int]:
         """Enqueue items of one type, each to its partition; a code per item, in order.
 
         ``keys``: the items' flow keys (None: none); each partition rotates over its own keys.
+        ``priorities``: the items' priority levels (None: all 0); each partition serves its
+        own levels in order.
         """
         if partitions == 1:
             return await self._store.enqueueing.enqueue(
-                type_name, items, absolute=absolute, replace=replace, keys=keys
+                type_name,
+                items,
+                absolute=absolute,
+                replace=replace,
+                keys=keys,
+                priorities=priorities,
             )
         codes = [0] * len(items)
         for shard, indexes in self.split(type_name, partitions, items).items():
@@ -73,6 +81,7 @@ class Router:
                 absolute=absolute,
                 replace=replace,
                 keys=None if keys is None else [keys[i] for i in indexes],
+                priorities=None if priorities is None else [priorities[i] for i in indexes],
             )
             for i, code in zip(indexes, got, strict=True):
                 codes[i] = code

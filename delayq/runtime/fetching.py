@@ -190,6 +190,7 @@ class Fetcher:
         leased = self._settlement.leased  # never replaced
         slots = self._slots
         popped: list[bytes] = []  # a BRPOP'd entry whose claim has not gone through yet
+        level = 0  # the priority level of its ready list
         drain = False  # the last claim filled its share of the slots: more may be waiting
         block = max(0.05, self._s.polling_timeout)
         while not self.stopping:
@@ -199,9 +200,10 @@ class Fetcher:
                 continue
             try:
                 if not popped and not drain:
-                    entry = await self._store.deliveries.pop_ready(shard, block, group=self.group)
-                    if entry is None:
+                    got = await self._store.deliveries.pop_ready(shard, block, group=self.group)
+                    if got is None:
                         continue
+                    entry, level = got
                     popped.append(entry)
                     # other fetchers may have taken the slots while this one waited
                     free = slots.free
@@ -221,6 +223,7 @@ class Fetcher:
                             share - len(popped),
                             self._s.visibility_ms,
                             group=self.group,
+                            level=level,
                         )
                         popped = []
                         drain = len(claimed) >= share

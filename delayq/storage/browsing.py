@@ -100,7 +100,7 @@ class Browsing:
                     attempts=_int(r[i + 5]),
                     error=_text(r[i + 6]),
                 )
-                for i in range(5, len(r), 7)
+                for i in range(6, len(r), 7)
             }
             return EventRecord(
                 now_ms=int(r[1]),
@@ -113,6 +113,7 @@ class Browsing:
                 error=None,
                 groups=groups,
                 pending=_int(r[4]),
+                priority=_int(r[5]),
             )
         return EventRecord(
             now_ms=int(r[0]),
@@ -123,6 +124,7 @@ class Browsing:
             dead_at_ms=_opt_int(r[5]),
             attempts=_int(r[6]),
             error=_text(r[7]),
+            priority=_int(r[8]) if len(r) > 8 else 0,
         )
 
     async def scheduled_page(

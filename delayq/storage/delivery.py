@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 from .base import StoreCore, log
+from .priorities import Levels
 from .records import Claimed, Throttle
 
 
@@ -19,6 +20,8 @@ class Deliveries:
         self._keyed_claims: set[tuple[str, str | None]] = set()
         # seconds a BRPOP may block at most, whatever its caller asks (see limit_block)
         self._block_at_most = math.inf
+        self.levels = Levels(core)
+        """The ready lists by priority level, and the views known to use levels."""
 
     def limit_block(self, seconds: float) -> None:
         """Make every BRPOP block ``seconds`` at most: set below the server's idle ``timeout``.
@@ -33,13 +36,18 @@ class Deliveries:
 
     async def pop_ready(
         self, shard: str, timeout: float, *, group: str | None = None
-    ) -> bytes | None:
-        """Block up to ``timeout`` seconds for one ready entry of a group (BRPOP)."""
+    ) -> tuple[bytes, int] | None:
+        """Block up to ``timeout`` seconds for one ready entry of a group (BRPOP) and
+        return it with its priority level: BRPOP takes the levels' lists in order, so
+        the entry is the most urgent level's (lists never used do not exist and cost a
+        blocked BRPOP only their names)."""
         timeout = min(timeout, self._block_at_most)
         reply = await self._core.blocking.brpop(
-            [self._core.view(shard, group).ready], timeout=timeout
+            self.levels.ready_lists(shard, group), timeout=timeout
         )
-        return None if reply is None else cast(bytes, reply[1])
+        if reply is None:
+            return None
+        return cast(bytes, reply[1]), self.levels.level_of_list(shard, group, cast(bytes, reply[0]))
 
     async def claim(
         self,
@@ -67,10 +75,13 @@ class Deliveries:
         visibility_ms: int,
         *,
         group: str | None = None,
+        level: int = 0,
     ) -> tuple[int, list[Claimed], Throttle | None]:
         """:meth:`claim`, and how the group's flow limits held it back (None: they did not).
 
-        Entries the limits did not allow went back to the ready list, in order.
+        Entries the limits did not allow went back to the ready list, in order. ``level``:
+        the priority level ``popped`` came from (:meth:`pop_ready`); once a view has shown
+        a level above 0, its claims take from the most urgent non-empty level first.
         """
         # a flow key's marker ("k:<key>", claim.lua) needs the flow keys' state too (a
         # claim without it puts a marker it pops back); a type that never showed one
@@ -85,7 +96,9 @@ class Deliveries:
         # claim the next master has. A claim the old master alone took is undone by a
         # failover, and its event runs again there (the ack finds no lease of its own)
         last = None if keyed else "limits"
-        args = [visibility_ms, more, *popped]
+        args: list[Any] = [visibility_ms, more, *popped]
+        if self.levels.levelled(shard, group):
+            last, args[1] = None, f"{more}/{level}"
         r = await self._core.run("claim", shard, args, group=group, last=last, durable=True)
         throttle = None
         head = r[0]
@@ -134,7 +147,8 @@ class Deliveries:
         # keys' state) (one find over the joined tokens: bytes' `in` builds a TypeError per
         # call); the others send their keys only up to the dedup marks
         keyed = b"".join(args[1::2]).find(b"|") >= 0
-        last = None if keyed else "dedup"
+        # a view with levels: an event's level goes with it (`prio`, the last key)
+        last = None if keyed or self.levels.levelled(shard, group) else "dedup"
         return int(await self._core.run("ack", shard, args, group=group, last=last, durable=True))
 
     async def ack_results(
@@ -193,6 +207,8 @@ class Deliveries:
             shard,
         ]
         if keep_ms is None:
-            return int(await self._core.run("fail", shard, args, group=group, last="krun"))
+            # a view with levels: a retry due now goes to its level's list
+            last = None if self.levels.levelled(shard, group) else "krun"
+            return int(await self._core.run("fail", shard, args, group=group, last=last))
         args += [keep_ms, self._core.keys.results_channel]
         return int(await self._core.run("fail", shard, args, group=group))

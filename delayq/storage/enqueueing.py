@@ -6,6 +6,7 @@ import asyncio
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
@@ -27,7 +28,7 @@ _pack = msgspec.msgpack.Encoder().encode
 class _Batch:
     """Single-event enqueues of one (type, mode) waiting to be sent together."""
 
-    pending: list[tuple[tuple[str, bytes, int], str | None, asyncio.Future[int]]] = field(
+    pending: list[tuple[tuple[str, bytes, int], str | None, int, asyncio.Future[int]]] = field(
         default_factory=list
     )
     task: asyncio.Task[None] | None = None
@@ -52,10 +53,13 @@ class Enqueueing:
         absolute: bool,
         replace: bool | Dedup,
         keys: Sequence[str | None] | None = None,
+        priorities: Sequence[int] | None = None,
     ) -> list[int]:
         """Add ``(id, envelope, ms)`` items of one type; return a code per item.
 
         ``keys``: a flow key per item (None: none), or None when no item has one.
+        ``priorities``: a priority level per item (0..9, checked by the caller), or None
+        when all are 0.
 
         Codes: :class:`~delayq.storage.records.Enqueued` (ADDED, KEPT: the id exists or
         unique_for refused it, REPLACED). ``ms`` is a delay or, with ``absolute``, a unix time in ms.
@@ -69,7 +73,7 @@ class Enqueueing:
         """
         if len(items) != 1:
             return await self._enqueue_now(
-                shard, items, absolute=absolute, replace=replace, keys=keys
+                shard, items, absolute=absolute, replace=replace, keys=keys, priorities=priorities
             )
         key = (shard, absolute, replace)
         batch = self._batches.get(key)
@@ -77,7 +81,8 @@ class Enqueueing:
             batch = self._batches[key] = _Batch()
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         (flow_key,) = keys if keys else (None,)  # the one item's flow key
-        batch.pending.append((items[0], flow_key, future))
+        (level,) = priorities if priorities else (0,)
+        batch.pending.append((items[0], flow_key, level, future))
         if batch.task is None:
             batch.task = asyncio.create_task(self._flush(key, batch))
         return [await future]
@@ -91,37 +96,39 @@ class Enqueueing:
     async def _flush(self, key: tuple[str, bool, bool | Dedup], batch: _Batch) -> None:
         """Send coalesced single-event enqueues until none are waiting."""
         shard, absolute, replace = key
-        sending: list[tuple[tuple[str, bytes, int], str | None, asyncio.Future[int]]] = []
+        sending: list[tuple[tuple[str, bytes, int], str | None, int, asyncio.Future[int]]] = []
         try:
             await asyncio.sleep(0)  # the callers of this loop iteration join the first call
             while batch.pending:
                 # a caller cancelled before its event was sent does not enqueue it
-                sending = [p for p in batch.pending[:ENQUEUE_CHUNK] if not p[2].cancelled()]
+                sending = [p for p in batch.pending[:ENQUEUE_CHUNK] if not p[3].cancelled()]
                 del batch.pending[:ENQUEUE_CHUNK]
                 if not sending:
                     continue
-                keyed = [key for _, key, _ in sending]
+                keyed = [key for _, key, _, _ in sending]
+                levels = [level for _, _, level, _ in sending]
                 try:
                     codes = await self._enqueue_now(
                         shard,
-                        [item for item, _, _ in sending],
+                        [item for item, _, _, _ in sending],
                         absolute=absolute,
                         replace=replace,
                         keys=keyed if any(keyed) else None,
+                        priorities=levels if any(levels) else None,
                     )
                 except Exception as exc:
-                    for _, _, future in sending:
+                    for _, _, _, future in sending:
                         if not future.done():
                             future.set_exception(exc)
                 else:
-                    for (_, _, future), code in zip(sending, codes, strict=True):
+                    for (_, _, _, future), code in zip(sending, codes, strict=True):
                         if not future.done():
                             future.set_result(code)
                 sending = []
         finally:
             batch.task = None
             # Cancelled (the event loop is closing): no caller may wait forever.
-            for _, _, future in sending + batch.pending:
+            for _, _, _, future in sending + batch.pending:
                 if not future.done():
                     future.cancel()
             batch.pending.clear()
@@ -134,11 +141,12 @@ class Enqueueing:
         absolute: bool,
         replace: bool | Dedup,
         keys: Sequence[str | None] | None = None,
+        priorities: Sequence[int] | None = None,
     ) -> list[int]:
         """Enqueue now (not coalesced); Redis out of memory raises :class:`QueueFullError`."""
         try:
             return await self._send_enqueue(
-                shard, items, absolute=absolute, replace=replace, keys=keys
+                shard, items, absolute=absolute, replace=replace, keys=keys, priorities=priorities
             )
         except RedisResponseError as exc:
             if error_code(exc) != "OOM":  # by code: the message differs between servers
@@ -163,6 +171,7 @@ class Enqueueing:
         absolute: bool,
         replace: bool | Dedup,
         keys: Sequence[str | None] | None = None,
+        priorities: Sequence[int] | None = None,
     ) -> list[int]:
         """One script call per chunk of ``ENQUEUE_CHUNK`` items, pipelined."""
         await self._types.register_type(shard)
@@ -175,26 +184,36 @@ class Enqueueing:
         # flow keys need fkeys and the lines their events wait in; so does a replace (the
         # replaced event may have had a key); a plain keep-first enqueue sends its keys
         # only up to the group's retries, as it always did
-        last = None if dedup or keyed or replace else "retries"
+        levelled = priorities is not None and any(priorities)
+        # a priority level above 0 needs `prio` and the levels' lists (the last keys)
+        last = None if dedup or keyed or replace or levelled else "retries"
         mode_flag = replace.flag if isinstance(replace, Dedup) else "1" if replace else "0"
         flags = f"{mode_flag}:{uuid.uuid4().hex}"
         chunks = [items[i : i + ENQUEUE_CHUNK] for i in range(0, len(items), ENQUEUE_CHUNK)]
         # ":mp": each chunk's events go as two arguments, not three per event
         # (redis-py's packing of many small arguments costs more than the script)
         mode = "at:mp" if absolute else "delay:mp"
-        if keys is not None and keyed:
-            # ":mpk": a flow key per event as a fourth element ('' for none)
-            mode += "k"
-            key_chunks = [keys[i : i + ENQUEUE_CHUNK] for i in range(0, len(keys), ENQUEUE_CHUNK)]
+        if (keys is not None and keyed) or levelled:
+            # ":mpk": a flow key per event as a fourth element ('' for none); ":mpp" (or
+            # ":mpkp"): a priority level per event after it
+            extras: list[tuple[Any, ...]] = [()] * len(items)
+            if keys is not None and keyed:
+                mode += "k"
+                extras = [(k or "",) for k in keys]
+            if priorities is not None and levelled:
+                mode += "p"
+                extras = [(*e, p) for e, p in zip(extras, priorities, strict=True)]
             packed = [
                 _pack(
                     [
                         x
-                        for (i, env, ms), k in zip(chunk, kc, strict=True)
-                        for x in (i, ms, len(env), k or "")
+                        for (i, env, ms), extra in zip(
+                            chunk, extras[c : c + ENQUEUE_CHUNK], strict=True
+                        )
+                        for x in (i, ms, len(env), *extra)
                     ]
                 )
-                for chunk, kc in zip(chunks, key_chunks, strict=True)
+                for chunk, c in zip(chunks, range(0, len(items), ENQUEUE_CHUNK), strict=True)
             ]
         else:
             packed = [

@@ -131,6 +131,9 @@ class QueueCounts:
     """True while the type (its default group) is paused (``EventService.pause``)."""
     results_kept: int = field(default=0, compare=False)
     """Outcomes of done events kept and not expired (types with ``results=``; else 0)."""
+    ready_by_priority: dict[int, int] = field(default_factory=dict, compare=False)
+    """``ready`` per priority level (0 most urgent .. 9), levels with events only; empty
+    while no ready event is above level 0 (then all of ``ready`` is level 0)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +169,8 @@ class EventRecord:
     error: str | None
     groups: dict[str, GroupEventRecord] | None = None
     pending: int = 0
+    priority: int = 0
+    """The event's priority level (0, the most urgent, when it has none stored)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +232,7 @@ def _counts(r: Sequence[Any]) -> QueueCounts:
         due=ready + overdue,
         paused=len(r) > 8 and int(r[8]) == 1,
         results_kept=int(r[9]) if len(r) > 9 else 0,
+        ready_by_priority={n: int(c) for n, c in enumerate(r[10]) if int(c)} if len(r) > 10 else {},
     )
 
 
@@ -245,4 +251,17 @@ def sum_counts(parts: Sequence[QueueCounts]) -> QueueCounts:
         due=sum(p.due for p in parts),
         results_kept=sum(p.results_kept for p in parts),
         paused=any(p.paused for p in parts),  # pause() writes every partition
+        ready_by_priority=_sum_levels(parts),
     )
+
+
+def _sum_levels(parts: Sequence[QueueCounts]) -> dict[int, int]:
+    """The shards' ready counts per priority level, summed (a shard without levels has
+    all of its ``ready`` at level 0)."""
+    if not any(p.ready_by_priority for p in parts):
+        return {}
+    total: dict[int, int] = {}
+    for p in parts:
+        for level, n in (p.ready_by_priority or {0: p.ready}).items():
+            total[level] = total.get(level, 0) + n
+    return {level: n for level, n in sorted(total.items()) if n}

@@ -178,6 +178,7 @@ class Inspector:
             if state == "in_flight"
             else None,
             outcome=outcome,
+            priority=r.priority,
         )
 
     async def _progress(

@@ -192,6 +192,9 @@ class EventInfo:
     """For an ``absent`` event of a type with ``results=``: ``"ok"`` when its result is
     kept, ``"failed"`` when its dead letter's error is (read it with
     ``EventService.result``); else None."""
+    priority: int = 0
+    """The event's priority level: 0 (the most urgent, the default) to 9
+    (docs/guides/priorities.md)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Stable JSON-able fields (times as ISO 8601 UTC, ``raw`` as base64)."""
@@ -199,6 +202,7 @@ class EventInfo:
             "type": self.type_name,
             "id": self.id,
             "state": self.state,
+            "priority": self.priority,
             "due_at": _iso(self.due_at),
             "lease_deadline": _iso(self.lease_deadline),
             "failed_at": _iso(self.failed_at),

@@ -1,0 +1,186 @@
+"""Priority levels (issue 34): strict order among a type's ready events, aging, retries,
+replace, the API's checks, counts per level and the cost of an insert at any backlog.
+
+Real Redis throughout; the several-process and cluster tests are in
+``tests/test_priorities_fleet.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+import redis.asyncio as aioredis
+
+from delayq import Event, EventService
+from delayq.keys import TypeKeys
+
+
+class Job(Event, event_name="prio-job"):
+    n: int = 0
+
+
+class Report(Event, event_name="prio-report", priority=5):
+    pass
+
+
+FAST = {"visibility_timeout": 5.0, "scheduling_interval": 0.2, "polling_timeout": 0.5}
+
+
+async def _service(url: str, prefix: str, **kw: object) -> EventService:
+    return EventService.from_url(url, prefix=prefix, **{**FAST, **kw})  # type: ignore[arg-type]
+
+
+async def _handled_order(
+    service: EventService, count: int, concurrency: int = 1
+) -> list[tuple[str, int]]:
+    seen: list[tuple[str, int]] = []
+    done = asyncio.Event()
+
+    async def handle(event: Job) -> None:
+        seen.append((event.id, event.n))
+        if len(seen) >= count:
+            done.set()
+
+    service.add_handler(Job, handle, concurrency=concurrency)
+    async with service:
+        await asyncio.wait_for(done.wait(), 20)
+    return seen
+
+
+async def test_lower_levels_first_then_due_order(redis_url: str, prefix: str) -> None:
+    producer = await _service(redis_url, prefix, enable_scheduling=False)
+    async with producer:
+        # enqueued least urgent first: level 9 .. 0, three each, in due order
+        for level in range(9, -1, -1):
+            for k in range(3):
+                await producer.enqueue_with_delay(Job(id=f"{level}-{k}", n=level), priority=level)
+        counts = await producer.stats_for(Job)
+        assert counts.ready == 30
+        assert counts.ready_by_priority == {n: 3 for n in range(10)}
+        info = await producer.inspect(Job, "7-1")
+        assert info.priority == 7 and info.state == "ready"
+    seen = await _handled_order(await _service(redis_url, prefix), 30)
+    assert seen == [(f"{level}-{k}", level) for level in range(10) for k in range(3)]
+
+
+async def test_claim_batches_take_the_most_urgent_level(
+    redis_url: str, prefix: str, redis_client: aioredis.Redis
+) -> None:
+    service = await _service(redis_url, prefix, enable_scheduling=False)
+    store = service.store
+    async with service:
+        await service.enqueue_many([Job(id=f"low-{i}", n=9) for i in range(100)], priority=9)
+        got = await store.pop_ready("prio-job", 1.0)
+        assert got is not None and got[1] == 9  # BRPOP: the only non-empty level
+        # an urgent one arrives between the BRPOP and its claim
+        await service.enqueue_with_delay(Job(id="urgent"), priority=0)
+        # one free slot: the claim takes the urgent event, the popped one goes back
+        _, claimed, _ = await store.claim_limited("prio-job", [got[0]], 0, 5000, level=9)
+        assert [c.raw_id for c in claimed] == [b"urgent"]
+        # a batch of 64: level 0 first (empty now), then level 9 in order, the popped
+        # entry (low-0) first again
+        _, claimed, _ = await store.claim_limited("prio-job", [], 64, 5000)
+        assert [c.raw_id.decode() for c in claimed] == [f"low-{i}" for i in range(64)]
+        keys = TypeKeys(prefix, "prio-job")
+        assert await redis_client.llen(keys.level_lists()[8]) == 36
+        assert not await redis_client.exists(*keys.level_lists()[:8])
+
+
+async def test_unused_levels_create_no_keys(
+    redis_url: str, prefix: str, redis_client: aioredis.Redis
+) -> None:
+    service = await _service(redis_url, prefix)
+    async with service:
+        await service.enqueue_many([Job(id=str(i)) for i in range(10)])
+        await service.enqueue_with_delay(Job(id="later"), timedelta(milliseconds=50))
+    keys = TypeKeys(prefix, "prio-job")
+    assert not await redis_client.exists(keys.prio, *keys.level_lists())
+    fields = await redis_client.hkeys(keys.meta)
+    assert not [f for f in fields if f.startswith(b"pushed:")]
+
+
+@pytest.mark.parametrize("bad", [-1, 10, 1.0, "1", True, None])
+async def test_bad_priorities_raise_and_write_nothing(
+    redis_url: str, prefix: str, redis_client: aioredis.Redis, bad: object
+) -> None:
+    service = await _service(redis_url, prefix, enable_scheduling=False)
+    keys = TypeKeys(prefix, "prio-job")
+    async with service:
+        calls = [
+            service.enqueue_with_delay(Job(id="a"), priority=bad),  # type: ignore[arg-type]
+            service.enqueue_many([Job(id="b")], priority=bad),  # type: ignore[arg-type]
+            service.enqueue_envelopes("prio-job", [("c", b"x", 0)], priority=bad),  # type: ignore[arg-type]
+        ]
+        for call in calls:
+            if bad is None:  # None: the class's default, a valid call
+                await call
+                continue
+            with pytest.raises(ValueError):
+                await call
+        if bad is not None:
+            assert not await redis_client.exists(keys.events)
+    with pytest.raises(ValueError):
+
+        class Bad(Event, event_name="prio-bad", priority=10):
+            pass
+
+
+async def test_class_default_and_replace_changes_the_level(
+    redis_url: str, prefix: str, redis_client: aioredis.Redis
+) -> None:
+    service = await _service(redis_url, prefix, enable_scheduling=False)
+    keys = TypeKeys(prefix, "prio-report")
+    async with service:
+        await service.enqueue_with_delay(Report(id="r"), timedelta(hours=1))
+        assert (await service.inspect(Report, "r")).priority == 5
+        await service.enqueue_with_delay(Report(id="r"), timedelta(hours=1), priority=2)
+        assert (await service.inspect(Report, "r")).priority == 5  # kept: not replaced
+        await service.enqueue_with_delay(Report(id="r"), priority=1, replace=True)
+        assert (await service.inspect(Report, "r")).priority == 1
+        assert (await service.stats_for(Report)).ready_by_priority == {1: 1}
+        await service.enqueue_with_delay(Report(id="r"), replace=True, priority=0)
+        assert (await service.inspect(Report, "r")).priority == 0
+        assert not await redis_client.exists(keys.prio)
+        await service.enqueue_with_delay(Report(id="gone"), timedelta(hours=1))
+        assert await service.cancel(Report, "gone")
+        assert not await redis_client.exists(keys.prio)
+
+
+async def test_a_retry_keeps_its_priority(
+    redis_url: str, prefix: str, redis_client: aioredis.Redis
+) -> None:
+    tries: list[str] = []
+    done = asyncio.Event()
+    service = await _service(redis_url, prefix, retry_attempts=2)
+
+    async def handle(event: Job) -> None:
+        tries.append(event.id)
+        if len(tries) == 1:
+            raise RuntimeError("once")
+        done.set()
+
+    service.add_handler(Job, handle)
+    keys = TypeKeys(prefix, "prio-job")
+    async with service:
+        await service.enqueue_with_delay(Job(id="x"), timedelta(milliseconds=20), priority=4)
+        await asyncio.wait_for(done.wait(), 20)
+        assert tries == ["x", "x"]
+    # delivered twice from level 4's list, then acked: its level went with it
+    assert int(await redis_client.hget(keys.meta, "pushed:4") or 0) == 2
+    assert not await redis_client.exists(keys.prio, keys.events)
+
+
+async def test_aging_serves_a_waiting_low_level(redis_url: str, prefix: str) -> None:
+    producer = await _service(redis_url, prefix, enable_scheduling=False)
+    async with producer:
+        await producer.set_limits(Job, priority_aging=timedelta(milliseconds=100))
+        assert (await producer.limits(Job)).priority_aging == timedelta(milliseconds=100)
+        await producer.enqueue_with_delay(Job(id="old", n=9), priority=9)
+        await asyncio.sleep(0.25)  # waits 2.5 periods: competes as level 7 (9 - 2)
+        for level in (8, 7, 6):
+            await producer.enqueue_with_delay(Job(id=f"new-{level}", n=level), priority=level)
+    seen = await _handled_order(await _service(redis_url, prefix), 4)
+    # 6 first; then "old" (level 7 by age, due earlier) before the fresh 7; then 8
+    assert [i for i, _ in seen] == ["new-6", "old", "new-7", "new-8"]
