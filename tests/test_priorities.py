@@ -173,14 +173,72 @@ async def test_a_retry_keeps_its_priority(
 
 
 async def test_aging_serves_a_waiting_low_level(redis_url: str, prefix: str) -> None:
-    producer = await _service(redis_url, prefix, enable_scheduling=False)
-    async with producer:
-        await producer.set_limits(Job, priority_aging=timedelta(milliseconds=100))
-        assert (await producer.limits(Job)).priority_aging == timedelta(milliseconds=100)
-        await producer.enqueue_with_delay(Job(id="old", n=9), priority=9)
-        await asyncio.sleep(0.25)  # waits 2.5 periods: competes as level 7 (9 - 2)
+    service = await _service(redis_url, prefix, enable_scheduling=False)
+    store = service.store
+    async with service:
+        await service.set_limits(Job, priority_aging=timedelta(milliseconds=500))
+        assert (await service.limits(Job)).priority_aging == timedelta(milliseconds=500)
+        await service.enqueue_with_delay(Job(id="old", n=9), priority=9)
+        await asyncio.sleep(1.1)  # waits 2 periods (until 1.5 s): competes as level 7
         for level in (8, 7, 6):
-            await producer.enqueue_with_delay(Job(id=f"new-{level}", n=level), priority=level)
-    seen = await _handled_order(await _service(redis_url, prefix), 4)
+            await service.enqueue_with_delay(Job(id=f"new-{level}", n=level), priority=level)
+        got = await store.pop_ready("prio-job", 1.0)  # BRPOP: strict order, level 6
+        assert got is not None and got[1] == 6
+        _, claimed, _ = await store.claim_limited("prio-job", [got[0]], 3, 5000, level=6)
     # 6 first; then "old" (level 7 by age, due earlier) before the fresh 7; then 8
-    assert [i for i, _ in seen] == ["new-6", "old", "new-7", "new-8"]
+    assert [c.raw_id.decode() for c in claimed] == ["new-6", "old", "new-7", "new-8"]
+
+
+async def test_strict_priority_without_aging(redis_url: str, prefix: str) -> None:
+    service = await _service(redis_url, prefix, enable_scheduling=False)
+    async with service:
+        await service.enqueue_with_delay(Job(id="old", n=9), priority=9)
+        await asyncio.sleep(0.05)
+        await service.enqueue_with_delay(Job(id="new", n=8), priority=8)
+        _, claimed, _ = await service.store.claim_limited("prio-job", [], 2, 5000)
+        # this process has not seen a level above 0 (no BRPOP yet): its claims read level 0
+        assert claimed == []
+        got = await service.store.pop_ready("prio-job", 1.0)
+        assert got is not None and got[1] == 8
+        _, claimed, _ = await service.store.claim_limited("prio-job", [got[0]], 1, 5000, level=8)
+    assert [c.raw_id for c in claimed] == [b"new", b"old"]
+
+
+async def test_an_insert_costs_the_same_behind_a_million_ready_events(
+    redis_url: str, prefix: str, redis_client: aioredis.Redis
+) -> None:
+    """Redis's own time per enqueue script (SLOWLOG), at 0 and at 1,000,000 ready events of
+    level 9: an insert is an LPUSH and a ZADD whatever the backlog (bull's grew 27-fold)."""
+    from benchmarks.priorities import fill_backlog
+
+    from delayq import lua
+    from delayq.codec import Codec
+
+    sha = redis_client.register_script(lua.source("enqueue")).sha.encode()
+    envelope = Codec().encode(Job(id="x"), None)
+
+    async def median_us(service: EventService, tag: str) -> float:
+        await service.enqueue_with_delay(Job(id=f"warm-{tag}"), priority=3)
+        await redis_client.config_set("slowlog-log-slower-than", 0)
+        await redis_client.config_set("slowlog-max-len", 10000)
+        await redis_client.slowlog_reset()
+        for i in range(100):
+            await service.enqueue_with_delay(Job(id=f"{tag}-{i}"), priority=i % 10)
+        log = await redis_client.slowlog_get(10000)
+        await redis_client.config_set("slowlog-log-slower-than", 10000)
+        times = sorted(
+            int(e["duration"]) for e in log if e["command"].lower().startswith(b"evalsha " + sha)
+        )
+        assert len(times) == 100, [e["command"][:60] for e in log][:20]
+        return float(times[50])
+
+    empty = await _service(redis_url, prefix + "e", enable_scheduling=False)
+    full = await _service(redis_url, prefix, enable_scheduling=False)
+    async with empty, full:
+        at_zero = await median_us(empty, "a")
+        await fill_backlog(redis_client, prefix, "prio-job", 1_000_000, 9, envelope)
+        assert (await full.stats_for(Job)).ready_by_priority == {9: 1_000_000}
+        at_million = await median_us(full, "b")
+    await redis_client.delete(*TypeKeys(prefix, "prio-job").named().values())
+    # the same work: within noise (a shared machine), never a growth with the backlog
+    assert at_million < 2 * at_zero + 30, (at_zero, at_million)
