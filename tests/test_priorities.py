@@ -210,7 +210,6 @@ async def test_an_insert_costs_the_same_behind_a_million_ready_events(
     """Redis's own time per enqueue script (SLOWLOG), at 0 and at 1,000,000 ready events of
     level 9: an insert is an LPUSH and a ZADD whatever the backlog (bull's grew 27-fold)."""
     from benchmarks.priorities import fill_backlog
-
     from delayq import lua
     from delayq.codec import Codec
 
