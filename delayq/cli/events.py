@@ -136,6 +136,14 @@ def enqueue(
             show_default=False,
         ),
     ] = None,
+    priority: Annotated[
+        int | None,
+        typer.Option(
+            "--priority",
+            help="Priority level, 0 (most urgent) to 9 (default: the class's, else 0; docs/guides/priorities.md).",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Json = False,
     conn: Connection = Connection(),
 ) -> None:
@@ -177,7 +185,7 @@ def enqueue(
             try:
                 return await service.enqueue_with_delay(
                     event, seconds, context=ctx or None, replace=replace,
-                    debounce=debounce_s, unique_for=unique_s,
+                    debounce=debounce_s, unique_for=unique_s, priority=priority,
                 )  # fmt: skip
             except (OverflowError, TypeError, ValueError) as exc:  # encoding: nothing written
                 fail(f"cannot enqueue this {cls.event_name}: {exc}")

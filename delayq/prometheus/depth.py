@@ -179,9 +179,17 @@ class QueueDepthCollector(Collector):
         up_family = GaugeMetricFamily(
             f"{ns}_queue_up", "1 when the last read of the queue depth from Redis worked"
         )
+        # at most 10 priority levels per type: a bounded label set
+        ready = GaugeMetricFamily(
+            f"{ns}_ready",
+            "Ready events per type and priority level (0 most urgent; docs/guides/priorities.md)",
+            labels=["event_type", "priority"],
+        )
         for name, d in sorted(snapshot.items()):
             for state in ("scheduled", "ready", "in_flight", "dead"):
                 events.add_metric([name, state], getattr(d, state))
+            for level, n in sorted((d.ready_by_priority or {0: d.ready}).items()):
+                ready.add_metric([name, str(level)], n)
             due.add_metric([name], d.due)
             oldest.add_metric([name], d.backlog_age)
             kept.add_metric([name], d.results_kept)
@@ -216,4 +224,4 @@ class QueueDepthCollector(Collector):
         for (name, group), (total, running) in sorted(slots.items()):
             capacity.add_metric([name, group], total)
             busy.add_metric([name, group], running)
-        return [events, due, oldest, kept, group_events, up_family, alive, capacity, busy]
+        return [events, ready, due, oldest, kept, group_events, up_family, alive, capacity, busy]
