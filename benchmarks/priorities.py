@@ -29,6 +29,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -194,7 +195,7 @@ async def lateness(url: str, backlog: int, probes: int, workers: int, tmp: Path)
     async with producer:
         if backlog:
             await fill_backlog(client, prefix, "prio-bench", backlog, 9, _envelope(producer))
-        script = tmp / "prio_worker.py"
+        script = tmp / f"{prefix}-worker.py"  # a temporary directory's, not results/
         script.write_text(WORKER)
         for _ in range(workers):
             procs.append(
@@ -241,9 +242,10 @@ async def main() -> None:
     args = parser.parse_args()
     parts = set(args.only.split(","))
     results: dict[str, Any] = {"backlog": args.backlog}
-    tmp = HERE / "results"
-    tmp.mkdir(exist_ok=True)
-    with RedisServer() as server:
+    results_dir = HERE / "results"
+    results_dir.mkdir(exist_ok=True)
+    with RedisServer() as server, tempfile.TemporaryDirectory() as tmp_dir:
+        tmp = Path(tmp_dir)
         url = server.url
         if "insert" in parts:
             sizes = sorted({0, min(100_000, args.backlog), args.backlog})
@@ -273,7 +275,7 @@ async def main() -> None:
                     f"{r['max_ms']:>8.2f} {r['backlog_left']:>10,}"
                 )
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    path = tmp / f"priorities-{stamp}.json"
+    path = results_dir / f"priorities-{stamp}.json"
     path.write_text(json.dumps(results, indent=2))
     print(f"wrote {path.relative_to(ROOT)}")
 
