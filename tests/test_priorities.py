@@ -72,16 +72,16 @@ async def test_claim_batches_take_the_most_urgent_level(
     store = service.store
     async with service:
         await service.enqueue_many([Job(id=f"low-{i}", n=9) for i in range(100)], priority=9)
-        got = await store.pop_ready("prio-job", 1.0)
+        got = await store.deliveries.pop_ready("prio-job", 1.0)
         assert got is not None and got[1] == 9  # BRPOP: the only non-empty level
         # an urgent one arrives between the BRPOP and its claim
         await service.enqueue_with_delay(Job(id="urgent"), priority=0)
         # one free slot: the claim takes the urgent event, the popped one goes back
-        _, claimed, _ = await store.claim_limited("prio-job", [got[0]], 0, 5000, level=9)
+        _, claimed, _ = await store.deliveries.claim_limited("prio-job", [got[0]], 0, 5000, level=9)
         assert [c.raw_id for c in claimed] == [b"urgent"]
         # a batch of 64: level 0 first (empty now), then level 9 in order, the popped
         # entry (low-0) first again
-        _, claimed, _ = await store.claim_limited("prio-job", [], 64, 5000)
+        _, claimed, _ = await store.deliveries.claim_limited("prio-job", [], 64, 5000)
         assert [c.raw_id.decode() for c in claimed] == [f"low-{i}" for i in range(64)]
         keys = TypeKeys(prefix, "prio-job")
         assert await redis_client.llen(keys.level_lists()[8]) == 36
@@ -182,9 +182,9 @@ async def test_aging_serves_a_waiting_low_level(redis_url: str, prefix: str) -> 
         await asyncio.sleep(1.1)  # waits 2 periods (until 1.5 s): competes as level 7
         for level in (8, 7, 6):
             await service.enqueue_with_delay(Job(id=f"new-{level}", n=level), priority=level)
-        got = await store.pop_ready("prio-job", 1.0)  # BRPOP: strict order, level 6
+        got = await store.deliveries.pop_ready("prio-job", 1.0)  # BRPOP: strict order, level 6
         assert got is not None and got[1] == 6
-        _, claimed, _ = await store.claim_limited("prio-job", [got[0]], 3, 5000, level=6)
+        _, claimed, _ = await store.deliveries.claim_limited("prio-job", [got[0]], 3, 5000, level=6)
     # 6 first; then "old" (level 7 by age, due earlier) before the fresh 7; then 8
     assert [c.raw_id.decode() for c in claimed] == ["new-6", "old", "new-7", "new-8"]
 
@@ -195,12 +195,14 @@ async def test_strict_priority_without_aging(redis_url: str, prefix: str) -> Non
         await service.enqueue_with_delay(Job(id="old", n=9), priority=9)
         await asyncio.sleep(0.05)
         await service.enqueue_with_delay(Job(id="new", n=8), priority=8)
-        _, claimed, _ = await service.store.claim_limited("prio-job", [], 2, 5000)
+        _, claimed, _ = await service.store.deliveries.claim_limited("prio-job", [], 2, 5000)
         # this process has not seen a level above 0 (no BRPOP yet): its claims read level 0
         assert claimed == []
-        got = await service.store.pop_ready("prio-job", 1.0)
+        got = await service.store.deliveries.pop_ready("prio-job", 1.0)
         assert got is not None and got[1] == 8
-        _, claimed, _ = await service.store.claim_limited("prio-job", [got[0]], 1, 5000, level=8)
+        _, claimed, _ = await service.store.deliveries.claim_limited(
+            "prio-job", [got[0]], 1, 5000, level=8
+        )
     assert [c.raw_id for c in claimed] == [b"new", b"old"]
 
 
