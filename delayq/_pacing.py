@@ -1,25 +1,48 @@
-"""How a failing background loop waits before it tries again (the scheduler, the
-partitions' spread, the schedule firer).
+"""How every background loop waits: between its turns, and before it tries again after
+a failure.
 
 A loop that retries at once loops without waiting for anything: it holds up the whole
 process, or hammers Redis. One that sleeps its whole backoff resumes late after Redis
 comes back. So: the backoff, cut short by the loop's wake-up event (set when its
 subscription is back, among others), but never before :data:`MIN_RETRY`.
+
+The parts, one way each: :class:`Retrying` (one loop's doubling backoff), :class:`Backoffs`
+(one per key, the others going on), :class:`Wakeup` (what cuts a loop's wait short),
+:func:`poll` (a loop of passes that each say how long to wait: the scheduler, the
+partitions' spread, the schedule firer) and :class:`Periodic` (a loop that acts every
+``interval``: the heartbeat, the history writer).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import anyio
+import anyio.lowlevel
 
 from .errors import RedisResponseError, is_transient
 
-__all__ = ["MAX_BACKOFF", "MIN_RETRY", "Backoffs", "Retrying", "wait_to_retry"]
+__all__ = [
+    "MAX_BACKOFF",
+    "MAX_RESTART",
+    "MIN_RETRY",
+    "Backoffs",
+    "Periodic",
+    "Retrying",
+    "Wakeup",
+    "log_retry",
+    "poll",
+    "wait_to_retry",
+]
 
 MAX_BACKOFF = 5.0
 """Seconds a failing background loop waits at most before it tries again."""
+
+MAX_RESTART = 30.0
+"""Seconds a crashed loop (or ``--processes N``'s worker process) waits at most before it
+is started again."""
 
 MIN_RETRY = 0.1
 """Seconds a failed pass waits at least, whatever wakes its loop meanwhile."""
@@ -89,10 +112,8 @@ class Backoffs:
             return
         first = not self.failing(key)
         wait = self.failed(key, now)
-        (log.warning if first else log.debug)(
-            "%s: moving due events failed (%s: %s); retrying in %.2fs",
-            key, type(exc).__name__, exc, wait,
-        )  # fmt: skip
+        level = logging.WARNING if first else logging.DEBUG
+        log_retry(log, f"{key}: moving due events", exc, wait, level=level)
 
 
 @dataclass(slots=True)
@@ -121,3 +142,120 @@ class Retrying:
     async def sleep(self) -> None:
         """Sleep :meth:`next`'s wait."""
         await anyio.sleep(self.next())
+
+    def held(self, since: float, now: float) -> None:
+        """A connection (a subscription) made at ``since`` dropped at ``now``: start the
+        backoff over only if it held for :attr:`most` seconds. One dropped soon after it
+        was made (a proxy, a kill loop) goes on backing off rather than being made again
+        every ``first`` seconds."""
+        if now - since >= self.most:
+            self.reset()
+
+
+def log_retry(
+    log: logging.Logger, what: str, exc: Exception, wait: float, *, level: int = logging.WARNING
+) -> None:
+    """Log that ``what`` failed with ``exc`` and is tried again in ``wait`` seconds."""
+    log.log(level, "%s failed (%s: %s); retrying in %.2fs", what, type(exc).__name__, exc, wait)
+
+
+class Wakeup:
+    """What cuts a loop's wait short: :meth:`set` ends the wait under way, or the next one
+    when none is; the loop renews it (:meth:`renew`) after each turn. Before the first
+    renewal (``armed=False``), :meth:`set` does nothing."""
+
+    __slots__ = ("event",)
+
+    def __init__(self, *, armed: bool = False) -> None:
+        self.event: anyio.Event | None = anyio.Event() if armed else None
+        """The event of the turn under way."""
+
+    def set(self) -> None:
+        """End the loop's wait (now, or as soon as it starts)."""
+        if self.event is not None:
+            self.event.set()
+
+    def renew(self) -> anyio.Event:
+        """A fresh event for the next turn (called in the loop's event loop)."""
+        self.event = anyio.Event()
+        return self.event
+
+    async def wait(self, most: float) -> None:
+        """Wait ``most`` seconds, or until :meth:`set`."""
+        event = self.event if self.event is not None else self.renew()
+        with anyio.move_on_after(most):
+            await event.wait()
+
+
+async def poll(
+    turn: Callable[[], Awaitable[float]],
+    *,
+    wake: Wakeup,
+    stopping: Callable[[], bool],
+    log: logging.Logger,
+    what: str,
+    on_error: Callable[[], object] | None = None,
+    retrying: Retrying | None = None,
+) -> None:
+    """Run ``turn`` until ``stopping()``: the one loop of the scheduler, the spread and
+    the firer (saq's ``poll(func, sleep)``, with a wake-up and a backoff).
+
+    ``turn`` returns how long to wait before the next turn: that wait is cut short by
+    ``wake``; 0 (or stopping) yields to the event loop once, since a turn that sent
+    nothing awaited nothing. A turn that raises is logged (``what`` failed), counted
+    (``on_error``) and followed by the backoff (``retrying``: 0.1 s doubling up to
+    :data:`MAX_BACKOFF`), which a wake-up cuts short only after :data:`MIN_RETRY`:
+    whatever is pending, a failing loop never retries at once. ``wake`` is renewed
+    after every turn.
+    """
+    retrying = Retrying(first=0.1) if retrying is None else retrying
+    while not stopping():
+        try:
+            pause = await turn()
+        except Exception as exc:  # loops never die: log, back off, go on
+            if on_error is not None:
+                on_error()
+            pause = retrying.next()
+            log_retry(log, what, exc, pause)
+            event = wake.event if wake.event is not None else wake.renew()
+            if stopping():
+                await anyio.lowlevel.checkpoint()
+            else:  # not skipped for pending wake-ups (they stay until a turn succeeds)
+                await wait_to_retry(event, pause)
+        else:
+            retrying.reset()
+            if pause > 0 and not stopping():
+                await wake.wait(pause)
+            else:
+                await anyio.lowlevel.checkpoint()
+        wake.renew()
+
+
+class Periodic:
+    """A loop that acts every ``interval`` seconds until stopped (the heartbeat and the
+    history writer): its stop flag, and its wait between two rounds that ``stop()`` cuts
+    short. The service's runtime runs them (``run``) and ends them with ``stop()``, after
+    which ``stopping`` is True (a loop that raises while stopping is not restarted)."""
+
+    def __init__(self, interval: float):
+        self.interval = interval
+        self._stopping = False
+        self._stop = Wakeup()
+
+    @property
+    def stopping(self) -> bool:
+        """True once :meth:`stop` has been called."""
+        return self._stopping
+
+    def stop(self) -> None:
+        """End the loop (it does its last round on the way out)."""
+        self._stopping = True
+        self._stop.set()
+
+    async def pause(self) -> None:
+        """Wait ``interval`` seconds, or until :meth:`stop` is called."""
+        if self._stop.event is None:
+            self._stop.renew()  # needs the running event loop
+        if self._stopping:
+            return
+        await self._stop.wait(self.interval)

@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._pacing import MAX_RESTART, Retrying
 from .health import HealthServer, http_get
 
 __all__ = ["supervise"]
 
 log = logging.getLogger("delayq.cli.supervisor")
 
-_MAX_BACKOFF = 30.0
 _STABLE_AFTER = 60.0
 
 
@@ -52,7 +52,8 @@ async def supervise(cfg: Any, early: list[int] | None = None) -> int:
     stop = asyncio.Event()
     signals: list[int] = []
     children: dict[int, _Child] = {}
-    failures = dict.fromkeys(range(cfg.processes), 0)
+    # each slot's restart backoff, started over once its child has run _STABLE_AFTER
+    backoffs = {slot: Retrying(first=0.5, most=MAX_RESTART) for slot in range(cfg.processes)}
     restart_at: dict[int, float] = {}
     finished: set[int] = set()  # slots whose child exited 0 by itself (--burst)
     codes: list[int] = []
@@ -154,8 +155,9 @@ async def supervise(cfg: Any, early: list[int] | None = None) -> int:
                     send(signal.SIGTERM)
                     codes.append(2)
                 else:
-                    failures[child.slot] = 0 if ran > _STABLE_AFTER else failures[child.slot] + 1
-                    delay = min(_MAX_BACKOFF, 0.5 * 2 ** (failures[child.slot] - 1))
+                    if ran > _STABLE_AFTER:
+                        backoffs[child.slot].reset()
+                    delay = backoffs[child.slot].next()
                     what = f"signal {-code}" if code < 0 else f"code {code}"
                     log.error(
                         "worker %d (slot %d) died with %s after %.1fs; restarting in %.1fs",

@@ -62,16 +62,14 @@ from collections.abc import Awaitable, Callable, Iterable
 
 import anyio
 import anyio.abc
-import anyio.lowlevel
 
-from .._pacing import Backoffs, wait_to_retry
+from .._pacing import Backoffs, Wakeup, poll
 from ..storage.store import Store
 
 __all__ = ["Spread", "owner_of"]
 
 log = logging.getLogger("delayq.spread")
 
-_MAX_BACKOFF = 5.0
 _FULL_SWEEP = 10
 
 Drain = Callable[[str, dict[str, float], set[str]], Awaitable[int]]
@@ -129,7 +127,7 @@ class Spread:
         self._joined = False
         self._heard = False  # the scheduler's wake-up subscription has been up
         self._wake_at = math.inf  # when the last pass planned the next one
-        self._wake = anyio.Event()
+        self._wake = Wakeup(armed=True)
         self._moving: set[str] = set()  # partitions with a move under way (a task each)
         self._moves: anyio.abc.TaskGroup | None = None
         self._failing = Backoffs()  # per partition, and "" for the membership
@@ -233,44 +231,28 @@ class Spread:
                         log.debug("leaving the scheduler membership failed: %s", exc)
 
     async def _loop(self) -> None:
-        backoff = 0.1
         # without a subscription after this long, join anyway: pub/sub only makes
         # moves faster, the timed looks and sweeps are what guarantee them
         join_by = time.monotonic() + _FULL_SWEEP * self._interval
-        while not self._stopping:
-            sleep_for = self._interval
-            failed = False
-            if self._units:
-                try:
-                    if not (self._heard or self._joined or await self._alone(join_by)):
-                        sleep_for = self._interval  # or until the subscription is up
-                    else:
-                        await self._membership()
-                        sleep_for = await self._pass()
-                    backoff = 0.1
-                except Exception as exc:  # loops never die
-                    self._on_error()
-                    log.warning(
-                        "moving partitions failed (%s: %s); retrying in %.2fs",
-                        type(exc).__name__,
-                        exc,
-                        backoff,
-                    )
-                    sleep_for = backoff
-                    backoff = min(backoff * 2, _MAX_BACKOFF)
-                    failed = True
-            else:
-                sleep_for = math.inf  # no partitioned type: no command at all
-                self._woken.clear()  # (wake-ups for shards of a layout gone since)
-            if failed and not self._stopping:
-                # not skipped for pending wake-ups (cleared only by a pass that runs)
-                await wait_to_retry(self._wake, sleep_for)
-            elif sleep_for > 0 and (not self._woken or not self._joined) and not self._stopping:
-                with anyio.move_on_after(sleep_for):
-                    await self._wake.wait()
-            else:
-                await anyio.lowlevel.checkpoint()  # a pass may have sent nothing
-            self._wake = anyio.Event()
+        await poll(
+            lambda: self._turn(join_by),
+            wake=self._wake,
+            stopping=lambda: self._stopping,
+            log=log,
+            what="moving partitions",
+            on_error=self._on_error,
+        )
+
+    async def _turn(self, join_by: float) -> float:
+        """One pass; how long to wait before the next (0 while wake-ups are pending)."""
+        if not self._units:
+            self._woken.clear()  # (wake-ups for shards of a layout gone since)
+            return math.inf  # no partitioned type: no command at all
+        if not (self._heard or self._joined or await self._alone(join_by)):
+            return self._interval  # or until the subscription is up
+        await self._membership()
+        sleep_for = await self._pass()
+        return 0.0 if self._woken and self._joined else sleep_for
 
     async def _alone(self, join_by: float) -> bool:
         """Whether to join before the wake-up subscription is up: when no other process

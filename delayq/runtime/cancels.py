@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import anyio
 
+from .._pacing import Retrying
 from ..partitions.shards import parse_shard
 from ..storage.running import parse_cancel_message
 from ..storage.store import Store
@@ -24,8 +25,6 @@ from ..storage.store import Store
 __all__ = ["CancelSignals"]
 
 log = logging.getLogger("delayq.consumer")
-
-_MAX_BACKOFF = 5.0
 
 
 class CancelSignals:
@@ -66,21 +65,22 @@ class CancelSignals:
 
     async def run(self) -> None:
         """Listen until :meth:`stop`; subscribe again after a dropped connection."""
-        backoff = 0.1
+        retrying = Retrying(first=0.1)
         with anyio.CancelScope() as self._scope:
             while not self._stopping:
                 listener = self._store.cancel_signals()
                 try:
                     await listener.subscribe()
-                    backoff = 0.1
+                    retrying.reset()
                     while True:
                         message = await listener.next(timeout=30.0)
                         if message:
                             self.on_message(message)
                 except Exception as exc:
-                    log.info("cancel subscription dropped (%s); again in %.2fs", exc, backoff)
-                    await anyio.sleep(backoff)
-                    backoff = min(backoff * 2, _MAX_BACKOFF)
+                    log.info(
+                        "cancel subscription dropped (%s); again in %.2fs", exc, retrying.delay
+                    )
+                    await retrying.sleep()
                 finally:
                     with anyio.CancelScope(shield=True), anyio.move_on_after(1):
                         await listener.aclose()

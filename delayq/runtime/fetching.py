@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 
-from .._pacing import Retrying
+from .._pacing import Retrying, log_retry
 from ..metrics import ServiceMetrics
 from ..storage.store import Claimed, Store
 from .consumer_settings import ConsumerSettings
@@ -252,13 +252,7 @@ class Fetcher:
             except Exception as exc:  # Redis down, connection killed, ...: back off, go on
                 drain = False
                 self._metrics.increment("redis_errors", event_type=self.type_name)
-                log.warning(
-                    "%s: fetching failed (%s: %s); retrying in %.2fs",
-                    self.label,
-                    type(exc).__name__,
-                    exc,
-                    retrying.delay,
-                )
+                log_retry(log, f"{self.label}: fetching", exc, retrying.delay)
                 await retrying.sleep()
 
     def _bind_claim_metrics(self) -> None:

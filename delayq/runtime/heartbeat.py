@@ -24,9 +24,9 @@ from datetime import datetime, timezone
 import anyio
 import msgspec
 
+from .._pacing import Periodic
 from .._version import __version__
 from ..storage.store import Store
-from .periodic import Periodic
 
 __all__ = ["RUNNING_SHOWN", "Heartbeat", "Snapshot", "WorkerInfo", "read_workers"]
 

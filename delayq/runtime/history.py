@@ -34,8 +34,8 @@ from typing import Literal
 import anyio
 import msgspec
 
+from .._pacing import Periodic
 from ..storage.store import Store
-from .periodic import Periodic
 
 __all__ = [
     "CANCELLED_COLUMN",

@@ -11,23 +11,19 @@ when the type next needs one. The scheduler's spread moves the partitions with
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 
-import anyio
-
-from .._pacing import Backoffs
+from .._pacing import Backoffs, Retrying, Wakeup, log_retry
 from ..keys import DEFAULT_GROUP
 from ..metrics import ServiceMetrics
 from ..partitions.shards import type_of
 from ..storage.store import Store
 
-__all__ = ["MAX_BACKOFF", "Mover"]
+__all__ = ["Mover"]
 
 log = logging.getLogger("delayq.scheduler")
-
-MAX_BACKOFF = 5.0
-"""The longest a scheduler loop waits before trying again after an error (s)."""
 
 
 class Mover:
@@ -62,14 +58,14 @@ class Mover:
         self.backlog: set[str] = set()
         """The leader's types whose last batch was full: the drainer moves them, batch
         after batch, beside the passes."""
-        self._wake: anyio.Event | None = None
+        self._wake = Wakeup()
         self.failing = Backoffs()
         """Each type's own backoff after a failed move."""
 
     def reset(self) -> None:
         """Called by the scheduler's ``run()`` before it starts :meth:`drainer` (a new
         event loop may run it)."""
-        self._wake = anyio.Event()
+        self._wake.renew()
 
     async def drainer(self) -> None:
         """Move the leader's backlogs: one batch per type in turn, until each is moved.
@@ -79,30 +75,23 @@ class Mover:
         type's event that comes due meanwhile is moved when due, not after the burst's
         batch under way (each call is one bounded script, so Redis runs the two in turn).
         """
-        backoff = 0.1
+        retrying = Retrying(first=0.1)
         while not self._stopping():
             if not self._is_leader():
                 self.backlog.clear()  # a standby looks at them takeover_delay late
             if not self.backlog:
-                assert self._wake is not None
-                await self._wake.wait()
-                self._wake = anyio.Event()
+                await self._wake.wait(math.inf)
+                self._wake.renew()
                 continue
             try:
                 for type_name in sorted(self.backlog):
                     if self._is_leader():
                         await self.move_or_log(type_name)
-                backoff = 0.1
+                retrying.reset()
             except Exception as exc:  # loops never die: log, back off, go on
                 self._metrics.increment("redis_errors")
-                log.warning(
-                    "moving a backlog failed (%s: %s); retrying in %.2fs",
-                    type(exc).__name__,
-                    exc,
-                    backoff,
-                )
-                await anyio.sleep(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF)
+                log_retry(log, "moving a backlog", exc, retrying.delay)
+                await retrying.sleep()
 
     async def move_or_log(self, type_name: str) -> int:
         """Move what is due for one type (unless it waits after a failure); a failure
@@ -138,7 +127,7 @@ class Mover:
             return await self.drain(type_name, self.next, self.active)
         was = type_name in self.backlog
         late = await self.drain(type_name, self.next, self.active, self.backlog)
-        if type_name in self.backlog and not was and self._wake is not None:
+        if type_name in self.backlog and not was:
             self._wake.set()
         elif was and type_name not in self.backlog:
             self._interrupt()  # its next time may come before the pass loop wakes

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from .._pacing import MAX_RESTART, Retrying
 from ..codec import Codec
 from ..events import Event
 from ..metrics import ServiceMetrics
@@ -381,7 +382,7 @@ class Runtime:
 
     async def _keep_running(self, loop: _Loop) -> None:
         """Run a loop; should a bug make it raise, log and start it again."""
-        delay = 0.5
+        retrying = Retrying(first=0.5, most=MAX_RESTART)
         while True:
             self._running_loops.add(loop)  # what health() reports
             try:
@@ -391,9 +392,10 @@ class Runtime:
                 if loop.stopping:
                     return
                 self._running_loops.discard(loop)
-                log.exception("%s crashed; restarting it in %.1fs", type(loop).__name__, delay)
-                await anyio.sleep(delay)
-                delay = min(delay * 2, 30.0)
+                log.exception(
+                    "%s crashed; restarting it in %.1fs", type(loop).__name__, retrying.delay
+                )
+                await retrying.sleep()
             finally:
                 self._running_loops.discard(loop)
 

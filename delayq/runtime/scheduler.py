@@ -42,9 +42,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import anyio
-import anyio.lowlevel
 
-from .._pacing import wait_to_retry
+from .._pacing import Retrying, Wakeup, poll
 from ..errors import RedisResponseError
 from ..events import validate_name
 from ..metrics import ServiceMetrics
@@ -52,7 +51,7 @@ from ..partitions.shards import parse_shard
 from ..partitions.spread import Spread
 from ..storage.store import Store, WakeupListener
 from .leadership import Leadership
-from .mover import MAX_BACKOFF, Mover
+from .mover import Mover
 
 if TYPE_CHECKING:
     from ..operations.groups import PendingGroups
@@ -96,7 +95,7 @@ class Scheduler:
         """The service's groups waiting for registration: registered before a move."""
         self._stopping = False
         self._scope: anyio.CancelScope | None = None
-        self._wake: anyio.Event | None = None
+        self._wake = Wakeup()
         self._woken: set[str] = set()
         self._types: set[str] = set()
         # moves types' due events; its next, active and backlog say when each needs a look
@@ -174,12 +173,11 @@ class Scheduler:
         self._interrupt()
 
     def _interrupt(self) -> None:
-        if self._wake is not None:
-            self._wake.set()
+        self._wake.set()
 
     async def run(self) -> None:
         """Move due events until :meth:`stop`."""
-        self._wake = anyio.Event()
+        self._wake.renew()
         self._mover.reset()
         try:
             with anyio.CancelScope() as self._scope:
@@ -190,7 +188,14 @@ class Scheduler:
                     tg.start_soon(self._listen)
                     tg.start_soon(self.spread.run)
                     tg.start_soon(self._mover.drainer)
-                    await self._loop()
+                    await poll(
+                        self._turn,
+                        wake=self._wake,
+                        stopping=lambda: self._stopping,
+                        log=log,
+                        what="scheduler pass",
+                        on_error=lambda: self._metrics.increment("redis_errors"),
+                    )
                     self.spread.stop()
                     tg.cancel_scope.cancel()
         finally:
@@ -198,39 +203,13 @@ class Scheduler:
             with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                 await self.leadership.release()
 
-    async def _loop(self) -> None:
-        backoff = 0.1
-        while not self._stopping:
-            sleep_for = self._s.interval
-            failed = False
-            try:
-                if await self.leadership.hold():
-                    sleep_for = await self._pass()
-                else:
-                    sleep_for = await self._standby_pass()
-                backoff = 0.1
-            except Exception as exc:  # loops never die: log, back off, go on
-                self._metrics.increment("redis_errors")
-                log.warning(
-                    "scheduler pass failed (%s: %s); retrying in %.2fs",
-                    type(exc).__name__,
-                    exc,
-                    backoff,
-                )
-                sleep_for = backoff
-                backoff = min(backoff * 2, MAX_BACKOFF)
-                failed = True
-            assert self._wake is not None
-            if failed:
-                # not skipped for pending wake-ups (_woken stays set until a pass succeeds)
-                await wait_to_retry(self._wake, sleep_for)
-            elif sleep_for > 0 and not self._woken:
-                with anyio.move_on_after(sleep_for):
-                    await self._wake.wait()
-            else:
-                # a pass that found nothing to send awaited nothing: let the other tasks run
-                await anyio.lowlevel.checkpoint()
-            self._wake = anyio.Event()
+    async def _turn(self) -> float:
+        """One pass; 0 while wake-ups are pending (they stay until a pass succeeds)."""
+        if await self.leadership.hold():
+            sleep_for = await self._pass()
+        else:
+            sleep_for = await self._standby_pass()
+        return 0.0 if self._woken else sleep_for
 
     def _leading(self) -> None:
         self._last_full = -math.inf  # a new leader looks at everything first
@@ -328,7 +307,7 @@ class Scheduler:
 
     async def _listen(self) -> None:
         """Turn wake-up messages into early passes; resubscribe after disconnects."""
-        backoff = 0.1
+        retrying = Retrying(first=0.1)
         while True:
             listener: WakeupListener = self._store.wakeups()
             held_since = math.inf
@@ -346,13 +325,12 @@ class Scheduler:
                     if name:
                         self._on_message(name)
             except Exception as exc:
-                # only after a subscription that held: one dropped soon after SUBSCRIBE (a
-                # proxy, a kill loop) was made again every 0.1 s, each with a full sweep
-                if time.monotonic() - held_since >= MAX_BACKOFF:
-                    backoff = 0.1
-                log.info("wake-up subscription dropped (%s); resubscribing in %.2fs", exc, backoff)
-                await anyio.sleep(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF)
+                # (without this, each of those was made again with a full sweep)
+                retrying.held(held_since, time.monotonic())
+                log.info(
+                    "wake-up subscription dropped (%s); resubscribing in %.2fs", exc, retrying.delay
+                )
+                await retrying.sleep()
             finally:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(1):
                     await listener.aclose()

@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 
+from .._pacing import Retrying
 from ..metrics import Metrics
 from ..retry import Backoff, delay_seconds
 from ..storage.store import Claimed, Store
@@ -25,7 +26,6 @@ __all__ = ["Lease", "Settlement", "delivery_fields"]
 # the consumer's logger: these records are about its deliveries
 log = logging.getLogger("delayq.consumer")
 
-_MAX_BACKOFF = 5.0
 # The most deliveries one ack (or renew) call settles: about 9 µs of Redis time each
 # (benchmarks/script_cost.py), so a call stays near 2 ms however many acks piled up
 # while the last one was under way; the rest follow in the next calls, one at a time
@@ -133,22 +133,26 @@ class Settlement:
                     "%s: retry_backoff(%d) failed; retrying in 1s", self._label, c.attempt
                 )
                 delay_ms = 1000
-        backoff = 0.05
+        retrying = Retrying()
         lease = (shard, c.raw_id, c.token)
         self._settling.add(lease)
         for _ in range(5):
             try:
                 code = await self._store.deliveries.fail(
-                    shard, c, dead=dead, delay_ms=delay_ms, error=error[:4000],
-                    group=self._group, keep_ms=self._keep_ms,
-                )  # fmt: skip
+                    shard,
+                    c,
+                    dead=dead,
+                    delay_ms=delay_ms,
+                    error=error[:4000],
+                    group=self._group,
+                    keep_ms=self._keep_ms,
+                )
                 break
             except Exception as exc:
                 log.warning(
                     "%s %r: recording the failure failed (%s); retrying", self._label, c.id, exc
                 )
-                await anyio.sleep(backoff)
-                backoff *= 2
+                await retrying.sleep()
         else:
             # The lease runs out and the event comes back; the attempt still counts.
             log.error(
@@ -179,7 +183,7 @@ class Settlement:
     # -- acks --------------------------------------------------------------------
 
     async def _flush_acks(self) -> None:
-        backoff = 0.05
+        retrying = Retrying()
         while self.acks:
             batch, self.acks = self.acks[:ACK_MAX], self.acks[ACK_MAX:]
             self._acking = batch
@@ -198,9 +202,10 @@ class Settlement:
                 # one whose node failed (nor are its acks sent twice and counted stale)
                 self.acks = unsettled + self.acks
                 self._metrics.increment("redis_errors", event_type=self._type_name)
-                log.warning("%s: ack failed (%s); retrying in %.2fs", self._label, error, backoff)
-                await anyio.sleep(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF)
+                log.warning(
+                    "%s: ack failed (%s); retrying in %.2fs", self._label, error, retrying.delay
+                )
+                await retrying.sleep()
 
     async def _ack_batch(
         self, batch: list[Lease]

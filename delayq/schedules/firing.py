@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 import anyio
 
-from .._pacing import wait_to_retry
+from .._pacing import Wakeup, poll
 from ..metrics import Metrics
 from ..observer import Observer
 from ..partitions.shards import type_of
@@ -95,7 +95,6 @@ async def write_fires(
 
 log = logging.getLogger("delayq.schedules")
 
-_MAX_BACKOFF = 5.0
 # A schedule the index lists but its shard lacks (removed meanwhile), or whose definition is
 # not its state's version (written by something else than schedule_write.lua), is looked at
 # again then.
@@ -135,7 +134,7 @@ class ScheduleFirer:
         self._stopping = False
         self._woken = False
         self._seen = False  # schedules exist (then the index is re-read every sweep)
-        self._wake: anyio.Event | None = None
+        self._wake = Wakeup()
         self._scope: anyio.CancelScope | None = None
         self._specs: dict[tuple[str, str], ScheduleSpec] = {}  # (name, version) -> spec
         self._warned: set[tuple[str, int]] = set()  # (name, mark) told about (_next_look)
@@ -156,35 +155,26 @@ class ScheduleFirer:
     def wake(self) -> None:
         """Read the index now (a schedule was written, or wake-ups may have been missed)."""
         self._woken = True
-        if self._wake is not None:
-            self._wake.set()
+        self._wake.set()
 
     async def run(self) -> None:
         """Fire due slots until :meth:`stop`."""
-        self._wake = anyio.Event()
-        backoff = 0.1
+        self._wake.renew()
         with anyio.CancelScope() as self._scope:
-            while not self._stopping:
-                self._woken = False
-                failed = False
-                try:
-                    sleep_for = await self._pass()
-                    backoff = 0.1
-                except Exception as exc:  # loops never die: log, back off, go on
-                    self._metrics.increment("redis_errors")
-                    log.warning(
-                        "firing schedules failed (%s: %s); retrying in %.2fs",
-                        type(exc).__name__, exc, backoff,
-                    )  # fmt: skip
-                    sleep_for = backoff
-                    backoff = min(backoff * 2, _MAX_BACKOFF)
-                    failed = True
-                if failed:
-                    await wait_to_retry(self._wake, sleep_for)
-                elif sleep_for > 0 and not self._woken:
-                    with anyio.move_on_after(sleep_for):
-                        await self._wake.wait()
-                self._wake = anyio.Event()
+            await poll(
+                self._turn,
+                wake=self._wake,
+                stopping=lambda: self._stopping,
+                log=log,
+                what="firing schedules",
+                on_error=lambda: self._metrics.increment("redis_errors"),
+            )
+
+    async def _turn(self) -> float:
+        """One pass; 0 when woken meanwhile (the index may have changed)."""
+        self._woken = False
+        sleep_for = await self._pass()
+        return 0.0 if self._woken else sleep_for
 
     async def _pass(self) -> float:
         """Fire what is due; return how long to sleep."""
