@@ -100,10 +100,19 @@ class NotReplicatedError(DelayqError):
 #: CLUSTERDOWN). Retrying later helps.
 TRANSIENT_CODES = frozenset(
     {
-        "READONLY", "MASTERDOWN", "UNBLOCKED", "NOREPLICAS", "MISCONF", "LOADING", "BUSY",
-        "MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN",
+        "READONLY",
+        "MASTERDOWN",
+        "UNBLOCKED",
+        "NOREPLICAS",
+        "MISCONF",
+        "LOADING",
+        "BUSY",
+        "MOVED",
+        "ASK",
+        "TRYAGAIN",
+        "CLUSTERDOWN",
     }
-)  # fmt: skip
+)
 
 # redis-py strips the code from the message of the classes it maps (and only 8.x keeps it
 # in ``status_code``): the class tells the code then. Most specific classes first.

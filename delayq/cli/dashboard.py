@@ -66,15 +66,22 @@ def dashboard(
     from ..service import EventService
 
     options: dict[str, Any] = {
-        "read_only": read_only, "refresh_seconds": refresh, "page_size": page_size,
-        "public_origin": public_origin or None, "trust_forwarded": trust_forwarded,
-    }  # fmt: skip
+        "read_only": read_only,
+        "refresh_seconds": refresh,
+        "page_size": page_size,
+        "public_origin": public_origin or None,
+        "trust_forwarded": trust_forwarded,
+    }
     try:
         if conn.cluster:
             service = EventService.from_url(
-                conn.redis_url, cluster=True, prefix=conn.prefix, enable_scheduling=False,
-                heartbeat_interval=0, history_interval=0,
-            )  # fmt: skip
+                conn.redis_url,
+                cluster=True,
+                prefix=conn.prefix,
+                enable_scheduling=False,
+                heartbeat_interval=0,
+                history_interval=0,
+            )
             web = create_app(service, **options)
         else:
             web = create_app(conn.redis_url, conn.prefix, **options)

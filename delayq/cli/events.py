@@ -184,9 +184,14 @@ def enqueue(
         async with conn.connect() as service:
             try:
                 return await service.enqueue_with_delay(
-                    event, seconds, context=ctx or None, replace=replace,
-                    debounce=debounce_s, unique_for=unique_s, priority=priority,
-                )  # fmt: skip
+                    event,
+                    seconds,
+                    context=ctx or None,
+                    replace=replace,
+                    debounce=debounce_s,
+                    unique_for=unique_s,
+                    priority=priority,
+                )
             except (OverflowError, TypeError, ValueError) as exc:  # encoding: nothing written
                 fail(f"cannot enqueue this {cls.event_name}: {exc}")
 
@@ -325,9 +330,13 @@ def purge(
             count = await waiting_count(service, name)
             confirm(f"Cancel all {count} waiting events of {name} for good?", yes, True)
             with Progress(
-                TextColumn("purging"), BarColumn(), MofNCompleteColumn(), console=console,
-                disable=as_json or not console.is_terminal, transient=True,
-            ) as progress:  # fmt: skip
+                TextColumn("purging"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                console=console,
+                disable=as_json or not console.is_terminal,
+                transient=True,
+            ) as progress:
                 bar = progress.add_task("purging", total=count)
                 return await purge_waiting(service, name, lambda n: progress.advance(bar, n))
 

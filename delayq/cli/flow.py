@@ -134,8 +134,10 @@ def limits_set(
         and per_key_concurrency is None
         and (per_key_rate is None)
     ):
-        fail("limits set: give --concurrency, --rate, --per-key-concurrency and/or "
-             "--per-key-rate (limits clear removes them)")  # fmt: skip
+        fail(
+            "limits set: give --concurrency, --rate, --per-key-concurrency and/or "
+            "--per-key-rate (limits clear removes them)"
+        )
     per_key: dict[str, Any] = {}
     if per_key_concurrency is not None:
         per_key["per_key_concurrency"] = per_key_concurrency
@@ -146,10 +148,14 @@ def limits_set(
         async with conn.connect() as service:
             await _known(service, type_name, allow_unknown)
             return await _call(
-                service, "set_limits", event_type=type_name, group=g,
+                service,
+                "set_limits",
+                event_type=type_name,
+                group=g,
                 concurrency=KEEP if concurrency is None else concurrency,
-                rate=KEEP if rate is None else rate, **per_key,
-            )  # fmt: skip
+                rate=KEEP if rate is None else rate,
+                **per_key,
+            )
 
     _show(type_name, group, run(main), as_json)
 
@@ -178,12 +184,15 @@ def limits_clear(
         async with conn.connect() as service:
             await _known(service, type_name, allow_unknown)
             return await _call(
-                service, "set_limits", event_type=type_name, group=g,
+                service,
+                "set_limits",
+                event_type=type_name,
+                group=g,
                 concurrency=None if every or concurrency else KEEP,
                 rate=None if every or rate else KEEP,
                 per_key_concurrency=None if every or per_key else KEEP,
                 per_key_rate=None if every or per_key else KEEP,
-            )  # fmt: skip
+            )
 
     _show(type_name, group, run(main), as_json)
 
@@ -212,13 +221,24 @@ def limits_keys(
 
     got = run(main)
     if as_json:
-        print_json({
-            "type": type_name, "group": group, "in_rotation": got.in_rotation,
-            "parked": got.parked, "scanned": got.scanned,
-            "keys": [{"key": k.key, "ready": k.ready, "running": k.running,
-                      "parked_until": k.parked_until.isoformat() if k.parked_until else None}
-                     for k in got.keys],
-        })  # fmt: skip
+        print_json(
+            {
+                "type": type_name,
+                "group": group,
+                "in_rotation": got.in_rotation,
+                "parked": got.parked,
+                "scanned": got.scanned,
+                "keys": [
+                    {
+                        "key": k.key,
+                        "ready": k.ready,
+                        "running": k.running,
+                        "parked_until": k.parked_until.isoformat() if k.parked_until else None,
+                    }
+                    for k in got.keys
+                ],
+            }
+        )
         return
     where = type_name if group == DEFAULT_GROUP else f"{type_name} [{group}]"
     table = Table(
@@ -228,8 +248,12 @@ def limits_keys(
     for column in ("key", "ready", "running", "held back until"):
         table.add_column(column, justify="right" if column in ("ready", "running") else "left")
     for k in got.keys:
-        table.add_row(text(k.key or "(no key)"), f"{k.ready:,}", str(k.running),
-                      k.parked_until.isoformat() if k.parked_until else "")  # fmt: skip
+        table.add_row(
+            text(k.key or "(no key)"),
+            f"{k.ready:,}",
+            str(k.running),
+            k.parked_until.isoformat() if k.parked_until else "",
+        )
     console.print(table)
 
 

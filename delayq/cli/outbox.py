@@ -119,9 +119,11 @@ def outbox_relay(
         fail("--database-url (or DATABASE_URL) is required")
     if log_level.lower() not in LEVELS:
         fail(f"--log-level must be one of {', '.join(LEVELS)}, not {log_level!r}")
-    for flag, value in (("--statement-timeout", statement_timeout),
-                        ("--idle-timeout", idle_timeout),
-                        ("--client-check-interval", client_check_interval)):  # fmt: skip
+    for flag, value in (
+        ("--statement-timeout", statement_timeout),
+        ("--idle-timeout", idle_timeout),
+        ("--client-check-interval", client_check_interval),
+    ):
         if 0 < value < 0.001:
             fail(f"{flag} must be 0 (the server's setting) or at least 0.001 seconds")
     setup_logging(log_level.lower(), "text")
@@ -134,12 +136,16 @@ def outbox_relay(
             loop.add_signal_handler(sig, stop.set)
         async with conn.connect() as service:
             relay = postgres.OutboxRelay(
-                service, database_url, schema=schema, batch_size=batch_size,
-                poll_interval=poll_interval, listen=not no_listen,
+                service,
+                database_url,
+                schema=schema,
+                batch_size=batch_size,
+                poll_interval=poll_interval,
+                listen=not no_listen,
                 statement_timeout=statement_timeout or None,
                 idle_in_transaction_timeout=idle_timeout or None,
                 client_check_interval=client_check_interval or None,
-            )  # fmt: skip
+            )
             async with relay:
                 logging.getLogger("delayq.cli.outbox").info(
                     "relaying outbox %r to prefix %r", schema, conn.prefix

@@ -92,9 +92,14 @@ def _stats_table(
     whole: no vertical rules, two-line headers, numbers and times that never wrap."""
     title = f"delayq · prefix {prefix}" + (f" · {refreshed}" if refreshed else "")
     table = Table(
-        title=text(title), title_justify="left", caption_justify="left", box=box.SIMPLE_HEAD,
-        show_edge=False, pad_edge=False, collapse_padding=True,
-    )  # fmt: skip
+        title=text(title),
+        title_justify="left",
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     table.add_column("type", overflow="fold")  # only a name longer than the room folds
     for column in ("scheduled", "ready", "in\nflight", "dead", "due", "next\ndue", "backlog\nage"):
         table.add_column(column, justify="left" if "next" in column else "right", no_wrap=True)

@@ -107,9 +107,12 @@ def _schedules_table(infos: list[ScheduleInfo], width: int) -> Table:
             last.append(f" lag {i.lag.total_seconds() * 1000:.0f}ms")
         fires = f"{i.fires}" + (f", {i.skipped} skipped" if i.skipped else "")
         table.add_row(
-            name, text(f"{i.expression}\n{i.timezone}"), when(i.next_fire, now, short=True),
-            last, text(fires),
-        )  # fmt: skip
+            name,
+            text(f"{i.expression}\n{i.timezone}"),
+            when(i.next_fire, now, short=True),
+            last,
+            text(fires),
+        )
     if console.measure(table, options=console.options.update(max_width=10_000)).maximum > width:
         for column in table.columns[2:4]:  # "2026-11-29" is the longest word of a time
             column.width = len("(in 23h59m)")

@@ -63,9 +63,13 @@ def workers(
             for name, limit_ in sorted(w.types.items())
         )
         table.add_row(
-            text(w.id), text(w.host), str(w.pid), text(handling or None),
-            when(w.started_at, now, short=True), when(w.seen_at, now, short=True),
-        )  # fmt: skip
+            text(w.id),
+            text(w.host),
+            str(w.pid),
+            text(handling or None),
+            when(w.started_at, now, short=True),
+            when(w.seen_at, now, short=True),
+        )
     if not found:
         table.caption = text(
             conn.nothing("live workers") + " (heartbeat_interval=0 hides a worker)"

@@ -73,15 +73,22 @@ def main(argv: list[str] | None = None) -> int:
     from .app import create_app
 
     options = {
-        "read_only": args.read_only, "refresh_seconds": args.refresh, "page_size": args.page_size,
-        "public_origin": args.public_origin, "trust_forwarded": args.trust_forwarded,
-    }  # fmt: skip
+        "read_only": args.read_only,
+        "refresh_seconds": args.refresh,
+        "page_size": args.page_size,
+        "public_origin": args.public_origin,
+        "trust_forwarded": args.trust_forwarded,
+    }
     try:
         if args.cluster:
             service = EventService.from_url(
-                args.redis_url, cluster=True, prefix=args.prefix, enable_scheduling=False,
-                heartbeat_interval=0, history_interval=0,
-            )  # fmt: skip
+                args.redis_url,
+                cluster=True,
+                prefix=args.prefix,
+                enable_scheduling=False,
+                heartbeat_interval=0,
+                history_interval=0,
+            )
             app = create_app(service, **options)
         else:
             app = create_app(args.redis_url, args.prefix, **options)

@@ -26,11 +26,15 @@ __all__ = ["Actions"]
 def _count_note(done: int, expected: int) -> str:
     """Why an "all" action touched another number than the one confirmed."""
     if done > expected:
-        return (f" {expected:,} were there when you confirmed; {done - expected:,} more failed "
-                "since and were included.")  # fmt: skip
+        return (
+            f" {expected:,} were there when you confirmed; {done - expected:,} more failed "
+            "since and were included."
+        )
     if done < expected:
-        return (f" {expected:,} were there when you confirmed; {expected - done:,} had left "
-                "the dead letters since (requeued, purged or removed by someone else).")  # fmt: skip
+        return (
+            f" {expected:,} were there when you confirmed; {expected - done:,} had left "
+            "the dead letters since (requeued, purged or removed by someone else)."
+        )
     return ""
 
 
@@ -51,9 +55,11 @@ class Actions:
         problem = dash.csrf.check(request, form)
         if problem is not None:
             return form, dash.message(
-                request, 403, "Refused",
+                request,
+                403,
+                "Refused",
                 f"The action was refused ({problem}). Reload the page and try again.",
-            )  # fmt: skip
+            )
         return form, None
 
     async def dead(self, request: Request) -> Response:
@@ -71,8 +77,14 @@ class Actions:
         every = form.get("scope") == "all"
         ids = [str(i) for i in form.getlist("id") if str(i)]
         if not every and not ids:
-            return dash.message(request, 400, "Nothing selected", "Select dead letters first.",
-                                back=name, back_group=group_arg)  # fmt: skip
+            return dash.message(
+                request,
+                400,
+                "Nothing selected",
+                "Select dead letters first.",
+                back=name,
+                back_group=group_arg,
+            )
         # purging is for good: even one asks first; so does acting on more than one
         if (every or len(ids) > 1 or action == "purge") and form.get("confirm") != "yes":
             if group_arg is None:
@@ -81,9 +93,16 @@ class Actions:
                 per_group = await dash.service.group_stats(name)
                 total = per_group[group].dead if group in per_group else 0
             return dash.render(
-                request, "confirm.html", name=name, action=action, every=every, ids=ids,
-                total=total, group=group, group_param=group_arg,
-            )  # fmt: skip
+                request,
+                "confirm.html",
+                name=name,
+                action=action,
+                every=every,
+                ids=ids,
+                total=total,
+                group=group,
+                group_param=group_arg,
+            )
         if action == "requeue":
             done = await dash.service.requeue_dead_letters(
                 name, None if every else ids, group=group_arg
@@ -103,12 +122,19 @@ class Actions:
             except ValueError:
                 note = ""
         elif done < len(ids):
-            note = (f" {len(ids) - done:,} of them were no longer dead letters (requeued, purged "
-                    "or removed by someone else since the page was shown).")  # fmt: skip
+            note = (
+                f" {len(ids) - done:,} of them were no longer dead letters (requeued, purged "
+                "or removed by someone else since the page was shown)."
+            )
         return dash.message(
-            request, 200, f"{verb} {done} dead letter(s)", f"{verb} {done} of {what} of {where}.{note}",
-            ids=[] if every else ids[:100], back=name, back_group=group_arg,
-        )  # fmt: skip
+            request,
+            200,
+            f"{verb} {done} dead letter(s)",
+            f"{verb} {done} of {what} of {where}.{note}",
+            ids=[] if every else ids[:100],
+            back=name,
+            back_group=group_arg,
+        )
 
     async def event(self, request: Request) -> Response:
         """Cancel a pending or running event (after a confirmation), or run a scheduled one
@@ -127,31 +153,42 @@ class Actions:
             return dash.message(request, 400, "Bad request", "Unknown action or missing id.")
         if action == "cancel" and form.get("confirm") != "yes":
             info = await dash.service.inspect(name, event_id)
-            return dash.render(request, "confirm_event.html", name=name, event_id=event_id,
-                               info=info, group=group, group_param=back_group)  # fmt: skip
+            return dash.render(
+                request,
+                "confirm_event.html",
+                name=name,
+                event_id=event_id,
+                info=info,
+                group=group,
+                group_param=back_group,
+            )
         where = "" if group is None else f" for group {group}"
         if action == "cancel":
             result = await dash.service.cancel(name, event_id, group=group)
             ok = bool(result)
             heading = "Cancelled" if ok else "Nothing to cancel"
             message = (
-                f"{name} {event_id!r} was removed{where}." if result is CancelResult.REMOVED
+                f"{name} {event_id!r} was removed{where}."
+                if result is CancelResult.REMOVED
                 else f"{name} {event_id!r} was running{where}: it was removed and its handler "
-                "was told to stop." if result is CancelResult.SIGNALLED
+                "was told to stop."
+                if result is CancelResult.SIGNALLED
                 else f"{name} {event_id!r} is not pending{where} (already handled, cancelled, "
                 "or a dead letter)."
-            )  # fmt: skip
+            )
         else:
             ok = await dash.service.run_now(name, event_id, group=group)
             heading = "Running now" if ok else "Not scheduled"
             where = "" if group is None else f" of group {group}"
             message = (
-                f"{name} {event_id!r} was handed to the consumers{where}." if ok
+                f"{name} {event_id!r} was handed to the consumers{where}."
+                if ok
                 else f"{name} {event_id!r} is not scheduled{where} (it may be running or gone "
                 "already)."
-            )  # fmt: skip
-        return dash.message(request, 200, heading, message, back=name, back_group=back_group,
-                            event=(name, event_id))  # fmt: skip
+            )
+        return dash.message(
+            request, 200, heading, message, back=name, back_group=back_group, event=(name, event_id)
+        )
 
     async def flow(self, request: Request) -> Response:
         """Pause or resume a type (or the form's delivery group) fleet-wide."""

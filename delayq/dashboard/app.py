@@ -114,8 +114,14 @@ class Dashboard:
         self, request: Request, status_code: int, heading: str, message: str, **context: Any
     ) -> HTMLResponse:
         """A page that says one thing (a refusal, a result, a missing type)."""
-        return self.render(request, "message.html", status_code=status_code, heading=heading,
-                           message=message, **context)  # fmt: skip
+        return self.render(
+            request,
+            "message.html",
+            status_code=status_code,
+            heading=heading,
+            message=message,
+            **context,
+        )
 
     @staticmethod
     def bad_request(detail: str) -> NoReturn:
@@ -134,10 +140,14 @@ class Dashboard:
         name = self.type_name(value)
         if name in await self.service.store.types.known_types():
             return name
-        return self.message(request, 404, "No such event type",
-                            f"No event type {name!r} exists under the prefix "
-                            f"{self.service.options.prefix!r}: nothing was ever enqueued for it.",
-                            missing_type=True)  # fmt: skip
+        return self.message(
+            request,
+            404,
+            "No such event type",
+            f"No event type {name!r} exists under the prefix "
+            f"{self.service.options.prefix!r}: nothing was ever enqueued for it.",
+            missing_type=True,
+        )
 
     @staticmethod
     def group_name(value: object) -> str:

@@ -16,8 +16,16 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
-__all__ = ["BIDI", "field", "finalize", "fmt_seconds", "fmt_time", "neutralise", "pretty_json",
-           "relative"]  # fmt: skip
+__all__ = [
+    "BIDI",
+    "field",
+    "finalize",
+    "fmt_seconds",
+    "fmt_time",
+    "neutralise",
+    "pretty_json",
+    "relative",
+]
 
 BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 """The bidirectional formatting characters: marks, embeddings, overrides and isolates."""

@@ -144,9 +144,12 @@ class Pages:
         )
         grouped = [n for n, g in zip(names, groups, strict=True) if g != [DEFAULT_GROUP]]
         per_group = dict(
-            zip(grouped, await asyncio.gather(*(self.service.group_stats(n) for n in grouped)),
-                strict=True)
-        )  # fmt: skip
+            zip(
+                grouped,
+                await asyncio.gather(*(self.service.group_stats(n) for n in grouped)),
+                strict=True,
+            )
+        )
         consumers = {key for w in workers for key in w.types}
         rows = {
             n: type_row(n, per_group.get(n) or {DEFAULT_GROUP: stats[n]}, consumers) for n in names
@@ -248,18 +251,20 @@ class Pages:
         search = None
         if error:
             search, charts = await asyncio.gather(
-                self.service.find_dead_letters(name, error, limit=dash.page_size,
-                                               offset=dead_offset, group=group_arg),
+                self.service.find_dead_letters(
+                    name, error, limit=dash.page_size, offset=dead_offset, group=group_arg
+                ),
                 self._history_charts([name], window, group_arg),
-            )  # fmt: skip
+            )
             dead = search.items
         else:
             dead, charts = await asyncio.gather(
-                self.service.dead_letters(name, limit=dash.page_size, offset=dead_offset,
-                                          group=group_arg),
+                self.service.dead_letters(
+                    name, limit=dash.page_size, offset=dead_offset, group=group_arg
+                ),
                 # a named group's history is its own (kept under "type:group")
                 self._history_charts([name], window, group_arg),
-            )  # fmt: skip
+            )
         counts = context["counts"]
         try:
             limits: FlowLimits | None = await dash.service.limits(name, group=group_arg)
@@ -301,8 +306,16 @@ class Pages:
         type_value = request.query_params.get("type", "").strip()
         names = sorted(await self.service.store.types.known_types())
         if not event_id:
-            return dash.render(request, "search.html", names=names, found=[], event_id="",
-                               type_name=type_value, searched=False, prefixed=[])  # fmt: skip
+            return dash.render(
+                request,
+                "search.html",
+                names=names,
+                found=[],
+                event_id="",
+                type_name=type_value,
+                searched=False,
+                prefixed=[],
+            )
         if type_value:
             candidate = await dash.known_type(request, type_value)
             if isinstance(candidate, Response):

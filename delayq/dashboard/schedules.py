@@ -37,19 +37,30 @@ class SchedulesPage:
         form = await request.form()
         if dash.read_only:
             return dash.render(
-                request, "message.html", status_code=403, heading="Read-only",
+                request,
+                "message.html",
+                status_code=403,
+                heading="Read-only",
                 message="This dashboard is read-only: actions are switched off.",
-            )  # fmt: skip
+            )
         problem = dash.csrf.check(request, form)
         if problem is not None:
             return dash.render(
-                request, "message.html", status_code=403, heading="Refused",
+                request,
+                "message.html",
+                status_code=403,
+                heading="Refused",
                 message=f"The action was refused ({problem}). Reload the page and try again.",
-            )  # fmt: skip
+            )
         action, name = str(form.get("action", "")), str(form.get("name", ""))
         if action not in _ACTIONS or not name:
-            return dash.render(request, "message.html", status_code=400, heading="Bad request",
-                               message="Unknown action or schedule.")  # fmt: skip
+            return dash.render(
+                request,
+                "message.html",
+                status_code=400,
+                heading="Bad request",
+                message="Unknown action or schedule.",
+            )
         service = dash.service
         result: bool | str | None
         if action == "pause":
@@ -61,7 +72,12 @@ class SchedulesPage:
         else:
             result = await service.unschedule(name)
         if not result:
-            return dash.render(request, "message.html", status_code=404, heading="Not found",
-                               message=f"No schedule named {name!r}.")  # fmt: skip
+            return dash.render(
+                request,
+                "message.html",
+                status_code=404,
+                heading="Not found",
+                message=f"No schedule named {name!r}.",
+            )
         root = request.scope.get("root_path", "").rstrip("/")
         return RedirectResponse(f"{root}/schedules?done={action}", status_code=303)

@@ -77,8 +77,9 @@ def normalise_origin(value: str) -> str | None:
 class Csrf:
     """Issues and checks the CSRF token of one dashboard app, and its Origin check."""
 
-    def __init__(self, secret: bytes, *, public_origin: str | None = None,
-                 trust_forwarded: bool = False):  # fmt: skip
+    def __init__(
+        self, secret: bytes, *, public_origin: str | None = None, trust_forwarded: bool = False
+    ):
         self._secret = secret
         self.public_origin = public_origin
         self.trust_forwarded = trust_forwarded

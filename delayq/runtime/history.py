@@ -51,9 +51,25 @@ __all__ = [
 log = logging.getLogger("delayq.history")
 
 LATENESS_BOUNDS_MS: tuple[int, ...] = (
-    1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 30_000, 60_000,
-    300_000, 900_000, 3_600_000,
-)  # fmt: skip
+    1,
+    2,
+    5,
+    10,
+    20,
+    50,
+    100,
+    200,
+    500,
+    1_000,
+    2_000,
+    5_000,
+    10_000,
+    30_000,
+    60_000,
+    300_000,
+    900_000,
+    3_600_000,
+)
 """Upper bounds (ms) of the lateness buckets; one more bucket holds everything later."""
 
 MINUTE_SLOTS = 60

@@ -246,11 +246,19 @@ class Schedules:
         template = canonical_template(self._codec.encode(event, check_context(context)))
         check_template(template)
         spec = ScheduleSpec(
-            name=name, event_type=type_name, partitions=event_type.event_partitions,
-            cron=expr, every_ms=every_ms, timezone=timezone, template=template,
-            overlap=overlap, catch_up_ms=catch_up_ms, jitter_ms=jitter_ms,
-            start_ms=start_ms, end_ms=end_ms,
-        )  # fmt: skip
+            name=name,
+            event_type=type_name,
+            partitions=event_type.event_partitions,
+            cron=expr,
+            every_ms=every_ms,
+            timezone=timezone,
+            template=template,
+            overlap=overlap,
+            catch_up_ms=catch_up_ms,
+            jitter_ms=jitter_ms,
+            start_ms=start_ms,
+            end_ms=end_ms,
+        )
         return spec.with_version()
 
     async def upsert(self, spec: ScheduleSpec) -> ScheduleInfo:

@@ -50,8 +50,17 @@ __all__ = ["ScheduleFirer", "write_fires"]
 Planned = tuple[str, str, str, str, int, str, bytes, int]
 
 # schedule_fire.lua's codes, as a fire's send span names them
-OUTCOMES = {1: "fired", 3: "kept", 2: "skipped", 4: "buffered", 0: "done", -1: "stale",
-            -2: "gone", -3: "paused", 5: "looked"}  # fmt: skip
+OUTCOMES = {
+    1: "fired",
+    3: "kept",
+    2: "skipped",
+    4: "buffered",
+    0: "done",
+    -1: "stale",
+    -2: "gone",
+    -3: "paused",
+    5: "looked",
+}
 
 
 async def write_fires(
@@ -257,10 +266,18 @@ class ScheduleFirer:
                 # fire before it has left
                 fires.append((name, spec.version, "P", "", 0, spec.overlap, b"", 0))
             for slot in slots:
-                fires.append((
-                    name, spec.version, str(slot), fire_id(name, slot, spec.partitions),
-                    slot + jitter_ms(spec, slot), spec.overlap, spec.template, slot,
-                ))  # fmt: skip
+                fires.append(
+                    (
+                        name,
+                        spec.version,
+                        str(slot),
+                        fire_id(name, slot, spec.partitions),
+                        slot + jitter_ms(spec, slot),
+                        spec.overlap,
+                        spec.template,
+                        slot,
+                    )
+                )
         if fires:
             results = await write_fires(self._store, self._observer, shard, now, fires)
             last: dict[str, tuple[int, int, int, int]] = {}
@@ -274,11 +291,13 @@ class ScheduleFirer:
                     self._fired(label, now, int(item[2]))
                 elif code == 2:
                     self._metrics.increment("schedule_skipped", event_type=label)
-                    log.info("schedule %s: slot %s skipped (previous fire still pending)",
-                             name, item[2])  # fmt: skip
+                    log.info(
+                        "schedule %s: slot %s skipped (previous fire still pending)", name, item[2]
+                    )
                 elif code == 4:
-                    log.info("schedule %s: slot %s buffered (previous fire still pending)",
-                             name, item[2])  # fmt: skip
+                    log.info(
+                        "schedule %s: slot %s buffered (previous fire still pending)", name, item[2]
+                    )
             for name, (code, gen, mark, buffered) in last.items():
                 if code >= 0:
                     nxt = next_look(specs[name], mark, buffered, now, AHEAD_MS)

@@ -26,9 +26,20 @@ from ..partitions.shards import partition_of
 from .cron import ALIASES, UTC, check_cron, check_timezone, cron_after, cron_at_or_before
 
 __all__ = [
-    "ALIASES", "Overlap", "ScheduleSpec", "check_cron", "check_timezone", "due_slots",
-    "fire_id", "jitter_ms", "next_look", "next_slot", "previous_slot", "restamp", "slot_text",
-]  # fmt: skip
+    "ALIASES",
+    "Overlap",
+    "ScheduleSpec",
+    "check_cron",
+    "check_timezone",
+    "due_slots",
+    "fire_id",
+    "jitter_ms",
+    "next_look",
+    "next_slot",
+    "previous_slot",
+    "restamp",
+    "slot_text",
+]
 
 Overlap = Literal["allow", "skip", "buffer_one"]
 OVERLAPS: tuple[str, ...] = ("allow", "skip", "buffer_one")

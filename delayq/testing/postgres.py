@@ -210,9 +210,19 @@ class PostgresServer(Lifecycle):
         if self._owner is not None:
             os.chown(self._dir, *self._owner)
         cmd = [
-            os.path.join(self._bin, "initdb"), "-D", self._data, "-U", "postgres", "-A", "trust",
-            "--no-locale", "-E", "UTF8", "--no-sync", "--no-instructions",
-        ]  # fmt: skip
+            os.path.join(self._bin, "initdb"),
+            "-D",
+            self._data,
+            "-U",
+            "postgres",
+            "-A",
+            "trust",
+            "--no-locale",
+            "-E",
+            "UTF8",
+            "--no-sync",
+            "--no-instructions",
+        ]
         done = subprocess.run(cmd, capture_output=True, timeout=120, **self._popen_kwargs())
         if done.returncode != 0:
             if b"--no-instructions" in done.stderr:  # initdb before 13
@@ -235,17 +245,28 @@ class PostgresServer(Lifecycle):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(self._data, "postmaster.pid"))  # left by a kill()
         argv = [
-            os.path.join(self._bin, "postgres"), "-D", self._data, "-p", str(self._port),
-            "-c", f"listen_addresses={_HOST}", "-c", "unix_socket_directories=",
-        ]  # fmt: skip
+            os.path.join(self._bin, "postgres"),
+            "-D",
+            self._data,
+            "-p",
+            str(self._port),
+            "-c",
+            f"listen_addresses={_HOST}",
+            "-c",
+            "unix_socket_directories=",
+        ]
         for key, value in self._config.items():
             argv += ["-c", f"{key}={value}"]
         log = open(self.log_path, "ab")
         try:
             self._proc = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, **self._popen_kwargs(),
-            )  # fmt: skip
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                **self._popen_kwargs(),
+            )
         finally:
             log.close()
         _live.add(self)

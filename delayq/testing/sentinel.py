@@ -176,10 +176,18 @@ class RedisSentinelSet(Lifecycle):
         while True:
             try:
                 addresses = {
-                    tuple(_text(x) for x in _command(s.port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME",
-                                                     self.service_name, timeout=1.0))
+                    tuple(
+                        _text(x)
+                        for x in _command(
+                            s.port,
+                            "SENTINEL",
+                            "GET-MASTER-ADDR-BY-NAME",
+                            self.service_name,
+                            timeout=1.0,
+                        )
+                    )
                     for s in self.sentinels
-                }  # fmt: skip
+                }
                 if len(addresses) == 1:
                     host, port = next(iter(addresses))
                     role = _command(int(port), "ROLE", timeout=1.0)
