@@ -8,7 +8,7 @@ subscription is back, among others), but never before :data:`MIN_RETRY`.
 
 The parts, one way each: :class:`Retrying` (one loop's doubling backoff), :class:`Backoffs`
 (one per key, the others going on), :class:`Wakeup` (what cuts a loop's wait short),
-:func:`poll` (a loop of passes that each say how long to wait: the scheduler, the
+:func:`listen` (a subscription made again after it drops), :func:`poll` (a loop of passes that each say how long to wait: the scheduler, the
 partitions' spread, the schedule firer) and :class:`Periodic` (a loop that acts every
 ``interval``: the heartbeat, the history writer).
 """
@@ -16,8 +16,11 @@ partitions' spread, the schedule firer) and :class:`Periodic` (a loop that acts 
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import anyio
 import anyio.lowlevel
@@ -29,9 +32,11 @@ __all__ = [
     "MAX_RESTART",
     "MIN_RETRY",
     "Backoffs",
+    "Listener",
     "Periodic",
     "Retrying",
     "Wakeup",
+    "listen",
     "log_retry",
     "poll",
     "wait_to_retry",
@@ -143,13 +148,64 @@ class Retrying:
         """Sleep :meth:`next`'s wait."""
         await anyio.sleep(self.next())
 
-    def held(self, since: float, now: float) -> None:
+    def held(self, since: float, now: float, hold: float | None = None) -> None:
         """A connection (a subscription) made at ``since`` dropped at ``now``: start the
-        backoff over only if it held for :attr:`most` seconds. One dropped soon after it
-        was made (a proxy, a kill loop) goes on backing off rather than being made again
-        every ``first`` seconds."""
-        if now - since >= self.most:
+        backoff over only if it held for ``hold`` seconds (default :attr:`most`). One
+        dropped soon after it was made (a proxy, a kill loop) goes on backing off rather
+        than being made again every ``first`` seconds."""
+        if now - since >= (self.most if hold is None else hold):
             self.reset()
+
+
+class Listener(Protocol):
+    """A subscription to one channel (the store's ``WakeupListener``)."""
+
+    async def subscribe(self) -> None:
+        """Subscribe; raise if the connection fails."""
+
+    async def next(self, timeout: float) -> str | None:
+        """The next message, or None after ``timeout`` seconds without one."""
+
+    async def aclose(self) -> None:
+        """Unsubscribe and give the connection back."""
+
+
+async def listen(
+    subscription: Callable[[], Listener],
+    on_message: Callable[[str], object],
+    *,
+    log: logging.Logger,
+    what: str,
+    timeout: float,
+    hold: float = 0.0,
+    on_subscribed: Callable[[], object] | None = None,
+    stopping: Callable[[], bool] = lambda: False,
+) -> None:
+    """Hand each message of a subscription to ``on_message`` until ``stopping()``, and
+    subscribe again after a dropped connection, after the backoff (0.1 s doubling up to
+    :data:`MAX_BACKOFF`). The backoff starts over after a subscription that held for
+    ``hold`` seconds (see :meth:`Retrying.held`); ``on_subscribed`` is called each time
+    the subscription is made (messages may have been missed meanwhile)."""
+    retrying = Retrying(first=0.1)
+    while not stopping():
+        listener = subscription()
+        since = math.inf
+        try:
+            await listener.subscribe()
+            since = time.monotonic()
+            if on_subscribed is not None:
+                on_subscribed()
+            while True:
+                message = await listener.next(timeout=timeout)
+                if message:
+                    on_message(message)
+        except Exception as exc:
+            retrying.held(since, time.monotonic(), hold)
+            log.info("%s dropped (%s); resubscribing in %.2fs", what, exc, retrying.delay)
+            await retrying.sleep()
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+                await listener.aclose()
 
 
 def log_retry(

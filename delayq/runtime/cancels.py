@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import anyio
 
-from .._pacing import Retrying
+from .._pacing import listen
 from ..partitions.shards import parse_shard
 from ..storage.running import parse_cancel_message
 from ..storage.store import Store
@@ -65,22 +65,12 @@ class CancelSignals:
 
     async def run(self) -> None:
         """Listen until :meth:`stop`; subscribe again after a dropped connection."""
-        retrying = Retrying(first=0.1)
         with anyio.CancelScope() as self._scope:
-            while not self._stopping:
-                listener = self._store.cancel_signals()
-                try:
-                    await listener.subscribe()
-                    retrying.reset()
-                    while True:
-                        message = await listener.next(timeout=30.0)
-                        if message:
-                            self.on_message(message)
-                except Exception as exc:
-                    log.info(
-                        "cancel subscription dropped (%s); again in %.2fs", exc, retrying.delay
-                    )
-                    await retrying.sleep()
-                finally:
-                    with anyio.CancelScope(shield=True), anyio.move_on_after(1):
-                        await listener.aclose()
+            await listen(
+                self._store.cancel_signals,
+                self.on_message,
+                log=log,
+                what="cancel subscription",
+                timeout=30.0,
+                stopping=lambda: self._stopping,
+            )

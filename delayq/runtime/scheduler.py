@@ -43,13 +43,13 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from .._pacing import Retrying, Wakeup, poll
+from .._pacing import MAX_BACKOFF, Wakeup, listen, poll
 from ..errors import RedisResponseError
 from ..events import validate_name
 from ..metrics import ServiceMetrics
 from ..partitions.shards import parse_shard
 from ..partitions.spread import Spread
-from ..storage.store import Store, WakeupListener
+from ..storage.store import Store
 from .leadership import Leadership
 from .mover import Mover
 
@@ -307,33 +307,24 @@ class Scheduler:
 
     async def _listen(self) -> None:
         """Turn wake-up messages into early passes; resubscribe after disconnects."""
-        retrying = Retrying(first=0.1)
-        while True:
-            listener: WakeupListener = self._store.wakeups()
-            held_since = math.inf
-            try:
-                await listener.subscribe()
-                held_since = time.monotonic()
-                # the partitions' owners are those that hear wake-ups: join now; and
-                # messages may have been missed while unsubscribed: look at everything
-                self.spread.listening()
-                self.wake()
-                if self.on_schedules is not None:
-                    self.on_schedules()
-                while True:
-                    name = await listener.next(timeout=self._s.listen_timeout)
-                    if name:
-                        self._on_message(name)
-            except Exception as exc:
-                # (without this, each of those was made again with a full sweep)
-                retrying.held(held_since, time.monotonic())
-                log.info(
-                    "wake-up subscription dropped (%s); resubscribing in %.2fs", exc, retrying.delay
-                )
-                await retrying.sleep()
-            finally:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(1):
-                    await listener.aclose()
+        await listen(
+            self._store.wakeups,
+            self._on_message,
+            log=log,
+            what="wake-up subscription",
+            timeout=self._s.listen_timeout,
+            # (one dropped soon after SUBSCRIBE was made again every 0.1 s, with a sweep)
+            hold=MAX_BACKOFF,
+            on_subscribed=self._subscribed,
+        )
+
+    def _subscribed(self) -> None:
+        # the partitions' owners are those that hear wake-ups: join now; and messages
+        # may have been missed while unsubscribed: look at everything
+        self.spread.listening()
+        self.wake()
+        if self.on_schedules is not None:
+            self.on_schedules()
 
     def _on_message(self, name: str) -> None:
         """A leader looks at a woken type now; a standby ``takeover_delay`` from now."""
