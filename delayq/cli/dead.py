@@ -19,12 +19,15 @@ from .ops import (
     Connection,
     GroupName,
     Json,
+    Limit,
     TypeName,
+    Yes,
     confirm,
     known_type,
     parse_delay,
     pick_ids,
     run,
+    shown,
     with_connection,
 )
 from .output import add_columns, console, fail, print_json, text, when
@@ -93,6 +96,38 @@ async def _bulk(
     return done
 
 
+_Apply = Callable[[list[str]], Awaitable[int]]
+_REQUEUE_ALL = "Requeue all {count} dead letters of {name}?"
+_PURGE_ALL = "Delete all {count} dead letters of {name} for good?"
+
+
+def _act(
+    conn: Connection,
+    type_name: str,
+    group: str,
+    chosen: list[str] | None,
+    yes: bool,
+    as_json: bool,
+    label: str,
+    question: str,
+    action: Callable[[EventService, str, str | None], _Apply],
+) -> int:
+    """Requeue or purge (``label``) the ``chosen`` dead letters, or all of them once
+    ``question`` (on ``{count}`` and ``{name}``) is answered; return how many it did."""
+
+    async def main() -> int:
+        async with conn.connect() as service:
+            name = await known_type(service, type_name)
+            g = await _known_group(service, name, group)
+            if chosen is None:
+                count = await _dead_count(service, name, g)
+                confirm(question.format(count=count, name=name), yes, True)
+            apply = action(service, name, g)
+            return await _bulk(service, name, chosen, label, apply, not as_json, g)
+
+    return run(main)
+
+
 dead = typer.Typer(help="List, requeue or purge dead letters.", rich_markup_mode="rich")
 
 
@@ -109,7 +144,7 @@ def dead_group(ctx: typer.Context) -> None:
 @with_connection
 def dead_list(
     type_name: TypeName,
-    limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="Most rows.")] = 20,
+    limit: Limit = 20,
     offset: Annotated[
         int,
         typer.Option("--offset", min=0, max=MAX_OFFSET, help="Skip this many (oldest first)."),
@@ -135,8 +170,10 @@ def dead_list(
                 }
             )
             return
-        where = type_name if group == DEFAULT_GROUP else f"{type_name} [{group}]"
-        table = Table(title=text(f"{where}: dead letters from #{offset}"), title_justify="left")
+        table = Table(
+            title=text(f"{shown(type_name, group)}: dead letters from #{offset}"),
+            title_justify="left",
+        )
         add_columns(table, ("id", "failed", "attempts", "error", "payload"))
         for d in items:
             table.add_row(
@@ -166,10 +203,7 @@ def dead_requeue(
         str, typer.Option("--delay", help="Due after this long (250ms, 30s, 5m, 3h, 2d).")
     ] = "0",
     group: GroupName = DEFAULT_GROUP,
-    yes: Annotated[
-        bool,
-        typer.Option("--yes", "-y", help="Do not ask (required off a terminal with --all)."),
-    ] = False,
+    yes: Yes = False,
     as_json: Json = False,
     conn: Connection = Connection(),
 ) -> None:
@@ -178,20 +212,13 @@ def dead_requeue(
     chosen = pick_ids(ids, all_, "requeue")
     seconds = parse_delay(delay)
 
-    async def main() -> int:
-        async with conn.connect() as service:
-            name = await known_type(service, type_name)
-            g = await _known_group(service, name, group)
-            if chosen is None:
-                count = await _dead_count(service, name, g)
-                confirm(f"Requeue all {count} dead letters of {name}?", yes, True)
+    def requeue(service: EventService, name: str, group: str | None) -> _Apply:
+        async def apply(page: list[str]) -> int:
+            return await service.requeue_dead_letters(name, ids=page, delay=seconds, group=group)
 
-            async def apply(page: list[str]) -> int:
-                return await service.requeue_dead_letters(name, ids=page, delay=seconds, group=g)
+        return apply
 
-            return await _bulk(service, name, chosen, "requeueing", apply, not as_json, g)
-
-    done = run(main)
+    done = _act(conn, type_name, group, chosen, yes, as_json, "requeueing", _REQUEUE_ALL, requeue)
     if as_json:
         print_json({"type": type_name, "group": group, "requeued": done})
     else:
@@ -209,10 +236,7 @@ def dead_purge(
     all_: Annotated[
         bool, typer.Option("--all", help="Delete every dead letter of the type.")
     ] = False,
-    yes: Annotated[
-        bool,
-        typer.Option("--yes", "-y", help="Do not ask (required off a terminal with --all)."),
-    ] = False,
+    yes: Yes = False,
     group: GroupName = DEFAULT_GROUP,
     as_json: Json = False,
     conn: Connection = Connection(),
@@ -220,20 +244,13 @@ def dead_purge(
     """Delete dead letters (of one delivery group with --group) for good."""
     chosen = pick_ids(ids, all_, "purge")
 
-    async def main() -> int:
-        async with conn.connect() as service:
-            name = await known_type(service, type_name)
-            g = await _known_group(service, name, group)
-            if chosen is None:
-                count = await _dead_count(service, name, g)
-                confirm(f"Delete all {count} dead letters of {name} for good?", yes, True)
+    def purge(service: EventService, name: str, group: str | None) -> _Apply:
+        async def apply(page: list[str]) -> int:
+            return await service.purge_dead_letters(name, ids=page, group=group)
 
-            async def apply(page: list[str]) -> int:
-                return await service.purge_dead_letters(name, ids=page, group=g)
+        return apply
 
-            return await _bulk(service, name, chosen, "purging", apply, not as_json, g)
-
-    done = run(main)
+    done = _act(conn, type_name, group, chosen, yes, as_json, "purging", _PURGE_ALL, purge)
     if as_json:
         print_json({"type": type_name, "group": group, "purged": done})
     else:

@@ -20,6 +20,7 @@ from .ops import (
     EventId,
     Json,
     TypeName,
+    Yes,
     confirm,
     known_type,
     parse_delay,
@@ -309,10 +310,7 @@ def purge(
         bool,
         typer.Option("--all", help="Cancel every waiting (scheduled or ready) event of the type."),
     ] = False,
-    yes: Annotated[
-        bool,
-        typer.Option("--yes", "-y", help="Do not ask (required off a terminal with --all)."),
-    ] = False,
+    yes: Yes = False,
     as_json: Json = False,
     conn: Connection = Connection(),
 ) -> None:

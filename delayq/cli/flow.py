@@ -3,7 +3,9 @@ type (or one of its delivery groups). See docs/FLOW.md."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.table import Table
@@ -14,10 +16,21 @@ from ..flow.keys import KeyBacklogs
 from ..flow.limits import FlowLimits
 from ..keys import DEFAULT_GROUP
 from ..service import EventService
-from .ops import Connection, GroupName, Json, TypeName, known_type, run, with_connection
+from .ops import (
+    Connection,
+    GroupName,
+    Json,
+    TypeName,
+    known_type,
+    run,
+    shown,
+    with_connection,
+)
 from .output import console, fail, print_json, text
 
-__all__ = ["limits", "pause", "register", "resume"]
+__all__ = ["Scope", "limits", "pause", "register", "resume"]
+
+T = TypeVar("T")
 
 
 AllowUnknown = Annotated[
@@ -30,28 +43,51 @@ AllowUnknown = Annotated[
 ]
 
 
-async def _known(service: EventService, type_name: str, allow_unknown: bool) -> None:
-    """Refuse a type the prefix does not know (a typo would store limits or a pause that
-    nothing reads), unless ``--allow-unknown``."""
-    if not allow_unknown:
-        await known_type(service, type_name, "; --allow-unknown accepts it anyway")
+@dataclass(frozen=True)
+class Scope:
+    """The options every flow command has after its own: ``--group``, ``--json`` and
+    ``--allow-unknown`` (declared once: see :func:`~delayq.cli.ops.with_connection`)."""
+
+    group: GroupName = DEFAULT_GROUP
+    as_json: Json = False
+    allow_unknown: AllowUnknown = False
+
+    def checked(self, type_name: str) -> str | None:
+        """The group to pass on (None for the default group), once both names are valid
+        (a one-line failure if not)."""
+        try:
+            validate_name(type_name)
+            if self.group != DEFAULT_GROUP:
+                validate_name(self.group, "group name")
+        except (TypeError, ValueError) as exc:
+            fail(str(exc))
+        return None if self.group == DEFAULT_GROUP else self.group
+
+    def run(
+        self,
+        conn: Connection,
+        type_name: str,
+        act: Callable[[EventService, str | None], Awaitable[T]],
+    ) -> T:
+        """``act(service, group)`` on the type (``group`` as :meth:`checked` gives it): a
+        type the prefix does not know (a typo would store limits or a pause that nothing
+        reads) is refused unless ``--allow-unknown``."""
+        group = self.checked(type_name)
+
+        async def main() -> T:
+            async with conn.connect() as service:
+                if not self.allow_unknown:
+                    await known_type(service, type_name, "; --allow-unknown accepts it anyway")
+                return await act(service, group)
+
+        return run(main)
 
 
-def _checked(type_name: str, group: str) -> str | None:
-    try:
-        validate_name(type_name)
-        if group != DEFAULT_GROUP:
-            validate_name(group, "group name")
-    except (TypeError, ValueError) as exc:
-        fail(str(exc))
-    return None if group == DEFAULT_GROUP else group
-
-
-def _show(type_name: str, group: str, limits: FlowLimits, as_json: bool) -> None:
-    if as_json:
-        print_json({"type": type_name, "group": group, **limits.to_dict()})
+def _show(type_name: str, scope: Scope, limits: FlowLimits) -> None:
+    if scope.as_json:
+        print_json({"type": type_name, "group": scope.group, **limits.to_dict()})
         return
-    where = type_name if group == DEFAULT_GROUP else f"{type_name} [{group}]"
+    where = shown(type_name, scope.group)
     table = Table(title=text(f"{where}: flow limits (fleet-wide)"), title_justify="left")
     table.add_column("limit")
     table.add_column("value")
@@ -82,21 +118,14 @@ limits = typer.Typer(
 @limits.command("show")
 @with_connection
 def limits_show(
-    type_name: TypeName,
-    group: GroupName = DEFAULT_GROUP,
-    as_json: Json = False,
-    allow_unknown: AllowUnknown = False,
-    conn: Connection = Connection(),
+    type_name: TypeName, scope: Scope = Scope(), conn: Connection = Connection()
 ) -> None:
     """The flow limits and paused state of a type (of one delivery group)."""
-    g = _checked(type_name, group)
 
-    async def main() -> FlowLimits:
-        async with conn.connect() as service:
-            await _known(service, type_name, allow_unknown)
-            return await _call(service, "limits", event_type=type_name, group=g)
+    async def act(service: EventService, group: str | None) -> FlowLimits:
+        return await _call(service, "limits", event_type=type_name, group=group)
 
-    _show(type_name, group, run(main), as_json)
+    _show(type_name, scope, scope.run(conn, type_name, act))
 
 
 @limits.command("set")
@@ -121,19 +150,13 @@ def limits_set(
     per_key_rate: Annotated[
         str | None, typer.Option("--per-key-rate", help="Starts per period per flow key.")
     ] = None,
-    group: GroupName = DEFAULT_GROUP,
-    as_json: Json = False,
-    allow_unknown: AllowUnknown = False,
+    scope: Scope = Scope(),
     conn: Connection = Connection(),
 ) -> None:
     """Set limits; those not given are left as they are. Every worker obeys within ~1 s."""
-    g = _checked(type_name, group)
-    if (
-        concurrency is None
-        and rate is None
-        and per_key_concurrency is None
-        and (per_key_rate is None)
-    ):
+    scope.checked(type_name)
+    given = (concurrency, rate, per_key_concurrency, per_key_rate)
+    if all(value is None for value in given):
         fail(
             "limits set: give --concurrency, --rate, --per-key-concurrency and/or "
             "--per-key-rate (limits clear removes them)"
@@ -144,20 +167,18 @@ def limits_set(
     if per_key_rate is not None:
         per_key["per_key_rate"] = per_key_rate
 
-    async def main() -> FlowLimits:
-        async with conn.connect() as service:
-            await _known(service, type_name, allow_unknown)
-            return await _call(
-                service,
-                "set_limits",
-                event_type=type_name,
-                group=g,
-                concurrency=KEEP if concurrency is None else concurrency,
-                rate=KEEP if rate is None else rate,
-                **per_key,
-            )
+    async def act(service: EventService, group: str | None) -> FlowLimits:
+        return await _call(
+            service,
+            "set_limits",
+            event_type=type_name,
+            group=group,
+            concurrency=KEEP if concurrency is None else concurrency,
+            rate=KEEP if rate is None else rate,
+            **per_key,
+        )
 
-    _show(type_name, group, run(main), as_json)
+    _show(type_name, scope, scope.run(conn, type_name, act))
 
 
 @limits.command("clear")
@@ -171,30 +192,25 @@ def limits_clear(
     per_key: Annotated[
         bool, typer.Option("--per-key", help="Remove only the per-key limits.")
     ] = False,
-    group: GroupName = DEFAULT_GROUP,
-    as_json: Json = False,
-    allow_unknown: AllowUnknown = False,
+    scope: Scope = Scope(),
     conn: Connection = Connection(),
 ) -> None:
     """Remove limits (all, unless --concurrency, --rate or --per-key picks); pause is kept."""
-    g = _checked(type_name, group)
     every = not concurrency and not rate and not per_key
 
-    async def main() -> FlowLimits:
-        async with conn.connect() as service:
-            await _known(service, type_name, allow_unknown)
-            return await _call(
-                service,
-                "set_limits",
-                event_type=type_name,
-                group=g,
-                concurrency=None if every or concurrency else KEEP,
-                rate=None if every or rate else KEEP,
-                per_key_concurrency=None if every or per_key else KEEP,
-                per_key_rate=None if every or per_key else KEEP,
-            )
+    async def act(service: EventService, group: str | None) -> FlowLimits:
+        return await _call(
+            service,
+            "set_limits",
+            event_type=type_name,
+            group=group,
+            concurrency=None if every or concurrency else KEEP,
+            rate=None if every or rate else KEEP,
+            per_key_concurrency=None if every or per_key else KEEP,
+            per_key_rate=None if every or per_key else KEEP,
+        )
 
-    _show(type_name, group, run(main), as_json)
+    _show(type_name, scope, scope.run(conn, type_name, act))
 
 
 @limits.command("keys")
@@ -202,29 +218,24 @@ def limits_clear(
 def limits_keys(
     type_name: TypeName,
     limit: Annotated[int, typer.Option("--limit", help="How many keys (1-1000).")] = 20,
-    group: GroupName = DEFAULT_GROUP,
-    as_json: Json = False,
-    allow_unknown: AllowUnknown = False,
+    scope: Scope = Scope(),
     conn: Connection = Connection(),
 ) -> None:
     """The flow keys with the most ready events: ready, running, held back by a
     per-key limit (read-only)."""
-    g = _checked(type_name, group)
 
-    async def main() -> KeyBacklogs:
-        async with conn.connect() as service:
-            await _known(service, type_name, allow_unknown)
-            try:
-                return await service.key_backlog(type_name, group=g, limit=limit)
-            except (TypeError, ValueError) as exc:
-                fail(str(exc))
+    async def act(service: EventService, group: str | None) -> KeyBacklogs:
+        try:
+            return await service.key_backlog(type_name, group=group, limit=limit)
+        except (TypeError, ValueError) as exc:
+            fail(str(exc))
 
-    got = run(main)
-    if as_json:
+    got = scope.run(conn, type_name, act)
+    if scope.as_json:
         print_json(
             {
                 "type": type_name,
-                "group": group,
+                "group": scope.group,
                 "in_rotation": got.in_rotation,
                 "parked": got.parked,
                 "scanned": got.scanned,
@@ -240,7 +251,7 @@ def limits_keys(
             }
         )
         return
-    where = type_name if group == DEFAULT_GROUP else f"{type_name} [{group}]"
+    where = shown(type_name, scope.group)
     table = Table(
         title=text(f"{where}: {got.in_rotation} flow keys taking turns, {got.parked} held back"),
         title_justify="left",
@@ -257,47 +268,29 @@ def limits_keys(
     console.print(table)
 
 
-def _set_paused(
-    paused: bool, type_name: str, group: str, as_json: bool, allow_unknown: bool, conn: Connection
-) -> None:
-    g = _checked(type_name, group)
+def _set_paused(paused: bool, type_name: str, scope: Scope, conn: Connection) -> None:
+    async def act(service: EventService, group: str | None) -> FlowLimits:
+        await _call(service, "pause" if paused else "resume", event_type=type_name, group=group)
+        return await _call(service, "limits", event_type=type_name, group=group)
 
-    async def main() -> FlowLimits:
-        async with conn.connect() as service:
-            await _known(service, type_name, allow_unknown)
-            await _call(service, "pause" if paused else "resume", event_type=type_name, group=g)
-            return await _call(service, "limits", event_type=type_name, group=g)
-
-    got = run(main)
-    if as_json:
-        print_json({"type": type_name, "group": group, **got.to_dict()})
+    got = scope.run(conn, type_name, act)
+    if scope.as_json:
+        print_json({"type": type_name, "group": scope.group, **got.to_dict()})
     else:
-        where = type_name if group == DEFAULT_GROUP else f"{type_name} [{group}]"
+        where = shown(type_name, scope.group)
         console.print(text(f"{where}: {'paused' if got.paused else 'running'}"))
 
 
 @with_connection
-def pause(
-    type_name: TypeName,
-    group: GroupName = DEFAULT_GROUP,
-    as_json: Json = False,
-    allow_unknown: AllowUnknown = False,
-    conn: Connection = Connection(),
-) -> None:
+def pause(type_name: TypeName, scope: Scope = Scope(), conn: Connection = Connection()) -> None:
     """Pause a type (or group) fleet-wide: no new handler starts; events are still accepted."""
-    _set_paused(True, type_name, group, as_json, allow_unknown, conn)
+    _set_paused(True, type_name, scope, conn)
 
 
 @with_connection
-def resume(
-    type_name: TypeName,
-    group: GroupName = DEFAULT_GROUP,
-    as_json: Json = False,
-    allow_unknown: AllowUnknown = False,
-    conn: Connection = Connection(),
-) -> None:
+def resume(type_name: TypeName, scope: Scope = Scope(), conn: Connection = Connection()) -> None:
     """Resume a paused type (or group): waiting workers start at once."""
-    _set_paused(False, type_name, group, as_json, allow_unknown, conn)
+    _set_paused(False, type_name, scope, conn)
 
 
 def register(app: typer.Typer) -> None:

@@ -5,6 +5,7 @@ against the prefix's types."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import inspect
 import sys
@@ -19,6 +20,7 @@ import typer
 
 from ..errors import RedisError
 from ..events import validate_name
+from ..keys import DEFAULT_GROUP
 from ..service import EventService
 from .durations import parse_duration
 from .output import fail
@@ -32,7 +34,9 @@ __all__ = [
     "EventId",
     "GroupName",
     "Json",
+    "Limit",
     "TypeName",
+    "Yes",
     "confirm",
     "connect",
     "known_type",
@@ -40,6 +44,7 @@ __all__ = [
     "pick_ids",
     "run",
     "safe_url",
+    "shown",
     "with_connection",
 ]
 
@@ -80,6 +85,10 @@ GroupName = Annotated[
     typer.Option("--group", help="The delivery group (handlers added without a group: default)."),
 ]
 EventId = Annotated[str, typer.Argument(metavar="ID", help="The event id.", show_default=False)]
+Limit = Annotated[int, typer.Option("--limit", min=1, max=1000, help="Most rows.")]
+Yes = Annotated[
+    bool, typer.Option("--yes", "-y", help="Do not ask (required off a terminal with --all).")
+]
 MAX_OFFSET = 1_000_000_000
 """The largest ``--offset`` (Redis takes ranks as 64-bit integers; pages are read by rank)."""
 DEFAULT_URL = "redis://localhost:6379/0"
@@ -108,9 +117,9 @@ def safe_url(url: str) -> str:
 class Connection:
     """Where a command looks: the values of ``--redis-url``, ``--prefix`` and ``--cluster``."""
 
-    redis_url: str = DEFAULT_URL
-    prefix: str = DEFAULT_PREFIX
-    cluster: bool = False
+    redis_url: RedisUrl = DEFAULT_URL
+    prefix: Prefix = DEFAULT_PREFIX
+    cluster: Cluster = False
 
     def connect(self) -> AbstractAsyncContextManager[EventService]:
         """An unstarted service on this Redis and prefix (see :func:`connect`)."""
@@ -124,39 +133,39 @@ class Connection:
         )
 
 
-_CONNECTION_OPTIONS: tuple[tuple[str, Any, object], ...] = (
-    ("redis_url", RedisUrl, DEFAULT_URL),
-    ("prefix", Prefix, DEFAULT_PREFIX),
-    ("cluster", Cluster, False),
-)
-
-
 def with_connection(command: Callable[..., T]) -> Callable[..., T]:
     """``command`` with the connection options in place of its ``conn: Connection``
     parameter, so that every command declares them by taking a :class:`Connection`.
 
     Typer reads a command's options from its signature: the one it sees has
     ``--redis-url``, ``--prefix`` and ``--cluster`` where ``conn`` was (their place in
-    ``--help``), and the command gets them as one :class:`Connection`.
+    ``--help``), and the command gets them as one :class:`Connection`. Any other
+    parameter whose type is a dataclass of options (each field annotated as a Typer
+    option, such as :class:`Connection`'s) is declared the same way, in its place.
     """
     signature = inspect.signature(command)
     if "conn" not in signature.parameters:
         raise TypeError(f"{command.__qualname__} has no 'conn: Connection' parameter")
     hints = typing.get_type_hints(command, include_extras=True)
     params: list[inspect.Parameter] = []
+    groups: dict[str, tuple[type[Any], list[str]]] = {}  # parameter -> its class, its fields
     for param in signature.parameters.values():
-        if param.name != "conn":
-            params.append(param.replace(annotation=hints.get(param.name, param.annotation)))
+        hint = hints.get(param.name, param.annotation)
+        if not (isinstance(hint, type) and dataclasses.is_dataclass(hint)):
+            params.append(param.replace(annotation=hint))
             continue
-        for name, annotation, default in _CONNECTION_OPTIONS:
+        fields = typing.get_type_hints(hint, include_extras=True)
+        groups[param.name] = (hint, [f.name for f in dataclasses.fields(hint)])
+        for f in dataclasses.fields(hint):
             params.append(
-                inspect.Parameter(name, param.kind, default=default, annotation=annotation)
+                inspect.Parameter(f.name, param.kind, default=f.default, annotation=fields[f.name])
             )
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> T:
-        conn = Connection(**{name: kwargs.pop(name) for name, _, _ in _CONNECTION_OPTIONS})
-        return command(*args, conn=conn, **kwargs)
+        for name, (cls, names) in groups.items():
+            kwargs[name] = cls(**{n: kwargs.pop(n) for n in names})
+        return command(*args, **kwargs)
 
     wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
         parameters=params, return_annotation=hints.get("return", inspect.Signature.empty)
@@ -203,6 +212,11 @@ async def known_type(service: EventService, name: str, hint: str = "") -> str:
             + hint
         )
     return name
+
+
+def shown(type_name: str, group: str) -> str:
+    """A type, or one of its delivery groups, as a title names it: ``type [group]``."""
+    return type_name if group == DEFAULT_GROUP else f"{type_name} [{group}]"
 
 
 def run(main: Callable[[], Awaitable[T]]) -> T:

@@ -24,6 +24,7 @@ from .ops import (
     Connection,
     EventId,
     Json,
+    Limit,
     TypeName,
     known_type,
     parse_delay,
@@ -265,7 +266,7 @@ def inspect(
 @with_connection
 def scheduled(
     type_name: TypeName,
-    limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="Most rows.")] = 20,
+    limit: Limit = 20,
     offset: Annotated[
         int,
         typer.Option("--offset", min=0, max=MAX_OFFSET, help="Skip this many (earliest first)."),

@@ -14,7 +14,7 @@ from typing import TypeVar
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from ..keyspace.groups import DEFAULT_GROUP, labelled
-from ..metrics import FOLD_EVERY
+from ..metrics import DELIVERY_COUNTERS, FOLD_EVERY
 from .local import LocalCollector, LocalCounter, LocalGauge, LocalHistogram
 
 __all__ = ["DURATION_BUCKETS", "LONG_BUCKETS", "PrometheusMetrics"]
@@ -120,19 +120,8 @@ _COUNTERS: dict[str, tuple[str, str, str | None]] = {
     ),
 }
 # counters (metric names) a delivery group's consumer reports: they have a ``group`` label
-_GROUP_COUNTERS = frozenset(
-    {
-        "delivered",
-        "succeeded",
-        "failed",
-        "retried",
-        "dead_lettered",
-        "decode_errors",
-        "leases_lost",
-        "stale_outcomes",
-        "throttled",
-    }
-)
+# (a Redis error is the process's, not a group's)
+_GROUP_COUNTERS = (frozenset(DELIVERY_COUNTERS) - {"redis_errors"}) | {"throttled"}
 _HISTOGRAMS: dict[str, tuple[str, bool, bool]] = {
     # observe() name -> (help, has an outcome label, long buckets)
     "lateness": (
