@@ -53,7 +53,7 @@ def dashboard(
     ] = False,
 ) -> None:
     """Serve the web dashboard: queues, events, dead letters, workers (the dashboard extra)."""
-    from ..dashboard.__main__ import missing_modules
+    from ..dashboard.__main__ import app_for, missing_modules
 
     missing = missing_modules()
     if missing:
@@ -61,9 +61,6 @@ def dashboard(
             f"the dashboard needs the dashboard extra: pip install 'delayq[dashboard]' (missing: {', '.join(missing)})"
         )
     import uvicorn
-
-    from ..dashboard import create_app
-    from ..service import EventService
 
     options: dict[str, Any] = {
         "read_only": read_only,
@@ -73,18 +70,7 @@ def dashboard(
         "trust_forwarded": trust_forwarded,
     }
     try:
-        if conn.cluster:
-            service = EventService.from_url(
-                conn.redis_url,
-                cluster=True,
-                prefix=conn.prefix,
-                enable_scheduling=False,
-                heartbeat_interval=0,
-                history_interval=0,
-            )
-            web = create_app(service, **options)
-        else:
-            web = create_app(conn.redis_url, conn.prefix, **options)
+        web = app_for(conn.redis_url, conn.prefix, conn.cluster, options)
     except (TypeError, ValueError) as exc:
         fail(f"bad dashboard settings: {exc}")
     where = f"http://{host}:{port}{root_path}/"

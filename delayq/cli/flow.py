@@ -108,6 +108,15 @@ async def _call(service: EventService, what: str, **kwargs: Any) -> FlowLimits:
         fail(str(exc))
 
 
+def _set_limits(type_name: str, scope: Scope, conn: Connection, **changes: Any) -> None:
+    """``set_limits`` with ``changes`` (KEEP: left as it is); show the limits it leaves."""
+
+    async def act(service: EventService, group: str | None) -> FlowLimits:
+        return await _call(service, "set_limits", event_type=type_name, group=group, **changes)
+
+    _show(type_name, scope, scope.run(conn, type_name, act))
+
+
 limits = typer.Typer(
     help="Fleet-wide flow limits of a type: concurrency and rate (docs/FLOW.md).",
     no_args_is_help=True,
@@ -167,18 +176,14 @@ def limits_set(
     if per_key_rate is not None:
         per_key["per_key_rate"] = per_key_rate
 
-    async def act(service: EventService, group: str | None) -> FlowLimits:
-        return await _call(
-            service,
-            "set_limits",
-            event_type=type_name,
-            group=group,
-            concurrency=KEEP if concurrency is None else concurrency,
-            rate=KEEP if rate is None else rate,
-            **per_key,
-        )
-
-    _show(type_name, scope, scope.run(conn, type_name, act))
+    _set_limits(
+        type_name,
+        scope,
+        conn,
+        concurrency=KEEP if concurrency is None else concurrency,
+        rate=KEEP if rate is None else rate,
+        **per_key,
+    )
 
 
 @limits.command("clear")
@@ -198,19 +203,15 @@ def limits_clear(
     """Remove limits (all, unless --concurrency, --rate or --per-key picks); pause is kept."""
     every = not concurrency and not rate and not per_key
 
-    async def act(service: EventService, group: str | None) -> FlowLimits:
-        return await _call(
-            service,
-            "set_limits",
-            event_type=type_name,
-            group=group,
-            concurrency=None if every or concurrency else KEEP,
-            rate=None if every or rate else KEEP,
-            per_key_concurrency=None if every or per_key else KEEP,
-            per_key_rate=None if every or per_key else KEEP,
-        )
-
-    _show(type_name, scope, scope.run(conn, type_name, act))
+    _set_limits(
+        type_name,
+        scope,
+        conn,
+        concurrency=None if every or concurrency else KEEP,
+        rate=None if every or rate else KEEP,
+        per_key_concurrency=None if every or per_key else KEEP,
+        per_key_rate=None if every or per_key else KEEP,
+    )
 
 
 @limits.command("keys")

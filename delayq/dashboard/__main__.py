@@ -7,8 +7,12 @@ import argparse
 import importlib.util
 import os
 import sys
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["REQUIRED_MODULES", "main", "missing_modules"]
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
+__all__ = ["REQUIRED_MODULES", "app_for", "main", "missing_modules"]
 
 REQUIRED_MODULES = ("starlette", "jinja2", "uvicorn", "multipart")
 """What the dashboard extra installs (``multipart``: python-multipart, for the forms)."""
@@ -25,6 +29,26 @@ def missing_modules() -> list[str]:
         if not found:
             missing.append(module)
     return missing
+
+
+def app_for(redis_url: str, prefix: str, cluster: bool, options: dict[str, Any]) -> Starlette:
+    """The dashboard app of ``python -m delayq.dashboard`` and ``delayq dashboard``: on a
+    cluster, over a service of its own that runs no loop (no scheduler, no heartbeat, no
+    history); ``options`` go to :func:`~delayq.dashboard.create_app`."""
+    from ..service import EventService
+    from .app import create_app
+
+    if not cluster:
+        return create_app(redis_url, prefix, **options)
+    service = EventService.from_url(
+        redis_url,
+        cluster=True,
+        prefix=prefix,
+        enable_scheduling=False,
+        heartbeat_interval=0,
+        history_interval=0,
+    )
+    return create_app(service, **options)
 
 
 def _error(message: str) -> int:
@@ -69,10 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     import uvicorn
 
-    from ..service import EventService
-    from .app import create_app
-
-    options = {
+    options: dict[str, Any] = {
         "read_only": args.read_only,
         "refresh_seconds": args.refresh,
         "page_size": args.page_size,
@@ -80,18 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         "trust_forwarded": args.trust_forwarded,
     }
     try:
-        if args.cluster:
-            service = EventService.from_url(
-                args.redis_url,
-                cluster=True,
-                prefix=args.prefix,
-                enable_scheduling=False,
-                heartbeat_interval=0,
-                history_interval=0,
-            )
-            app = create_app(service, **options)
-        else:
-            app = create_app(args.redis_url, args.prefix, **options)
+        app = app_for(args.redis_url, args.prefix, args.cluster, options)
     except (TypeError, ValueError) as exc:
         return _error(f"bad dashboard settings: {exc}")
     sys.stderr.write(

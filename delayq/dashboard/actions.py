@@ -20,7 +20,7 @@ from ..keyspace.groups import group_name
 from ..operations.enqueueing import CancelResult
 from .view import DashboardView
 
-__all__ = ["Actions"]
+__all__ = ["Actions", "checked_form"]
 
 
 def _count_note(done: int, expected: int) -> str:
@@ -38,42 +38,55 @@ def _count_note(done: int, expected: int) -> str:
     return ""
 
 
+async def checked_form(dash: DashboardView, request: Request) -> tuple[Any, Response | None]:
+    """The form of an action POST and, when the action is refused (read-only mode, or its
+    CSRF token or origin is wrong), the page that says so; every action checks first."""
+    # a whole page of selected ids (page_size) and a few more fields; bounded
+    form = await request.form(max_fields=dash.max_fields, max_files=0)
+    if dash.read_only:
+        return form, dash.message(
+            request, 403, "Read-only", "This dashboard is read-only: actions are switched off."
+        )
+    problem = dash.csrf.check(request, form)
+    if problem is not None:
+        return form, dash.message(
+            request,
+            403,
+            "Refused",
+            f"The action was refused ({problem}). Reload the page and try again.",
+        )
+    return form, None
+
+
 class Actions:
     """The POST handlers of one dashboard."""
 
     def __init__(self, dash: DashboardView):
         self.dash = dash
 
-    async def _checked_form(self, request: Request) -> tuple[Any, Response | None]:
+    async def _type_form(
+        self, request: Request, actions: tuple[str, str]
+    ) -> tuple[Any, str, str, str | None, str] | Response:
+        """A checked action on a type (or group), as ``(form, type, group, the group's
+        argument to the service, action)``; or the page that refuses it."""
         dash = self.dash
-        # a whole page of selected ids (page_size) and a few more fields; bounded
-        form = await request.form(max_fields=dash.max_fields, max_files=0)
-        if dash.read_only:
-            return form, dash.message(
-                request, 403, "Read-only", "This dashboard is read-only: actions are switched off."
-            )
-        problem = dash.csrf.check(request, form)
-        if problem is not None:
-            return form, dash.message(
-                request,
-                403,
-                "Refused",
-                f"The action was refused ({problem}). Reload the page and try again.",
-            )
-        return form, None
-
-    async def dead(self, request: Request) -> Response:
-        """Requeue or purge dead letters: one, the selected ones, or all."""
-        dash = self.dash
-        form, refused = await self._checked_form(request)
+        form, refused = await checked_form(dash, request)
         if refused is not None:
             return refused
         name = dash.type_name(str(form.get("type", "")))
         group = dash.group_name(form.get("group"))
-        group_arg = dash.group_arg(group)
         action = form.get("action")
-        if action not in ("requeue", "purge"):
+        if action not in actions:
             return dash.message(request, 400, "Bad request", "Unknown action.")
+        return form, name, group, dash.group_arg(group), str(action)
+
+    async def dead(self, request: Request) -> Response:
+        """Requeue or purge dead letters: one, the selected ones, or all."""
+        dash = self.dash
+        checked = await self._type_form(request, ("requeue", "purge"))
+        if isinstance(checked, Response):
+            return checked
+        form, name, group, group_arg, action = checked
         every = form.get("scope") == "all"
         ids = [str(i) for i in form.getlist("id") if str(i)]
         if not every and not ids:
@@ -140,7 +153,7 @@ class Actions:
         """Cancel a pending or running event (after a confirmation), or run a scheduled one
         now: in every delivery group, or in the one named by the form's ``group``."""
         dash = self.dash
-        form, refused = await self._checked_form(request)
+        form, refused = await checked_form(dash, request)
         if refused is not None:
             return refused
         name = dash.type_name(str(form.get("type", "")))
@@ -193,15 +206,10 @@ class Actions:
     async def flow(self, request: Request) -> Response:
         """Pause or resume a type (or the form's delivery group) fleet-wide."""
         dash = self.dash
-        form, refused = await self._checked_form(request)
-        if refused is not None:
-            return refused
-        name = dash.type_name(str(form.get("type", "")))
-        group = dash.group_name(form.get("group"))
-        group_arg = dash.group_arg(group)
-        action = form.get("action")
-        if action not in ("pause", "resume"):
-            return dash.message(request, 400, "Bad request", "Unknown action.")
+        checked = await self._type_form(request, ("pause", "resume"))
+        if isinstance(checked, Response):
+            return checked
+        _, name, group, group_arg, action = checked
         where = name if group_arg is None else f"{name}, group {group}"
         try:
             if action == "pause":

@@ -12,6 +12,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from .actions import checked_form
 from .view import DashboardView
 
 __all__ = ["SchedulesPage"]
@@ -34,33 +35,12 @@ class SchedulesPage:
     async def action(self, request: Request) -> Response:
         """Pause, resume, trigger or remove one schedule."""
         dash = self.dash
-        form = await request.form()
-        if dash.read_only:
-            return dash.render(
-                request,
-                "message.html",
-                status_code=403,
-                heading="Read-only",
-                message="This dashboard is read-only: actions are switched off.",
-            )
-        problem = dash.csrf.check(request, form)
-        if problem is not None:
-            return dash.render(
-                request,
-                "message.html",
-                status_code=403,
-                heading="Refused",
-                message=f"The action was refused ({problem}). Reload the page and try again.",
-            )
+        form, refused = await checked_form(dash, request)
+        if refused is not None:
+            return refused
         action, name = str(form.get("action", "")), str(form.get("name", ""))
         if action not in _ACTIONS or not name:
-            return dash.render(
-                request,
-                "message.html",
-                status_code=400,
-                heading="Bad request",
-                message="Unknown action or schedule.",
-            )
+            return dash.message(request, 400, "Bad request", "Unknown action or schedule.")
         service = dash.service
         result: bool | str | None
         if action == "pause":
@@ -72,12 +52,6 @@ class SchedulesPage:
         else:
             result = await service.unschedule(name)
         if not result:
-            return dash.render(
-                request,
-                "message.html",
-                status_code=404,
-                heading="Not found",
-                message=f"No schedule named {name!r}.",
-            )
+            return dash.message(request, 404, "Not found", f"No schedule named {name!r}.")
         root = request.scope.get("root_path", "").rstrip("/")
         return RedirectResponse(f"{root}/schedules?done={action}", status_code=303)
