@@ -8,7 +8,8 @@ subscription is back, among others), but never before :data:`MIN_RETRY`.
 
 The parts, one way each: :class:`Retrying` (one loop's doubling backoff), :class:`Backoffs`
 (one per key, the others going on), :class:`Wakeup` (what cuts a loop's wait short),
-:func:`listen` (a subscription made again after it drops), :func:`poll` (a loop of passes that each say how long to wait: the scheduler, the
+:func:`listen` (a subscription made again after it drops), :class:`Stoppable` (a loop's
+stop), :func:`poll` (a loop of passes that each say how long to wait: the scheduler, the
 partitions' spread, the schedule firer) and :class:`Periodic` (a loop that acts every
 ``interval``: the heartbeat, the history writer).
 """
@@ -35,6 +36,7 @@ __all__ = [
     "Listener",
     "Periodic",
     "Retrying",
+    "Stoppable",
     "Wakeup",
     "listen",
     "log_retry",
@@ -287,16 +289,14 @@ async def poll(
         wake.renew()
 
 
-class Periodic:
-    """A loop that acts every ``interval`` seconds until stopped (the heartbeat and the
-    history writer): its stop flag, and its wait between two rounds that ``stop()`` cuts
-    short. The service's runtime runs them (``run``) and ends them with ``stop()``, after
-    which ``stopping`` is True (a loop that raises while stopping is not restarted)."""
+class Stoppable:
+    """A background loop's stop: after :meth:`stop`, :attr:`stopping` is True (the service's
+    runtime does not restart a loop that raised while stopping). :meth:`stop` also cancels
+    ``_scope`` (the scope ``run`` works in, if it set one) after :meth:`_stopped`."""
 
-    def __init__(self, interval: float):
-        self.interval = interval
+    def __init__(self) -> None:
         self._stopping = False
-        self._stop = Wakeup()
+        self._scope: anyio.CancelScope | None = None
 
     @property
     def stopping(self) -> bool:
@@ -304,8 +304,27 @@ class Periodic:
         return self._stopping
 
     def stop(self) -> None:
-        """End the loop (it does its last round on the way out)."""
+        """End ``run``."""
         self._stopping = True
+        self._stopped()
+        if self._scope is not None:
+            self._scope.cancel()
+
+    def _stopped(self) -> None:
+        """What else a stop does before the scope is cancelled (wake the loop, stop a part)."""
+
+
+class Periodic(Stoppable):
+    """A loop that acts every ``interval`` seconds until stopped (the heartbeat and the
+    history writer): its wait between two rounds, which :meth:`stop` cuts short (the loop
+    does its last round on the way out). The service's runtime runs them (``run``)."""
+
+    def __init__(self, interval: float):
+        super().__init__()
+        self.interval = interval
+        self._stop = Wakeup()
+
+    def _stopped(self) -> None:
         self._stop.set()
 
     async def pause(self) -> None:

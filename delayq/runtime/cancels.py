@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import anyio
 
-from .._pacing import listen
+from .._pacing import Stoppable, listen
 from ..partitions.shards import parse_shard
 from ..storage.running import parse_cancel_message
 from ..storage.store import Store
@@ -27,29 +27,17 @@ __all__ = ["CancelSignals"]
 log = logging.getLogger("delayq.consumer")
 
 
-class CancelSignals:
+class CancelSignals(Stoppable):
     """Hears the cancel channel and hands each message to the consumer it names."""
 
     def __init__(
         self, store: Store, cancel_run: Callable[[str, str, str | None, bytes, bytes], bool]
     ):
+        super().__init__()
         self._store = store
         # (shard, type name, group, id, token) -> True when a handler task here was told
         self._cancel_run = cancel_run
-        self._stopping = False
-        self._scope: anyio.CancelScope | None = None
         self.started = False
-
-    @property
-    def stopping(self) -> bool:
-        """True once :meth:`stop` has been called."""
-        return self._stopping
-
-    def stop(self) -> None:
-        """Stop listening."""
-        self._stopping = True
-        if self._scope is not None:
-            self._scope.cancel()
 
     def on_message(self, data: str) -> bool:
         """Act on one message; True when a handler here was told to stop."""

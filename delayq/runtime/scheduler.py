@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from .._pacing import MAX_BACKOFF, Wakeup, listen, poll
+from .._pacing import MAX_BACKOFF, Stoppable, Wakeup, listen, poll
 from ..errors import RedisResponseError
 from ..events import validate_name
 from ..metrics import ServiceMetrics
@@ -83,18 +83,18 @@ class SchedulerSettings:
     listen_timeout: float = 5.0  # below the blocking client's socket timeout
 
 
-class Scheduler:
-    """The loop that moves due events; run it with :meth:`run`, end it with :meth:`stop`."""
+class Scheduler(Stoppable):
+    """The loop that moves due events; run it with :meth:`run`, end it with :meth:`stop`
+    (which stops the spread too; ``run`` releases the lock on its way out)."""
 
     def __init__(self, store: Store, settings: SchedulerSettings, metrics: ServiceMetrics):
+        super().__init__()
         self._store = store
         self._s = settings
         self._metrics = metrics
         self._token = uuid.uuid4().hex
         self.pending: PendingGroups | None = None
         """The service's groups waiting for registration: registered before a move."""
-        self._stopping = False
-        self._scope: anyio.CancelScope | None = None
         self._wake = Wakeup()
         self._woken: set[str] = set()
         self._types: set[str] = set()
@@ -147,17 +147,8 @@ class Scheduler:
         """True while this process holds the scheduler lock (or its lease on it)."""
         return self.leadership.is_leader
 
-    @property
-    def stopping(self) -> bool:
-        """True once :meth:`stop` has been called."""
-        return self._stopping
-
-    def stop(self) -> None:
-        """End :meth:`run` and release the lock."""
-        self._stopping = True
-        self.spread.stop()
-        if self._scope is not None:
-            self._scope.cancel()
+    def _stopped(self) -> None:
+        self.spread.stop()  # run() releases the lock on its way out
 
     def wake(self, type_name: str | None = None) -> None:
         """Look at ``type_name`` (or sweep all types and partitions) now rather than at the

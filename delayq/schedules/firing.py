@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 import anyio
 
-from .._pacing import Wakeup, poll
+from .._pacing import Stoppable, Wakeup, poll
 from ..metrics import Metrics
 from ..observer import Observer
 from ..partitions.shards import type_of
@@ -119,7 +119,7 @@ AHEAD_MS = 200
 _NOTHING_DUE_MS = 1000
 
 
-class ScheduleFirer:
+class ScheduleFirer(Stoppable):
     """The loop that fires due slots; run it with :meth:`run`, end it with :meth:`stop`."""
 
     def __init__(
@@ -133,6 +133,7 @@ class ScheduleFirer:
         batch: int = 500,
         observer: Observer | None = None,
     ):
+        super().__init__()
         self._store = store
         self._metrics = metrics
         self._observer = observer
@@ -140,26 +141,13 @@ class ScheduleFirer:
         self._delay = takeover_delay
         self._sweep = sweep
         self._batch = batch
-        self._stopping = False
         self._woken = False
         self._seen = False  # schedules exist (then the index is re-read every sweep)
         self._wake = Wakeup()
-        self._scope: anyio.CancelScope | None = None
         self._specs: dict[tuple[str, str], ScheduleSpec] = {}  # (name, version) -> spec
         self._warned: set[tuple[str, int]] = set()  # (name, mark) told about (_next_look)
         self.passes = 0
         """How many times the index has been read (tests and benchmarks look)."""
-
-    @property
-    def stopping(self) -> bool:
-        """True once :meth:`stop` has been called."""
-        return self._stopping
-
-    def stop(self) -> None:
-        """End :meth:`run`."""
-        self._stopping = True
-        if self._scope is not None:
-            self._scope.cancel()
 
     def wake(self) -> None:
         """Read the index now (a schedule was written, or wake-ups may have been missed)."""
