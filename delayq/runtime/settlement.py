@@ -133,7 +133,7 @@ class Settlement:
                     "%s: retry_backoff(%d) failed; retrying in 1s", self._label, c.attempt
                 )
                 delay_ms = 1000
-        retrying = Retrying()
+        retrying: Retrying | None = None  # made at the first failure
         lease = (shard, c.raw_id, c.token)
         self._settling.add(lease)
         for _ in range(5):
@@ -152,6 +152,7 @@ class Settlement:
                 log.warning(
                     "%s %r: recording the failure failed (%s); retrying", self._label, c.id, exc
                 )
+                retrying = retrying or Retrying()
                 await retrying.sleep()
         else:
             # The lease runs out and the event comes back; the attempt still counts.
@@ -183,7 +184,7 @@ class Settlement:
     # -- acks --------------------------------------------------------------------
 
     async def _flush_acks(self) -> None:
-        retrying = Retrying()
+        retrying: Retrying | None = None  # made at the first failure: none on the hot path
         while self.acks:
             batch, self.acks = self.acks[:ACK_MAX], self.acks[ACK_MAX:]
             self._acking = batch
@@ -202,6 +203,7 @@ class Settlement:
                 # one whose node failed (nor are its acks sent twice and counted stale)
                 self.acks = unsettled + self.acks
                 self._metrics.increment("redis_errors", event_type=self._type_name)
+                retrying = retrying or Retrying()
                 log.warning(
                     "%s: ack failed (%s); retrying in %.2fs", self._label, error, retrying.delay
                 )
