@@ -49,6 +49,7 @@ def test_limits_and_pause(cli, flow_type) -> None:
     assert cli("limits", "show", "cli-flow", "--json") == {
         "type": "cli-flow", "group": "default", "concurrency": None, "rate": None,
         "paused": False, "per_key_concurrency": None, "per_key_rate": None,
+        "priority_aging_ms": None,
     }  # fmt: skip
     got = cli("limits", "set", "cli-flow", "--concurrency", "4", "--rate", "50/s", "--json")
     assert got["concurrency"] == 4
