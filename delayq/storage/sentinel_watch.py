@@ -39,7 +39,9 @@ _ABORTED = (
     "-failover-abort-no-good-slave",
     "-failover-abort-slave-timeout",
 )
-_MAX_BACKOFF = 2.0  # seconds between resubscribes to a sentinel, at most
+# a sentinel is resubscribed within 2 s at most (not _pacing.MAX_BACKOFF): a switch it
+# announces while we are away is heard only from the others
+_SENTINEL_BACKOFF = 2.0
 _CHANNELS = ("+switch-master", *_STARTING, *_PROMOTING, *_ABORTED)
 
 
@@ -101,7 +103,7 @@ class SentinelWatch:
                 tg.start_soon(self._listen, sentinel)
 
     async def _listen(self, sentinel: Any) -> None:
-        retrying = Retrying(first=0.1, most=_MAX_BACKOFF)
+        retrying = Retrying(first=0.1, most=_SENTINEL_BACKOFF)
         while True:
             pubsub = sentinel.pubsub()
             held_since = math.inf
@@ -113,8 +115,8 @@ class SentinelWatch:
                     if msg is not None and msg.get("type") == "message":
                         await self._event(msg["channel"], msg["data"])
             except Exception as exc:  # that sentinel went away: the others still listen
-                if time.monotonic() - held_since >= _MAX_BACKOFF:
-                    retrying.reset()  # (one dropped soon after SUBSCRIBE keeps backing off)
+                # (one dropped soon after SUBSCRIBE keeps backing off)
+                retrying.held(held_since, time.monotonic())
                 log.debug("sentinel watch: %s; resubscribing in %.1fs", exc, retrying.delay)
                 await retrying.sleep()
             finally:
