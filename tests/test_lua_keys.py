@@ -384,15 +384,57 @@ class KeyCheck:
         return bool(sources) and all(sources)
 
     def table_is_keys(self, name: str) -> bool:
+        """Whether every value ``name`` holds is a table of keys (or nil): built with
+        ``{...}``, a local function's result, or a function parameter given such tables."""
         if name == "KEYS":
             return True
-        elems = self.s.elems.get(name, [])
-        built = [
-            e for e in self.s.assigns.get(name, []) if e is not None and e and e[0].text == "{"
+        s = self.s
+        sources = [
+            self.table_guard(("tvar", f"{name}={self.text(e)}"), e)
+            for e in s.assigns.get(name, [])
+            if e != ()
         ]
-        if not built or len(built) != len(self.s.assigns.get(name, [])):
+        for fname, k in s.params.get(name, []):
+            for args in s.calls.get(fname, []):
+                arg = args[k] if k < len(args) else ()
+                sources.append(self.table_guard(("tparam", f"{name}:{self.text(arg)}"), arg))
+        if not sources or not all(sources):
             return False
+        elems = s.elems.get(name, [])
         return all(self.guard(("elem", f"{name}:{self.text(e)}"), e) for e in elems)
+
+    def table_guard(self, mark: tuple[str, str], e: Expr | None) -> bool:
+        if mark in self.busy:
+            return True  # a cycle: decided by the other paths
+        self.busy.add(mark)
+        try:
+            return self.table_expr_is_keys(e)
+        finally:
+            self.busy.discard(mark)
+
+    def table_expr_is_keys(self, e: Expr | None) -> bool:
+        """Whether expression ``e`` gives a table of keys, or nil."""
+        if e is None:
+            return False
+        if not e or (len(e) == 1 and e[0].text == "nil"):
+            return True
+        parts = _split_word(e, "or")
+        if len(parts) > 1:
+            return all(self.table_expr_is_keys(p) for p in parts)
+        parts = _split_word(e, "and")
+        if len(parts) > 1:  # `cond and t`: t (or false, which `or` then replaces)
+            return self.table_expr_is_keys(parts[-1])
+        if e[0].text == "{" and matching(list(e), 0) == len(e) - 1:
+            items = [i for i in split_commas(e[1:-1]) if not any(t.text == "=" for t in i)]
+            return all(self.is_key(i) for i in items)
+        if len(e) == 1 and e[0].kind == "name":
+            return self.table_is_keys(e[0].text)
+        if e[0].kind == "name" and len(e) > 1 and e[1].text == "(":
+            if matching(list(e), 1) != len(e) - 1:
+                return False
+            returns = self.s.returns.get(e[0].text)
+            return bool(returns) and all(self.table_guard(("tret", e[0].text), r) for r in returns)
+        return False
 
 
 def _split_word(e: Expr, word: str) -> list[Expr]:
@@ -443,6 +485,10 @@ def test_every_key_comes_from_keys(name: str) -> None:
         "local t = {KEYS[1]}\nt[2] = 'other'\nfor _, k in ipairs(t) do redis.call('DEL', k) end",
         "redis.call(ARGV[1], KEYS[1])",
         "redis.call('DEL', KEYS[1], string.format('%s', ARGV[1]))",
+        # tables of keys handed on: from a function, and through a parameter
+        "local function ls() return {KEYS[1], 'x'} end\nlocal t = ls()\nredis.call('DEL', t[2])",
+        "local function f(ks) redis.call('DEL', ks[1]) end\nf({KEYS[1]})\nf({ARGV[1]})",
+        "local t = {KEYS[1]}\nt = {ARGV[1]}\nredis.call('DEL', t[1])",
     ],
 )
 def test_the_scan_catches_built_keys(body: str) -> None:
@@ -462,8 +508,11 @@ def test_the_scan_accepts_keys_passed_along() -> None:
         "local function f(k, other) redis.call('ZADD', k or K_A, 1, 'm') end\n"
         "f(K_B)\nf(nil)\nf(gk(1), 3)\n"
         "local t = {K_A}\nt[2] = gk(2)\nfor _, k in ipairs(t) do redis.call('DEL', k) end\n"
+        "local function ls() if K_B then return {K_A, K_B} end return nil end\n"
+        "local L = ls()\nlocal function g(ks, n) redis.call('LLEN', n == 0 and K_A or ks[n]) end\n"
+        "g(L, 1)\n"
     )
     s = analyse("probe", body)
     check = KeyCheck(s)
-    assert len(s.uses) == 2
+    assert len(s.uses) == 3
     assert all(check.is_key(arg) for _, _, arg in s.uses)
