@@ -70,7 +70,7 @@ def test_handler_added_gives_the_sink_zeros_and_the_recorder_nothing() -> None:
 
 
 def test_a_lateness_row_is_taken_with_the_recorder_and_zeroed_in_place() -> None:
-    from delayq.runtime.history import LATENESS_BOUNDS_MS, LATENESS_ROW_START
+    from delayq.runtime.history import CANCELLED_COLUMN, LATENESS_BOUNDS_MS, LATENESS_ROW_START
 
     recorder = HistoryRecorder()
     row = recorder.lateness_row("t:audit")
@@ -79,7 +79,10 @@ def test_a_lateness_row_is_taken_with_the_recorder_and_zeroed_in_place() -> None
     recorder.increment("succeeded", 2, event_type="t:audit")
     taken = recorder.take()
     assert taken["t:audit"][0] == 2 and taken["t:audit"][LATENESS_ROW_START + 3] == 2
-    assert row == [0] * len(row) and len(row) == LATENESS_ROW_START + len(LATENESS_BOUNDS_MS) + 1
+    # handled, failed, the lateness buckets (one past the last bound), cancelled
+    buckets = len(LATENESS_BOUNDS_MS) + 1
+    assert row == [0] * len(row) and len(row) == LATENESS_ROW_START + buckets + 1
+    assert CANCELLED_COLUMN == len(row) - 1
     assert recorder.take() == {}
 
 
