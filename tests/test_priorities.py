@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 
-from delayq import Event, EventService
+from delayq import Event, EventService, QueueCounts, fixed
 from delayq.keys import TypeKeys
 
 
@@ -243,3 +244,80 @@ async def test_an_insert_costs_the_same_behind_a_million_ready_events(
     await redis_client.delete(*TypeKeys(prefix, "prio-job").named().values())
     # the same work: within noise (a shared machine), never a growth with the backlog
     assert at_million < 2 * at_zero + 30, (at_zero, at_million)
+
+
+async def test_delivery_groups_keep_levels_through_fan_out_retries_and_requeue(
+    redis_url: str, prefix: str, redis_client: aioredis.Redis, wait_for: Any
+) -> None:
+    """Two groups (the default one and "audit"): the fan-out, run_now for one group, a
+    replace of a fanned-out event, a group's retry and its dead letter requeued all keep
+    (or set) the event's level in each group's own level lists."""
+    keys = TypeKeys(prefix, "prio-job")
+    producer = await _service(redis_url, prefix, retry_backoff=fixed(0.05))
+    async with producer:
+        await producer.register_group(Job, "audit", retry_attempts=2)
+        for level in range(9, -1, -1):
+            for k in range(2):
+                await producer.enqueue_with_delay(Job(id=f"{level}-{k}", n=level), priority=level)
+
+        async def fanned_out() -> dict[str, QueueCounts] | None:
+            stats = await producer.group_stats(Job)
+            return stats if all(c.ready == 20 for c in stats.values()) else None
+
+        stats = await wait_for(fanned_out, timeout=10)
+        assert set(stats) == {"default", "audit"}
+        for counts in stats.values():
+            assert counts.ready_by_priority == {n: 2 for n in range(10)}
+        # run_now for one group: ready at its level there, the other's copy waits
+        await producer.enqueue_with_delay(Job(id="later", n=6), timedelta(hours=1), priority=6)
+        assert await producer.run_now(Job, "later", group="audit")
+        stats = await producer.group_stats(Job)
+        assert stats["audit"].ready_by_priority[6] == 3
+        assert stats["default"].ready_by_priority[6] == 2
+        # a replace of a fanned-out event sets its level for every group
+        await producer.enqueue_with_delay(Job(id="3-0", n=8), priority=8, replace=True)
+        assert (await producer.inspect(Job, "3-0")).priority == 8
+
+        async def replaced() -> bool:
+            stats = await producer.group_stats(Job)
+            return all(c.ready_by_priority.get(8) == 3 for c in stats.values())
+
+        await wait_for(replaced, timeout=10)
+
+    seen: dict[str, list[str]] = {"default": [], "audit": []}
+
+    async def default(event: Job) -> None:
+        seen["default"].append(event.id)
+
+    async def audit(event: Job) -> None:
+        seen["audit"].append(event.id)
+        # 7-0 fails its three deliveries (retry_attempts=2): a dead letter; 4-0 once
+        if event.id == "7-0" or (event.id == "4-0" and seen["audit"].count("4-0") == 1):
+            raise RuntimeError("audit refuses")
+
+    consumer = await _service(redis_url, prefix, retry_backoff=fixed(0.05))
+    consumer.add_handler(Job, default, concurrency=1)
+    consumer.add_handler(Job, audit, concurrency=1, group="audit", retry_attempts=2)
+    async with consumer:
+        await wait_for(lambda: len(seen["default"]) == 20 and len(seen["audit"]) == 24, timeout=20)
+
+        async def audit_dead() -> bool:
+            return (await consumer.group_stats(Job))["audit"].dead == 1
+
+        await wait_for(audit_dead, timeout=10)
+    # (3-0, replaced while ready, may still be claimed from its old place: left out)
+    order = [f"{level}-{k}" for level in range(10) for k in range(2) if (level, k) != (3, 0)]
+    assert [i for i in seen["default"] if i != "3-0"] == order
+    audit_order = [i for n, i in enumerate(seen["audit"]) if i not in seen["audit"][:n]]
+    order.insert(order.index("6-1") + 1, "later")
+    assert [i for i in audit_order if i != "3-0"] == order
+    # the audit group's retry of 4-0 went back to its level-4 list (two fan-outs, one retry)
+    assert int(await redis_client.hget(keys.group_key("audit", "meta"), "pushed:4") or 0) == 3
+    assert int(await redis_client.hget(keys.meta, "pushed:4") or 0) == 2
+    # the audit group's dead letter, requeued, is ready at its level there alone
+    admin = await _service(redis_url, prefix, enable_scheduling=False)
+    async with admin:
+        assert await admin.requeue_dead_letters(Job, ["7-0"], group="audit") == 1
+        stats = await admin.group_stats(Job)
+        assert stats["audit"].ready_by_priority == {7: 1}
+        assert stats["default"].ready == 0

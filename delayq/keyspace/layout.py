@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from .groups import DEFAULT_GROUP, stored_group
 from .names import validate_name
-from .scripts import GROUP_KEYS, LEVEL_KEYS, LEVELS
+from .scripts import GROUP_KEYS, GROUP_LEVELLED, LEVEL_KEYS, LEVELS
 from .shards import parse_shard, partition_tag
 
 __all__ = ["DEFAULT_GROUP", "KeyView", "PrefixKeys", "TypeKeys"]
@@ -345,10 +345,11 @@ class TypeKeys:
             "progress": self.progress(stored_group(group)),
         }
 
-    def group_call(self, names: Sequence[str], groups: Sequence[str]) -> list[str]:
-        """The keys of a script on every delivery group (``scripts.GROUPED``): the
+    def group_call(self, script: str, names: Sequence[str], groups: Sequence[str]) -> list[str]:
+        """The keys of ``script``, one of ``scripts.GROUPED``, on every delivery group: the
         default group's view of the type by ``names``, then each group's own keys, then
-        each group's flow-key state, then the type's ``fkeys``."""
+        each group's flow-key state, then the type's ``fkeys``, then (the scripts of
+        ``scripts.GROUP_LEVELLED``) each group's ready lists of levels 1..9."""
         view = self.named()
         keys = [view[name] for name in names]
         for group in groups:
@@ -356,6 +357,9 @@ class TypeKeys:
         for group in groups:
             keys.extend(self.key_lines(stored_group(group)))
         keys.append(self.fkeys)
+        if script in GROUP_LEVELLED:
+            for group in groups:
+                keys.extend(self.level_lists(stored_group(group)))
         return keys
 
     def limits(self, group: str | None = None) -> str:

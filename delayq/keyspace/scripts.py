@@ -9,7 +9,8 @@ A script lists the names its code uses, in the order of :data:`TYPE_KEYS` (then 
 extras), so that a caller may leave off the trailing optional keys (``through``): a
 script given fewer keys sees the others as nil. Scripts that act on every delivery group
 (:data:`GROUPED`) take their listed keys, then :data:`GROUP_KEYS` per group, then
-:data:`GROUP_FLOW_KEYS` per group, then the type's ``fkeys``.
+:data:`GROUP_FLOW_KEYS` per group, then the type's ``fkeys``, then (the scripts of
+:data:`GROUP_LEVELLED` only) :data:`LEVEL_KEYS` per group.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ __all__ = [
     "GROUPED",
     "GROUP_FLOW_KEYS",
     "GROUP_KEYS",
+    "GROUP_LEVELLED",
     "KEY_KINDS",
     "LEVELS",
     "LEVEL_KEYS",
@@ -177,7 +179,7 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     # scripts on every delivery group: these, then the groups' (see the module's docstring)
     "group_move": _names("events scheduled meta groups pending prio"),
     "group_cancel": _names("events scheduled groups pending prio"),
-    "group_replace": _names("events scheduled meta groups pending"),
+    "group_replace": _names("events scheduled meta groups pending prio"),
     "group_remove": _names("events meta groups pending prio"),
     "group_inspect": _names("events scheduled groups pending prio"),
     "group_run_now": _names("events scheduled groups pending prio"),
@@ -202,6 +204,10 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
 
 GROUPED = _names("group_move group_cancel group_replace group_remove group_inspect group_run_now")
 """The scripts that take every delivery group's keys after their own."""
+
+GROUP_LEVELLED = _names("group_move group_run_now")
+"""The :data:`GROUPED` scripts that push to the groups' ready lists: they also take each
+group's ready lists of priority levels 1..9 (:data:`LEVEL_KEYS`), after the type's ``fkeys``."""
 
 BLOCKS = ("history_add",)
 """The scripts that take their list of keys once per item (``block_key(b, B_<NAME>)``)."""
@@ -242,7 +248,7 @@ def lua_header(script: str) -> str:
         )
     lines = [f"local {lua_name(n)} = KEYS[{i}]" for i, n in enumerate(names, 1)]
     if script in GROUPED:
-        lines.append(group_header(len(names)))
+        lines.append(group_header(len(names), levels=script in GROUP_LEVELLED))
     return "\n".join(lines) + "\n"
 
 
@@ -256,9 +262,10 @@ def lua_key_tables(script: str) -> str:
     return f"local KEY_OF = {{{key_of}}}\nlocal KEY_KIND = {{{kinds}}}\n"
 
 
-def group_header(before: int) -> str:
+def group_header(before: int, *, levels: bool = False) -> str:
     """The layout of a :data:`GROUPED` script's group keys, after its ``before`` own keys:
-    ``gkey(g, G_READY)``, ``gkkey(g, G_KLINES)``, the type's ``K_FKEYS`` last."""
+    ``gkey(g, G_READY)``, ``gkkey(g, G_KLINES)``, the type's ``K_FKEYS``; with ``levels``
+    (:data:`GROUP_LEVELLED`) then ``glkey(g, n)``, group g's ready list of level n (1..9)."""
     width, flow = len(GROUP_KEYS), len(GROUP_FLOW_KEYS)
     names = [f"G_{n.upper()}" for n in GROUP_KEYS]
     flow_names = [f"G_{n.upper()}" for n in GROUP_FLOW_KEYS]
@@ -274,5 +281,9 @@ def group_header(before: int) -> str:
             "local function gkkey(g, j) "
             f"return KEYS[{before} + {width} * N_GROUPS + {flow} * (g - 1) + j] end",
             f"local K_FKEYS = KEYS[{before} + {width + flow} * N_GROUPS + 1]",
+            # LEVEL_WIDTH 0: the script takes no level lists (group_levels() in _groups.lua)
+            f"local LEVEL_WIDTH = {len(LEVEL_KEYS) if levels else 0}",
+            "local function glkey(g, n) "
+            f"return KEYS[{before} + {width + flow} * N_GROUPS + 1 + LEVEL_WIDTH * (g - 1) + n] end",
         ]
     )

@@ -3,10 +3,12 @@
 -- group_replace) or on one whole group (group_remove).
 -- KEYS: the script's own (the default group's view of the type, by name), then
 -- each group's keys, in the order of the names in ARGV[2 .. ARGV[1] + 1]; then
--- each group's flow-key state; then the type's fkeys. The script's header
--- (delayq/keyspace/scripts.py, group_header) names that layout: gkey(g, G_READY),
--- gkkey(g, G_KLINES), K_FKEYS, N_GROUPS (for the default group its keys are its
--- retry schedule and the type's own).
+-- each group's flow-key state; then the type's fkeys; then (group_move and
+-- group_run_now, which push to ready lists) each group's ready lists of priority
+-- levels 1..9. The script's header (delayq/keyspace/scripts.py, group_header)
+-- names that layout: gkey(g, G_READY), gkkey(g, G_KLINES), K_FKEYS, glkey(g, n),
+-- N_GROUPS (for the default group its keys are its retry schedule and the type's
+-- own).
 -- ARG(i) is the script's own i-th argument, after the names.
 local GROUP_NAMES = {}
 for i = 1, N_GROUPS do GROUP_NAMES[i] = ARGV[1 + i] end
@@ -48,4 +50,14 @@ local function check_group_keys()
       end
     end
   end
+end
+
+-- Group g's ready lists of priority levels 1..9 (_levels.lua), for push_ready_to
+-- and recover_orphans; nil when no event of the type is above level 0 (one EXISTS
+-- per call) or the script takes no level lists
+local function group_levels(g)
+  if LEVEL_WIDTH == 0 or not levelled() then return nil end
+  local lists = {}
+  for n = 1, LEVEL_WIDTH do lists[n] = glkey(g, n) end
+  return lists
 end

@@ -3,7 +3,7 @@
 --
 -- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `meta`, `groups`, `pending` of
 --   the type, then every group's (see _groups.lua), with every registered group.
---   then `prio` (_levels.lua)
+--   then `prio` (_levels.lua), then every group's ready lists of levels 1..9.
 -- ARGV: n, the group names, then
 -- ARG(1) batch, ARG(2) visibility timeout in ms, ARG(3) max deliveries for a
 --        group registered without one
@@ -20,6 +20,10 @@
 -- own retries become ready, its expired leases and orphaned entries come back
 -- to its ready list alone (or become its dead letters after its max
 -- deliveries), so no group's failure re-runs another group's handler.
+-- Priority levels (_levels.lua): every push goes to the event's level's list of
+-- that group (the level is the type's, in `prio`), so a fanned-out event, a retry
+-- and an expired lease keep their level in every group; orphans are looked for
+-- in every level's list.
 local reg, names = registry()
 if not reg then return stale(names) end
 check_keys('events', 'scheduled', 'meta', 'pending')
@@ -48,10 +52,11 @@ for g = 1, N_GROUPS do
   local fids, fdues = ids, dues
   if keyed_type() then fids, fdues = {}, {} end
   local take_front = taker(fids, fdues, missing)
+  local lists = group_levels(g)
 
   local full, t, expired_dead
-  -- 1. Orphans of this group's ready list.
-  if recover_orphans(k_ready, k_queued, k_meta, now, vt, batch, take) then more = 1 end
+  -- 1. Orphans of this group's ready lists.
+  if recover_orphans(k_ready, k_queued, k_meta, now, vt, batch, take, lists) then more = 1 end
 
   -- 2. This group's retries that are due.
   full, t = pop_due(k_sched, now, batch, ids, dues)
@@ -69,10 +74,10 @@ for g = 1, N_GROUPS do
     dead_by_group[#dead_by_group + 1] = expired_dead
   end
 
-  push_ready_to(k_ready, k_queued, k_meta, ids, dues, false, k_lines, k_rot, k_wait)
+  push_ready_to(k_ready, k_queued, k_meta, ids, dues, false, k_lines, k_rot, k_wait, lists)
   moved = moved + #ids
   if keyed_type() then
-    push_ready_to(k_ready, k_queued, k_meta, fids, fdues, true, k_lines, k_rot, k_wait)
+    push_ready_to(k_ready, k_queued, k_meta, fids, fdues, true, k_lines, k_rot, k_wait, lists)
     moved = moved + #fids
     if recover_keys(k_ready, k_meta, k_lines, k_rot, k_wait, now, vt, batch) then more = 1 end
     keyed_looks(k_rot, k_wait, vt, earliest)
@@ -101,7 +106,7 @@ if n_due > 0 and N_GROUPS > 0 then
   redis.call('HSET', K_PENDING, unpack(counts))
   for g = 1, N_GROUPS do
     push_ready_to(gkey(g, G_READY), gkey(g, G_QUEUED), gkey(g, G_META), ids, dues, false,
-      gkkey(g, G_KLINES), gkkey(g, G_KROT), gkkey(g, G_KWAIT))
+      gkkey(g, G_KLINES), gkkey(g, G_KROT), gkkey(g, G_KWAIT), group_levels(g))
   end
   moved = moved + #ids * N_GROUPS
 end

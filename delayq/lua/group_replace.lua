@@ -3,9 +3,10 @@
 --
 -- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `meta`, `groups`, `pending` of
 --   the type, then every group's (see _groups.lua), with every registered group.
+--   then `prio` (_levels.lua)
 -- ARGV: n, the group names, then ARG(1) id, ARG(2) envelope, ARG(3) time,
 --       ARG(4) 'at' (unix ms) or 'delay' (ms from now), ARG(5) wake-up channel,
---       ARG(6) type name
+--       ARG(6) type name, ARG(7) the new priority level (absent: 0)
 -- Returns: 2 replaced, 1 added (no such event any more), or {'stale', group...}.
 -- Guarantees: payload, context and due time change together for every group
 -- that still holds the event (waiting, ready, running or a dead letter): each
@@ -13,7 +14,8 @@
 -- reset; a running handler of the old version finds its lease gone, so its
 -- ack or failure changes nothing. Groups that already acked it do not get it
 -- again. An event not yet fanned out is replaced as enqueue.lua does, and
--- reaches every group when due.
+-- reaches every group when due. The event's priority level becomes ARG(7) for
+-- every group (as enqueue.lua's replace sets it).
 local reg, names = registry()
 if not reg then return stale(names) end
 check_keys('events', 'scheduled', 'meta', 'pending')
@@ -40,6 +42,7 @@ if fanned then
   end
 end
 redis.call('HSET', K_EVENTS, id, envelope)
+set_levels({id}, {tonumber(ARG(7)) or 0})
 if holders == 0 then
   redis.call('HDEL', K_PENDING, id)
   redis.call('ZADD', K_SCHEDULED, due, id)

@@ -2,7 +2,7 @@
 --
 -- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `groups`, `pending` of the
 --   type, then every group's (see _groups.lua), with every registered group.
---   then `prio` (_levels.lua)
+--   then `prio` (_levels.lua), then every group's ready lists of levels 1..9.
 -- ARGV: n, the group names, then ARG(1) id, ARG(2) the group to run it for
 --       ('' for every group)
 -- Returns: 1 when something became ready, 0 when nothing was scheduled for
@@ -14,7 +14,8 @@
 -- wait in their own retry schedules until the original due time, so running
 -- it now for one group changes nothing for the others. An event already
 -- fanned out runs now only in the groups whose retry schedule holds it (a
--- retry waiting for its backoff: attempts and last error are kept).
+-- retry waiting for its backoff: attempts and last error are kept). It goes to
+-- its priority level's list in each group (_levels.lua).
 local reg, names = registry()
 if not reg then return stale(names) end
 local id, target = ARG(1), ARG(2)
@@ -31,7 +32,7 @@ if due then
   for g = 1, N_GROUPS do
     if wanted(g) then
       push_ready_to(gkey(g, G_READY), gkey(g, G_QUEUED), gkey(g, G_META), {id}, {now}, false,
-        gkkey(g, G_KLINES), gkkey(g, G_KROT), gkkey(g, G_KWAIT))
+        gkkey(g, G_KLINES), gkkey(g, G_KROT), gkkey(g, G_KWAIT), group_levels(g))
     else
       -- no wake-up needed: the scheduler already planned to look by this due time
       redis.call('ZADD', gkey(g, G_SCHEDULED), due, id)
@@ -43,7 +44,7 @@ local moved = 0
 for g = 1, N_GROUPS do
   if wanted(g) and redis.call('ZREM', gkey(g, G_SCHEDULED), id) == 1 then
     push_ready_to(gkey(g, G_READY), gkey(g, G_QUEUED), gkey(g, G_META), {id}, {now}, false,
-      gkkey(g, G_KLINES), gkkey(g, G_KROT), gkkey(g, G_KWAIT))
+      gkkey(g, G_KLINES), gkkey(g, G_KROT), gkkey(g, G_KWAIT), group_levels(g))
     moved = 1
   end
 end

@@ -239,13 +239,15 @@ class Enqueueing:
         if Enqueued.FANNED_OUT in codes:  # replaces of events already fanned out to groups
             for i, code in enumerate(codes):
                 if code == Enqueued.FANNED_OUT:
-                    codes[i] = await self._replace_fanned(shard, items[i], absolute)
+                    level = priorities[i] if priorities else 0
+                    codes[i] = await self._replace_fanned(shard, items[i], absolute, level)
         return codes
 
     async def _replace_fanned(
-        self, shard: str, item: tuple[str, bytes, int], absolute: bool
+        self, shard: str, item: tuple[str, bytes, int], absolute: bool, level: int = 0
     ) -> int:
-        """Replace one event for every group that still holds it: REPLACED or ADDED."""
+        """Replace one event for every group that still holds it, at priority ``level``:
+        REPLACED or ADDED."""
         event_id, envelope, ms = item
         args = [
             event_id,
@@ -254,10 +256,17 @@ class Enqueueing:
             "at" if absolute else "delay",
             self._core.keys.wakeup_channel,
             shard,
+            level,
         ]
         reply = await self._groups.every_group("group_replace", shard, args)
         if reply is None:  # the groups were all removed meanwhile: an ordinary replace
-            (code,) = await self._enqueue_now(shard, [item], absolute=absolute, replace=True)
+            (code,) = await self._enqueue_now(
+                shard,
+                [item],
+                absolute=absolute,
+                replace=True,
+                priorities=[level] if level else None,
+            )
             return code
         return int(reply)
 

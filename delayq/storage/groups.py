@@ -35,7 +35,7 @@ class DeliveryGroups:
     ) -> tuple[list[str], list[Any]]:
         """Keys and leading arguments of a script in ``keyspace.scripts.GROUPED`` for
         ``groups`` (see ``TypeKeys.group_call``)."""
-        keys = self._core.keys.for_shard(shard).group_call(SCRIPT_KEYS[script], groups)
+        keys = self._core.keys.for_shard(shard).group_call(script, SCRIPT_KEYS[script], groups)
         return keys, [len(groups), *groups]
 
     async def every_group(
