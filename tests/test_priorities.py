@@ -15,7 +15,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from delayq import Event, EventService, QueueCounts, fixed
-from delayq.keys import TypeKeys
+from delayq.keys import PrefixKeys, TypeKeys
+from delayq.partitions.shards import shards
 
 
 class Job(Event, event_name="prio-job"):
@@ -321,3 +322,37 @@ async def test_delivery_groups_keep_levels_through_fan_out_retries_and_requeue(
         stats = await admin.group_stats(Job)
         assert stats["audit"].ready_by_priority == {7: 1}
         assert stats["default"].ready == 0
+
+
+def _resized(partitions: int) -> type[Event]:
+    # the same class redefined with another partition count: what a deploy does
+    class Resized(Event, event_name="prio-resized", partitions=partitions):
+        n: int = 0
+
+    return Resized
+
+
+async def test_repartition_keeps_each_events_level(
+    redis_url: str, prefix: str, redis_client: aioredis.Redis
+) -> None:
+    old = _resized(2)
+    producer = await _service(redis_url, prefix, enable_scheduling=False)
+    async with producer:
+        for i in range(40):
+            await producer.enqueue_with_delay(
+                old(id=f"r-{i}", n=i % 10), timedelta(hours=1), priority=i % 10
+            )
+    new = _resized(3)
+    service = await _service(redis_url, prefix, enable_scheduling=False)
+    async with service:
+        result = await service.repartition(new, wait=5)
+        assert result.moved == 40 and result.retired == (2,)
+        for i in range(40):
+            assert (await service.inspect(new, f"r-{i}")).priority == i % 10
+        for shard in shards("prio-resized", 2):  # the old layout keeps no level
+            assert not await redis_client.exists(PrefixKeys(prefix).for_shard(shard).prio)
+        # run now, every partition's ready lists hold each event at its level
+        for i in range(40):
+            assert await service.run_now(new, f"r-{i}")
+        counts = await service.stats_for(new)
+        assert counts.ready_by_priority == {n: 4 for n in range(10)}

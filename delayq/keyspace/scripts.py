@@ -153,7 +153,7 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     "dead_purge": _names("events attempts errors dead pending fkeys prio"),
     "run_now": _levelled("events scheduled ready queued meta groups fkeys klines krot kwait"),
     "group_register": _names("groups"),
-    "migrate_out": _names("events scheduled queued inflight leases attempts errors dead"),
+    "migrate_out": _names("events scheduled queued inflight leases attempts errors dead prio"),
     "inspect": _names("events scheduled queued inflight attempts errors dead groups prio"),
     "key_backlog": _names("klines krot kwait krun"),
     "schedule_fire": _levelled(

@@ -8,8 +8,8 @@ The procedure (README, "Partitions for hot types"):
    of either layout are delivered meanwhile.
 2. Once no process runs the old count, call ``repartition``. For each old
    layout it copies every scheduled event to the partition its id routes to
-   in the new layout (same envelope, same due time; an id already there is
-   kept), then removes the old copy with ``migrate_out.lua`` only if it is
+   in the new layout (same envelope, same due time, same priority level; an id
+   already there is kept), then removes the old copy with ``migrate_out.lua`` only if it is
    still the version that was copied. Ready and running events of the old
    layout are left to the consumers; their retries come back to its schedule
    and are moved by the next pass. When the old layout holds nothing it is
@@ -95,17 +95,25 @@ async def repartition(
 async def _move_scheduled(store: Store, type_name: str, shard: str, partitions: int) -> int:
     moved = 0
     while page := await store.scheduling.peek_scheduled(shard, _BATCH):
-        by_target: dict[str, list[tuple[str, bytes, int]]] = {}
-        for raw_id, envelope, due in page:
+        by_target: dict[str, tuple[list[tuple[str, bytes, int]], list[int]]] = {}
+        for raw_id, envelope, due, level in page:
             event_id = raw_id.decode("utf-8", "replace")
             target = shards(type_name, partitions)[partition_of(event_id, partitions)]
-            by_target.setdefault(target, []).append((event_id, envelope, due))
-        for target, items in by_target.items():
+            items, levels = by_target.setdefault(target, ([], []))
+            items.append((event_id, envelope, due))
+            levels.append(level)
+        for target, (items, levels) in by_target.items():
             # copy first (absolute due time, an id already there is kept) ...
-            await store.enqueueing.enqueue(target, items, absolute=True, replace=False)
+            await store.enqueueing.enqueue(
+                target,
+                items,
+                absolute=True,
+                replace=False,
+                priorities=levels if any(levels) else None,
+            )
         # ... then remove the copied version from the old layout
         done = 0
-        for raw_id, envelope, _ in page:
+        for raw_id, envelope, _, _ in page:
             done += await store.scheduling.migrate_out(shard, raw_id, envelope)
         moved += done
         if done == 0:

@@ -103,16 +103,21 @@ class Scheduling:
         args = [event_id, group or ""]
         return bool(await self._groups.every_group("group_run_now", shard, args, ("run_now", args)))
 
-    async def peek_scheduled(self, shard: str, count: int) -> list[tuple[bytes, bytes, int]]:
-        """Up to ``count`` scheduled events of a shard, earliest first: (id, envelope, due ms)."""
+    async def peek_scheduled(self, shard: str, count: int) -> list[tuple[bytes, bytes, int, int]]:
+        """Up to ``count`` scheduled events of a shard, earliest first: (id, envelope, due ms,
+        priority level)."""
         k = self._core.view(shard)
         reply: list[Any] = await self._core.redis.zrange(k.scheduled, 0, count - 1, withscores=True)
         if not reply:
             return []
-        envelopes: list[Any] = await self._core.redis.hmget(k.events, [m for m, _ in reply])
+        ids = [m for m, _ in reply]
+        async with self._core.redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(k.events, ids)
+            pipe.hmget(self._core.keys.for_shard(shard).prio, ids)
+            envelopes, levels = await pipe.execute()
         return [
-            (cast(bytes, m), cast(bytes, env), int(score))
-            for (m, score), env in zip(reply, envelopes, strict=True)
+            (cast(bytes, m), cast(bytes, env), int(score), int(level or 0))
+            for (m, score), env, level in zip(reply, envelopes, levels, strict=True)
             if env is not None
         ]
 
