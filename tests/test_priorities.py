@@ -356,3 +356,49 @@ async def test_repartition_keeps_each_events_level(
             assert await service.run_now(new, f"r-{i}")
         counts = await service.stats_for(new)
         assert counts.ready_by_priority == {n: 4 for n in range(10)}
+
+
+async def test_schedule_fires_take_its_priority(redis_url: str, prefix: str, wait_for: Any) -> None:
+    service = await _service(redis_url, prefix)
+    async with service:
+        info = await service.schedule("urgent-beat", Job, every=timedelta(seconds=0.2), priority=7)
+        assert info.priority == 7
+        assert (await service.schedule_info("urgent-beat")).priority == 7  # type: ignore[union-attr]
+
+        # a regular fire, moved to the ready list by the scheduler: level 7
+        async def fired() -> bool:
+            return (await service.stats_for(Job)).ready_by_priority.get(7, 0) >= 1
+
+        await wait_for(fired, timeout=5)
+        assert (await service.stats_for(Job)).ready_by_priority.keys() == {7}
+        await service.unschedule("urgent-beat")
+        # a manual fire of a class with a default level, declared without priority=
+        await service.schedule("report", Report, every=timedelta(hours=1))
+        event_id = await service.trigger_schedule("report")
+        assert event_id is not None
+        assert (await service.inspect(Report, event_id)).priority == 5
+        with pytest.raises(ValueError):
+            await service.schedule("bad", Job, every=timedelta(hours=1), priority=10)
+        assert await service.schedule_info("bad") is None
+
+
+def test_a_schedule_without_priority_keeps_its_digest() -> None:
+    from delayq.schedules.spec import ScheduleSpec, decode_spec, encode_spec
+
+    fields: dict[str, Any] = {
+        "name": "nightly", "event_type": "report", "partitions": 1, "cron": "0 3 * * *",
+        "every_ms": None, "timezone": "Europe/Paris", "template": b"\x93\x80\x01\xc0",
+        "overlap": "skip", "catch_up_ms": None, "jitter_ms": 0, "start_ms": None,
+        "end_ms": None,
+    }  # fmt: skip
+    plain = ScheduleSpec(**fields).with_version()
+    # the version and the stored bytes of main before schedules had a priority (682403c)
+    assert plain.version == "8a2d611664f99606"
+    assert encode_spec(plain) == (
+        b"\x9d\xa7nightly\xa6report\x01\xa90 3 * * *\xc0\xacEurope/Paris\xc4\x04\x93\x80\x01"
+        b"\xc0\xa4skip\xc0\x00\xc0\xc0\xb08a2d611664f99606"
+    )
+    urgent = ScheduleSpec(**fields, priority=5).with_version()
+    assert urgent.version != plain.version  # a new level is a changed definition
+    assert decode_spec(encode_spec(urgent)) == urgent
+    assert decode_spec(encode_spec(plain)) == plain

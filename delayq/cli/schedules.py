@@ -41,6 +41,7 @@ def schedule_json(info: ScheduleInfo) -> dict[str, Any]:
         "lag_seconds": None if info.lag is None else info.lag.total_seconds(),
         "paused": info.paused,
         "overlap": info.overlap,
+        "priority": info.priority,
         "catch_up_seconds": None if info.catch_up is None else info.catch_up.total_seconds(),
         "jitter_seconds": info.jitter.total_seconds(),
         "start_at": _iso(info.start_at),

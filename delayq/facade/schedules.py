@@ -32,6 +32,7 @@ class SchedulesMixin(ServiceParts):
         jitter: timedelta | float | None = None,
         start_at: datetime | None = None,
         end_at: datetime | None = None,
+        priority: int | None = None,
     ) -> ScheduleInfo:
         """Create or update (by ``name``) a durable schedule firing ``event_type`` events.
 
@@ -46,13 +47,15 @@ class SchedulesMixin(ServiceParts):
         previous one has left, the others skipped) or ``"allow"``. ``catch_up``: after an outage, missed slots younger than this are
         fired (default None: only the latest missed slot). ``jitter``: a delay up to this
         long added per fire, the same for a slot in every process. Updating keeps the
-        slots already fired; see docs/SCHEDULES.md. Bad arguments raise
-        ``TypeError``/``ValueError`` and write nothing.
+        slots already fired; see docs/SCHEDULES.md. ``priority``: the level (0 the most
+        urgent .. 9) of every fire (None: the event class's ``priority=``; see
+        docs/guides/priorities.md). Bad arguments raise ``TypeError``/``ValueError`` and
+        write nothing.
         """
         spec = self._schedules.build(
             name, event_type, cron=cron, every=every, timezone=timezone, payload=payload,
             context=context, overlap=overlap, catch_up=catch_up, jitter=jitter,
-            start_at=start_at, end_at=end_at,
+            start_at=start_at, end_at=end_at, priority=priority,
         )  # fmt: skip
         return await self._schedules.upsert(spec)
 

@@ -5,17 +5,18 @@
 --   the type's default view (see _prelude.lua), with schedules (name -> definition) and
 --   schedule_state (name -> MessagePack state, below), then `prio` and the levels'
 --   ready lists `ready_1` `ready_2` `ready_3` `ready_4` `ready_5` `ready_6` `ready_7`
---   `ready_8` `ready_9` (_levels.lua); the caller sends them up to schedule_state.
+--   `ready_8` `ready_9` (_levels.lua); the caller sends them up to schedule_state
+--   unless a fire is above level 0.
 -- ARGV[1] wake-up channel, ARGV[2] the shard's name (published on wake-ups)
--- ARGV[3] a MessagePack array, 7 per fire: name, definition version, slot ms
+-- ARGV[3] a MessagePack array, 8 per fire: name, definition version, slot ms
 --   ('T' for a manual trigger, 'P' to only look at a buffered fire), event id,
---   due ms (slot + jitter), envelope length, overlap policy; ARGV[4] the
---   envelopes back to back (packing many small arguments costs the client more
---   than this script)
+--   due ms (slot + jitter), envelope length, overlap policy, priority level
+--   (0..9, the schedule's); ARGV[4] the envelopes back to back (packing many
+--   small arguments costs the client more than this script)
 -- State: [version, mark, last id, last fire ms, last slot ms, paused, gen,
 --   fires, skipped, triggers, buffered]; `mark` is the last slot fired, held or
 --   passed over; `buffered` is false or the fire held by overlap="buffer_one":
---   {slot ms, id, due ms, envelope}.
+--   {slot ms, id, due ms, envelope, priority level (absent: 0)}.
 -- Returns: per item {code, gen, mark, released slot ms or 0, buffered slot ms
 --   or 0}; code 1 fired, 2 skipped by the overlap policy, 4 held (buffer_one),
 --   5 looked ('P'), 0 done already (slot at or before the mark), -1 stale (the
@@ -26,7 +27,7 @@
 --   same script, refuses a slot at or before it even after the fire was
 --   handled and deleted. The event is written as enqueue.lua writes a new one
 --   (due now: the ready list; later, or a type with delivery groups: the
---   schedule, with a wake-up). A buffered fire is written only once the fire
+--   schedule, with a wake-up), at the fire's priority level. A buffered fire is written only once the fire
 --   before it has left (acked, cancelled or dead-lettered), checked and done
 --   in this one script by whichever item of the schedule comes first (the
 --   firer sends 'P' items while one is held): two fires of a buffer_one
@@ -47,10 +48,12 @@ local function pending(id)
     and not redis.call('ZSCORE', K_DEAD, id)
 end
 
--- writes a fire's event as enqueue.lua writes a new one; 1, or 3 when the id existed
-local function write(id, due, envelope)
+-- writes a fire's event as enqueue.lua writes a new one, at priority `level`; 1, or 3
+-- when the id existed
+local function write(id, due, envelope, level)
   if redis.call('HEXISTS', K_EVENTS, id) == 1 then return 3 end
   redis.call('HSET', K_EVENTS, id, envelope)
+  if level > 0 then set_levels({id}, {level}) end
   if due <= now and not fan then
     push_ready({id}, {due})
   else
@@ -59,9 +62,10 @@ local function write(id, due, envelope)
   return 1
 end
 
-for i = 1, #items, 7 do
+for i = 1, #items, 8 do
   local name, version, slot_arg, id, due, overlap =
     items[i], items[i + 1], tostring(items[i + 2]), items[i + 3], tonumber(items[i + 4]), items[i + 6]
+  local level = tonumber(items[i + 7]) or 0
   local envelope = string.sub(blob, pos, pos + items[i + 5] - 1)
   pos = pos + items[i + 5]
   local raw = redis.call('HGET', K_SCHEDULE_STATE, name)
@@ -73,7 +77,7 @@ for i = 1, #items, 7 do
     local held = st[11]
     if type(held) == 'table' and tonumber(st[6]) ~= 1 and not pending(st[3]) then
       -- the fire before the buffered one has left: the buffered one goes now
-      write(held[2], math.max(tonumber(held[3]), now), held[4])
+      write(held[2], math.max(tonumber(held[3]), now), held[4], tonumber(held[5]) or 0)
       released = tonumber(held[1])
       st[3], st[4], st[5], st[8] = held[2], now, released, tonumber(st[8]) + 1
       st[11], st[7], changed = false, gen_now, true
@@ -92,12 +96,12 @@ for i = 1, #items, 7 do
     elseif overlap ~= 'allow' and pending(st[3]) then
       -- the previous fire is still waiting or running
       if overlap == 'buffer_one' and type(st[11]) ~= 'table' then
-        code, st[11] = 4, {slot, id, due, envelope}
+        code, st[11] = 4, {slot, id, due, envelope, level}
       else
         code = 2
       end
     end
-    if code == 1 then code = write(id, due, envelope) end
+    if code == 1 then code = write(id, due, envelope, level) end
     if code >= 1 then
       st[2], st[7], changed = slot, gen_now, true
       if code == 2 then
@@ -107,7 +111,7 @@ for i = 1, #items, 7 do
       end
     end
   elseif code == 1 then
-    code = write(id, due, envelope)
+    code = write(id, due, envelope, level)
     st[10], changed = (tonumber(st[10]) or 0) + 1, true
   end
   if changed then redis.call('HSET', K_SCHEDULE_STATE, name, cmsgpack.pack(st)) end

@@ -13,6 +13,7 @@ import msgspec
 
 from ..codec import Codec, check_context
 from ..events import Event, EventTypes, check_event_type, validate_name
+from ..flow.priorities import check_priority
 from ..metrics import Metrics
 from ..observer import Observer
 from ..partitions.shards import shard_for, type_of
@@ -83,6 +84,8 @@ class ScheduleInfo:
     buffered: datetime | None = None
     """The slot of the fire ``overlap="buffer_one"`` holds back until the one before it
     has left (None: none is held)."""
+    priority: int = 0
+    """The priority level of its fires (0 the most urgent; docs/guides/priorities.md)."""
 
     @property
     def expression(self) -> str:
@@ -138,6 +141,7 @@ def info_of(spec: ScheduleSpec, state: ScheduleState) -> ScheduleInfo:
         jitter=timedelta(milliseconds=spec.jitter_ms),
         start_at=_dt(spec.start_ms),
         end_at=_dt(spec.end_ms),
+        priority=spec.priority,
         fires=state.fires,
         skipped=state.skipped,
         triggers=state.triggers,
@@ -204,9 +208,12 @@ class Schedules:
         jitter: timedelta | float | None,
         start_at: datetime | None,
         end_at: datetime | None,
+        priority: int | None = None,
     ) -> ScheduleSpec:
-        """Check every argument and return the definition to store (nothing is written)."""
+        """Check every argument and return the definition to store (nothing is written);
+        ``priority`` None: the event class's default level."""
         validate_name(name, "schedule name")
+        level = event_type.event_priority if priority is None else check_priority(priority)
         check_event_type(event_type)
         type_name = self._types.register(event_type)
         check_timezone(timezone)
@@ -258,6 +265,7 @@ class Schedules:
             jitter_ms=jitter_ms,
             start_ms=start_ms,
             end_ms=end_ms,
+            priority=level,
         )
         return spec.with_version()
 
@@ -357,7 +365,7 @@ class Schedules:
         shard, spec, _ = found
         now = await self._store.browsing.server_time_ms()
         event_id = trigger_id(name, now, spec.partitions)
-        fire = (name, spec.version, "T", event_id, now, "allow", spec.template, now)
+        fire = (name, spec.version, "T", event_id, now, "allow", spec.template, now, spec.priority)
         (result,) = await write_fires(self._store, self._observer, shard, now, [fire], trigger=True)
         if result[3]:  # the script also let a buffered fire go (its predecessor had left)
             self._metrics.increment("schedule_fires", event_type=spec.event_type)

@@ -47,7 +47,8 @@ __all__ = ["ScheduleFirer", "write_fires"]
 # A fire to write: (name, definition version, slot ms or 'T' (trigger) or 'P' (only look
 # at a buffered fire), event id, due ms, overlap, the definition's envelope template,
 # the slot ms its event carries)
-Planned = tuple[str, str, str, str, int, str, bytes, int]
+# name, version, slot ('T', 'P'), id, due ms, overlap, template, slot ms, priority level
+Planned = tuple[str, str, str, str, int, str, bytes, int, int]
 
 # schedule_fire.lua's codes, as a fire's send span names them
 OUTCOMES = {
@@ -80,14 +81,14 @@ async def write_fires(
             type_of(shard), [(p[3], p[0], p[7]) for p in planned if p[2] != "P"], trigger=trigger
         )
     carriers = iter(spans.carriers) if spans is not None else None
-    fires: list[tuple[str, str, str, str, int, bytes, str]] = []
-    for name, version, slot_arg, event_id, due, overlap, template, slot in planned:
+    fires: list[tuple[str, str, str, str, int, bytes, str, int]] = []
+    for name, version, slot_arg, event_id, due, overlap, template, slot, level in planned:
         if slot_arg == "P":
-            fires.append((name, version, slot_arg, "", 0, b"", overlap))
+            fires.append((name, version, slot_arg, "", 0, b"", overlap, level))
             continue
         extra = None if carriers is None else next(carriers)
         envelope = restamp(template, now, name, slot, extra)
-        fires.append((name, version, slot_arg, event_id, due, envelope, overlap))
+        fires.append((name, version, slot_arg, event_id, due, envelope, overlap, level))
     if spans is None:
         return await store.schedules.schedule_fire(shard, fires)
     try:
@@ -252,7 +253,7 @@ class ScheduleFirer(Stoppable):
             if state.buffered_slot_ms:
                 # a fire is held back (buffer_one): the script releases it first if the
                 # fire before it has left
-                fires.append((name, spec.version, "P", "", 0, spec.overlap, b"", 0))
+                fires.append((name, spec.version, "P", "", 0, spec.overlap, b"", 0, spec.priority))
             for slot in slots:
                 fires.append(
                     (
@@ -264,6 +265,7 @@ class ScheduleFirer(Stoppable):
                         spec.overlap,
                         spec.template,
                         slot,
+                        spec.priority,
                     )
                 )
         if fires:

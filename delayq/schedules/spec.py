@@ -71,11 +71,19 @@ class ScheduleSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     start_ms: int | None
     end_ms: int | None
     version: str = ""
-    """A digest of everything above: a changed definition has a new version."""
+    """A digest of everything else: a changed definition has a new version."""
+    priority: int = 0
+    """The priority level of every fire (0 the most urgent; docs/guides/priorities.md)."""
 
     def with_version(self) -> ScheduleSpec:
-        """This spec with its ``version`` set (a digest of the other fields)."""
-        body = msgspec.msgpack.encode(msgspec.structs.replace(self, version=""))
+        """This spec with its ``version`` set (a digest of the other fields).
+
+        The digest covers ``priority`` only when it is not 0, so a definition stored
+        before schedules had a priority keeps its version (and its mark)."""
+        fields = msgspec.structs.astuple(msgspec.structs.replace(self, version=""))
+        if not self.priority:
+            fields = fields[:-1]
+        body = msgspec.msgpack.encode(fields)
         return msgspec.structs.replace(
             self, version=hashlib.blake2b(body, digest_size=8).hexdigest()
         )
@@ -93,8 +101,12 @@ _decode_spec = msgspec.msgpack.Decoder(ScheduleSpec).decode
 
 
 def encode_spec(spec: ScheduleSpec) -> bytes:
-    """The stored form of a spec."""
-    return _encode_spec(spec)
+    """The stored form of a spec: without ``priority`` when it is 0, so a definition reads
+    as it did before schedules had a priority (a release without it can still read it
+    during a rolling deploy)."""
+    if spec.priority:
+        return _encode_spec(spec)
+    return _encode_spec(msgspec.structs.astuple(spec)[:-1])
 
 
 def decode_spec(data: bytes) -> ScheduleSpec:

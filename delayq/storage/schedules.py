@@ -95,15 +95,19 @@ class ScheduleStore:
         )
 
     async def schedule_fire(
-        self, shard: str, fires: Sequence[tuple[str, str, str, str, int, bytes, str]]
+        self, shard: str, fires: Sequence[tuple[str, str, str, str, int, bytes, str, int]]
     ) -> list[tuple[int, int, int, int, int]]:
-        """Fire ``(name, version, slot or 'T'/'P', id, due ms, envelope, overlap)`` items in
-        one shard (``schedule_fire.lua``); ``(code, gen, mark, released slot, buffered
-        slot)`` per item (slots in ms, 0 for none)."""
-        keys = self._core.script_keys("schedule_fire", shard, None, last="schedule_state")
+        """Fire ``(name, version, slot or 'T'/'P', id, due ms, envelope, overlap, priority
+        level)`` items in one shard (``schedule_fire.lua``); ``(code, gen, mark, released
+        slot, buffered slot)`` per item (slots in ms, 0 for none)."""
+        # a fire above level 0 needs `prio` and the levels' lists (the last keys); so may a
+        # buffered fire's release ('P'), which writes the level it was held with
+        levelled = any(fire[7] for fire in fires)
+        last = None if levelled else "schedule_state"
+        keys = self._core.script_keys("schedule_fire", shard, None, last=last)
         packed: list[Any] = []
-        for name, version, slot, event_id, due, envelope, overlap in fires:
-            packed.extend((name, version, slot, event_id, due, len(envelope), overlap))
+        for name, version, slot, event_id, due, envelope, overlap, level in fires:
+            packed.extend((name, version, slot, event_id, due, len(envelope), overlap, level))
         blob = b"".join(item[5] for item in fires)
         args: list[str | bytes] = [self._core.keys.wakeup_channel, shard, _pack(packed), blob]
         reply = await self._core.scripts["schedule_fire"](keys=keys, args=args)
