@@ -59,6 +59,10 @@ class SparkFan(Event, event_name="spark-fan"):
     order_id: int
 
 
+class SparkUrgent(Event, event_name="spark-urgent", priority=4):
+    order_id: int
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One local[2] SparkSession for every test of this module."""
@@ -321,6 +325,51 @@ def test_bad_rows_are_rejected_with_reasons_and_not_written(
         "nocust",
         "nodue",
     ]
+
+
+def test_priority_col_sets_each_rows_level_and_rejects_bad_ones(
+    spark: Any, redis_url: str, prefix: str, sync_client: redis.Redis
+) -> None:
+    """``priority_col`` for enqueue_dataframe and the streaming sink: levels 0..9 as given,
+    a null takes the class's priority=, -1 and 12 are rejects naming column and value."""
+    from delayq.spark import enqueue_dataframe, stream_sink
+
+    rows = [(f"p-{n}", n, n) for n in range(10)] + [("p-null", 10, None)]
+    rows += [("p-neg", 11, -1), ("p-big", 12, 12)]
+    df = spark.createDataFrame(rows, "id string, order_id long, level int")
+    expected = {f"p-{n}": n for n in range(10)} | {"p-null": 4}
+    for run, target in (("batch", prefix), ("sink", prefix + "-sink")):
+        if run == "batch":
+            report = enqueue_dataframe(
+                df, SparkUrgent, redis_url=redis_url, prefix=target, priority_col="level"
+            )
+        else:
+            sink = stream_sink(
+                SparkUrgent, name="s", redis_url=redis_url, prefix=target, priority_col="level"
+            )
+            sink(df, 0)
+            sink(df, 0)  # a replay of the batch writes nothing again
+            assert sink.last is not None
+            report = sink.last
+            assert report.skipped == 11
+        assert report.rejects is not None
+        reasons = {r.id: r.reason for r in report.rejects.collect()}
+        report.rejects.unpersist()
+        assert reasons == {
+            "p-neg": "priority column 'level': -1 is not a priority level (an int from 0, "
+            "the most urgent, to 9)",
+            "p-big": "priority column 'level': 12 is not a priority level (an int from 0, "
+            "the most urgent, to 9)",
+        }
+        keys = TypeKeys(target, SparkUrgent.event_name)
+        assert sync_client.hlen(keys.events) == 11
+        levels = {k.decode(): int(v) for k, v in sync_client.hgetall(keys.prio).items()}
+        assert levels == {i: n for i, n in expected.items() if n}
+        # each ready at its level: level 0's list and levels 1..9's
+        by_list = [sync_client.llen(keys.ready), *map(sync_client.llen, keys.level_lists())]
+        assert by_list == [1, 1, 1, 1, 2, 1, 1, 1, 1, 1]
+    with pytest.raises(ValueError, match="priority_col"):
+        enqueue_dataframe(df, SparkUrgent, redis_url=redis_url, prefix=prefix, priority_col="x")
 
 
 def test_columns_are_checked_before_any_job(spark: Any, redis_url: str, prefix: str) -> None:

@@ -13,7 +13,8 @@
 --          none), and the type becomes keyed (docs/FLOW.md, "Flow keys");
 --          with ':mpp' (or ':mpkp', after the flow key) one more element per
 --          event: its priority level 0..9 (_levels.lua; a replace without one
---          puts the event back at level 0)
+--          puts the event back at level 0); with ':p' (unpacked, the Spark
+--          writers') ARGV[5..] are quads id, envelope, time, priority level
 -- ARGV[2]  '1' to replace an existing event with the same id, '0' to keep it,
 --          'd<ms>' to debounce (max wait ms), 'u<ms>' for unique-for (ttl ms);
 --          optionally followed by ':<call id>:<chunk no>' (a hex id per client
@@ -64,6 +65,13 @@ if packing and packing ~= '' then
     if ikeys then ikeys[#ikeys + 1] = packed[j + 3] end
     if ilevels then ilevels[#ilevels + 1] = tonumber(packed[j + width - 1]) end
     pos = next_pos
+  end
+elseif string.sub(mode, -2) == ':p' then
+  -- unpacked quads: id, envelope, time, priority level
+  mode, items, first, ilevels = string.sub(mode, 1, -3), {}, 1, {}
+  for j = 5, #ARGV, 4 do
+    items[#items + 1], items[#items + 2], items[#items + 3] = ARGV[j], ARGV[j + 1], ARGV[j + 2]
+    ilevels[#ilevels + 1] = tonumber(ARGV[j + 3])
   end
 elseif string.sub(mode, -3) == ':mp' then
   -- ARGV[5]: MessagePack [id, time, envelope length, ...]; ARGV[6]: the

@@ -10,7 +10,8 @@
 -- ARGV[1..4] as for enqueue.lua, without ':mp' (mode; replace flag with call id
 --          and chunk number; wake-up channel; type name)
 -- ARGV[5]  the micro-batch id (an integer >= 0)
--- ARGV[6..] triples: id, envelope, time (as for enqueue.lua)
+-- ARGV[6..] triples: id, envelope, time (as for enqueue.lua); with ':p' after the
+--          mode (a priority column) quads: id, envelope, time, priority level
 -- Returns: one code per triple: enqueue.lua's (1 added, 0 kept, 2 replaced, 3 not
 --          written, see there), or 4 when the ledger already holds the id for
 --          this batch (an earlier run of the batch, a retried task, or an earlier
@@ -42,8 +43,9 @@ if top[2] and tonumber(top[2]) > batch then
     'the sink name reused with a new checkpoint); nothing was changed')
 end
 
+local width = string.sub(ARGV[1], -2) == ':p' and 4 or 3
 local ids = {}
-for i = 6, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
+for i = 6, #ARGV, width do ids[#ids + 1] = ARGV[i] end
 local done = {}
 for i = 1, #ids, 1000 do
   local part = {}
@@ -59,8 +61,8 @@ for k = 1, #ids do
     codes[k] = 4
   else
     seen[id] = true
-    local i = 6 + (k - 1) * 3
-    args[#args + 1], args[#args + 2], args[#args + 3] = id, ARGV[i + 1], ARGV[i + 2]
+    local i = 6 + (k - 1) * width
+    for j = 0, width - 1 do args[#args + 1] = ARGV[i + j] end
     fresh[#fresh + 1] = k
   end
 end

@@ -50,6 +50,7 @@ def enqueue_dataframe(
     serializer: Serializer = "msgpack",
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD,
     cluster: bool | None = None,
+    priority_col: str | None = None,
 ) -> EnqueueReport:
     """Schedule one ``event_type`` event per row of ``df``; return an :class:`EnqueueReport`.
 
@@ -59,6 +60,10 @@ def enqueue_dataframe(
     (a timestamp, or anything Spark casts to one) or after ``delay_col`` seconds
     on Redis's clock, or at once when neither is given. ``context_cols`` become
     the event context (column name -> value as string, nulls left out).
+    ``priority_col`` gives each event's priority level (an int from 0, the most
+    urgent, to 9; a null takes the class's ``priority=``; anything else is a reject
+    naming the column and the value); without it every row gets the class's level
+    (docs/guides/priorities.md).
 
     Runs in two passes. The validation pass checks every row with msgspec
     against the Struct (and the payload size limit) and collects the rejects:
@@ -91,6 +96,7 @@ def enqueue_dataframe(
         serializer=serializer,
         max_payload_bytes=max_payload_bytes,
         cluster=resolve_cluster(redis_url, cluster),
+        priority_col=priority_col,
     )
     return run_job(job, prepared, strict=strict, rejects_path=rejects_path, started=started)
 

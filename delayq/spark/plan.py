@@ -53,6 +53,7 @@ def plan_job(
     serializer: Serializer,
     max_payload_bytes: int,
     cluster: bool,
+    priority_col: str | None = None,
 ) -> tuple[EnqueueJob, DataFrame]:
     """Check the arguments of :func:`enqueue_dataframe` against ``df``; return the job the
     executors run and the prepared DataFrame (what they read). No Spark job runs."""
@@ -63,7 +64,12 @@ def plan_job(
         raise ValueError("give due_col or delay_col, not both")
     if isinstance(context_cols, str):
         raise TypeError("context_cols must be a sequence of column names, not one string")
-    for what, name in (("id_col", id_col), ("due_col", due_col), ("delay_col", delay_col)):
+    for what, name in (
+        ("id_col", id_col),
+        ("due_col", due_col),
+        ("delay_col", delay_col),
+        ("priority_col", priority_col),
+    ):
         if name is not None and name not in df.columns:
             raise ValueError(f"{what}={name!r} is not a column of the DataFrame ({df.columns})")
     for name in context_cols:
@@ -90,6 +96,7 @@ def plan_job(
         max_payload_bytes=max_payload_bytes,
         id_col=id_col,
         time_col=time_col,
+        priority_col=priority_col,
         nullable_required=tuple(
             f.encode_name
             for f in msgspec.structs.fields(event_type)
@@ -107,6 +114,7 @@ def plan_job(
         time_col=job.time_col,
         mode=mode,
         context_cols=context_cols,
+        priority_col=priority_col,
     )
 
     return job, prepared
@@ -193,8 +201,10 @@ def _prepare(
     time_col: str | None,
     mode: Mode,
     context_cols: Sequence[str],
+    priority_col: str | None = None,
 ) -> DataFrame:
-    """Select what the executors need: payload object, id, time, context, other columns.
+    """Select what the executors need: payload object, id, time, context, priority level,
+    other columns.
 
     The other columns (``r``) are only needed to show a rejected row whole.
     """
@@ -222,6 +232,9 @@ def _prepare(
         for name in context_cols:
             pairs += [F.lit(name), _col(name).cast("string")]
         selected.append(F.create_map(*pairs).alias("c"))
+    if priority_col is not None:
+        # as it is (no cast): the validation pass takes only an int 0..9, like priority=
+        selected.append(_col(priority_col).alias("q"))
     # the time column travels as ``t`` (formatting timestamps is the costly part of the JSON)
     rest = [_col(c).alias(c) for c in df.columns if c not in by_column and c != time_col]
     if rest:

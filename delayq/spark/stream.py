@@ -60,6 +60,7 @@ class StreamSink:
         serializer: Serializer = "msgpack",
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD,
         cluster: bool | None = None,
+        priority_col: str | None = None,
     ):
         self.event_type = check_event_type(event_type)
         self.name = validate_name(name, "sink name")
@@ -77,6 +78,7 @@ class StreamSink:
             "batch_size": batch_size,
             "serializer": serializer,
             "max_payload_bytes": max_payload_bytes,
+            "priority_col": priority_col,
         }
         self.rejects_path = rejects_path
         self.on_rejects = on_rejects
@@ -166,13 +168,14 @@ def stream_sink(
     serializer: Serializer = "msgpack",
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD,
     cluster: bool | None = None,
+    priority_col: str | None = None,
 ) -> StreamSink:
     """A ``foreachBatch`` function scheduling one ``event_type`` event per row, exactly once
     per (``name``, micro-batch, row id), across replays of a batch.
 
     ``stream.writeStream.foreachBatch(stream_sink(...)).option("checkpointLocation", ...)``.
-    Columns, times, context, validation, dedup and ``replace`` are those of
-    :func:`~delayq.spark.enqueue_dataframe`. ``name`` identifies the sink's ledger
+    Columns, times, context, priority levels (``priority_col``), validation, dedup and
+    ``replace`` are those of :func:`~delayq.spark.enqueue_dataframe`. ``name`` identifies the sink's ledger
     in Redis: keep it for as long as the query's checkpoint (a new checkpoint
     needs a new name, or the ledger keys deleted).
 
@@ -204,4 +207,5 @@ def stream_sink(
         serializer=serializer,
         max_payload_bytes=max_payload_bytes,
         cluster=cluster,
+        priority_col=priority_col,
     )

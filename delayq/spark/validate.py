@@ -30,6 +30,7 @@ class Row(msgspec.Struct):
     t: int | float | str | None = None
     b: str | None = None  # the time column's value as text, when it does not convert
     c: dict[str, str | None] | None = None  # context
+    q: Any = None  # the priority column's value (any JSON: checked by the validation pass)
     r: msgspec.Raw = msgspec.Raw(b"")  # the row's columns that are not in ``p``
 
 
@@ -67,15 +68,25 @@ class EnqueueJob:
     # (sink_enqueue.lua), once per (sink, batch, id)
     sink: str | None = None
     batch_id: int = 0
+    # the column of each row's priority level (None: the class's priority= for all)
+    priority_col: str | None = None
 
     @property
     def type_name(self) -> str:
         """The event type's wire name."""
         return self.event_type.event_name
 
+    @property
+    def width(self) -> int:
+        """Values per valid row in a batch: ``id, envelope, ms``, and the priority level
+        when rows may be above level 0 (a priority column, or a class default above 0)."""
+        levelled = self.priority_col is not None or self.event_type.event_priority > 0
+        return 4 if levelled else 3
+
 
 class Validator:
-    """Turns prepared rows into ``(id, envelope, ms)`` items, or a reject reason."""
+    """Turns prepared rows into ``(id, envelope, ms)`` items (with the priority level
+    after them when :attr:`EnqueueJob.width` says so), or a reject reason."""
 
     def __init__(self, job: EnqueueJob):
         self.job = job
@@ -96,9 +107,20 @@ class Validator:
         event = self.payload.decode(msgspec.json.encode(obj))
         return event
 
-    def item(self, row: Row) -> tuple[tuple[str, bytes, int] | None, str | None]:
+    def item(self, row: Row) -> tuple[tuple[Any, ...] | None, str | None]:
         """``(item, None)`` for a valid row, ``(None, reason)`` for a reject."""
         job = self.job
+        level = job.event_type.event_priority
+        if job.priority_col is not None and row.q is not None:
+            q = row.q
+            if isinstance(q, bool) or not isinstance(q, int) or not 0 <= q <= 9:
+                shown = repr(q)
+                shown = shown if len(shown) <= _SHOWN else shown[:_SHOWN] + "..."
+                return None, (
+                    f"priority column {job.priority_col!r}: {shown} is not a priority level "
+                    "(an int from 0, the most urgent, to 9)"
+                )
+            level = q
         if row.i is None:
             return None, f"id column {job.id_col!r} is null"
         if not row.i:
@@ -131,6 +153,8 @@ class Validator:
             envelope = self.codec.encode(event, context)
         except (TypeError, ValueError) as exc:
             return None, str(exc)
+        if job.width == 4:
+            return (event.id, envelope, ms, level), None
         return (event.id, envelope, ms), None
 
     def _unreadable_time(self, text: str | None) -> str:
@@ -177,8 +201,8 @@ class Validator:
 
 
 # What the validation pass keeps: (True, None, [id, envelope, ms, id, ...], n) for a
-# batch of n valid rows (one round trip of the write pass), or (False, id, reason,
-# row_json) for a reject.
+# batch of n valid rows (one round trip of the write pass; with EnqueueJob.width 4 each
+# row's priority level after its ms), or (False, id, reason, row_json) for a reject.
 Checked = tuple[bool, "str | None", Any, Any]
 
 
@@ -191,7 +215,8 @@ def validate_partition(
     """
     validator = Validator(job)
     n = rejected = 0
-    limit = 3 * job.batch_size
+    width = job.width
+    limit = width * job.batch_size
     batch: list[Any] = []
     for line in lines:
         n += 1
@@ -204,12 +229,12 @@ def validate_partition(
         if item is not None:
             batch += item
             if len(batch) >= limit:
-                yield True, None, batch, len(batch) // 3
+                yield True, None, batch, len(batch) // width
                 batch = []
         else:
             rejected += 1
             yield False, row.i, reason, validator.row_json(row)
     if batch:
-        yield True, None, batch, len(batch) // 3
+        yield True, None, batch, len(batch) // width
     seen.add(n)
     bad.add(rejected)

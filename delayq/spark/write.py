@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..keys import PrefixKeys, TypeKeys
+from ..keyspace.scripts import SCRIPT_KEYS, keys_for
 from ..partitions.shards import layout_member, partition_of, shard_name
 from ..storage.store import ENQUEUE_CHUNK, Enqueued
 from .clients import run_enqueue, shared_client
@@ -36,6 +37,9 @@ def write_partition(
     # to its partition's keys
     partitions = job.event_type.event_partitions
     mode = job.mode if job.mode != "now" else "delay"
+    width = job.width  # 4: each row's priority level after its ms (enqueue.lua's ':p')
+    if width == 4:
+        mode += ":p"
     channel = PrefixKeys(job.prefix).wakeup_channel
     # "<replace>:<call id>:<chunk no>", as store.enqueueing.enqueue sends: one call per task,
     # so the script tells a retried chunk from a row that repeats an earlier one
@@ -53,9 +57,9 @@ def write_partition(
             client.sadd(PrefixKeys(job.prefix).types, layout_member(job.type_name, partitions))
             registered = True
         routed: dict[int, list[Any]] = {}
-        for i in range(0, len(args), 3):
-            routed.setdefault(partition_of(args[i], partitions), []).extend(args[i : i + 3])
-        step = 3 * ENQUEUE_CHUNK
+        for i in range(0, len(args), width):
+            routed.setdefault(partition_of(args[i], partitions), []).extend(args[i : i + width])
+        step = width * ENQUEUE_CHUNK
         for k, part in sorted(routed.items()):
             # the registry keys too: for a type with delivery groups, due-now rows go
             # through the schedule so the scheduler fans them out to every group
@@ -63,6 +67,11 @@ def write_partition(
             keys: tuple[str, ...] = type_keys.view()
             if job.sink is not None:
                 keys += (type_keys.sink(job.sink),)
+            if width == 4:  # levels: every key of the script, `prio` and the levels' lists
+                named = type_keys.named()
+                if job.sink is not None:
+                    named = {**named, "sink": type_keys.sink(job.sink)}
+                keys = keys_for(SCRIPT_KEYS[script], named)
             shard = shard_name(job.type_name, k, partitions)
             calls = []
             for i in range(0, len(part), step):
