@@ -402,3 +402,54 @@ def test_a_schedule_without_priority_keeps_its_digest() -> None:
     assert urgent.version != plain.version  # a new level is a changed definition
     assert decode_spec(encode_spec(urgent)) == urgent
     assert decode_spec(encode_spec(plain)) == plain
+
+
+class Plain(Event, event_name="prio-plain"):
+    """A type that never uses levels."""
+
+
+def test_stats_and_the_dashboard_show_the_ready_backlog_per_level(
+    redis_url: str, prefix: str, capsys: Any, monkeypatch: Any
+) -> None:
+    import json
+
+    import httpx
+
+    from delayq.cli.app import main
+    from delayq.dashboard import create_app
+
+    async def prepare() -> None:
+        service = await _service(redis_url, prefix, enable_scheduling=False)
+        async with service:
+            await service.enqueue_many([Job(id=f"a{i}") for i in range(2)])
+            await service.enqueue_many([Job(id=f"b{i}") for i in range(3)], priority=7)
+            await service.enqueue_many([Plain(id=f"p{i}") for i in range(4)])
+
+    asyncio.run(prepare())
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("DELAYQ_PREFIX", prefix)
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["stats", "--json"]) == 0
+    types = json.loads(capsys.readouterr().out)["types"]
+    assert types["prio-job"]["ready_by_priority"] == {"0": 2, "7": 3}
+    assert "ready_by_priority" not in types["prio-plain"]  # nothing extra without levels
+    assert main(["stats"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line.split() for line in lines if "priority" in line]
+    assert rows == [["priority", "0", "2"], ["priority", "7", "3"]]
+
+    async def pages() -> None:
+        service = await _service(redis_url, prefix, enable_scheduling=False)
+        async with service:
+            transport = httpx.ASGITransport(app=create_app(service))
+            async with httpx.AsyncClient(transport=transport, base_url="http://d.test") as http:
+                overview = (await http.get("/")).text
+                job = (await http.get("/type", params={"name": "prio-job"})).text
+                plain = (await http.get("/type", params={"name": "prio-plain"})).text
+        for page in (overview, job):
+            assert '<span class="level" data-level="7">p7 3</span>' in page
+            assert '<span class="level" data-level="0">p0 2</span>' in page
+        assert overview.count('class="levels"') == 1  # the plain type's row has none
+        assert 'class="levels"' not in plain
+
+    asyncio.run(pages())

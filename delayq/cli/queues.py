@@ -48,7 +48,21 @@ def _counts_dict(c: QueueCounts) -> dict[str, Any]:
         else c.next_due_at.isoformat().replace("+00:00", "Z"),
         "backlog_age_seconds": round(c.backlog_age, 3),
         "paused": c.paused,
+        # levels in use only; absent for a type whose ready events are all at level 0
+        **(
+            {"ready_by_priority": {str(n): k for n, k in c.ready_by_priority.items()}}
+            if c.ready_by_priority
+            else {}
+        ),
     }
+
+
+def _level_rows(table: Table, label: str, c: QueueCounts) -> None:
+    """One row per priority level in use under a type's (or group's) row: its ready count
+    (nothing for a type whose ready events are all at level 0)."""
+    for level, n in sorted(c.ready_by_priority.items()):
+        cell = Text(f"{label}  priority {level}", style="dim")
+        table.add_row(cell, "", str(n), "", "", "", "", "")
 
 
 _Read = tuple[dict[str, QueueCounts], dict[str, dict[str, QueueCounts]]]
@@ -119,6 +133,7 @@ def _stats_table(
             _next_due(c.next_due_at, now),
             age,
         )
+        _level_rows(table, "", c)
         for group, g in sorted((groups or {}).get(name, {}).items()):
             # a group has its own ready, in-flight and dead sets; due times are the type's
             table.add_row(
@@ -131,6 +146,7 @@ def _stats_table(
                 "",
                 "",
             )
+            _level_rows(table, "  ", g)
     if not stats:
         table.caption = text(empty)
     return table
@@ -150,7 +166,9 @@ def stats(
 
     With --watch --json, one JSON object per line at every refresh.
     Types with named delivery groups get one more row per group ("type \\[group]"; in
-    JSON, a "groups" object of the same fields per group).
+    JSON, a "groups" object of the same fields per group). A type (group) with ready
+    events above priority level 0 gets a row per level in use under it, with that
+    level's ready count (in JSON, "ready_by_priority": level -> count).
     """
     period = parse_delay(interval)
     if period < 0.1:

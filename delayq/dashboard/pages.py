@@ -18,7 +18,7 @@ from starlette.responses import Response
 from ..flow.limits import FlowLimits
 from ..keyspace.groups import DEFAULT_GROUP, labelled
 from ..runtime.history import HistoryPoint, Window
-from ..storage.store import QueueCounts
+from ..storage.store import QueueCounts, sum_counts
 from .charts import Series, bar_chart, line_chart
 from .view import DashboardView
 
@@ -67,6 +67,7 @@ def type_row(name: str, per_group: Mapping[str, QueueCounts], consumers: set[str
         next_due_at=min(dues) if dues else None,
         backlog_age=max(c.backlog_age for c in counts),
         due=sum(c.due for c in counts),
+        ready_by_priority=sum_counts(counts).ready_by_priority,  # summed over the groups
     )
     flags = []
     for group, c in sorted(per_group.items()):
