@@ -453,3 +453,32 @@ def test_stats_and_the_dashboard_show_the_ready_backlog_per_level(
         assert 'class="levels"' not in plain
 
     asyncio.run(pages())
+
+
+async def test_aging_reaches_a_consumer_that_only_ever_saw_level_0(
+    redis_url: str, prefix: str, wait_for: Any
+) -> None:
+    """A process whose BRPOPs only returned level-0 entries sends no level keys; with aging
+    set its claim is told to (and claims again with them), so an aged level-9 event is not
+    hidden behind a saturated level 0."""
+    setup = await _service(redis_url, prefix, enable_scheduling=False)
+    async with setup:
+        await setup.set_limits(Job, priority_aging=timedelta(milliseconds=50))
+        await setup.enqueue_with_delay(Job(id="old", n=9), priority=9)
+        start = await setup.store.browsing.server_time_ms()
+
+        async def aged() -> bool:  # 9 periods on Redis's clock: it competes as level 0
+            return await setup.store.browsing.server_time_ms() > start + 500
+
+        await wait_for(aged, timeout=5)
+        await setup.enqueue_many([Job(id=f"now-{i}") for i in range(3)])
+    fresh = await _service(redis_url, prefix, enable_scheduling=False)
+    deliveries = fresh.store.deliveries
+    async with fresh:
+        got = await deliveries.pop_ready("prio-job", 1.0)
+        assert got is not None and got[1] == 0  # level 0 is not empty: BRPOP takes it
+        assert not deliveries.levels.levelled("prio-job")
+        _, claimed, throttle = await deliveries.claim_limited("prio-job", [got[0]], 1, 5000)
+        assert throttle is None and deliveries.levels.levelled("prio-job")
+    # the aged level-9 event (due first) before the level-0 ones, the popped one next
+    assert [c.raw_id.decode() for c in claimed] == ["old", "now-0"]

@@ -45,7 +45,8 @@
 -- there) when more urgent ones fill the claim. With the limits field `aging` (ms)
 -- an entry ready (due) for t ms competes as level max(0, level - floor(t / aging)),
 -- ties to the earlier due time: the heads of the lists are compared entry by entry.
--- Without them only `ready` (level 0) is read, as always.
+-- Without them only `ready` (level 0) is read, as always (with aging set the caller is
+-- told to send them: see below).
 -- '<due ms>:<id>' -> due, id (a bare id: '', id)
 local function split_entry(entry)
   local sep = string.find(entry, ':', 1, true)
@@ -404,6 +405,14 @@ local extra, from = string.match(ARGV[2], '^(%d+)/?(%d*)$')
 extra, from = tonumber(extra), tonumber(from) or 0
 local from_list = from > 0 and LISTS and LISTS[from] or K_READY
 local lim = read_limits(now)
+-- Aging needs every level's list (a saturated level 0 must not hide an aged level 9
+-- from a caller that never popped above level 0): a caller that sent none gets its
+-- entries put back (they came from level 0's list, next in line again) and the reply
+-- {{now_us, 0, 'levels', 0, -1}}; it sends the lists from then on and claims again.
+if lim and lim.aging and not LISTS then
+  hold_back(given, 0, K_READY)
+  return {{now_us, 0, 'levels', 0, -1}}
+end
 local held, reason = false, nil  -- held: the limits allowed fewer starts than asked
 if lim then
   local want = #given + extra

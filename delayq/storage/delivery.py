@@ -104,6 +104,11 @@ class Deliveries:
         head = r[0]
         if isinstance(head, list):
             reason = head[2].decode() if isinstance(head[2], bytes) else str(head[2])
+            if reason == "levels":  # aging is set: claims must see every level's list
+                self.levels.mark_levelled(shard, group)
+                return await self.claim_limited(
+                    shard, [], more + len(popped), visibility_ms, group=group
+                )
             throttle = Throttle(int(head[1]), reason, int(head[3]), int(head[4]))
             head = head[0]
         claimed = [

@@ -43,6 +43,11 @@ class Levels:
         """Whether this process has seen a ready entry above level 0 in the group's lists."""
         return (shard, group) in self._levelled
 
+    def mark_levelled(self, shard: str, group: str | None = None) -> None:
+        """Send the level keys with the group's claims, acks and failures from now on (the
+        claim script asked for them: the group ages its levels)."""
+        self._levelled.add((shard, group))
+
     def level_of_list(self, shard: str, group: str | None, key: bytes) -> int:
         """The level of the ready list named ``key`` (as a BRPOP reply names it); a level
         above 0 marks the view as levelled."""
