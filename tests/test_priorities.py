@@ -386,11 +386,19 @@ def test_a_schedule_without_priority_keeps_its_digest() -> None:
     from delayq.schedules.spec import ScheduleSpec, decode_spec, encode_spec
 
     fields: dict[str, Any] = {
-        "name": "nightly", "event_type": "report", "partitions": 1, "cron": "0 3 * * *",
-        "every_ms": None, "timezone": "Europe/Paris", "template": b"\x93\x80\x01\xc0",
-        "overlap": "skip", "catch_up_ms": None, "jitter_ms": 0, "start_ms": None,
+        "name": "nightly",
+        "event_type": "report",
+        "partitions": 1,
+        "cron": "0 3 * * *",
+        "every_ms": None,
+        "timezone": "Europe/Paris",
+        "template": b"\x93\x80\x01\xc0",
+        "overlap": "skip",
+        "catch_up_ms": None,
+        "jitter_ms": 0,
+        "start_ms": None,
         "end_ms": None,
-    }  # fmt: skip
+    }
     plain = ScheduleSpec(**fields).with_version()
     # the version and the stored bytes of main before schedules had a priority (682403c)
     assert plain.version == "8a2d611664f99606"

@@ -228,9 +228,7 @@ async def test_retries_keep_their_level_across_workers(
     keys = TypeKeys(prefix, Fleet.event_name)
     async with producer:
         await producer.pause(Fleet)
-        await producer.enqueue_many(
-            [Fleet(id=f"bg-{i}", level=9) for i in range(400)], priority=9
-        )
+        await producer.enqueue_many([Fleet(id=f"bg-{i}", level=9) for i in range(400)], priority=9)
         await producer.enqueue_many(
             [Fleet(id=f"u-{i}", level=2, fail=True) for i in range(20)], priority=2
         )

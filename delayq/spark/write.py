@@ -36,10 +36,8 @@ def write_partition(
     # rows are routed by id as the service routes them (crc32(id) % N): each goes
     # to its partition's keys
     partitions = job.event_type.event_partitions
-    mode = job.mode if job.mode != "now" else "delay"
     width = job.width  # 4: each row's priority level after its ms (enqueue.lua's ':p')
-    if width == 4:
-        mode += ":p"
+    mode = (job.mode if job.mode != "now" else "delay") + (":p" if width == 4 else "")
     channel = PrefixKeys(job.prefix).wakeup_channel
     # "<replace>:<call id>:<chunk no>", as store.enqueueing.enqueue sends: one call per task,
     # so the script tells a retried chunk from a row that repeats an earlier one
