@@ -490,3 +490,28 @@ async def test_aging_reaches_a_consumer_that_only_ever_saw_level_0(
         assert throttle is None and deliveries.levels.levelled("prio-job")
     # the aged level-9 event (due first) before the level-0 ones, the popped one next
     assert [c.raw_id.decode() for c in claimed] == ["old", "now-0"]
+
+
+async def test_flow_keys_take_fair_turns_and_each_turn_its_most_urgent_event(
+    redis_url: str, prefix: str
+) -> None:
+    """Fairness between keys first, priority within a key: key "a" marks all its work
+    urgent and still gets one turn per round; each key's turn takes its most urgent event."""
+    producer = await _service(redis_url, prefix, enable_scheduling=False)
+    async with producer:
+        await producer.pause(Job)
+        for i in range(3):
+            await producer.enqueue_with_delay(Job(id=f"a-bg-{i}", n=9), key="a", priority=9)
+        for i in range(3):
+            await producer.enqueue_with_delay(Job(id=f"a-urgent-{i}"), key="a", priority=0)
+        for i in range(3):
+            await producer.enqueue_with_delay(Job(id=f"b-{i}", n=5), key="b", priority=5)
+        await producer.resume(Job)
+    seen = await _handled_order(await _service(redis_url, prefix), 9)
+    ids = [i for i, _ in seen]
+    # turns alternate between the keys; a's turns take its level-0 events before level 9
+    assert [i.split("-")[0] for i in ids[:6]] == ["a", "b"] * 3
+    assert [i for i in ids if i.startswith("a")] == [f"a-urgent-{k}" for k in range(3)] + [
+        f"a-bg-{k}" for k in range(3)
+    ]
+    assert [i for i in ids if i.startswith("b")] == [f"b-{k}" for k in range(3)]
