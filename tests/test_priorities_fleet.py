@@ -23,9 +23,10 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from priority_worker import Fleet, FleetPart
 from redis.asyncio.cluster import RedisCluster
 
-from delayq import Event, EventService
+from delayq import EventService
 from delayq.keys import TypeKeys
 from delayq.partitions.shards import partition_of
 from delayq.testing import wait_for
@@ -33,20 +34,6 @@ from delayq.testing.cluster import RedisClusterServer
 
 WORKER = Path(__file__).with_name("priority_worker.py")
 ROOT = Path(__file__).resolve().parents[1]
-
-
-class Fleet(Event, event_name="prio-fleet"):
-    """Same wire name and shape as the workers' class."""
-
-    level: int = 0
-    fail: bool = False
-
-
-class FleetPart(Event, event_name="prio-fleet-part", partitions=3):
-    """Same wire name and shape as the workers' partitioned class."""
-
-    level: int = 0
-    fail: bool = False
 
 
 class Workers:
