@@ -322,6 +322,10 @@ async def test_delivery_groups_keep_levels_through_fan_out_retries_and_requeue(
         stats = await admin.group_stats(Job)
         assert stats["audit"].ready_by_priority == {7: 1}
         assert stats["default"].ready == 0
+        # removing the group removes its level lists too
+        assert await redis_client.exists(*keys.level_lists("audit")) == 1
+        assert await admin.remove_group(Job, "audit")
+        assert await redis_client.exists(*keys.level_lists("audit")) == 0
 
 
 def _resized(partitions: int) -> type[Event]:

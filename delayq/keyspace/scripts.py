@@ -205,9 +205,10 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
 GROUPED = _names("group_move group_cancel group_replace group_remove group_inspect group_run_now")
 """The scripts that take every delivery group's keys after their own."""
 
-GROUP_LEVELLED = _names("group_move group_run_now")
-"""The :data:`GROUPED` scripts that push to the groups' ready lists: they also take each
-group's ready lists of priority levels 1..9 (:data:`LEVEL_KEYS`), after the type's ``fkeys``."""
+GROUP_LEVELLED = _names("group_move group_run_now group_remove")
+"""The :data:`GROUPED` scripts that push to (or delete) the groups' ready lists: they also take
+each group's ready lists of priority levels 1..9 (:data:`LEVEL_KEYS`), after the type's
+``fkeys``."""
 
 BLOCKS = ("history_add",)
 """The scripts that take their list of keys once per item (``block_key(b, B_<NAME>)``)."""

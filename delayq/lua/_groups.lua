@@ -3,9 +3,9 @@
 -- group_replace) or on one whole group (group_remove).
 -- KEYS: the script's own (the default group's view of the type, by name), then
 -- each group's keys, in the order of the names in ARGV[2 .. ARGV[1] + 1]; then
--- each group's flow-key state; then the type's fkeys; then (group_move and
--- group_run_now, which push to ready lists) each group's ready lists of priority
--- levels 1..9. The script's header (delayq/keyspace/scripts.py, group_header)
+-- each group's flow-key state; then the type's fkeys; then (group_move,
+-- group_run_now and group_remove, which push to or delete ready lists) each
+-- group's ready lists of priority levels 1..9. The script's header (delayq/keyspace/scripts.py, group_header)
 -- names that layout: gkey(g, G_READY), gkkey(g, G_KLINES), K_FKEYS, glkey(g, n),
 -- N_GROUPS (for the default group its keys are its retry schedule and the type's
 -- own).

@@ -2,7 +2,7 @@
 --
 -- KEYS (delayq/keyspace/scripts.py): `events`, `meta`, `groups`, `pending` of the type,
 --   then every group's (see _groups.lua), with one group.
---   then `prio` (_levels.lua)
+--   then `prio` (_levels.lua), then the group's ready lists of levels 1..9.
 -- ARGV: 1, the group name, ARG(1) batch size, ARG(2) '1' on the first call
 -- Returns: -1 refused (the type's last group: a type always has one), 0 not
 --          registered (or registered again since the first call: left alone),
@@ -41,6 +41,8 @@ for _, j in ipairs({G_SCHEDULED, G_QUEUED, G_INFLIGHT, G_DEAD}) do
 end
 if left > 0 then return 2 end
 redis.call('DEL', gkey(1, G_READY), leases, attempts, errors)
+-- its priority levels' ready lists (entries whose ids left `queued` above)
+for n = 1, LEVEL_WIDTH do redis.call('DEL', glkey(1, n)) end
 -- its flow keys' lines, rotation, parked keys and running deliveries (see _prelude.lua)
 redis.call('DEL', gkkey(1, G_KLINES), gkkey(1, G_KROT), gkkey(1, G_KWAIT), gkkey(1, G_KRUN))
 -- the default group's counters live in the type's own meta hash: they stay
