@@ -363,10 +363,13 @@ async def test_repartition_keeps_each_events_level(
 
 
 async def test_schedule_fires_take_its_priority(redis_url: str, prefix: str, wait_for: Any) -> None:
+    from delayq.cli.schedules import schedule_json
+
     service = await _service(redis_url, prefix)
     async with service:
         info = await service.schedule("urgent-beat", Job, every=timedelta(seconds=0.2), priority=7)
         assert info.priority == 7
+        assert schedule_json(info)["priority"] == 7  # delayq schedules show, --json
         assert (await service.schedule_info("urgent-beat")).priority == 7  # type: ignore[union-attr]
 
         # a regular fire, moved to the ready list by the scheduler: level 7
