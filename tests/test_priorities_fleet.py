@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -85,13 +85,6 @@ def workers(redis_url: str, prefix: str, tmp_path: Path) -> Iterator[Workers]:
         w.close()
 
 
-@pytest.fixture
-async def raw(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(redis_url, protocol=2)
-    yield client
-    await client.aclose()
-
-
 def _parse(entries: list[bytes]) -> list[tuple[str, int, int, str, int]]:
     """The log as (id, level, attempt, worker, unix ms), in handler start order."""
     out = []
@@ -125,11 +118,11 @@ async def _log(client: Any, prefix: str) -> list[tuple[str, int, int, str, int]]
 
 
 async def test_levels_are_served_in_order_by_several_workers(
-    redis_url: str, prefix: str, workers: Workers, raw: aioredis.Redis
+    redis_url: str, prefix: str, workers: Workers, redis_client: aioredis.Redis
 ) -> None:
     """3 processes x 2 handler slots; 300 events enqueued least urgent first while the type
     is paused, then resumed: every process serves them level by level."""
-    await _start(workers, raw, ["w1", "w2", "w3"], "--sleep-ms", "3")
+    await _start(workers, redis_client, ["w1", "w2", "w3"], "--sleep-ms", "3")
     producer = EventService.from_url(redis_url, prefix=prefix, enable_scheduling=False)
     async with producer:
         await producer.pause(Fleet)
@@ -141,11 +134,11 @@ async def test_levels_are_served_in_order_by_several_workers(
         await producer.resume(Fleet)
 
         async def all_done() -> bool:
-            return len(await _log(raw, prefix)) >= 300
+            return len(await _log(redis_client, prefix)) >= 300
 
         await wait_for(all_done, timeout=60, message=workers.output())
     await workers.stop_all()
-    log = await _log(raw, prefix)
+    log = await _log(redis_client, prefix)
     assert sorted(e[0] for e in log) == sorted(f"{n}-{k}" for n in range(10) for k in range(30))
     assert len({e[3] for e in log}) == 3  # every process served
     levels = [e[1] for e in log]
@@ -158,13 +151,13 @@ async def test_levels_are_served_in_order_by_several_workers(
 
 
 async def test_aging_lets_a_level_9_event_through_while_level_0_is_saturated(
-    redis_url: str, prefix: str, workers: Workers, raw: aioredis.Redis
+    redis_url: str, prefix: str, workers: Workers, redis_client: aioredis.Redis
 ) -> None:
     """priority_aging=250 ms: a level-9 event competes as level 0 after 9 periods (2.25 s)
     and, due before every level-0 event, is then next. Level 0 gets new events faster than
     the two workers handle them the whole time."""
     aging = 0.25
-    await _start(workers, raw, ["a1", "a2"], "--sleep-ms", "20")
+    await _start(workers, redis_client, ["a1", "a2"], "--sleep-ms", "20")
     producer = EventService.from_url(redis_url, prefix=prefix, enable_scheduling=False)
     async with producer:
         await producer.set_limits(Fleet, priority_aging=timedelta(seconds=aging))
@@ -186,7 +179,7 @@ async def test_aging_lets_a_level_9_event_through_while_level_0_is_saturated(
         try:
 
             async def old_started() -> bool:
-                return any(e[0] == "old" for e in await _log(raw, prefix))
+                return any(e[0] == "old" for e in await _log(redis_client, prefix))
 
             await wait_for(old_started, timeout=20, message=workers.output())
         finally:
@@ -195,7 +188,7 @@ async def test_aging_lets_a_level_9_event_through_while_level_0_is_saturated(
         ready = (await producer.stats_for(Fleet)).ready  # all at level 0 now
         await producer.pause(Fleet)  # the rest of the backlog is not this test's
     await workers.stop_all()
-    log = await _log(raw, prefix)
+    log = await _log(redis_client, prefix)
     index = next(i for i, e in enumerate(log) if e[0] == "old")
     waited = log[index][4] / 1000 - enqueued
     # before 8 periods it competes as level 1 or worse, and level 0 was never empty
@@ -205,12 +198,12 @@ async def test_aging_lets_a_level_9_event_through_while_level_0_is_saturated(
 
 
 async def test_retries_keep_their_level_across_workers(
-    redis_url: str, prefix: str, workers: Workers, raw: aioredis.Redis
+    redis_url: str, prefix: str, workers: Workers, redis_client: aioredis.Redis
 ) -> None:
     """Each event's first delivery fails: its retry (after a 50 ms backoff, moved by the
     workers' schedulers) goes back to its own level's list, and still before less urgent
     work that was waiting all along."""
-    await _start(workers, raw, ["r1", "r2"], "--sleep-ms", "2")
+    await _start(workers, redis_client, ["r1", "r2"], "--sleep-ms", "2")
     producer = EventService.from_url(redis_url, prefix=prefix, enable_scheduling=False)
     keys = TypeKeys(prefix, Fleet.event_name)
     async with producer:
@@ -222,16 +215,16 @@ async def test_retries_keep_their_level_across_workers(
         await producer.resume(Fleet)
 
         async def retried() -> bool:
-            return sum(1 for e in await _log(raw, prefix) if e[2] == 2) >= 20
+            return sum(1 for e in await _log(redis_client, prefix) if e[2] == 2) >= 20
 
         await wait_for(retried, timeout=30, message=workers.output())
         await producer.pause(Fleet)
     await workers.stop_all()
-    log = await _log(raw, prefix)
+    log = await _log(redis_client, prefix)
     retries = [e for e in log if e[2] == 2]
     assert sorted(e[0] for e in retries) == sorted(f"u-{i}" for i in range(20))
     # every delivery of the level-2 events came from level 2's list: 20 pushes, 20 retries
-    assert int(await raw.hget(keys.meta, "pushed:2") or 0) == 40
+    assert int(await redis_client.hget(keys.meta, "pushed:2") or 0) == 40
     # the retries went before the level-9 backlog, which was far from drained
     last_retry = max(i for i, e in enumerate(log) if e[2] == 2)
     assert sum(1 for e in log[:last_retry] if e[1] == 9) < 400 - 100
