@@ -53,10 +53,20 @@ class SchedulesMixin(ServiceParts):
         write nothing.
         """
         spec = self._schedules.build(
-            name, event_type, cron=cron, every=every, timezone=timezone, payload=payload,
-            context=context, overlap=overlap, catch_up=catch_up, jitter=jitter,
-            start_at=start_at, end_at=end_at, priority=priority,
-        )  # fmt: skip
+            name,
+            event_type,
+            cron=cron,
+            every=every,
+            timezone=timezone,
+            payload=payload,
+            context=context,
+            overlap=overlap,
+            catch_up=catch_up,
+            jitter=jitter,
+            start_at=start_at,
+            end_at=end_at,
+            priority=priority,
+        )
         return await self._schedules.upsert(spec)
 
     async def schedules(self) -> list[ScheduleInfo]:
