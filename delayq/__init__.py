@@ -7,7 +7,7 @@ The documentation (docs/, built with MkDocs) has the guides and every option.
 
 from ._version import __version__ as __version__
 from .codec import Serializer
-from .context import Delivery, current_delivery, event_context
+from .context import Delivery, Parent, current_delivery, event_context
 from .errors import (
     DecodeError,
     DelayqError,
@@ -20,6 +20,7 @@ from .events import Event, event_name
 from .flow.keys import KeyBacklog, KeyBacklogs
 from .flow.limits import FlowLimits, Rate
 from .metrics import InMemoryMetrics, Metrics, NoopMetrics
+from .operations.dependencies import ParentFailurePolicy
 from .operations.enqueueing import CancelResult
 from .options import Options
 from .results import Outcome, Result
@@ -69,6 +70,8 @@ __all__ = [
     "NotReplicatedError",
     "Options",
     "Outcome",
+    "Parent",
+    "ParentFailurePolicy",
     "QueueCounts",
     "QueueFullError",
     "Rate",

@@ -13,7 +13,7 @@ from typing import Any
 
 _UTC = _timezone.utc
 
-__all__ = ["PROPAGATION_KEYS", "Delivery", "current_delivery", "event_context"]
+__all__ = ["PROPAGATION_KEYS", "Delivery", "Parent", "current_delivery", "event_context"]
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
@@ -27,7 +27,37 @@ leaves them out unless asked.
 _SCHEDULE_KEY, _SLOT_KEY = "delayq-schedule", "delayq-slot"
 # one event's handler timeout in ms (``enqueue_*(..., timeout=...)``), only when given
 TIMEOUT_KEY = "delayq-timeout"
-_hidden: frozenset[str] = PROPAGATION_KEYS | {_SCHEDULE_KEY, _SLOT_KEY, TIMEOUT_KEY}
+# an event enqueued with after=[...]: its consumer reads its parents before the handler runs
+AFTER_KEY = "delayq-after"
+_hidden: frozenset[str] = PROPAGATION_KEYS | {_SCHEDULE_KEY, _SLOT_KEY, TIMEOUT_KEY, AFTER_KEY}
+
+
+@dataclass(frozen=True, slots=True)
+class Parent:
+    """One parent of an event enqueued with ``after=[...]``, as its child's handler sees it
+    (``current_delivery().parents``; docs/WORKFLOWS.md, "Dependencies")."""
+
+    event_type: str
+    """The parent's type (wire name)."""
+    id: str
+    """The parent's id."""
+    status: str
+    """``"ok"`` (done), ``"failed"`` (a dead letter), ``"cancelled"``, ``"skipped"`` (its
+    own parents failed and its policy was ``"skip"``), ``"missing"`` (no such event when
+    the child was enqueued: done earlier without a kept result, or never enqueued), or
+    ``"pending"`` (not done yet: seen only by ``inspect``)."""
+    value: Any = None
+    """The parent's result, when its type keeps results (``results=``) and it is ``"ok"``."""
+    error: str | None = None
+    """Why it failed (``"failed"``: the dead letter's error)."""
+    done_ms: int | None = None
+    """When it was done, ms on Redis's clock (None while pending)."""
+
+    @property
+    def failed(self) -> bool:
+        """True for ``"failed"``, ``"cancelled"`` and ``"skipped"``: what ``on_parent_failure``
+        acts on."""
+        return self.status in ("failed", "cancelled", "skipped")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +84,9 @@ class Delivery:
     """The stored envelope (never changes after enqueue; ``version`` is derived from it)."""
     flow_key: str | None = None
     """The event's flow key (``enqueue_*(..., key=...)``; docs/FLOW.md), or None: none."""
+    parents: tuple[Parent, ...] = ()
+    """The event's parents and their outcomes, in the order of its ``after=[...]`` (empty
+    for an event enqueued without ``after=``; docs/WORKFLOWS.md, "Dependencies")."""
 
     @property
     def version(self) -> str:

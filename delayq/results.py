@@ -20,7 +20,16 @@ from typing import Any, Generic, Literal, TypeVar
 
 import msgspec
 
-__all__ = ["Outcome", "Result", "decode_outcome", "encode_value", "returned_value"]
+from .context import Parent
+
+__all__ = [
+    "Outcome",
+    "Result",
+    "decode_outcome",
+    "decode_parent",
+    "encode_value",
+    "returned_value",
+]
 
 T = TypeVar("T")
 
@@ -81,6 +90,31 @@ def encode_value(value: object, serializer: str, max_bytes: int) -> bytes:
     if len(data) > max_bytes:
         raise ValueError(f"the result encodes to {len(data)} bytes, over {max_bytes}")
     return b"o" + mark + data
+
+
+_PARENT_STATUS = {b"c": "cancelled", b"s": "skipped", b"m": "missing"}
+
+
+def decode_parent(event_type: str, event_id: str, record: bytes) -> Parent:
+    """A parent as its child sees it, from the edge's record (``"<ms>:<outcome>"``, see
+    ``lua/_deps.lua``; empty while the parent is not done)."""
+    if not record:
+        return Parent(event_type, event_id, "pending")
+    ms, _, outcome = record.partition(b":")
+    done_ms = int(ms) if ms.isdigit() else None
+    kind = outcome[:1]
+    if kind in _PARENT_STATUS:
+        return Parent(event_type, event_id, _PARENT_STATUS[kind], done_ms=done_ms)
+    if kind == b"f":
+        error = outcome[1:].decode("utf-8", "replace")
+        return Parent(event_type, event_id, "failed", error=error, done_ms=done_ms)
+    value = None
+    if len(outcome) > 2:  # "o" + the serializer's mark + the kept value
+        try:
+            value = decode_outcome(outcome).value
+        except (msgspec.DecodeError, ValueError):
+            value = None
+    return Parent(event_type, event_id, "ok", value, done_ms=done_ms)
 
 
 def decode_outcome(record: bytes) -> Outcome:

@@ -78,6 +78,7 @@ class EventService(
         self._scheduler = parts.runtime.scheduler
         self._schedules = parts.schedules
         self._results = parts.results
+        self._dependencies = parts.dependencies
 
     @classmethod
     def from_url(cls, url: str, *, cluster: bool = False, **options: Any) -> EventService:

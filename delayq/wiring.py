@@ -19,6 +19,7 @@ from .codec import Codec
 from .events import EventTypes
 from .metrics import ServiceMetrics
 from .observer import Observer
+from .operations.dependencies import Dependencies
 from .operations.enqueueing import Enqueuer
 from .operations.groups import Groups, PendingGroups
 from .operations.results import ResultReader
@@ -64,6 +65,8 @@ class Parts:
     """Recurring schedules."""
     results: ResultReader
     """Kept results (``results=`` types)."""
+    dependencies: Dependencies
+    """Children's enqueues (``after=[...]``)."""
 
 
 def wire(clients: connect.Clients, options: dict[str, Any], service: object) -> Parts:
@@ -113,4 +116,5 @@ def wire(clients: connect.Clients, options: dict[str, Any], service: object) -> 
         ),
         schedules=schedules,
         results=ResultReader(store, router),
+        dependencies=Dependencies(store, router, types),
     )

@@ -27,7 +27,7 @@ def examples() -> dict[str, str]:
 
 def test_the_pages_examples_pass(tmp_path: Path, redis_url: str) -> None:
     files = examples()
-    assert len(files) == 5, sorted(files)
+    assert len(files) == 6, sorted(files)
     for name, source in files.items():
         (tmp_path / name).write_text(source)
     (tmp_path / "pytest.ini").write_text(

@@ -106,6 +106,7 @@ def _documented_keys() -> dict[str, str]:
         coarse=pk.history("<T>", "coarse"),
         types=pk.types,
         format=pk.format,
+        dshards=pk.dependency_shards,
     )
     return named
 

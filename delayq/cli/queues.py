@@ -54,6 +54,7 @@ def _counts_dict(c: QueueCounts) -> dict[str, Any]:
             if c.ready_by_priority
             else {}
         ),
+        "waiting": c.waiting,
     }
 
 
@@ -149,6 +150,11 @@ def _stats_table(
             _level_rows(table, "  ", g)
     if not stats:
         table.caption = text(empty)
+    waiting = {n: c.waiting for n, c in stats.items() if c.waiting}
+    if waiting:  # events waiting for their parents (after=[...]): none, no line
+        table.caption = text(
+            "waiting for parents: " + ", ".join(f"{n} {w}" for n, w in sorted(waiting.items()))
+        )
     return table
 
 
@@ -263,6 +269,9 @@ def inspect(
         ]
         if info.decode_error:
             rows.append(("decode error", text(info.decode_error)))
+        for p in info.parents:  # enqueued with after=[...]: what it waits on, or waited on
+            line = p.status + (f" ({p.error})" if p.error else "")
+            rows.append((f"parent {p.event_type} {p.id}", text(line)))
         if info.outcome is not None:  # a type with results=: its outcome is kept
             kept = "kept" if info.outcome == "ok" else "kept: failed (a dead letter's error)"
             rows.append(("result", text(kept)))

@@ -10,7 +10,19 @@ from datetime import datetime, timedelta
 from ..durations import delay_ms, due_unix_ms
 from ..events import Event
 from ..flow.dedup import Dedup, check_debounce, dedup_mode
-from ..operations.enqueueing import CancelResult, EnqueueHook, timed_envelopes, with_timeout
+from ..operations.dependencies import (
+    ParentFailurePolicy,
+    ParentRef,
+    check_policy,
+    parent_refs,
+)
+from ..operations.enqueueing import (
+    CancelResult,
+    EnqueueHook,
+    after_envelopes,
+    timed_envelopes,
+    with_timeout,
+)
 from ..operations.groups import check_view
 from ..views.inspection import EventTypeRef
 from .parts import ServiceParts
@@ -33,6 +45,8 @@ class EnqueueMixin(ServiceParts):
         key: str | None = None,
         timeout: float | timedelta | None = None,
         priority: int | None = None,
+        after: Sequence[ParentRef] | None = None,
+        on_parent_failure: ParentFailurePolicy = "fail",
     ) -> bool:
         """Handle ``event`` once ``delay`` (a timedelta or seconds, >= 0) has passed.
 
@@ -62,10 +76,22 @@ class EnqueueMixin(ServiceParts):
         (docs/guides/priorities.md). None: the class's ``priority=`` (default 0). A
         ``replace`` sets the level again (to this one). Anything else raises
         ``ValueError`` before anything is written.
+
+        ``after=[(ParentType, id), ...]``: the event waits (state ``waiting``) until every
+        parent is done, then becomes due at the later of its own due time and its last
+        parent's completion; ``on_parent_failure`` (``"fail"``, ``"run"`` or ``"skip"``)
+        says what it does when a parent failed, was cancelled or skipped
+        (docs/WORKFLOWS.md, "Dependencies"). Not with ``replace``, ``debounce``,
+        ``unique_for``, a flow key or ``priority``.
         """
         if timeout is not None:
             context = with_timeout(context, timeout)
         ms = delay_ms(delay)
+        if after is not None:
+            parents = self._parents(
+                after, on_parent_failure, replace, debounce, unique_for, key, priority
+            )
+            return await self._child(event, ms, False, context, parents, on_parent_failure)
         if debounce is None and unique_for is None:  # the usual call: no dedup mode to check
             mode: bool | Dedup = bool(replace)
         else:
@@ -87,6 +113,8 @@ class EnqueueMixin(ServiceParts):
         key: str | None = None,
         timeout: float | timedelta | None = None,
         priority: int | None = None,
+        after: Sequence[ParentRef] | None = None,
+        on_parent_failure: ParentFailurePolicy = "fail",
     ) -> bool:
         """Handle ``event`` at ``when`` (a timezone-aware datetime); past times mean now.
 
@@ -94,11 +122,17 @@ class EnqueueMixin(ServiceParts):
         :meth:`enqueue_with_delay`. With ``debounce=max_wait`` the due time is capped
         (on Redis's clock) at the id's first enqueue + ``max_wait``; ``when`` further
         than ``max_wait`` from now (this process's clock: a check for mistakes) raises
-        ``ValueError``.
+        ``ValueError``. ``after`` and ``on_parent_failure`` as in :meth:`enqueue_with_delay`
+        (the event is due at the later of ``when`` and its last parent's completion).
         """
         if timeout is not None:
             context = with_timeout(context, timeout)
         ms = due_unix_ms(when)
+        if after is not None:
+            parents = self._parents(
+                after, on_parent_failure, replace, debounce, unique_for, key, priority
+            )
+            return await self._child(event, ms, True, context, parents, on_parent_failure)
         mode = dedup_mode(replace, debounce, unique_for)
         check_debounce(mode, ms - round(time.time() * 1000))
         return await self._enqueuer.one(
@@ -117,6 +151,8 @@ class EnqueueMixin(ServiceParts):
         key: str | None = None,
         timeout: float | timedelta | None = None,
         priority: int | None = None,
+        after: Sequence[ParentRef] | None = None,
+        on_parent_failure: ParentFailurePolicy = "fail",
     ) -> list[bool]:
         """Enqueue many events in pipelined batches; one result per event, in order.
 
@@ -127,9 +163,27 @@ class EnqueueMixin(ServiceParts):
         the later replaces the earlier); ``key`` is every event's flow key (None: each
         class's ``flow_key`` field, if any); ``timeout`` is every event's handler timeout;
         ``priority`` every event's priority level (None: each class's ``priority=``).
+
+        class's ``flow_key`` field, if any); ``timeout`` is every event's handler timeout.
+        ``after`` and ``on_parent_failure`` (as in :meth:`enqueue_with_delay`): every event
+        waits for those parents.
         """
         if timeout is not None:
             context = with_timeout(context, timeout)
+        if after is not None:
+            parents = self._parents(
+                after, on_parent_failure, replace, debounce, unique_for, key, priority
+            )
+            codes = await self._enqueuer.children(
+                list(events),
+                delay_ms(delay),
+                absolute=False,
+                context=context,
+                parents=parents,
+                policy=on_parent_failure,
+                dependencies=self._dependencies,
+            )
+            return [code != 0 for code in codes]
         mode = dedup_mode(replace, debounce, unique_for)
         return await self._enqueuer.many(events, delay, context, mode, key, priority)
 
@@ -143,6 +197,8 @@ class EnqueueMixin(ServiceParts):
         keys: Sequence[str | None] | None = None,
         timeout: float | timedelta | None = None,
         priority: int | Sequence[int] | None = None,
+        after: Sequence[ParentRef] | None = None,
+        on_parent_failure: ParentFailurePolicy = "fail",
     ) -> list[int]:
         """Enqueue events already encoded into envelopes; one code per item, in order.
 
@@ -160,11 +216,64 @@ class EnqueueMixin(ServiceParts):
         envelopes are already encoded. ``priority``: every item's priority level, or one
         per item (see :meth:`enqueue_with_delay`; None: the class's ``priority=`` when
         the class is defined in this process, else 0).
+
+        envelopes are already encoded. ``after`` and ``on_parent_failure`` as in
+        :meth:`enqueue_with_delay` (every item waits for those parents; codes 1 added, 0
+        kept; not with ``replace`` or ``keys``).
         """
         items = timed_envelopes(items, timeout)
+        if after is not None:
+            parents = self._parents(after, on_parent_failure, replace, None, None, keys, priority)
+            return await self._dependencies.enqueue(
+                self._types.name(event_type),
+                await self._enqueuer.partitions_of(event_type),
+                after_envelopes(items),
+                absolute=absolute,
+                parents=parents,
+                policy=on_parent_failure,
+            )
         return await self._enqueuer.envelopes(
             event_type, items, absolute=absolute, replace=replace, keys=keys, priorities=priority
         )
+
+    async def _child(
+        self,
+        event: Event,
+        ms: int,
+        absolute: bool,
+        context: Mapping[str, str] | None,
+        parents: list[tuple[str, str]],
+        policy: str,
+    ) -> bool:
+        """Enqueue one event that waits for ``parents``; True when added."""
+        (code,) = await self._enqueuer.children(
+            [event],
+            ms,
+            absolute=absolute,
+            context=context,
+            parents=parents,
+            policy=policy,
+            dependencies=self._dependencies,
+        )
+        return code != 0
+
+    def _parents(
+        self,
+        after: Sequence[ParentRef],
+        policy: str,
+        replace: bool,
+        debounce: object,
+        unique_for: object,
+        key: object,
+        priority: object,
+    ) -> list[tuple[str, str]]:
+        """``after=[...]`` checked, with the options that cannot go with it."""
+        check_policy(policy)
+        if replace or any(x is not None for x in (debounce, unique_for, key, priority)):
+            raise ValueError(
+                "after= does not go with replace, debounce, unique_for, a flow key or priority"
+            )
+        return parent_refs(after, self._types)
 
     def use_enqueue(self, hook: EnqueueHook) -> None:
         """Run ``hook(event, context)`` (sync or async) before every enqueue of one event

@@ -15,6 +15,7 @@ __all__ = ["ServiceParts"]
 
 if TYPE_CHECKING:
     from ..events import EventTypes
+    from ..operations.dependencies import Dependencies
     from ..operations.enqueueing import Enqueuer
     from ..operations.flow_control import FlowControl
     from ..operations.groups import Groups
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
         _scheduler: Scheduler | None
         _schedules: Schedules
         _results: ResultReader
+        _dependencies: Dependencies
 
 else:
 

@@ -99,6 +99,12 @@ class PrefixKeys:
         return f"{{{self.prefix}}}:results"
 
     @property
+    def dependency_shards(self) -> str:
+        """SET of the shards that ever took part in a dependency (as parent or child): the
+        ones the relay looks at (docs/WORKFLOWS.md, "Dependencies")."""
+        return f"{{{self.prefix}}}:dshards"
+
+    @property
     def workers(self) -> str:
         """ZSET worker id -> expiry (ms) of the live workers' heartbeat records."""
         return f"{{{self.prefix}}}:workers"
@@ -334,6 +340,9 @@ class TypeKeys:
             "limits": self.limits(group),
             "wake": self.wake(group),
             "dedup": self.dedup,
+            "deps": self.deps,
+            "relay": self.relay,
+            "waiting": self.waiting,
             "fkeys": self.fkeys,
             **dict(zip(("klines", "krot", "kwait", "krun"), lines, strict=True)),
             "prio": self.prio,
@@ -372,6 +381,25 @@ class TypeKeys:
         """ZSET of the dedup modes' marks: ``d:<id>`` -> end of its debounce window,
         ``u:<id>`` -> refused until (or -ttl while not handled yet); see enqueue.lua."""
         return self._key("dedup")
+
+    @property
+    def deps(self) -> str:
+        """HASH of the type's dependency edges (docs/WORKFLOWS.md, "Dependencies"): as a
+        parent, the children linked to each id and its completions not relayed yet; as a
+        child, each waiting id's parents and their outcomes (see ``lua/_deps.lua``)."""
+        return self._key("deps")
+
+    @property
+    def relay(self) -> str:
+        """ZSET of the relay's work in this shard, member -> when due (ms): ``c``-members are
+        completions of parents to hand to their children, ``a``-members audits of waiting
+        children (see ``lua/_deps.lua``)."""
+        return self._key("relay")
+
+    @property
+    def waiting(self) -> str:
+        """ZSET id -> its own due time (ms) of the events waiting for their parents."""
+        return self._key("waiting")
 
     def wake(self, group: str | None = None) -> str:
         """LIST of wake-up tokens for consumers waiting for a flow-limited slot."""

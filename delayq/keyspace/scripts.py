@@ -56,7 +56,7 @@ LEVEL_KEYS = tuple(f"ready_{n}" for n in range(1, LEVELS))
 TYPE_KEYS = (
     *_names(
         "events scheduled ready queued inflight leases attempts errors dead meta groups pending "
-        "retries limits wake dedup fkeys klines krot kwait krun prio"
+        "retries limits wake dedup deps relay waiting fkeys klines krot kwait krun prio"
     ),
     *LEVEL_KEYS,
 )
@@ -80,6 +80,9 @@ KEY_KINDS = {
     "limits": "hash",
     "wake": "list",
     "dedup": "zset",
+    "deps": "hash",
+    "relay": "zset",
+    "waiting": "zset",
     "fkeys": "hash",
     "klines": "zset",
     "krot": "zset",
@@ -102,6 +105,7 @@ KEY_KINDS = {
     "minute": "hash",
     "coarse": "hash",
     "types": "set",
+    "dshards": "set",
     "format": "string",
 }
 """The Redis type (as ``TYPE`` names it) each named key holds: what ``check_keys`` in
@@ -127,24 +131,26 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
         *_names("events ready queued inflight leases attempts meta limits klines krot kwait krun"),
         *LEVEL_KEYS,
     ),
+    # deps, relay: a parent's completion is recorded for its dependents (docs/WORKFLOWS.md)
     "ack": _names(
         "events ready inflight leases attempts errors meta pending limits wake dedup "
-        "fkeys klines krot kwait krun prio"
+        "deps relay fkeys klines krot kwait krun prio"
     ),
     # ack.lua's keys, then the type's kept outcomes (only for a type with results=)
     "ack_results": _names(
         "events ready inflight leases attempts errors meta pending limits wake dedup "
-        "fkeys klines krot kwait krun results rexp prio"
+        "deps relay fkeys klines krot kwait krun results rexp prio"
     ),
     "renew": _names("inflight leases meta"),
     # a type without results= sends its keys through krun
     "fail": _levelled(
         "events scheduled ready queued inflight leases errors dead meta groups retries "
-        "limits wake fkeys klines krot kwait krun results rexp"
+        "limits wake deps relay fkeys klines krot kwait krun results rexp"
     ),
     "result_get": _names("events dead errors results rexp"),
     "cancel": _names(
-        "events scheduled queued inflight leases attempts errors dead groups dedup fkeys prio"
+        "events scheduled queued inflight leases attempts errors dead groups dedup deps relay "
+        "waiting fkeys prio"
     ),
     "dead_requeue": _levelled(
         "events scheduled ready queued attempts errors dead meta groups retries fkeys "
@@ -154,7 +160,7 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     "run_now": _levelled("events scheduled ready queued meta groups fkeys klines krot kwait"),
     "group_register": _names("groups"),
     "migrate_out": _names("events scheduled queued inflight leases attempts errors dead prio"),
-    "inspect": _names("events scheduled queued inflight attempts errors dead groups prio"),
+    "inspect": _names("events scheduled queued inflight attempts errors dead groups waiting prio"),
     "key_backlog": _names("klines krot kwait krun"),
     "schedule_fire": _levelled(
         "events scheduled ready queued dead meta groups schedules schedule_state fkeys "
@@ -170,12 +176,20 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     "inflight_list": _names("inflight attempts"),
     "due_histogram": _names("scheduled retries"),
     "counts": (
-        *_names("scheduled ready queued inflight dead retries limits klines rexp"),
+        *_names("scheduled ready queued inflight dead retries limits waiting klines rexp"),
         *LEVEL_KEYS,
     ),
     "scheduled_list": _names("events scheduled attempts errors retries"),
     "ready_list": _names("events queued attempts errors"),
     "dead_find": _names("events attempts errors dead"),
+    # dependencies (docs/WORKFLOWS.md#dependencies): a child waits, a parent links it,
+    # a completion is applied to the child, the relay reads its work and clears it
+    "dep_wait": _names("events meta deps relay waiting"),
+    "dep_link": _names("events errors dead groups deps results rexp"),
+    "dep_apply": _names("events scheduled errors dead meta groups deps relay waiting results rexp"),
+    "dep_work": _names("deps relay"),
+    "dep_relayed": _names("events deps relay"),
+    "dep_parents": _names("deps waiting"),
     # scripts on every delivery group: these, then the groups' (see the module's docstring)
     "group_move": _names("events scheduled meta groups pending prio"),
     "group_cancel": _names("events scheduled groups pending prio"),

@@ -47,6 +47,12 @@ PER_TYPE = (
     "schedule_fire",
     "sink_enqueue",
     "key_backlog",
+    "dep_wait",
+    "dep_link",
+    "dep_apply",
+    "dep_work",
+    "dep_relayed",
+    "dep_parents",
 )
 GROUPED = (
     "group_move",
@@ -68,6 +74,7 @@ LIBRARY = (
     "_flow_keys",
     "_push",
     "_moves",
+    "_deps",
 )
 STANDALONE = (
     "lock_take",

@@ -1,12 +1,13 @@
 -- ack: handlers succeeded; their events leave Redis.
 --
 -- KEYS (delayq/keyspace/scripts.py): `events`, `ready`, `inflight`, `leases`, `attempts`,
---   `errors`, `meta`, `pending`, `limits`, `wake`, `dedup`, `fkeys`, `klines`, `krot`,
---   `kwait`, `krun` of the group (see _prelude.lua); the flow-key state only for keyed
---   deliveries.
+--   `errors`, `meta`, `pending`, `limits`, `wake`, `dedup`, `deps`, `relay`, `fkeys`,
+--   `klines`, `krot`, `kwait`, `krun` of the group (see _prelude.lua); the flow-key state
+--   only for keyed deliveries.
 --   then `prio` (_levels.lua)
 -- ARGV: pairs id, token (the claim token of the delivery that succeeded)
--- Returns: how many events were removed.
+-- Returns: how many events were removed; {removed, id...} when the events of these ids
+-- were parents whose completion now waits for the relay (see _deps.lua).
 -- Guarantees: only the current delivery removes an event. A stale ack (the
 -- lease expired and the event was redelivered, replaced or cancelled) is a
 -- no-op, so a newer delivery or a replaced payload is never lost. The envelope
@@ -16,11 +17,19 @@
 -- unique_for, once its last group is done, is refused for its ttl from now
 -- (one EXISTS per call when no dedup mode was ever used). A keyed delivery
 -- (token "<n>|<key>") frees its key's per-key slot and puts the key back into
--- rotation if its per-key concurrency limit had parked it.
+-- rotation if its per-key concurrency limit had parked it. Dependencies (the same EXISTS
+-- as unique_for's when the type never had any): an event done (its envelope gone) that
+-- has children records its completion for the relay, and a child's own edges go.
 local counted = counting()
-local unique = redis.call('EXISTS', K_DEDUP) == 1
-local now = unique and clock_ms()
+-- one EXISTS for both (a type using neither, the usual case, pays no second call)
+local unique, deps = false, false
+if redis.call('EXISTS', K_DEDUP, K_DEPS) > 0 then
+  unique = redis.call('EXISTS', K_DEDUP) == 1
+  deps = redis.call('EXISTS', K_DEPS) == 1
+end
+local now = (unique or deps) and clock_ms()
 local removed = 0
+local completed = nil
 local unpark = nil
 for i = 1, #ARGV, 2 do
   local id = ARGV[i]
@@ -38,6 +47,13 @@ for i = 1, #ARGV, 2 do
       if unpark == nil then unpark = redis.call('HEXISTS', K_LIMITS, 'key_concurrency') == 1 end
       key_done(id, ARGV[i + 1], unpark)
     end
+    if deps and redis.call('HEXISTS', K_EVENTS, id) == 0 then
+      dep_forget(id)
+      if dep_complete(id, 'o', now) then
+        completed = completed or {}
+        completed[#completed + 1] = id
+      end
+    end
     if unique then
       local ttl = tonumber(redis.call('ZSCORE', K_DEDUP, 'u:' .. id))
       if ttl and ttl < 0 and redis.call('HEXISTS', K_EVENTS, id) == 0 then
@@ -49,4 +65,5 @@ end
 if removed > 0 and redis.call('HEXISTS', K_LIMITS, 'concurrency') == 1 then
   wake_waiters(removed)
 end
+if completed then return {removed, unpack(completed)} end
 return removed

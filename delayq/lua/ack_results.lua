@@ -2,13 +2,14 @@
 -- handlers' return values are kept in the same step that removes their events.
 --
 -- KEYS (delayq/keyspace/scripts.py): ack.lua's (`events`, `ready`, `inflight`, `leases`,
---   `attempts`, `errors`, `meta`, `pending`, `limits`, `wake`, `dedup`, `fkeys`, `klines`,
---   `krot`, `kwait`, `krun` of the group), then `results` and `rexp` of the type.
+--   `attempts`, `errors`, `meta`, `pending`, `limits`, `wake`, `dedup`, `deps`, `relay`,
+--   `fkeys`, `klines`, `krot`, `kwait`, `krun` of the group), then `results` and `rexp`.
 --   then `prio` (_levels.lua)
 -- ARGV[1] how long a result is kept (ms), ARGV[2] the prefix's results channel,
 -- ARGV[3] the shard, then triples id, token, record ("o" .. mark .. value, see
 -- delayq/results.py).
--- Returns: how many events were removed (as ack.lua).
+-- Returns: how many events were removed (as ack.lua; with the ids of completed parents,
+-- whose completion records then carry the kept result).
 -- Guarantees: a result is written exactly when its ack removes (or, with delivery
 -- groups, releases) the event: a stale ack writes nothing. Each group's ack
 -- overwrites the record, so the value kept is the last group's. Expired records
@@ -44,5 +45,15 @@ end
 local removed = ack(pairs_)
 for _, id in ipairs(kept) do
   redis.call('PUBLISH', channel, shard .. ' ' .. id)
+end
+if type(removed) == 'table' then
+  -- completed parents: their children are handed the kept result with the outcome
+  for j = 2, #removed do
+    local id = removed[j]
+    local value = redis.call('HGET', K_RESULTS, id)
+    local hi = redis.call('HGET', K_DEPS, 'c:' .. id)
+    local record = string.format('%.0f', now) .. ':' .. value
+    redis.call('HSET', K_DEPS, 'f:' .. id, record, 'r:' .. id .. '\0' .. hi, record)
+  end
 end
 return removed

@@ -1,8 +1,8 @@
 -- cancel: remove an event that has not been handled successfully yet.
 --
 -- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `queued`, `inflight`,
---   `leases`, `attempts`, `errors`, `dead`, `groups`, `dedup`, `fkeys` of the type or one
---   group's view (see _prelude.lua).
+--   `leases`, `attempts`, `errors`, `dead`, `groups`, `dedup`, `deps`, `relay`, `waiting`,
+--   `fkeys` of the type or one group's view (see _prelude.lua).
 --   then `prio` (_levels.lua)
 -- ARGV[1] id, ARGV[2] the delivery group asked for ('' for every group; a type
 --         without named groups has only 'default')
@@ -12,7 +12,8 @@
 --          runs group_cancel.lua).
 -- Guarantees: the event is gone from every state at once; a stale ready
 -- entry is skipped by claim, and a running handler's ack becomes a no-op.
--- A cancelled event was not handled: its unique_for mark (still -ttl) goes.
+-- A cancelled event was not handled: its unique_for mark (still -ttl) goes. A waiting
+-- child stops waiting (its edges go); a parent's children are handed "cancelled".
 local id, group = ARGV[1], ARGV[2] or ''
 if grouped() then return {'stale', unpack(redis.call('HKEYS', K_GROUPS))} end
 if group ~= '' and group ~= 'default' then return 0 end
@@ -23,4 +24,9 @@ redis.call('HDEL', K_FKEYS, id)  -- its flow key, if it had one
 redis.call('HDEL', K_PRIO, id)  -- its priority level, if it had one
 local mark = tonumber(redis.call('ZSCORE', K_DEDUP, 'u:' .. id))
 if mark and mark < 0 then redis.call('ZREM', K_DEDUP, 'u:' .. id) end
+if redis.call('EXISTS', K_DEPS) == 1 then
+  redis.call('ZREM', K_WAITING, id)
+  dep_forget(id)
+  dep_complete(id, 'c', clock_ms())
+end
 return 1

@@ -2,21 +2,22 @@
 -- due, and how far behind its consumers are.
 --
 -- KEYS (delayq/keyspace/scripts.py): `scheduled`, `ready`, `queued`, `inflight`, `dead`,
---   `retries`, `limits`, `klines`, `rexp` for one delivery group its read view
+--   `retries`, `limits`, `waiting`, `klines`, `rexp` for one delivery group its read view
 --   (TypeKeys.read_view: the type's schedule and the group's lists; the group's retry
 --   schedule, counted as scheduled too; for the type's own counts its schedule again, so
---   not counted twice), the limits HASH, the group's flow-key lines, and the type's kept
+--   not counted twice), the limits HASH, the type's events waiting for parents, the group's flow-key lines, and the type's kept
 --   outcomes' expiry times (types with results=).
 --   then the priority levels' ready lists `ready_1` `ready_2` `ready_3` `ready_4`
 --   `ready_5` `ready_6` `ready_7` `ready_8` `ready_9` (_levels.lua)
 -- ARGV: none
 -- Returns: {scheduled, ready, in_flight, dead, next_due_ms (-1: none scheduled),
 --           scheduled_overdue, oldest_ready_entry or false, now_ms, paused, results_kept,
---           by_level}
+--           by_level, waiting}
 --   by_level           ids ready at priority levels 0..9 (ten counts), or empty
 --                      while none waits above level 0 (_levels.lua; given the
 --                      level lists, `ready_1`..`ready_9`, whose heads count for
 --                      the oldest entry too)
+--   waiting            events waiting for their parents (docs/WORKFLOWS.md)
 --   results_kept       outcomes kept and not expired yet (0 for a type without results=)
 --   paused             1 while the type (group) is paused (see limits.lua), else 0
 --   scheduled_overdue  scheduled events whose due time has passed (the
@@ -74,4 +75,5 @@ return {
   K_LIMITS and redis.call('HEXISTS', K_LIMITS, 'paused') or 0,
   K_REXP and redis.call('ZCOUNT', K_REXP, '(' .. now, '+inf') or 0,
   by_level,
+  K_WAITING and redis.call('ZCARD', K_WAITING) or 0,
 }

@@ -1,9 +1,9 @@
 -- fail: a delivery failed; retry the event later or make it a dead letter.
 --
 -- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `ready`, `queued`, `inflight`,
---   `leases`, `errors`, `dead`, `meta`, `groups`, `retries`, `limits`, `wake`, `fkeys`,
---   `klines`, `krot`, `kwait`, `krun` of the type or one group's view (see _prelude.lua);
---   then `results`, `rexp` for a type that keeps results.
+--   `leases`, `errors`, `dead`, `meta`, `groups`, `retries`, `limits`, `wake`, `deps`,
+--   `relay`, `fkeys`, `klines`, `krot`, `kwait`, `krun` of the type or one group's view
+--   (see _prelude.lua); then `results`, `rexp` for a type that keeps results.
 --   then `prio`, then the priority levels' ready lists `ready_1` `ready_2` `ready_3`
 --   `ready_4` `ready_5` `ready_6` `ready_7` `ready_8` `ready_9` (_levels.lua)
 -- ARGV[1] id, ARGV[2] claim token, ARGV[3] 'retry' or 'dead'
@@ -12,7 +12,8 @@
 -- ARGV[8], ARGV[9] (a type with results= only): how long the outcome is kept (ms), the
 --   results channel; a dead letter then also keeps "f" .. error as the event's outcome
 --   and publishes "<shard> <id>" (see ack_results.lua)
--- Returns: 1 retried, 2 dead-lettered, 0 stale token (nothing changed).
+-- Returns: 1 retried, 2 dead-lettered, 3 dead-lettered and its completion (failed) waits
+--   for the relay (a parent, see _deps.lua), 0 stale token (nothing changed).
 -- Guarantees: the event keeps its envelope and attempt count; the error is
 -- kept for the dead-letter view. Once the type has groups a retry waits in the
 -- group's own schedule, so it is delivered to this group alone. With a
@@ -36,6 +37,10 @@ if ARGV[3] == 'dead' then
     redis.call('HSET', K_RESULTS, id, 'f' .. ARGV[5])
     redis.call('ZADD', K_REXP, now + tonumber(ARGV[8]), id)
     redis.call('PUBLISH', ARGV[9], ARGV[7] .. ' ' .. id)
+  end
+  -- a dead letter is final for its children unless a delivery group still holds it
+  if redis.call('EXISTS', K_DEPS) == 1 and not grouped() and dep_complete(id, 'f' .. ARGV[5], now) then
+    return 3
   end
   return 2
 end

@@ -1,11 +1,11 @@
 -- inspect: everything Redis holds about one event, in one consistent read.
 --
 -- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `queued`, `inflight`,
---   `attempts`, `errors`, `dead`, `groups`, `prio` of the type or one group's view (see
---   _prelude.lua).
+--   `attempts`, `errors`, `dead`, `groups`, `waiting`, `prio` of the type or one group's
+--   view (see _prelude.lua).
 -- ARGV[1] id
 -- Returns: {now_ms, envelope, scheduled_due_ms, queued_score, lease_deadline_ms,
---           dead_at_ms, attempts, last_error, priority}; every item after now_ms is false
+--           dead_at_ms, attempts, last_error, priority, waiting_due_ms}; every item after now_ms is false
 --           when Redis has no such value. Or {'stale', group...} when the type
 --           has delivery groups (the caller runs group_inspect.lua).
 -- Guarantees: read-only; one atomic view, so the event is seen in exactly the
@@ -22,4 +22,5 @@ return {
   redis.call('HGET', K_ATTEMPTS, id),
   redis.call('HGET', K_ERRORS, id),
   redis.call('HGET', K_PRIO, id),
+  K_WAITING and redis.call('ZSCORE', K_WAITING, id),
 }

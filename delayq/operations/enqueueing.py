@@ -24,7 +24,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..codec import Codec, add_to_context, check_context
-from ..context import TIMEOUT_KEY
+from ..context import AFTER_KEY, TIMEOUT_KEY
 from ..durations import delay_ms
 from ..errors import DecodeError
 from ..events import Event, EventTypes, check_event, find_event_type, validate_name
@@ -40,9 +40,18 @@ from ..storage.running import cancel_message
 from ..storage.store import Enqueued, Store
 
 if TYPE_CHECKING:
+    from .dependencies import Dependencies
     from .groups import PendingGroups
 
-__all__ = ["CancelResult", "EnqueueHook", "Enqueuer", "Item", "item_due", "with_timeout"]
+__all__ = [
+    "CancelResult",
+    "EnqueueHook",
+    "Enqueuer",
+    "Item",
+    "after_envelopes",
+    "item_due",
+    "with_timeout",
+]
 
 # the counter of each outcome, by its code
 _OUTCOMES: dict[int, str] = {
@@ -101,6 +110,20 @@ def timed_envelopes(
             raise TypeError(f"items are (id: str, envelope: bytes, ms: int), not {item!r}")
         try:
             out.append((item[0], add_to_context(item[1], extra), item[2]))
+        except DecodeError as exc:
+            raise ValueError(f"{item[0]!r}: {exc}") from exc
+    return out
+
+
+def after_envelopes(items: Sequence[tuple[str, bytes, int]]) -> list[tuple[str, bytes, int]]:
+    """``enqueue_envelopes`` items of children (``after=``): each context marked, so their
+    consumers read their parents."""
+    out = []
+    for item in timed_envelopes(items, None):
+        if not (isinstance(item, tuple) and len(item) == 3 and isinstance(item[1], bytes)):
+            raise TypeError(f"items are (id: str, envelope: bytes, ms: int), not {item!r}")
+        try:
+            out.append((item[0], add_to_context(item[1], {AFTER_KEY: "1"}), item[2]))
         except DecodeError as exc:
             raise ValueError(f"{item[0]!r}: {exc}") from exc
     return out
@@ -380,6 +403,49 @@ class Enqueuer:
                 results[index] = code != Enqueued.KEPT
         return results
 
+    async def children(
+        self,
+        items: list[Item],
+        default_ms: int,
+        *,
+        absolute: bool,
+        context: Mapping[str, str] | None,
+        parents: Sequence[tuple[str, str]],
+        policy: str,
+        dependencies: Dependencies,
+    ) -> list[int]:
+        """Enqueue events that wait for ``parents`` (``after=[...]``, see
+        :mod:`delayq.operations.dependencies`); a code per item (1 added, 0 kept)."""
+        ctx = {**(check_context(context) or {}), AFTER_KEY: "1"}
+        hooked = [await self._hooked(item_due(i, 0)[0], ctx) for i in items] if self.hooks else None
+        if self._pending.any:
+            await self._pending.flush()
+        by_type: dict[str, list[tuple[int, tuple[str, bytes, int]]]] = {}
+        partitions: dict[str, int] = {}
+        for index, item in enumerate(items):
+            event, ms = item_due(item, default_ms)
+            name, envelope, flow_key = self._prepare(
+                event, ctx if hooked is None else {**ctx, **(hooked[index] or {})}, None
+            )
+            if flow_key is not None:
+                raise ValueError("an event enqueued with after= cannot have a flow key (yet)")
+            partitions[name] = type(event).event_partitions
+            by_type.setdefault(name, []).append((index, (event.id, envelope, ms)))
+        codes = [0] * len(items)
+        for name, entries in by_type.items():
+            got = await dependencies.enqueue(
+                name,
+                partitions[name],
+                [e for _, e in entries],
+                absolute=absolute,
+                parents=parents,
+                policy=policy,
+            )
+            self._count_codes(name, got)
+            for (index, _), code in zip(entries, got, strict=True):
+                codes[index] = code
+        return codes
+
     async def envelopes(
         self,
         event_type: str,
@@ -420,7 +486,7 @@ class Enqueuer:
             await self._pending.flush()
         codes = await self._router.enqueue(
             event_type,
-            await self._partitions_of(event_type),
+            await self.partitions_of(event_type),
             checked,
             absolute=absolute,
             replace=replace,
@@ -444,7 +510,7 @@ class Enqueuer:
             raise ValueError(f"{len(priorities)} priorities for {count} items")
         return [check_priority(p) for p in priorities]
 
-    async def _partitions_of(self, name: str) -> int:
+    async def partitions_of(self, name: str) -> int:
         """The partition count of a type known by name: its class's, when the class is
         defined in this process, else the largest layout recorded in Redis."""
         cls = self._types.get(name) or find_event_type(name)

@@ -30,13 +30,13 @@ from typing import Any
 import anyio
 
 from ..codec import Codec
-from ..context import TIMEOUT_KEY, Delivery, _progress_sink, _set_delivery
+from ..context import AFTER_KEY, TIMEOUT_KEY, Delivery, Parent, _progress_sink, _set_delivery
 from ..errors import DecodeError
 from ..events import Event
 from ..keyspace.groups import group_name
 from ..metrics import ServiceMetrics
 from ..observer import CANCELLED, TIMEOUT_PREFIX, Observer
-from ..results import encode_value, returned_value
+from ..results import decode_parent, encode_value, returned_value
 from ..storage.store import Claimed, Store, token_flow_key
 from .consumer_settings import ConsumerSettings
 from .fetching import CLAIM_MAX as CLAIM_MAX  # the claim bound, imported from here
@@ -284,6 +284,17 @@ class Consumer:
 
     # -- handling --------------------------------------------------------------
 
+    async def _parents(self, shard: str, event_id: str) -> tuple[Parent, ...]:
+        """The parents of a child event and their outcomes (docs/WORKFLOWS.md); none when
+        they cannot be read (the handler runs anyway: it was released by them)."""
+        try:
+            _, _, edges = await self._store.dependencies.dep_parents(shard, event_id)
+        except Exception as exc:
+            self._metrics.increment("redis_errors", event_type=self.type_name)
+            log.warning("%s %r: reading its parents failed (%s)", self.label, event_id, exc)
+            return ()
+        return tuple(decode_parent(t, i, r) for t, i, r in edges)
+
     async def _handle(self, c: Claimed, now_us: int, lease: Lease) -> None:
         shard = lease[0]
         try:
@@ -305,6 +316,8 @@ class Consumer:
                 return
             due_ms = c.due_ms
             token = c.token
+            # an event enqueued with after=[...]: its parents' outcomes, read from its slot
+            parents = await self._parents(shard, c.id) if context and AFTER_KEY in context else ()
             delivery = Delivery(
                 self.type_name,
                 c.id,
@@ -318,6 +331,7 @@ class Consumer:
                 # a keyed delivery's token is "<n>|<key>" (claim.lua), a plain one digits;
                 # not `b"|" in token`: bytes' `in` builds a TypeError first (~2k instructions)
                 None if token.isdigit() else token_flow_key(token),
+                parents,
             )
             _set_delivery(delivery)
             row = self._late_row

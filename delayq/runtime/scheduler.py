@@ -49,9 +49,11 @@ from ..events import validate_name
 from ..metrics import ServiceMetrics
 from ..partitions.shards import parse_shard
 from ..partitions.spread import Spread
+from ..storage.dependencies import RELAY_WAKE
 from ..storage.store import Store
 from .leadership import Leadership
 from .mover import Mover
+from .relay import Relay
 
 if TYPE_CHECKING:
     from ..operations.groups import PendingGroups
@@ -123,6 +125,10 @@ class Scheduler(Stoppable):
         """The scheduler lock as this process holds it."""
         self.on_schedules: Callable[[], None] | None = None
         """Called on a ``:schedules`` wake-up and after each (re)subscription (the firer's wake)."""
+        self.relay = Relay(
+            store, metrics, interval=settings.interval, is_leader=lambda: self.is_leader
+        )
+        """Hands parents' completions to their children (docs/WORKFLOWS.md)."""
         self.spread = Spread(
             store,
             token=self._token,
@@ -179,6 +185,7 @@ class Scheduler(Stoppable):
                     tg.start_soon(self._listen)
                     tg.start_soon(self.spread.run)
                     tg.start_soon(self._mover.drainer)
+                    tg.start_soon(self.relay.run)
                     await poll(
                         self._turn,
                         wake=self._wake,
@@ -314,6 +321,7 @@ class Scheduler(Stoppable):
         # may have been missed while unsubscribed: look at everything
         self.spread.listening()
         self.wake()
+        self.relay.wake()
         if self.on_schedules is not None:
             self.on_schedules()
 
@@ -330,6 +338,9 @@ class Scheduler(Stoppable):
         if name == _SCHEDULES:
             if self.on_schedules is not None:
                 self.on_schedules()
+            return
+        if name.startswith(RELAY_WAKE):
+            self.relay.wake(name[len(RELAY_WAKE) :])
             return
         try:
             validate_name(name if "#" not in name else parse_shard(name)[0])

@@ -125,6 +125,7 @@ class Browsing:
             attempts=_int(r[6]),
             error=_text(r[7]),
             priority=_int(r[8]) if len(r) > 8 else 0,
+            waiting_ms=_opt_int(r[9]) if len(r) > 9 else None,
         )
 
     async def scheduled_page(

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 from .base import StoreCore, log
+from .dependencies import nudge_relay
 from .priorities import Levels
 from .records import Claimed, Throttle
 
@@ -150,11 +151,16 @@ class Deliveries:
             return 0
         # a keyed delivery's token is "<n>|<key>": its ack frees the key's slot (the flow
         # keys' state) (one find over the joined tokens: bytes' `in` builds a TypeError per
-        # call); the others send their keys only up to the dedup marks
+        # call); the others send their keys only up to the dependencies'
         keyed = b"".join(args[1::2]).find(b"|") >= 0
-        # a view with levels: an event's level goes with it (`prio`, the last key)
-        last = None if keyed or self.levels.levelled(shard, group) else "dedup"
-        return int(await self._core.run("ack", shard, args, group=group, last=last, durable=True))
+        # a view with levels: an event's level goes with it (`prio`, the last key); the
+        # others send their keys only up to the dependencies'
+        last = None if keyed or self.levels.levelled(shard, group) else "relay"
+        reply = await self._core.run("ack", shard, args, group=group, last=last, durable=True)
+        if reply.__class__ is list:  # parents done: their completions wait for the relay
+            await nudge_relay(self._core, shard)
+            return int(reply[0])
+        return int(reply)
 
     async def ack_results(
         self,
@@ -171,7 +177,11 @@ class Deliveries:
         args += [x for triple in done for x in triple]
         if len(args) == 3:
             return 0
-        return int(await self._core.run("ack_results", shard, args, group=group, durable=True))
+        reply = await self._core.run("ack_results", shard, args, group=group, durable=True)
+        if reply.__class__ is list:  # as in ack
+            await nudge_relay(self._core, shard)
+            return int(reply[0])
+        return int(reply)
 
     async def renew(
         self,
@@ -214,6 +224,11 @@ class Deliveries:
         if keep_ms is None:
             # a view with levels: a retry due now goes to its level's list
             last = None if self.levels.levelled(shard, group) else "krun"
-            return int(await self._core.run("fail", shard, args, group=group, last=last))
-        args += [keep_ms, self._core.keys.results_channel]
-        return int(await self._core.run("fail", shard, args, group=group))
+            code = int(await self._core.run("fail", shard, args, group=group, last=last))
+        else:
+            args += [keep_ms, self._core.keys.results_channel]
+            code = int(await self._core.run("fail", shard, args, group=group))
+        if code == 3:  # a parent's failure waits for the relay
+            await nudge_relay(self._core, shard)
+            return 2
+        return code

@@ -134,6 +134,8 @@ class QueueCounts:
     ready_by_priority: dict[int, int] = field(default_factory=dict, compare=False)
     """``ready`` per priority level (0 most urgent .. 9), levels with events only; empty
     while no ready event is above level 0 (then all of ``ready`` is level 0)."""
+    waiting: int = field(default=0, compare=False)
+    """Events waiting for their parents (``after=[...]``; docs/WORKFLOWS.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +173,8 @@ class EventRecord:
     pending: int = 0
     priority: int = 0
     """The event's priority level (0, the most urgent, when it has none stored)."""
+    waiting_ms: int | None = None
+    """Its own due time while it waits for parents (``after=[...]``), else None."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +237,7 @@ def _counts(r: Sequence[Any]) -> QueueCounts:
         paused=len(r) > 8 and int(r[8]) == 1,
         results_kept=int(r[9]) if len(r) > 9 else 0,
         ready_by_priority={n: int(c) for n, c in enumerate(r[10]) if int(c)} if len(r) > 10 else {},
+        waiting=int(r[11]) if len(r) > 11 else 0,
     )
 
 
@@ -250,6 +255,7 @@ def sum_counts(parts: Sequence[QueueCounts]) -> QueueCounts:
         backlog_age=max(p.backlog_age for p in parts),
         due=sum(p.due for p in parts),
         results_kept=sum(p.results_kept for p in parts),
+        waiting=sum(p.waiting for p in parts),
         paused=any(p.paused for p in parts),  # pause() writes every partition
         ready_by_priority=_sum_levels(parts),
     )

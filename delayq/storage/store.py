@@ -23,6 +23,7 @@ from .browsing import Browsing
 from .connect import no_retry
 from .dead import DeadLetters
 from .delivery import Deliveries
+from .dependencies import DependencyStore
 from .enqueueing import ENQUEUE_CHUNK as ENQUEUE_CHUNK
 from .enqueueing import Enqueueing
 from .flow import FlowLimitsStore
@@ -129,6 +130,7 @@ class Store:
         self.format = FormatVersions(core)
         self.results = OutcomeReads(core)
         self.running = RunControl(core)
+        self.dependencies = DependencyStore(core)
         self._wakeup_turn = 0  # wake-up subscriptions made (a cluster's go round the nodes)
 
     @property

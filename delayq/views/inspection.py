@@ -21,9 +21,11 @@ from datetime import datetime, timezone
 from typing import Literal
 
 from ..codec import Codec
+from ..context import AFTER_KEY, Parent
 from ..events import EventTypes
 from ..keyspace.groups import stored_group
 from ..partitions.routing import Router
+from ..results import decode_parent
 from ..storage.store import EventRecord, QueueCounts, Store
 from .records import (
     MAX_PAGE,
@@ -146,6 +148,9 @@ class Inspector:
         elif r.scheduled_ms is not None:
             state = "scheduled"
             due_at = utc(r.scheduled_ms)
+        elif r.waiting_ms is not None:
+            state = "waiting"
+            due_at = utc(r.waiting_ms)
         elif r.envelope is None:
             state = "absent"
             outcome = await self._kept_outcome(shard_list, event_id)
@@ -179,7 +184,13 @@ class Inspector:
             else None,
             outcome=outcome,
             priority=r.priority,
+            parents=await self._parents(found, event_id) if AFTER_KEY in decoded.context else (),
         )
+
+    async def _parents(self, shard: str, event_id: str) -> tuple[Parent, ...]:
+        """A child's parents and their outcomes so far (one more read, for children only)."""
+        _, _, edges = await self._store.dependencies.dep_parents(shard, event_id)
+        return tuple(decode_parent(t, i, r) for t, i, r in edges)
 
     async def _progress(
         self, shard: str, event_id: str, groups: Mapping[str, GroupState]

@@ -18,6 +18,7 @@ from typing import Any, Literal, overload
 import msgspec
 
 from ..codec import Codec, open_envelope
+from ..context import Parent
 from ..errors import DecodeError
 from ..events import Event
 
@@ -38,10 +39,11 @@ __all__ = [
 EventTypeRef = type[Event] | str
 """An event type given as its class or as its wire name."""
 
-EventState = Literal["scheduled", "ready", "in_flight", "dead", "absent", "stranded"]
-"""Where an event is: waiting for its due time, queued for a consumer, held by a
-handler, a dead letter, not in Redis at all, or ``stranded`` (an envelope in no
-state: only something other than delayq can leave one behind)."""
+EventState = Literal["waiting", "scheduled", "ready", "in_flight", "dead", "absent", "stranded"]
+"""Where an event is: waiting for its parents (``after=[...]``), waiting for its due time,
+queued for a consumer, held by a handler, a dead letter, not in Redis at all, or
+``stranded`` (an envelope in no state: only something other than delayq can leave one
+behind)."""
 
 MAX_PAGE = 1000
 """The largest ``limit`` of one page read."""
@@ -196,6 +198,10 @@ class EventInfo:
     """The event's priority level: 0 (the most urgent, the default) to 9
     (docs/guides/priorities.md)."""
 
+    parents: tuple[Parent, ...] = ()
+    """For an event enqueued with ``after=[...]``: each parent and its outcome so far
+    (``"pending"`` for those it still waits on; docs/WORKFLOWS.md, "Dependencies")."""
+
     def to_dict(self) -> dict[str, Any]:
         """Stable JSON-able fields (times as ISO 8601 UTC, ``raw`` as base64)."""
         return {
@@ -218,6 +224,10 @@ class EventInfo:
             "groups": {name: g.to_dict() for name, g in self.groups.items()},
             "progress": None if self.progress is None else self.progress.to_dict(),
             "outcome": self.outcome,
+            "parents": [
+                {"type": p.event_type, "id": p.id, "status": p.status, "error": p.error}
+                for p in self.parents
+            ],
         }
 
 

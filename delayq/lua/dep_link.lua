@@ -1,0 +1,44 @@
+-- dep_link: tell parents of one type (shard) about a child, or answer that they are done.
+--
+-- KEYS (delayq/keyspace/scripts.py): `events`, `errors`, `dead`, `groups`, `deps`, then
+--   `results`, `rexp` of the parents' type (shard).
+-- ARGV: triples parent id, child shard, child id
+-- Returns: per triple 'p' (pending: the parent's completion will be relayed to the child)
+--   or the record to apply at once, "<ms>:<outcome>" (see _deps.lua): its last completion
+--   while one is kept, a dead letter's "f" .. error (final unless delivery groups hold it),
+--   its kept result, else "m" (no such event: done long ago, or never enqueued).
+-- Guarantees: idempotent: a child linked already is not linked twice, so the audit may
+-- link again whenever it likes. A parent is pending while its envelope is stored and it
+-- is not a dead letter of a type without delivery groups.
+local now = clock_ms()
+local fan = grouped()
+local out = {}
+for i = 1, #ARGV, 3 do
+  local pid, cshard, cid = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local lkey = 'l:' .. pid .. '\0' .. cshard .. '\0' .. cid
+  local dead = redis.call('ZSCORE', K_DEAD, pid)
+  local live = redis.call('HEXISTS', K_EVENTS, pid) == 1 and (fan or not dead)
+  if redis.call('HEXISTS', K_DEPS, lkey) == 1
+      and (live or redis.call('HEXISTS', K_DEPS, 'f:' .. pid) == 1) then
+    out[#out + 1] = 'p'  -- linked: the relay hands it the completion
+  elseif live then
+    local n = redis.call('HINCRBY', K_DEPS, 'c:' .. pid, 1)
+    redis.call('HSET', K_DEPS, 'k:' .. pid .. '\0' .. n, cshard .. '\0' .. cid, lkey, n)
+    out[#out + 1] = 'p'
+  else
+    local record = redis.call('HGET', K_DEPS, 'f:' .. pid)
+    if not record then
+      local t = string.format('%.0f', now)
+      local kept = redis.call('HGET', K_RESULTS, pid)
+      if dead then
+        record = t .. ':f' .. (redis.call('HGET', K_ERRORS, pid) or '')
+      elseif kept and (tonumber(redis.call('ZSCORE', K_REXP, pid)) or 0) > now then
+        record = t .. ':' .. kept
+      else
+        record = t .. ':m'
+      end
+    end
+    out[#out + 1] = record
+  end
+end
+return out

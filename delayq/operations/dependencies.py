@@ -1,0 +1,168 @@
+"""Enqueueing children: ``enqueue_*(..., after=[(ParentType, id), ...])``
+(docs/WORKFLOWS.md, "Dependencies").
+
+A child and its parents may live on different slots, so registering the edges takes
+steps, each one script on one slot, in an order where a caller killed between any two
+leaves something the relay's audit finishes (:mod:`delayq.runtime.relay`):
+
+1. ``waiting``: the children are written, waiting, with every edge open and an audit
+   due soon (``dep_wait.lua``, the child's slot). Killed before: nothing was written.
+2. ``linked``: each parent's slot learns of its children, or answers that the parent is
+   done already (``dep_link.lua``; idempotent). Killed between 1 and 2: the audit links.
+3. ``applied``: the answers of parents done already are applied to the children
+   (``dep_apply.lua``; idempotent). Killed between 2 and 3: the audit links again, and
+   the parent, done, answers again.
+
+A parent done after step 2 hands its completion to the child through the relay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Literal
+
+from ..events import Event, EventTypes
+from ..partitions.routing import Router
+from ..partitions.shards import parse_shard, shard_for
+from ..storage.store import Store
+
+__all__ = [
+    "AUDIT_MS",
+    "POLICIES",
+    "STEP_HOOK",
+    "Dependencies",
+    "ParentFailurePolicy",
+    "ParentRef",
+    "parent_refs",
+]
+
+ParentFailurePolicy = Literal["fail", "run", "skip"]
+"""What a child does when a parent failed (a dead letter), was cancelled or skipped:
+``"fail"`` becomes a dead letter (``ParentFailed: ...``), ``"run"`` runs anyway (the failure
+in ``current_delivery().parents``), ``"skip"`` is removed (counted as ``skipped``)."""
+
+POLICIES: tuple[str, ...] = ("fail", "run", "skip")
+
+ParentRef = tuple[type[Event] | str, str]
+"""A parent in ``after=[...]``: ``(its class or wire name, its id)``."""
+
+AUDIT_MS = 5000
+"""When a waiting child's parents are first looked at again by the relay, ms after its
+enqueue (then as long again as it has waited, up to an hour): what finishes a
+registration whose caller died between two steps, and what releases a child whose parent
+vanished without a completion."""
+
+STEP_HOOK: Callable[[str], None] | None = None
+"""Tests only: called with each step's name (``"waiting"``, ``"linked"``, ``"applied"``)
+after it, so a test can kill the process there."""
+
+
+def _step(name: str) -> None:
+    if STEP_HOOK is not None:
+        STEP_HOOK(name)
+
+
+def parent_refs(after: Iterable[Any], types: EventTypes) -> list[tuple[str, str]]:
+    """``after=[...]`` checked: ``(wire name, id)`` pairs in order, each once."""
+    if isinstance(after, (str, bytes)) or not isinstance(after, Iterable):
+        raise TypeError(f"after= takes a list of (ParentType, id) pairs, not {after!r}")
+    out: list[tuple[str, str]] = []
+    seen: set[tuple[str, str]] = set()
+    for ref in after:
+        if not (isinstance(ref, tuple) and len(ref) == 2):
+            raise TypeError(f"after= takes (ParentType, id) pairs, not {ref!r}")
+        kind, parent_id = ref
+        if not isinstance(kind, str) and not (isinstance(kind, type) and issubclass(kind, Event)):
+            raise TypeError(f"a parent's type is an Event class or a wire name, not {kind!r}")
+        name = types.name(kind)
+        if not isinstance(parent_id, str) or not parent_id or "\0" in parent_id:
+            raise ValueError(f"a parent's id is a non-empty str without NUL, not {parent_id!r}")
+        if (name, parent_id) not in seen:
+            seen.add((name, parent_id))
+            out.append((name, parent_id))
+    if not out:
+        raise ValueError("after= needs at least one parent")
+    return out
+
+
+def check_policy(policy: str) -> str:
+    """``on_parent_failure`` checked."""
+    if policy not in POLICIES:
+        raise ValueError(f"on_parent_failure must be one of {POLICIES}, not {policy!r}")
+    return policy
+
+
+class Dependencies:
+    """Enqueues children (see the module docstring)."""
+
+    def __init__(self, store: Store, router: Router, types: EventTypes):
+        self._store = store
+        self._router = router
+        self._types = types
+        self._noted: set[str] = set()  # shards recorded as dependency shards by this process
+        self.audit_ms = AUDIT_MS
+
+    def _partitions(self, name: str) -> int:
+        cls = self._types.cls_of(name)
+        return cls.event_partitions if cls is not None else self._store.types.layouts(name)[0]
+
+    def keep_ms(self, shard: str) -> int | None:
+        """How long the type of ``shard`` keeps results (None: it keeps none, or it is not
+        defined in this process)."""
+        cls = self._types.cls_of(parse_shard(shard)[0])
+        return None if cls is None else cls.event_results_ms
+
+    async def enqueue(
+        self,
+        name: str,
+        partitions: int,
+        items: Sequence[tuple[str, bytes, int]],
+        *,
+        absolute: bool,
+        parents: Sequence[tuple[str, str]],
+        policy: str,
+    ) -> list[int]:
+        """Enqueue children of type ``name`` waiting for ``parents``; a code per item (1
+        added, 0 kept: the id existed, and its dependencies stay as they were)."""
+        store = self._store
+        split = self._router.split(name, partitions, items)
+        parent_shards = {(t, p): shard_for(t, p, self._partitions(t)) for t, p in parents}
+        new = [s for s in {*split, *parent_shards.values()} if s not in self._noted]
+        if new:
+            await store.dependencies.note_dependency_shards(new)
+            self._noted.update(new)
+        codes = [0] * len(items)
+        added: list[tuple[str, str]] = []  # (child shard, child id)
+        for shard, indexes in split.items():
+            await store.types.register_type(shard)
+            got = await store.dependencies.dep_wait(
+                shard,
+                [items[i] for i in indexes],
+                absolute=absolute,
+                policy=policy,
+                audit_ms=self.audit_ms,
+                parents=parents,
+            )
+            for i, code in zip(indexes, got, strict=True):
+                codes[i] = code
+                if code:
+                    added.append((shard, items[i][0]))
+        _step("waiting")
+        if not added:
+            return codes
+        by_parent_shard: dict[str, list[tuple[str, str]]] = {}
+        for ref, pshard in parent_shards.items():
+            by_parent_shard.setdefault(pshard, []).append(ref)
+        done: dict[str, list[tuple[str, str, bytes]]] = {}
+        for pshard, refs in by_parent_shard.items():
+            links = [(p, cshard, cid) for _, p in refs for cshard, cid in added]
+            answers = await store.dependencies.dep_link(pshard, links)
+            for (pid, cshard, cid), answer in zip(links, answers, strict=True):
+                if answer != b"p":
+                    ptype = parse_shard(pshard)[0]
+                    done.setdefault(cshard, []).append((cid, f"{ptype}\0{pid}", answer))
+        _step("linked")
+        for cshard, edges in done.items():
+            await store.dependencies.dep_apply(cshard, edges, self.keep_ms(cshard))
+        _step("applied")
+        return codes

@@ -1,0 +1,208 @@
+"""The relay: hands parents' completions to their children's slots, and audits waiting
+children (docs/WORKFLOWS.md, "Dependencies").
+
+It runs in the scheduler's task group while the process leads (holds the scheduler
+lock). Each completion is handed on in three steps, each one script on one slot:
+
+1. ``read``: ``dep_work.lua`` reads the due completions and audits of a shard (a
+   completion stays there until step 3).
+2. ``applied``: ``dep_apply.lua`` applies the completion to each child's slot, once per
+   child shard. Applying it again changes nothing (each edge takes its first record).
+3. ``relayed``: ``dep_relayed.lua`` forgets the children handed on; the completion goes
+   once all are.
+
+A relay killed between any two steps leaves the completion in the parent's slot, and
+the next leader hands it on again: no completion is lost or counted twice. An audit
+links a waiting child's open edges again (``dep_link.lua``, idempotent) and applies the
+answers of parents already done: that finishes an enqueue whose caller died between its
+steps, and releases a child whose parent vanished without a completion by its policy.
+Wake-ups (``dep:<shard>`` on the wake-up channel, published after an ack that completed
+a parent) only make it faster: every dependency shard is looked at every ten scheduling
+intervals, and each when its next work (a completion, an audit) is due.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+
+import anyio
+import anyio.lowlevel
+
+from .._pacing import MAX_BACKOFF, wait_to_retry
+from ..events import find_event_type
+from ..keyspace.shards import parse_shard, shard_for
+from ..metrics import ServiceMetrics
+from ..operations.dependencies import AUDIT_MS
+from ..storage.dependencies import Audit, Completion
+from ..storage.store import Store
+
+__all__ = ["STEP_HOOK", "Relay"]
+
+log = logging.getLogger("delayq.relay")
+
+# relay members read per call, children handed on per completion per call
+_MEMBERS = 64
+_CHILDREN = 256
+# every this many scheduling intervals the relay reads the set of dependency shards and
+# looks at each (a lost wake-up costs that much latency; unused, one SMEMBERS per sweep);
+# between sweeps it looks at a shard when woken for it or when its next work is due
+_SWEEP = 10
+# the longest an audit waits before the next
+_AUDIT_CAP_MS = 3_600_000
+
+STEP_HOOK: Callable[[str], None] | None = None
+"""Tests only: called with each step's name (``"read"``, ``"applied"``, ``"relayed"``,
+``"audit-linked"``) after it, so a test can kill the process there."""
+
+
+def _step(name: str) -> None:
+    if STEP_HOOK is not None:
+        STEP_HOOK(name)
+
+
+class Relay:
+    """The relay loop of one process (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: Store,
+        metrics: ServiceMetrics,
+        *,
+        interval: float,
+        is_leader: Callable[[], bool],
+        audit_ms: int = AUDIT_MS,
+    ):
+        self._store = store
+        self._metrics = metrics
+        self._interval = interval
+        self._is_leader = is_leader
+        self.audit_ms = audit_ms
+        self._woken: set[str] = set()
+        self._wake: anyio.Event | None = None
+        self._next: dict[str, float] = {}  # shard -> when it has work next (monotonic s)
+        self._last_all = -math.inf
+
+    def _keep_ms(self, shard: str) -> int | None:
+        """How long the type of ``shard`` keeps results (its class, if defined here)."""
+        cls = find_event_type(parse_shard(shard)[0])
+        return None if cls is None else cls.event_results_ms
+
+    def _partitions(self, name: str) -> int:
+        cls = find_event_type(name)
+        return cls.event_partitions if cls is not None else self._store.types.layouts(name)[0]
+
+    def wake(self, shard: str | None = None) -> None:
+        """Look at ``shard`` (None: every dependency shard) now."""
+        if shard is None:
+            self._last_all = -math.inf
+        else:
+            self._woken.add(shard)
+        if self._wake is not None:
+            self._wake.set()
+
+    async def run(self) -> None:
+        """Hand on completions and audit while this process leads, until cancelled."""
+        backoff = 0.1
+        self._wake = wake = anyio.Event()
+        while True:
+            sleep_for = self._interval
+            try:
+                if self._is_leader():
+                    sleep_for = await self._pass()
+                else:
+                    # a standby hands nothing on; once it leads it looks at every shard
+                    self._woken.clear()
+                    self._last_all = -math.inf
+                backoff = 0.1
+            except Exception as exc:  # loops never die: log, back off, go on
+                self._metrics.increment("redis_errors")
+                log.warning(
+                    "relay pass failed (%s: %s); retrying in %.2fs",
+                    type(exc).__name__,
+                    exc,
+                    backoff,
+                )
+                await wait_to_retry(wake, backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF)
+                self._wake = wake = anyio.Event()
+                continue
+            if not self._woken:
+                with anyio.move_on_after(sleep_for):
+                    await wake.wait()
+            else:
+                await anyio.lowlevel.checkpoint()  # never spin without letting others run
+            self._wake = wake = anyio.Event()
+
+    async def _pass(self) -> float:
+        now = anyio.current_time()
+        todo = set(self._woken)
+        self._woken.clear()
+        sweep = self._interval * _SWEEP
+        if now - self._last_all >= sweep:
+            self._last_all = now
+            todo |= await self._store.dependencies.dependency_shards()
+        todo |= {s for s, at in self._next.items() if at <= now}
+        for shard in sorted(todo):
+            await self.relay_shard(shard)
+        nearest = min(self._next.values(), default=math.inf)
+        return max(0.0, min(nearest, self._last_all + sweep) - anyio.current_time())
+
+    async def relay_shard(self, shard: str) -> None:
+        """Hand on every due completion of ``shard`` and run its due audits."""
+        while True:
+            work = await self._store.dependencies.dep_work(
+                shard,
+                limit=_MEMBERS,
+                per=_CHILDREN,
+                audit_ms=self.audit_ms,
+                audit_cap_ms=_AUDIT_CAP_MS,
+            )
+            _step("read")
+            partial = False
+            for completion in work.completions:
+                partial = not await self._hand_on(shard, completion) or partial
+            for audit in work.audits:
+                await self._audit(shard, audit)
+            if work.next_ms < 0:
+                self._next.pop(shard, None)
+            else:
+                wait = max(0, work.next_ms - work.now_ms) / 1000
+                self._next[shard] = anyio.current_time() + wait
+            if not partial and len(work.completions) + len(work.audits) < _MEMBERS:
+                return
+
+    async def _hand_on(self, shard: str, c: Completion) -> bool:
+        """Apply one completion to its children (a call's worth); True when all are done."""
+        ref = f"{parse_shard(shard)[0]}\0{c.parent_id}"
+        by_shard: dict[str, list[tuple[str, str, bytes]]] = {}
+        for cshard, cid in c.children:
+            if cshard:  # a child field gone already (handed on by a relay before us)
+                by_shard.setdefault(cshard, []).append((cid, ref, c.record))
+        for cshard, edges in by_shard.items():
+            await self._store.dependencies.dep_apply(cshard, edges, self._keep_ms(cshard))
+            _step("applied")
+        done = await self._store.dependencies.dep_relayed(
+            shard, c.member, c.lo + len(c.children) - 1
+        )
+        _step("relayed")
+        return done
+
+    async def _audit(self, shard: str, a: Audit) -> None:
+        """Link a waiting child's open edges again; apply the answers of parents done."""
+        by_shard: dict[str, list[tuple[str, str]]] = {}
+        for ptype, pid in a.parents:
+            pshard = shard_for(ptype, pid, self._partitions(ptype))
+            by_shard.setdefault(pshard, []).append((ptype, pid))
+        edges: list[tuple[str, str, bytes]] = []
+        for pshard, refs in by_shard.items():
+            answers = await self._store.dependencies.dep_link(
+                pshard, [(pid, shard, a.child_id) for _, pid in refs]
+            )
+            for (ptype, pid), answer in zip(refs, answers, strict=True):
+                if answer != b"p":
+                    edges.append((a.child_id, f"{ptype}\0{pid}", answer))
+        _step("audit-linked")
+        if edges:
+            await self._store.dependencies.dep_apply(shard, edges, self._keep_ms(shard))

@@ -1,0 +1,198 @@
+"""Dependencies (``after=[...]``): a child waits for its parents, then runs, fails or is
+skipped by its policy; parent and child on different slots hand completions over through
+the relay (docs/WORKFLOWS.md, "Dependencies")."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from delayq import Event, EventService, Parent, current_delivery, fixed
+
+FAST: dict[str, Any] = {
+    "scheduling_interval": 0.2,
+    "polling_timeout": 0.5,
+    "visibility_timeout": 2.0,
+    "retry_backoff": fixed(0.05),
+    "retry_attempts": 0,
+    "shutdown_grace": 1.0,
+}
+
+
+class Charge(Event, event_name="dep-charge", results=timedelta(hours=1)):
+    fail: bool = False
+
+
+class Ship(Event, event_name="dep-ship"):
+    fail: bool = False
+
+
+class Receipt(Event, event_name="dep-receipt"):
+    pass
+
+
+class Step(Event, event_name="dep-step"):
+    pass
+
+
+class Recorder:
+    """Handlers that note what each delivery saw."""
+
+    def __init__(self) -> None:
+        self.runs: dict[tuple[str, str], list[tuple[Parent, ...]]] = {}
+
+    def note(self, event: Event) -> None:
+        d = current_delivery()
+        assert d is not None
+        self.runs.setdefault((d.event_type, event.id), []).append(d.parents)
+
+    async def charge(self, event: Charge) -> object:
+        self.note(event)
+        if event.fail:
+            raise RuntimeError("card declined")
+        return {"amount": 42}
+
+    async def ship(self, event: Ship) -> None:
+        self.note(event)
+        if event.fail:
+            raise RuntimeError("no stock")
+
+    async def plain(self, event: Event) -> None:
+        self.note(event)
+
+    def ran(self, t: type[Event], i: str) -> bool:
+        return (t.event_name, i) in self.runs
+
+
+async def _is(service: EventService, t: type[Event], i: str, state: str) -> bool:
+    return (await service.inspect(t, i)).state == state
+
+
+def _service(url: str, prefix: str, rec: Recorder) -> EventService:
+    service = EventService.from_url(url, prefix=prefix, **FAST)
+    service.add_handler(Charge, rec.charge)
+    service.add_handler(Ship, rec.ship)
+    service.add_handler(Receipt, rec.plain)
+    service.add_handler(Step, rec.plain)
+    return service
+
+
+async def test_a_child_waits_for_its_parents_then_sees_their_outcomes(redis_url, prefix, wait_for):
+    rec = Recorder()
+    async with _service(redis_url, prefix, rec) as service:
+        await service.enqueue_with_delay(Charge(id="o1"), 0.3)
+        await service.enqueue_with_delay(Ship(id="o1"), 0.3)
+        assert await service.enqueue_with_delay(
+            Receipt(id="o1"), 0, after=[(Charge, "o1"), (Ship, "o1")]
+        )
+        info = await service.inspect(Receipt, "o1")
+        assert info is not None and info.state == "waiting"
+        stats = await service.stats()
+        assert stats["dep-receipt"].waiting == 1
+        await wait_for(lambda: rec.ran(Receipt, "o1"), timeout=10)
+        (parents,) = rec.runs["dep-receipt", "o1"]
+        assert [(p.event_type, p.id, p.status) for p in parents] == [
+            ("dep-charge", "o1", "ok"),
+            ("dep-ship", "o1", "ok"),
+        ]
+        assert parents[0].value == {"amount": 42}
+        assert parents[1].value is None
+        await wait_for(lambda: _is(service, Receipt, "o1", "absent"), timeout=5)
+
+
+@pytest.mark.parametrize("policy", ["fail", "run", "skip"])
+async def test_a_failed_parent_applies_the_policy(redis_url, prefix, wait_for, policy):
+    rec = Recorder()
+    async with _service(redis_url, prefix, rec) as service:
+        await service.enqueue_with_delay(Charge(id="c", fail=True), 0.2)
+        await service.enqueue_with_delay(
+            Receipt(id="r"), 0, after=[(Charge, "c")], on_parent_failure=policy
+        )
+        await service.enqueue_with_delay(Step(id="s"), 0, after=[(Receipt, "r")])
+        if policy == "run":
+            await wait_for(lambda: rec.ran(Step, "s"), timeout=10)
+            (parents,) = rec.runs["dep-receipt", "r"]
+            assert parents[0].status == "failed" and "card declined" in (parents[0].error or "")
+            return
+        # fail: a dead letter with ParentFailed, and its own child then fails too
+        await wait_for(lambda: _is(service, Step, "s", "dead"), timeout=10)
+        step = await service.inspect(Step, "s")
+        assert "ParentFailed: dep-receipt r" in (step.last_error or "")
+        receipt = await service.inspect(Receipt, "r")
+        assert not rec.ran(Receipt, "r")
+        if policy == "fail":
+            assert receipt.state == "dead"
+            assert (receipt.last_error or "").startswith("ParentFailed: dep-charge c failed")
+        else:
+            assert receipt.state == "absent"
+            assert (await service.stats())["dep-receipt"].waiting == 0
+            assert "was skipped" in (step.last_error or "")
+
+
+async def test_a_parent_done_missing_or_cancelled(redis_url, prefix, wait_for):
+    rec = Recorder()
+    async with _service(redis_url, prefix, rec) as service:
+        await service.enqueue_with_delay(Charge(id="done"), 0)
+        await wait_for(lambda: rec.ran(Charge, "done"), timeout=10)
+        await wait_for(lambda: _is(service, Charge, "done", "absent"), timeout=5)
+        # done with a kept result: applied at once; never enqueued: "missing", not a failure
+        await service.enqueue_with_delay(Receipt(id="a"), 0, after=[(Charge, "done")])
+        await service.enqueue_with_delay(Receipt(id="b"), 0, after=[(Ship, "nobody")])
+        await wait_for(lambda: rec.ran(Receipt, "a") and rec.ran(Receipt, "b"), timeout=10)
+        assert rec.runs["dep-receipt", "a"][0][0].value == {"amount": 42}
+        assert rec.runs["dep-receipt", "b"][0][0].status == "missing"
+        # cancelled while the child waits: the policy sees it failed
+        await service.enqueue_with_delay(Ship(id="later"), 60)
+        await service.enqueue_with_delay(
+            Receipt(id="c"), 0, after=[(Ship, "later")], on_parent_failure="run"
+        )
+        assert await service.cancel(Ship, "later")
+        await wait_for(lambda: rec.ran(Receipt, "c"), timeout=10)
+        assert rec.runs["dep-receipt", "c"][0][0].status == "cancelled"
+
+
+async def test_a_chain_runs_in_order(redis_url, prefix, wait_for):
+    rec = Recorder()
+    async with _service(redis_url, prefix, rec) as service:
+        await service.enqueue_with_delay(Step(id="s0"), 0.1)
+        for i in range(1, 6):  # all due now: the order comes from after=
+            await service.enqueue_with_delay(Step(id=f"s{i}"), 0, after=[(Step, f"s{i - 1}")])
+        await wait_for(lambda: rec.ran(Step, "s5"), timeout=15)
+        order = [k[1] for k in rec.runs]
+        assert order == ["s0", "s1", "s2", "s3", "s4", "s5"]
+        assert all(p[0].status == "ok" for k, (p,) in rec.runs.items() if k[1] != "s0")
+        # a parent enqueued after its child was not there when the child linked: "missing"
+        await service.enqueue_with_delay(Step(id="late-child"), 0, after=[(Step, "late-parent")])
+        await service.enqueue_with_delay(Step(id="late-parent"), 0)
+        await wait_for(lambda: rec.ran(Step, "late-child"), timeout=10)
+        assert rec.runs["dep-step", "late-child"][0][0].status == "missing"
+
+
+async def test_cancel_a_waiting_child(redis_url, prefix, redis_client: aioredis.Redis):
+    rec = Recorder()
+    async with _service(redis_url, prefix, rec) as service:
+        await service.enqueue_with_delay(Ship(id="p"), 60)
+        await service.enqueue_with_delay(Receipt(id="w"), 0, after=[(Ship, "p")])
+        assert await service.cancel(Receipt, "w")
+        assert (await service.inspect(Receipt, "w")).state == "absent"
+        assert (await service.stats())["dep-receipt"].waiting == 0
+        assert not await redis_client.exists(f"{{{prefix}:dep-receipt}}:deps")
+
+
+async def test_options_that_do_not_go_with_after(redis_url, prefix):
+    rec = Recorder()
+    service = _service(redis_url, prefix, rec)
+    with pytest.raises(ValueError):
+        await service.enqueue_with_delay(Receipt(id="x"), 0, after=[(Ship, "p")], replace=True)
+    with pytest.raises(ValueError):
+        await service.enqueue_with_delay(Receipt(id="x"), 0, after=[])
+    with pytest.raises(ValueError):
+        await service.enqueue_with_delay(
+            Receipt(id="x"), 0, after=[(Ship, "p")], on_parent_failure="maybe"
+        )
+    with pytest.raises(TypeError):
+        await service.enqueue_with_delay(Receipt(id="x"), 0, after=[Ship])
+    await service.aclose()
