@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from datetime import timezone as _timezone
 from types import MappingProxyType
@@ -84,9 +84,11 @@ class Delivery:
     """The stored envelope (never changes after enqueue; ``version`` is derived from it)."""
     flow_key: str | None = None
     """The event's flow key (``enqueue_*(..., key=...)``; docs/FLOW.md), or None: none."""
-    parents: tuple[Parent, ...] = ()
-    """The event's parents and their outcomes, in the order of its ``after=[...]`` (empty
-    for an event enqueued without ``after=``; docs/WORKFLOWS.md, "Dependencies")."""
+    @property
+    def parents(self) -> tuple[Parent, ...]:
+        """The event's parents and their outcomes, in the order of its ``after=[...]`` (empty
+        for an event enqueued without ``after=``; docs/WORKFLOWS.md, "Dependencies")."""
+        return ()
 
     @property
     def version(self) -> str:
@@ -186,3 +188,21 @@ def current_delivery() -> Delivery | None:
 
 # the consumer sets it once per delivery: the ContextVar's own method, no wrapper call
 _set_delivery = _current.set
+
+
+@dataclass(frozen=True, slots=True)
+class _ChildDelivery(Delivery):
+    """A delivery of an event enqueued with ``after=[...]``: it carries its parents (a
+    subclass, so a plain delivery builds and stores no field for them)."""
+
+    known_parents: tuple[Parent, ...] = ()
+
+    @property
+    def parents(self) -> tuple[Parent, ...]:
+        """See :attr:`Delivery.parents`."""
+        return self.known_parents
+
+
+def with_parents(delivery: Delivery, parents: tuple[Parent, ...]) -> Delivery:
+    """``delivery`` with its event's parents (the consumer's step for a child event)."""
+    return _ChildDelivery(*(getattr(delivery, f.name) for f in fields(Delivery)), parents)

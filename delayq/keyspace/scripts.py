@@ -40,11 +40,12 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(text.split())
 
 
-def _levelled(text: str) -> tuple[str, ...]:
+def _levelled(text: str, after: str = "") -> tuple[str, ...]:
     """``text``'s names, then ``prio`` and the ready lists of levels 1..9 (see
     :data:`LEVEL_KEYS`): the keys a script that pushes to a ready list needs for a type
-    with priorities; a call for one without leaves them off."""
-    return (*_names(text), "prio", *LEVEL_KEYS)
+    with priorities; a call for one without leaves them off. Then ``after``'s names (the
+    dependencies' keys, sent only for a type that has them)."""
+    return (*_names(text), "prio", *LEVEL_KEYS, *_names(after))
 
 
 LEVELS = 10
@@ -56,9 +57,12 @@ LEVEL_KEYS = tuple(f"ready_{n}" for n in range(1, LEVELS))
 TYPE_KEYS = (
     *_names(
         "events scheduled ready queued inflight leases attempts errors dead meta groups pending "
-        "retries limits wake dedup deps relay waiting fkeys klines krot kwait krun prio"
+        "retries limits wake dedup fkeys klines krot kwait krun prio"
     ),
     *LEVEL_KEYS,
+    # dependencies (docs/WORKFLOWS.md): last, so that a call for a type without them
+    # leaves them off (``through``) and sends what it sent before they existed
+    *_names("deps relay waiting"),
 )
 """The keys of one delivery group's view of a shard, in the order per-type scripts take them
 (:meth:`~delayq.keyspace.layout.TypeKeys.named` maps each to its key)."""
@@ -119,48 +123,54 @@ GROUP_FLOW_KEYS = _names("klines krot kwait krun")
 
 SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     # per-type scripts: one group's view of a shard (names in the order of TYPE_KEYS)
+    # waiting (sent by a replace): a replace of a child waiting for parents keeps it waiting
     "enqueue": _levelled(
         "events scheduled ready queued inflight leases attempts errors dead meta groups "
-        "pending retries dedup fkeys klines krot kwait"
+        "pending retries dedup fkeys klines krot kwait",
+        "waiting",
     ),
+    # deps, relay: a lease expiring on a parent's last delivery hands on its failure
     "move_due": _levelled(
         "events scheduled ready queued inflight leases attempts errors dead meta groups "
-        "fkeys klines krot kwait"
+        "fkeys klines krot kwait",
+        "deps relay",
     ),
     "claim": (
         *_names("events ready queued inflight leases attempts meta limits klines krot kwait krun"),
         *LEVEL_KEYS,
     ),
-    # deps, relay: a parent's completion is recorded for its dependents (docs/WORKFLOWS.md)
+    # deps, relay (only for a type with dependencies): a parent's completion is recorded
+    # for its children, a child's edges go (docs/WORKFLOWS.md)
     "ack": _names(
         "events ready inflight leases attempts errors meta pending limits wake dedup "
-        "deps relay fkeys klines krot kwait krun prio"
+        "fkeys klines krot kwait krun prio deps relay"
     ),
     # ack.lua's keys, then the type's kept outcomes (only for a type with results=)
     "ack_results": _names(
         "events ready inflight leases attempts errors meta pending limits wake dedup "
-        "deps relay fkeys klines krot kwait krun results rexp prio"
+        "fkeys klines krot kwait krun results rexp prio deps relay"
     ),
     "renew": _names("inflight leases meta"),
-    # a type without results= sends its keys through krun
+    # a type without results= sends its keys through krun; a dead letter sends them all
     "fail": _levelled(
         "events scheduled ready queued inflight leases errors dead meta groups retries "
-        "limits wake deps relay fkeys klines krot kwait krun results rexp"
+        "limits wake fkeys klines krot kwait krun results rexp",
+        "deps relay",
     ),
     "result_get": _names("events dead errors results rexp"),
     "cancel": _names(
-        "events scheduled queued inflight leases attempts errors dead groups dedup deps relay "
-        "waiting fkeys prio"
+        "events scheduled queued inflight leases attempts errors dead groups dedup fkeys prio "
+        "deps relay waiting"
     ),
     "dead_requeue": _levelled(
         "events scheduled ready queued attempts errors dead meta groups retries fkeys "
         "klines krot kwait"
     ),
-    "dead_purge": _names("events attempts errors dead pending fkeys prio"),
+    "dead_purge": _names("events attempts errors dead pending fkeys prio deps relay"),
     "run_now": _levelled("events scheduled ready queued meta groups fkeys klines krot kwait"),
     "group_register": _names("groups"),
     "migrate_out": _names("events scheduled queued inflight leases attempts errors dead prio"),
-    "inspect": _names("events scheduled queued inflight attempts errors dead groups waiting prio"),
+    "inspect": _names("events scheduled queued inflight attempts errors dead groups prio waiting"),
     "key_backlog": _names("klines krot kwait krun"),
     "schedule_fire": _levelled(
         "events scheduled ready queued dead meta groups schedules schedule_state fkeys "
@@ -169,33 +179,35 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     # enqueue.lua's keys as far as the sink sends them, the sink's ledger, then the rest
     "sink_enqueue": _levelled(
         "events scheduled ready queued inflight leases attempts errors dead meta groups "
-        "pending retries sink dedup fkeys klines krot kwait"
+        "pending retries sink dedup fkeys klines krot kwait",
+        "waiting",
     ),
     # read-only scripts: a group's read view (TypeKeys.named(group, read=True))
     "dead_list": _names("events attempts errors dead"),
     "inflight_list": _names("inflight attempts"),
     "due_histogram": _names("scheduled retries"),
     "counts": (
-        *_names("scheduled ready queued inflight dead retries limits waiting klines rexp"),
+        *_names("scheduled ready queued inflight dead retries limits klines rexp"),
         *LEVEL_KEYS,
+        "waiting",
     ),
     "scheduled_list": _names("events scheduled attempts errors retries"),
     "ready_list": _names("events queued attempts errors"),
     "dead_find": _names("events attempts errors dead"),
     # dependencies (docs/WORKFLOWS.md#dependencies): a child waits, a parent links it,
     # a completion is applied to the child, the relay reads its work and clears it
-    "dep_wait": _names("events meta deps relay waiting"),
-    "dep_link": _names("events errors dead groups deps results rexp"),
+    "dep_wait": _names("events meta dedup deps relay waiting"),
+    "dep_link": _names("events errors dead meta groups dedup results rexp deps"),
     "dep_apply": _names("events scheduled errors dead meta groups deps relay waiting results rexp"),
     "dep_work": _names("deps relay"),
     "dep_relayed": _names("events deps relay"),
     "dep_parents": _names("deps waiting"),
     # scripts on every delivery group: these, then the groups' (see the module's docstring)
     "group_move": _names("events scheduled meta groups pending prio"),
-    "group_cancel": _names("events scheduled groups pending prio"),
+    "group_cancel": _names("events scheduled groups pending prio deps relay waiting"),
     "group_replace": _names("events scheduled meta groups pending prio"),
     "group_remove": _names("events meta groups pending prio"),
-    "group_inspect": _names("events scheduled groups pending prio"),
+    "group_inspect": _names("events scheduled groups pending prio waiting"),
     "group_run_now": _names("events scheduled groups pending prio"),
     # scripts on other keys
     "lock_take": _names("lock"),

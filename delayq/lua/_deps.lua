@@ -20,6 +20,34 @@
 -- K_RELAY: "c NUL P NUL lo NUL hi" -> when (children lo..hi of P to hand the record
 -- r:P NUL hi), "a NUL C" -> when child C's parents are looked at again (the audit).
 
+-- A shard (type) that takes part in dependencies is marked where the hot scripts already
+-- look, so that a type without them pays nothing: its dedup set holds the member 'deps'
+-- (ack.lua reads it only when unique_for's EXISTS finds that set) and its meta hash the
+-- field 'deps' (move_due.lua reads it only when a lease expires on its last delivery).
+-- Their callers then send the dependency keys `deps`, `relay`; a call without them finds
+-- the mark and changes nothing (it answers so, and is made again with them).
+local DEP_MARK = 'deps'
+local function dep_mark()
+  redis.call('ZADD', K_DEDUP, '-inf', DEP_MARK)
+  redis.call('HSET', K_META, DEP_MARK, 1)
+end
+local function dep_marked()
+  return redis.call('ZSCORE', K_DEDUP, DEP_MARK) ~= false
+end
+
+-- P's envelope is gone (acked, purged, cancelled): its parent fields go unless the relay
+-- still has children to hand its completion (dep_relayed.lua clears them then).
+local function dep_gone(id)
+  local c = tonumber(redis.call('HGET', K_DEPS, 'c:' .. id))
+  if c and c <= (tonumber(redis.call('HGET', K_DEPS, 'b:' .. id)) or 0)
+      and redis.call('HEXISTS', K_EVENTS, id) == 0 then
+    local pending = false
+    -- a completion not relayed yet keeps r:/k:/l: fields: dep_relayed clears them
+    if redis.call('HEXISTS', K_DEPS, 'r:' .. id .. '\0' .. c) == 1 then pending = true end
+    if not pending then redis.call('HDEL', K_DEPS, 'c:' .. id, 'b:' .. id, 'f:' .. id) end
+  end
+end
+
 -- P is done with `outcome` at `now`: its children linked since the last completion are
 -- handed the record (false: P has no children; nothing written).
 local function dep_complete(id, outcome, now)

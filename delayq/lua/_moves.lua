@@ -99,28 +99,36 @@ end
 
 -- Expired leases: the worker died or stalled past its visibility timeout. A
 -- lease that expires on the last allowed delivery makes a dead letter; the
--- others are taken back. Returns (full, how late the oldest deadline was, dead).
+-- others are taken back. `hold` (nil, or a function of an id): true leaves a lease
+-- on its last delivery as it is, for a later call (see move_due.lua). Returns (full,
+-- how late the oldest deadline was, dead, the dead letters' ids, held).
+local LEASE_EXPIRED =
+  'LeaseExpired: the handler neither finished nor renewed its lease (worker died or stalled)'
 local function expire_leases(k_inflight, k_leases, k_errors, k_attempts, k_dead,
-                             now, batch, max_deliveries, take)
+                             now, batch, max_deliveries, take, hold)
   local expired = redis.call('ZRANGEBYSCORE', k_inflight, '-inf', now, 'LIMIT', 0, batch)
-  local late, dead = 0, 0
+  local late, dead, ids, held = 0, 0, {}, false
   if #expired > 0 then
     late = now - tonumber(redis.call('ZSCORE', k_inflight, expired[1]))
   end
   for _, id in ipairs(expired) do
-    redis.call('ZREM', k_inflight, id)
-    redis.call('HDEL', k_leases, id)
-    redis.call('HSET', k_errors, id,
-      'LeaseExpired: the handler neither finished nor renewed its lease (worker died or stalled)')
     local n = tonumber(redis.call('HGET', k_attempts, id)) or 0
-    if n >= max_deliveries then
-      redis.call('ZADD', k_dead, now, id)
-      dead = dead + 1
+    if n >= max_deliveries and hold and hold(id) then
+      held = true
     else
-      take(id, now)
+      redis.call('ZREM', k_inflight, id)
+      redis.call('HDEL', k_leases, id)
+      redis.call('HSET', k_errors, id, LEASE_EXPIRED)
+      if n >= max_deliveries then
+        redis.call('ZADD', k_dead, now, id)
+        dead = dead + 1
+        ids[dead] = id
+      else
+        take(id, now)
+      end
     end
   end
-  return #expired == batch, late, dead
+  return #expired == batch, late, dead, ids, held
 end
 
 -- When a delivery list next needs a look: its earliest due time, lease

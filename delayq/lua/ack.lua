@@ -1,13 +1,14 @@
 -- ack: handlers succeeded; their events leave Redis.
 --
 -- KEYS (delayq/keyspace/scripts.py): `events`, `ready`, `inflight`, `leases`, `attempts`,
---   `errors`, `meta`, `pending`, `limits`, `wake`, `dedup`, `deps`, `relay`, `fkeys`,
---   `klines`, `krot`, `kwait`, `krun` of the group (see _prelude.lua); the flow-key state
---   only for keyed deliveries.
---   then `prio` (_levels.lua)
+--   `errors`, `meta`, `pending`, `limits`, `wake`, `dedup`, `fkeys`, `klines`, `krot`,
+--   `kwait`, `krun` of the group (see _prelude.lua); the flow-key state only for keyed
+--   deliveries.
+--   then `prio` (_levels.lua), then `deps`, `relay` (only for a type with dependencies)
 -- ARGV: pairs id, token (the claim token of the delivery that succeeded)
 -- Returns: how many events were removed; {removed, id...} when the events of these ids
--- were parents whose completion now waits for the relay (see _deps.lua).
+-- were parents whose completion now waits for the relay (see _deps.lua); -1: the type
+-- has dependencies and `deps` was not given (nothing changed).
 -- Guarantees: only the current delivery removes an event. A stale ack (the
 -- lease expired and the event was redelivered, replaced or cancelled) is a
 -- no-op, so a newer delivery or a replaced payload is never lost. The envelope
@@ -17,16 +18,18 @@
 -- unique_for, once its last group is done, is refused for its ttl from now
 -- (one EXISTS per call when no dedup mode was ever used). A keyed delivery
 -- (token "<n>|<key>") frees its key's per-key slot and puts the key back into
--- rotation if its per-key concurrency limit had parked it. Dependencies (the same EXISTS
--- as unique_for's when the type never had any): an event done (its envelope gone) that
--- has children records its completion for the relay, and a child's own edges go.
+-- rotation if its per-key concurrency limit had parked it. Dependencies (docs/WORKFLOWS.md;
+-- nothing more than unique_for's EXISTS when the type never had any): an event done (its
+-- envelope gone) that has children records its completion for the relay, and a child's
+-- own edges go; they need the keys `deps`, `relay`, sent only for a type marked as having
+-- dependencies (see dep_mark in _deps.lua): a call without them for such a type changes
+-- nothing and returns -1.
 local counted = counting()
--- one EXISTS for both (a type using neither, the usual case, pays no second call)
-local unique, deps = false, false
-if redis.call('EXISTS', K_DEDUP, K_DEPS) > 0 then
-  unique = redis.call('EXISTS', K_DEDUP) == 1
-  deps = redis.call('EXISTS', K_DEPS) == 1
-end
+local unique = redis.call('EXISTS', K_DEDUP) == 1
+-- a type with dependencies has its dedup set marked (dep_marked): a call without their
+-- keys changes nothing and answers -1, and the caller calls again with them
+if unique and not K_DEPS and dep_marked() then return -1 end
+local deps = K_DEPS and redis.call('EXISTS', K_DEPS) == 1
 local now = (unique or deps) and clock_ms()
 local removed = 0
 local completed = nil

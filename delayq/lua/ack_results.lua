@@ -2,14 +2,14 @@
 -- handlers' return values are kept in the same step that removes their events.
 --
 -- KEYS (delayq/keyspace/scripts.py): ack.lua's (`events`, `ready`, `inflight`, `leases`,
---   `attempts`, `errors`, `meta`, `pending`, `limits`, `wake`, `dedup`, `deps`, `relay`,
+--   `attempts`, `errors`, `meta`, `pending`, `limits`, `wake`, `dedup`,
 --   `fkeys`, `klines`, `krot`, `kwait`, `krun` of the group), then `results` and `rexp`.
---   then `prio` (_levels.lua)
+--   then `prio` (_levels.lua), then `deps`, `relay` (only for a type with dependencies)
 -- ARGV[1] how long a result is kept (ms), ARGV[2] the prefix's results channel,
 -- ARGV[3] the shard, then triples id, token, record ("o" .. mark .. value, see
 -- delayq/results.py).
 -- Returns: how many events were removed (as ack.lua; with the ids of completed parents,
--- whose completion records then carry the kept result).
+-- whose completion records then carry the kept result; -1 as ack.lua's).
 -- Guarantees: a result is written exactly when its ack removes (or, with delivery
 -- groups, releases) the event: a stale ack writes nothing. Each group's ack
 -- overwrites the record, so the value kept is the last group's. Expired records
@@ -23,6 +23,8 @@ local function ack(ARGV)
 end
 
 local keep, channel, shard = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+-- a type with dependencies without their keys: nothing written, -1 (as ack.lua)
+if not K_DEPS and redis.call('EXISTS', K_DEDUP) == 1 and dep_marked() then return -1 end
 check_keys('results', 'rexp')
 local now = clock_ms()
 local old = redis.call('ZRANGEBYSCORE', K_REXP, '-inf', now, 'LIMIT', 0, 16)

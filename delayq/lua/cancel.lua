@@ -1,12 +1,13 @@
 -- cancel: remove an event that has not been handled successfully yet.
 --
 -- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `queued`, `inflight`,
---   `leases`, `attempts`, `errors`, `dead`, `groups`, `dedup`, `deps`, `relay`, `waiting`,
---   `fkeys` of the type or one group's view (see _prelude.lua).
---   then `prio` (_levels.lua)
+--   `leases`, `attempts`, `errors`, `dead`, `groups`, `dedup`, `fkeys` of the type or one
+--   group's view (see _prelude.lua).
+--   then `prio` (_levels.lua), then `deps`, `relay`, `waiting` (docs/WORKFLOWS.md)
 -- ARGV[1] id, ARGV[2] the delivery group asked for ('' for every group; a type
 --         without named groups has only 'default')
--- Returns: 1 removed, 0 no such pending event (unknown, or a dead letter:
+-- Returns: 1 removed (2: and it was a parent whose "cancelled" waits for the relay),
+--          0 no such pending event (unknown, or a dead letter:
 --          dead letters are removed with dead_purge; or no such group), or
 --          {'stale', group...} when the type has delivery groups (the caller
 --          runs group_cancel.lua).
@@ -27,6 +28,6 @@ if mark and mark < 0 then redis.call('ZREM', K_DEDUP, 'u:' .. id) end
 if redis.call('EXISTS', K_DEPS) == 1 then
   redis.call('ZREM', K_WAITING, id)
   dep_forget(id)
-  dep_complete(id, 'c', clock_ms())
+  if dep_complete(id, 'c', clock_ms()) then return 2 end
 end
 return 1

@@ -2,13 +2,14 @@
 -- due, and how far behind its consumers are.
 --
 -- KEYS (delayq/keyspace/scripts.py): `scheduled`, `ready`, `queued`, `inflight`, `dead`,
---   `retries`, `limits`, `waiting`, `klines`, `rexp` for one delivery group its read view
+--   `retries`, `limits`, `klines`, `rexp` for one delivery group its read view
 --   (TypeKeys.read_view: the type's schedule and the group's lists; the group's retry
 --   schedule, counted as scheduled too; for the type's own counts its schedule again, so
---   not counted twice), the limits HASH, the type's events waiting for parents, the group's flow-key lines, and the type's kept
+--   not counted twice), the limits HASH, the group's flow-key lines, and the type's kept
 --   outcomes' expiry times (types with results=).
 --   then the priority levels' ready lists `ready_1` `ready_2` `ready_3` `ready_4`
---   `ready_5` `ready_6` `ready_7` `ready_8` `ready_9` (_levels.lua)
+--   `ready_5` `ready_6` `ready_7` `ready_8` `ready_9` (_levels.lua), then `waiting`: the
+--   type's events waiting for their parents (docs/WORKFLOWS.md)
 -- ARGV: none
 -- Returns: {scheduled, ready, in_flight, dead, next_due_ms (-1: none scheduled),
 --           scheduled_overdue, oldest_ready_entry or false, now_ms, paused, results_kept,

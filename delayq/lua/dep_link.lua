@@ -1,7 +1,7 @@
 -- dep_link: tell parents of one type (shard) about a child, or answer that they are done.
 --
--- KEYS (delayq/keyspace/scripts.py): `events`, `errors`, `dead`, `groups`, `deps`, then
---   `results`, `rexp` of the parents' type (shard).
+-- KEYS (delayq/keyspace/scripts.py): `events`, `errors`, `dead`, `meta`, `groups`,
+--   `dedup`, `results`, `rexp`, `deps` of the parents' type (shard).
 -- ARGV: triples parent id, child shard, child id
 -- Returns: per triple 'p' (pending: the parent's completion will be relayed to the child)
 --   or the record to apply at once, "<ms>:<outcome>" (see _deps.lua): its last completion
@@ -12,7 +12,7 @@
 -- is not a dead letter of a type without delivery groups.
 local now = clock_ms()
 local fan = grouped()
-local out = {}
+local out, marked = {}, false
 for i = 1, #ARGV, 3 do
   local pid, cshard, cid = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local lkey = 'l:' .. pid .. '\0' .. cshard .. '\0' .. cid
@@ -22,6 +22,7 @@ for i = 1, #ARGV, 3 do
       and (live or redis.call('HEXISTS', K_DEPS, 'f:' .. pid) == 1) then
     out[#out + 1] = 'p'  -- linked: the relay hands it the completion
   elseif live then
+    if not marked then dep_mark() marked = true end  -- its acks now write completions
     local n = redis.call('HINCRBY', K_DEPS, 'c:' .. pid, 1)
     redis.call('HSET', K_DEPS, 'k:' .. pid .. '\0' .. n, cshard .. '\0' .. cid, lkey, n)
     out[#out + 1] = 'p'

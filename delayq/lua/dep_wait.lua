@@ -1,8 +1,8 @@
 -- dep_wait: add events that wait for parents (enqueue_*(..., after=[...])), the first
 -- step of registering their edges.
 --
--- KEYS (delayq/keyspace/scripts.py): `events`, `meta`, `deps`, `relay`, `waiting` of the
---   child's type (shard).
+-- KEYS (delayq/keyspace/scripts.py): `events`, `meta`, `dedup`, `deps`, `relay`, `waiting`
+--   of the child's type (shard).
 -- ARGV[1] 'delay' (times are ms from now on Redis's clock) or 'at' (unix ms)
 -- ARGV[2] the policy when a parent fails: 'fail', 'run' or 'skip'
 -- ARGV[3] ms until the first audit (the relay links the edges again then, in case the
@@ -17,12 +17,12 @@
 -- after this step leaves a child the audit links (see _deps.lua); one that dies before
 -- leaves nothing. A waiting child is in no schedule: nothing delivers it until its last
 -- parent is done (dep_apply.lua).
-check_keys('events', 'meta', 'deps', 'relay', 'waiting')
+check_keys('events', 'meta', 'dedup', 'deps', 'relay', 'waiting')
 local now = clock_ms()
 local absolute = ARGV[1] == 'at'
 local policy, grace = ARGV[2], tonumber(ARGV[3])
 local parents = cmsgpack.unpack(ARGV[4])
-local codes = {}
+local codes, marked = {}, false
 for i = 5, #ARGV, 3 do
   local id, envelope, t = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   local due = t
@@ -33,6 +33,7 @@ for i = 5, #ARGV, 3 do
   elseif existing then
     codes[#codes + 1] = 0
   else
+    if not marked then dep_mark() marked = true end  -- its acks now handle edges
     redis.call('HSET', K_EVENTS, id, envelope)
     redis.call('ZADD', K_WAITING, due, id)
     local rec = {policy, now}

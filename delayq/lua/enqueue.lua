@@ -4,8 +4,9 @@
 --   `leases`, `attempts`, `errors`, `dead`, `meta`, `groups`, `pending`, `retries`, `dedup`,
 --   `fkeys`, `klines`, `krot`, `kwait`, `prio` and the levels' ready lists `ready_1`
 --   `ready_2` `ready_3` `ready_4` `ready_5` `ready_6` `ready_7` `ready_8` `ready_9` of the
---   type (see _prelude.lua, _levels.lua); a plain keep-first enqueue sends them up to
---   retries, a replace, dedup mode, flow key or priority level all.
+--   type (see _prelude.lua, _levels.lua), then `waiting`; a plain keep-first enqueue
+--   sends them up to retries, a flow key or priority level up to `ready_9`, a replace
+--   or dedup mode all.
 -- ARGV[1]  'delay' (times are ms from now on Redis's clock) or 'at' (unix ms);
 --          with ':mp' appended the triples come packed in ARGV[5] and ARGV[6]
 --          (two arguments per call instead of three per event: cheaper to send);
@@ -25,7 +26,9 @@
 -- Returns: one code per event: 1 added, 0 kept (an event with that id exists),
 --          2 replaced, 3 not written: a replace of an event already fanned out
 --          to delivery groups (the caller runs group_replace.lua with the keys
---          of every group).
+--          of every group). A replace of a child waiting for its parents
+--          (docs/WORKFLOWS.md, "Dependencies") changes its envelope only: it
+--          stays waiting, and its parents' completion schedules it (code 2).
 -- Guarantees: payload, context and due time of an id change together or not
 -- at all. An envelope identical to the stored one counts as added when this
 -- is the same call retried after a lost reply: the call id in ARGV[2] tells a
@@ -134,6 +137,14 @@ local function flush()
   envs, sched, fkeys, unkeyed, lids, lvls = {}, {}, {}, {}, {}, {}
 end
 
+-- A replace of a child waiting for its parents (after=[...]) keeps it waiting; the
+-- waiting set is read only when the type has one (one EXISTS per replace call).
+local any_waiting = nil
+local function is_waiting(id)
+  if any_waiting == nil then any_waiting = redis.call('EXISTS', K_WAITING) == 1 end
+  return any_waiting and redis.call('ZSCORE', K_WAITING, id) ~= false
+end
+
 -- What is stored under each id, read in a few HMGETs rather than one HGET per
 -- event (each redis.call costs about a microsecond of its own)
 local stored = {}
@@ -151,7 +162,7 @@ for i = first, #items, 3 do
   local code = 1
   local existing = written[id]
   if existing == nil then existing = stored[(i - first) / 3 + 1] end
-  local refused = false
+  local refused, held = false, false
   if dmode == 'd' and not (existing == envelope and retried and not written[id]) then
     local key = 'd:' .. id
     local cap = tonumber(redis.call('ZSCORE', K_DEDUP, key))
@@ -184,6 +195,10 @@ for i = first, #items, 3 do
   elseif existing then
     if replace and fan and redis.call('HEXISTS', K_PENDING, id) == 1 then
       code = 3  -- every group's state must change: group_replace.lua does it
+    elseif replace and K_WAITING and is_waiting(id) then
+      -- a child waiting for its parents (docs/WORKFLOWS.md): only its envelope changes
+      held = true
+      code = 2
     elseif replace then
       -- this call's own earlier write of the id must land before it is undone
       if written[id] then flush() end
@@ -214,7 +229,9 @@ for i = first, #items, 3 do
     elseif keyed and existing then
       unkeyed[#unkeyed + 1] = id  -- replaced by an event without a key
     end
-    if due <= now and not to_schedule then
+    if held then
+      -- stays waiting: its parents' last completion schedules it (dep_apply.lua)
+    elseif due <= now and not to_schedule then
       ready_ids[#ready_ids + 1] = id
       ready_dues[#ready_dues + 1] = due
     else

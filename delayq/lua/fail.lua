@@ -1,11 +1,12 @@
 -- fail: a delivery failed; retry the event later or make it a dead letter.
 --
 -- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `ready`, `queued`, `inflight`,
---   `leases`, `errors`, `dead`, `meta`, `groups`, `retries`, `limits`, `wake`, `deps`,
---   `relay`, `fkeys`, `klines`, `krot`, `kwait`, `krun` of the type or one group's view
---   (see _prelude.lua); then `results`, `rexp` for a type that keeps results.
+--   `leases`, `errors`, `dead`, `meta`, `groups`, `retries`, `limits`, `wake`, `fkeys`,
+--   `klines`, `krot`, `kwait`, `krun` of the type or one group's view (see _prelude.lua);
+--   then `results`, `rexp` for a type that keeps results.
 --   then `prio`, then the priority levels' ready lists `ready_1` `ready_2` `ready_3`
---   `ready_4` `ready_5` `ready_6` `ready_7` `ready_8` `ready_9` (_levels.lua)
+--   `ready_4` `ready_5` `ready_6` `ready_7` `ready_8` `ready_9` (_levels.lua); then
+--   `deps`, `relay`: a dead letter is sent every key (its children learn of it).
 -- ARGV[1] id, ARGV[2] claim token, ARGV[3] 'retry' or 'dead'
 -- ARGV[4] retry delay in ms, ARGV[5] error text ("Type: message")
 -- ARGV[6] wake-up channel, ARGV[7] type name
@@ -39,7 +40,8 @@ if ARGV[3] == 'dead' then
     redis.call('PUBLISH', ARGV[9], ARGV[7] .. ' ' .. id)
   end
   -- a dead letter is final for its children unless a delivery group still holds it
-  if redis.call('EXISTS', K_DEPS) == 1 and not grouped() and dep_complete(id, 'f' .. ARGV[5], now) then
+  if K_DEPS and not grouped() and redis.call('EXISTS', K_DEPS) == 1
+      and dep_complete(id, 'f' .. ARGV[5], now) then
     return 3
   end
   return 2

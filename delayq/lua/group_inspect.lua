@@ -2,10 +2,12 @@
 -- is in every group, in one consistent read.
 --
 -- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `groups`, `pending` of the
---   type, its `prio`, then every group's (see _groups.lua), with every registered group.
+--   type, its `prio` and `waiting`, then every group's (see _groups.lua), with every
+--   registered group.
 -- ARGV: n, the group names, then ARG(1) id
 -- Returns: {'groups', now_ms, envelope, due ms in the type's schedule (not
---           fanned out yet), pending count, priority level, then per group in the order
+--           fanned out yet), pending count, priority level, own due ms while it
+--           waits for parents (docs/WORKFLOWS.md), then per group in the order
 --           passed: its name, retry due ms, queued score, lease deadline ms,
 --           dead-letter time ms, attempts, last error}; values Redis does not
 --           have are false. Or {'stale', group...} (see group_move.lua).
@@ -20,6 +22,7 @@ local result = {
   redis.call('ZSCORE', K_SCHEDULED, id),
   redis.call('HGET', K_PENDING, id),
   redis.call('HGET', K_PRIO, id),
+  redis.call('ZSCORE', K_WAITING, id),
 }
 for g = 1, N_GROUPS do
   result[#result + 1] = GROUP_NAMES[g]

@@ -1,7 +1,7 @@
 -- inspect: everything Redis holds about one event, in one consistent read.
 --
 -- KEYS (delayq/keyspace/scripts.py): `events`, `scheduled`, `queued`, `inflight`,
---   `attempts`, `errors`, `dead`, `groups`, `waiting`, `prio` of the type or one group's
+--   `attempts`, `errors`, `dead`, `groups`, `prio`, `waiting` of the type or one group's
 --   view (see _prelude.lua).
 -- ARGV[1] id
 -- Returns: {now_ms, envelope, scheduled_due_ms, queued_score, lease_deadline_ms,

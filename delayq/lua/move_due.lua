@@ -4,7 +4,8 @@
 --   `leases`, `attempts`, `errors`, `dead`, `meta`, `groups`, `fkeys`, `klines`, `krot`,
 --   `kwait` of the type or one group's view (see _prelude.lua).
 --   then `prio`, then the priority levels' ready lists `ready_1` `ready_2` `ready_3`
---   `ready_4` `ready_5` `ready_6` `ready_7` `ready_8` `ready_9` (_levels.lua)
+--   `ready_4` `ready_5` `ready_6` `ready_7` `ready_8` `ready_9` (_levels.lua), then
+--   `deps`, `relay` (only for a type with dependencies, see step 3)
 -- ARGV[1] batch: the most ids handled per category in this call
 -- ARGV[2] visibility timeout in ms (how long a popped entry may stay unclaimed)
 -- ARGV[3] max deliveries: an event whose lease expires after this many
@@ -13,7 +14,8 @@
 --   or {'stale', group...} when the type has delivery groups: the caller
 --   runs group_move.lua with the keys of those groups instead.
 --   moved   ids pushed to the ready list (due, lease expired or orphaned)
---   more    1 when a category filled its batch: call again at once
+--   more    1 when a category filled its batch: call again at once; 2: call again
+--           at once with `deps` and `relay` (the type has dependencies, step 3)
 --   next_ms when this type next needs a look (-1: nothing pending)
 --   dead    leases that expired on their last delivery
 --   queued  ids waiting in the ready list (they need a look now and then:
@@ -65,12 +67,28 @@ if full then more = 1 end
 max_late(t)
 
 -- 3. Expired leases: the worker died or stalled past its visibility timeout.
-local expired_dead
-full, t, expired_dead = expire_leases(K_INFLIGHT, K_LEASES, K_ERRORS, K_ATTEMPTS, K_DEAD,
-  now, batch, max_deliveries, take_front)
+-- A parent's lease expiring on its last delivery makes a dead letter its children learn
+-- of in the same step (docs/WORKFLOWS.md): with `deps` given (a type with dependencies).
+-- A call without them leaves such a lease of a type marked as having dependencies (see
+-- _deps.lua) and answers more = 2: the caller calls again with them.
+local hold = nil
+if not K_DEPS then
+  local marked = nil
+  hold = function()
+    if marked == nil then marked = redis.call('HEXISTS', K_META, DEP_MARK) == 1 end
+    return marked
+  end
+end
+local expired_dead, dead_ids, held
+full, t, expired_dead, dead_ids, held = expire_leases(K_INFLIGHT, K_LEASES, K_ERRORS,
+  K_ATTEMPTS, K_DEAD, now, batch, max_deliveries, take_front, hold)
 if full then more = 1 end
+if held then more = 2 end
 max_late(t)
 dead = dead + expired_dead
+if K_DEPS and expired_dead > 0 and redis.call('EXISTS', K_DEPS) == 1 then
+  for _, id in ipairs(dead_ids) do dep_complete(id, 'f' .. LEASE_EXPIRED, now) end
+end
 
 push_ready(ids, dues)
 if keyed then

@@ -6,7 +6,8 @@
 --   the sink's ledger (ZSET id -> batch id; TypeKeys.sink), then enqueue.lua's others (never
 --   sent by the sink), then `prio` and the levels' ready lists `ready_1` `ready_2`
 --   `ready_3` `ready_4` `ready_5` `ready_6` `ready_7` `ready_8` `ready_9` (for a sink
---   with a priority column), all under one hash tag.
+--   with a priority column), then `waiting` (never sent by the sink), all under one hash
+--   tag.
 -- ARGV[1..4] as for enqueue.lua, without ':mp' (mode; replace flag with call id
 --          and chunk number; wake-up channel; type name)
 -- ARGV[5]  the micro-batch id (an integer >= 0)

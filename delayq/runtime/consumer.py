@@ -30,7 +30,15 @@ from typing import Any
 import anyio
 
 from ..codec import Codec
-from ..context import AFTER_KEY, TIMEOUT_KEY, Delivery, Parent, _progress_sink, _set_delivery
+from ..context import (
+    AFTER_KEY,
+    TIMEOUT_KEY,
+    Delivery,
+    Parent,
+    _progress_sink,
+    _set_delivery,
+    with_parents,
+)
 from ..errors import DecodeError
 from ..events import Event
 from ..keyspace.groups import group_name
@@ -316,8 +324,6 @@ class Consumer:
                 return
             due_ms = c.due_ms
             token = c.token
-            # an event enqueued with after=[...]: its parents' outcomes, read from its slot
-            parents = await self._parents(shard, c.id) if context and AFTER_KEY in context else ()
             delivery = Delivery(
                 self.type_name,
                 c.id,
@@ -331,8 +337,13 @@ class Consumer:
                 # a keyed delivery's token is "<n>|<key>" (claim.lua), a plain one digits;
                 # not `b"|" in token`: bytes' `in` builds a TypeError first (~2k instructions)
                 None if token.isdigit() else token_flow_key(token),
-                parents,
             )
+            timeout = self._s.handler_timeout
+            if context:  # rare: an event's own timeout (enqueue's timeout=), its parents
+                if TIMEOUT_KEY in context:
+                    timeout = _event_timeout(context[TIMEOUT_KEY], timeout)
+                if AFTER_KEY in context:  # after=[...]: its parents' outcomes, from its slot
+                    delivery = with_parents(delivery, await self._parents(shard, c.id))
             _set_delivery(delivery)
             row = self._late_row
             if row is not None and due_ms is not None:
@@ -344,9 +355,6 @@ class Consumer:
             run = None if hooks is None else hooks.started(delivery)
             error: Exception | None = None
             failure: str | None = CANCELLED  # unless the handler comes back
-            timeout = self._s.handler_timeout
-            if context and TIMEOUT_KEY in context:  # the event's own (enqueue's timeout=)
-                timeout = _event_timeout(context[TIMEOUT_KEY], timeout)
             try:
                 if timeout is None and not self._middleware:  # no scope nor frame to pay for
                     try:

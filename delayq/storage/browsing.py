@@ -100,7 +100,7 @@ class Browsing:
                     attempts=_int(r[i + 5]),
                     error=_text(r[i + 6]),
                 )
-                for i in range(6, len(r), 7)
+                for i in range(7, len(r), 7)
             }
             return EventRecord(
                 now_ms=int(r[1]),
@@ -114,6 +114,7 @@ class Browsing:
                 groups=groups,
                 pending=_int(r[4]),
                 priority=_int(r[5]),
+                waiting_ms=_opt_int(r[6]),
             )
         return EventRecord(
             now_ms=int(r[0]),

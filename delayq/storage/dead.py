@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import cast
 
 from .base import StoreCore
+from .dependencies import nudge_relay
 from .records import DeadRecord, _int
 
 
@@ -60,4 +61,8 @@ class DeadLetters:
         """Delete dead letters; return how many."""
         if not ids:
             return 0
-        return int(await self._core.run("dead_purge", shard, list(ids), group=group))
+        reply = await self._core.run("dead_purge", shard, list(ids), group=group)
+        if isinstance(reply, list):  # parents' failures wait for the relay
+            await nudge_relay(self._core, shard)
+            return int(reply[0])
+        return int(reply)

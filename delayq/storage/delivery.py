@@ -6,10 +6,15 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
+from ..keyspace.scripts import LEVEL_KEYS
 from .base import StoreCore, log
 from .dependencies import nudge_relay
 from .priorities import Levels
 from .records import Claimed, Throttle
+
+
+# the last key of a call that needs the priority levels and not the dependencies'
+_LAST_LEVEL = LEVEL_KEYS[-1]
 
 
 class Deliveries:
@@ -19,6 +24,8 @@ class Deliveries:
         self._core = core
         # (shard, group) whose claims have met a flow key: they send the flow keys' five too
         self._keyed_claims: set[tuple[str, str | None]] = set()
+        # shards whose type has dependencies (an ack told): acks send their keys
+        self._dependents: set[str] = set()
         # seconds a BRPOP may block at most, whatever its caller asks (see limit_block)
         self._block_at_most = math.inf
         self.levels = Levels(core)
@@ -152,15 +159,17 @@ class Deliveries:
         # a keyed delivery's token is "<n>|<key>": its ack frees the key's slot (the flow
         # keys' state) (one find over the joined tokens: bytes' `in` builds a TypeError per
         # call); the others send their keys only up to the dependencies'
+        if shard in self._dependents:
+            return await self._ack_dependents("ack", shard, args, group)
         keyed = b"".join(args[1::2]).find(b"|") >= 0
-        # a view with levels: an event's level goes with it (`prio`, the last key); the
-        # others send their keys only up to the dependencies'
-        last = None if keyed or self.levels.levelled(shard, group) else "relay"
-        reply = await self._core.run("ack", shard, args, group=group, last=last, durable=True)
-        if reply.__class__ is list:  # parents done: their completions wait for the relay
-            await nudge_relay(self._core, shard)
-            return int(reply[0])
-        return int(reply)
+        # a view with levels: an event's level goes with it (`prio`); the dependencies'
+        # keys after it only for a type that has them
+        last = "prio" if keyed or self.levels.levelled(shard, group) else "dedup"
+        n = int(await self._core.run("ack", shard, args, group=group, last=last, durable=True))
+        if n < 0:  # the type has dependencies (nothing was done): again with their keys
+            self._dependents.add(shard)
+            return await self._ack_dependents("ack", shard, args, group)
+        return n
 
     async def ack_results(
         self,
@@ -177,8 +186,22 @@ class Deliveries:
         args += [x for triple in done for x in triple]
         if len(args) == 3:
             return 0
-        reply = await self._core.run("ack_results", shard, args, group=group, durable=True)
-        if reply.__class__ is list:  # as in ack
+        if shard in self._dependents:
+            return await self._ack_dependents("ack_results", shard, args, group)
+        n = int(
+            await self._core.run("ack_results", shard, args, group=group, last="prio", durable=True)
+        )
+        if n < 0:  # as in ack
+            self._dependents.add(shard)
+            return await self._ack_dependents("ack_results", shard, args, group)
+        return n
+
+    async def _ack_dependents(
+        self, script: str, shard: str, args: list[Any], group: str | None
+    ) -> int:
+        """An ack of a type with dependencies: with their keys; parents done wake the relay."""
+        reply = await self._core.run(script, shard, args, group=group, durable=True)
+        if isinstance(reply, list):  # parents done: their completions wait for the relay
             await nudge_relay(self._core, shard)
             return int(reply[0])
         return int(reply)
@@ -221,13 +244,19 @@ class Deliveries:
             self._core.keys.wakeup_channel,
             shard,
         ]
-        if keep_ms is None:
-            # a view with levels: a retry due now goes to its level's list
-            last = None if self.levels.levelled(shard, group) else "krun"
-            code = int(await self._core.run("fail", shard, args, group=group, last=last))
-        else:
+        if keep_ms is not None:
             args += [keep_ms, self._core.keys.results_channel]
-            code = int(await self._core.run("fail", shard, args, group=group))
+        if not dead:
+            # a view with levels: a retry due now goes to its level's list; a type with
+            # results= sends its results' keys
+            last = (
+                _LAST_LEVEL
+                if keep_ms is not None or self.levels.levelled(shard, group)
+                else "krun"
+            )
+            return int(await self._core.run("fail", shard, args, group=group, last=last))
+        # a dead letter: every key (a parent's children learn of it, see fail.lua)
+        code = int(await self._core.run("fail", shard, args, group=group))
         if code == 3:  # a parent's failure waits for the relay
             await nudge_relay(self._core, shard)
             return 2

@@ -12,7 +12,9 @@ import msgspec
 
 from ..errors import QueueFullError, RedisResponseError, error_code
 from ..flow.dedup import Dedup
+from ..keyspace.scripts import LEVEL_KEYS
 from .base import StoreCore
+from .dependencies import nudge_relay
 from .groups import DeliveryGroups
 from .layouts import Layouts
 from .records import Enqueued
@@ -185,8 +187,9 @@ class Enqueueing:
         # replaced event may have had a key); a plain keep-first enqueue sends its keys
         # only up to the group's retries, as it always did
         levelled = priorities is not None and any(priorities)
-        # a priority level above 0 needs `prio` and the levels' lists (the last keys)
-        last = None if dedup or keyed or replace or levelled else "retries"
+        # a priority level above 0 needs `prio` and the levels' lists; a replace also
+        # `waiting` (a child waiting for parents keeps waiting: the last key)
+        last = None if dedup or replace else LEVEL_KEYS[-1] if keyed or levelled else "retries"
         mode_flag = replace.flag if isinstance(replace, Dedup) else "1" if replace else "0"
         flags = f"{mode_flag}:{uuid.uuid4().hex}"
         chunks = [items[i : i + ENQUEUE_CHUNK] for i in range(0, len(items), ENQUEUE_CHUNK)]
@@ -279,4 +282,7 @@ class Enqueueing:
         :meth:`purge_dead`).
         """
         args = [event_id, group or ""]
-        return bool(await self._groups.every_group("group_cancel", shard, args, ("cancel", args)))
+        code = await self._groups.every_group("group_cancel", shard, args, ("cancel", args))
+        if code == 2:  # a parent: its "cancelled" waits for the relay
+            await nudge_relay(self._core, shard)
+        return bool(code)

@@ -44,6 +44,7 @@ class DeliveryGroups:
         shard: str,
         args: Sequence[Any],
         ungrouped: tuple[str, Sequence[Any]] | None = None,
+        last: str | None = None,
     ) -> Any:
         """Run ``script`` with the keys of every registered group of the type.
 
@@ -52,6 +53,7 @@ class DeliveryGroups:
         type has groups after all. A group registered or removed by another
         process makes the script answer ``stale`` with the registered groups:
         the call is made again with those, so the move never misses a group.
+        ``last``: the ``ungrouped`` script's keys are sent up to that name.
         """
         groups = self._seen.get(shard)
         if groups is None and ungrouped is None:
@@ -63,7 +65,7 @@ class DeliveryGroups:
         for _ in range(20):
             if groups is None:
                 assert ungrouped is not None
-                reply = await self._core.run(ungrouped[0], shard, ungrouped[1])
+                reply = await self._core.run(ungrouped[0], shard, ungrouped[1], last=last)
             else:
                 keys, lead = self._group_call(script, shard, groups)
                 reply = await self._core.scripts[script](keys=keys, args=[*lead, *args])

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from ..keyspace.scripts import LEVEL_KEYS
 from .base import StoreCore
+from .dependencies import nudge_relay
 from .groups import DeliveryGroups
 from .records import MoveResult
 
@@ -17,6 +19,8 @@ class Scheduling:
     def __init__(self, core: StoreCore, groups: DeliveryGroups):
         self._core = core
         self._groups = groups
+        # shards whose type has dependencies (a move told): moves send their keys
+        self._dependents: set[str] = set()
 
     async def scheduler_membership(
         self, token: str, ttl_ms: int, mode: str = "beat"
@@ -71,7 +75,16 @@ class Scheduling:
         For a type with delivery groups: to the ready list of every group.
         """
         args = [batch, visibility_ms, max_deliveries]
-        r = await self._groups.every_group("group_move", shard, args, ("move_due", args))
+        # the dependencies' keys (the last ones) only for a type that has them: a lease
+        # expiring on a parent's last delivery is handed to its children (move_due.lua)
+        dependent = shard in self._dependents
+        last = None if dependent else LEVEL_KEYS[-1]
+        r = await self._groups.every_group("group_move", shard, args, ("move_due", args), last)
+        if r[1] == 2 and not dependent:  # it has them after all: again, with their keys
+            self._dependents.add(shard)
+            return await self.move_due(shard, batch, visibility_ms, max_deliveries)
+        if dependent and r[4] and not isinstance(r[4], list):  # parents' completions wait
+            await nudge_relay(self._core, shard)
         next_ms = int(r[2])
         dead, dead_groups = r[4], {}
         if isinstance(dead, list):  # group_move: [group, count, ...]

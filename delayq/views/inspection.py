@@ -184,7 +184,9 @@ class Inspector:
             else None,
             outcome=outcome,
             priority=r.priority,
-            parents=await self._parents(found, event_id) if AFTER_KEY in decoded.context else (),
+            parents=await self._parents(found, event_id)
+            if state == "waiting" or AFTER_KEY in decoded.context
+            else (),
         )
 
     async def _parents(self, shard: str, event_id: str) -> tuple[Parent, ...]:
