@@ -84,6 +84,7 @@ class Delivery:
     """The stored envelope (never changes after enqueue; ``version`` is derived from it)."""
     flow_key: str | None = None
     """The event's flow key (``enqueue_*(..., key=...)``; docs/FLOW.md), or None: none."""
+
     @property
     def parents(self) -> tuple[Parent, ...]:
         """The event's parents and their outcomes, in the order of its ``after=[...]`` (empty

@@ -12,7 +12,6 @@ from .dependencies import nudge_relay
 from .priorities import Levels
 from .records import Claimed, Throttle
 
-
 # the last key of a call that needs the priority levels and not the dependencies'
 _LAST_LEVEL = LEVEL_KEYS[-1]
 
@@ -250,9 +249,7 @@ class Deliveries:
             # a view with levels: a retry due now goes to its level's list; a type with
             # results= sends its results' keys
             last = (
-                _LAST_LEVEL
-                if keep_ms is not None or self.levels.levelled(shard, group)
-                else "krun"
+                _LAST_LEVEL if keep_ms is not None or self.levels.levelled(shard, group) else "krun"
             )
             return int(await self._core.run("fail", shard, args, group=group, last=last))
         # a dead letter: every key (a parent's children learn of it, see fail.lua)
