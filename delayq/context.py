@@ -206,4 +206,5 @@ class _ChildDelivery(Delivery):
 
 def with_parents(delivery: Delivery, parents: tuple[Parent, ...]) -> Delivery:
     """``delivery`` with its event's parents (the consumer's step for a child event)."""
-    return _ChildDelivery(*(getattr(delivery, f.name) for f in fields(Delivery)), parents)
+    known: dict[str, Any] = {f.name: getattr(delivery, f.name) for f in fields(Delivery)}
+    return _ChildDelivery(**known, known_parents=parents)
