@@ -196,3 +196,153 @@ async def test_options_that_do_not_go_with_after(redis_url, prefix):
     with pytest.raises(TypeError):
         await service.enqueue_with_delay(Receipt(id="x"), 0, after=[Ship])
     await service.aclose()
+
+
+# -- every route to a dead letter, delivery groups, replace, and no cost when unused ------
+
+
+class Note(Event, event_name="dep-note"):
+    text: str = ""
+
+
+class Audit(Event, event_name="dep-audit"):
+    fail: bool = False
+
+
+async def test_a_plain_type_is_not_marked(redis_url, prefix, wait_for, redis_client):
+    # a type without dependencies gets no dedup set nor mark: its acks send main's keys
+    rec = Recorder()
+    async with _service(redis_url, prefix, rec) as service:
+        await service.enqueue_with_delay(Step(id="plain"), 0)
+        await wait_for(lambda: _is(service, Step, "plain", "absent"), timeout=10)
+        assert not await redis_client.exists(f"{{{prefix}:dep-step}}:dedup")
+        assert not await redis_client.hexists(f"{{{prefix}:dep-step}}:meta", "deps")
+        assert not await redis_client.exists(f"{{{prefix}:dep-step}}:deps")
+
+
+async def test_a_lease_expiring_on_a_parents_last_delivery_tells_its_children(
+    redis_url, prefix, wait_for, redis_client
+):
+    # the worker holding the parent died on its last delivery: the scheduler's move makes
+    # it a dead letter, and its children learn it then (not at their next audit)
+    rec = Recorder()
+    async with _service(redis_url, prefix, rec) as service:
+        await service.enqueue_with_delay(Ship(id="lost"), 3600)
+        await service.enqueue_with_delay(
+            Receipt(id="after-lost"), 0, after=[(Ship, "lost")], on_parent_failure="run"
+        )
+        k = f"{{{prefix}:dep-ship}}"
+        async with redis_client.pipeline(transaction=True) as pipe:
+            pipe.zrem(f"{k}:scheduled", "lost")
+            pipe.zadd(f"{k}:inflight", {"lost": 1})
+            pipe.hset(f"{k}:leases", "lost", "1")
+            pipe.hset(f"{k}:attempts", "lost", 1)
+            await pipe.execute()
+        await wait_for(lambda: rec.ran(Receipt, "after-lost"), timeout=4)
+        (parents,) = rec.runs["dep-receipt", "after-lost"]
+        assert parents[0].status == "failed"
+        assert (parents[0].error or "").startswith("LeaseExpired")
+        assert (await service.inspect(Ship, "lost")).state == "dead"
+
+
+def _grouped(url: str, prefix: str, rec: Recorder) -> EventService:
+    service = EventService.from_url(url, prefix=prefix, **FAST)
+    service.add_handler(Audit, rec.audit)
+    service.add_handler(Audit, rec.audit, group="b")
+    service.add_handler(Note, rec.plain)
+    service.add_handler(Note, rec.plain, group="b")
+    service.add_handler(Receipt, rec.plain)
+    return service
+
+
+async def _audit(rec: Recorder, event: Audit) -> None:
+    rec.note(event)
+    if event.fail:
+        raise RuntimeError("audit failed")
+
+
+Recorder.audit = _audit  # type: ignore[attr-defined]
+
+
+async def test_delivery_groups_cancel_and_purge(redis_url, prefix, wait_for, redis_client):
+    rec = Recorder()
+    async with _grouped(redis_url, prefix, rec) as service:
+        # a cancelled grouped parent: its children are handed "cancelled"
+        await service.enqueue_with_delay(Audit(id="p1"), 3600)
+        await service.enqueue_with_delay(
+            Receipt(id="c1"), 0, after=[(Audit, "p1")], on_parent_failure="run"
+        )
+        assert await service.cancel(Audit, "p1")
+        await wait_for(lambda: rec.ran(Receipt, "c1"), timeout=5)
+        assert rec.runs["dep-receipt", "c1"][0][0].status == "cancelled"
+        # a waiting child of a grouped type: "waiting", and a cancel removes it whole
+        await service.enqueue_with_delay(Audit(id="p2"), 3600)
+        await service.enqueue_with_delay(Note(id="n2"), 0, after=[(Audit, "p2")])
+        info = await service.inspect(Note, "n2")
+        assert info.state == "waiting" and [p.status for p in info.parents] == ["pending"]
+        assert not await service.cancel(Note, "n2", group="b")  # in no group yet
+        assert await service.cancel(Note, "n2")
+        assert (await service.inspect(Note, "n2")).state == "absent"
+        assert not await redis_client.zscore(f"{{{prefix}:dep-note}}:waiting", "n2")
+        assert not [
+            f
+            for f in await redis_client.hkeys(f"{{{prefix}:dep-note}}:deps")
+            if f.split(b":", 1)[1].startswith(b"n2")
+        ]
+        # a grouped parent dead in both groups: its children wait (a requeue may still
+        # save it) until the last dead letter is purged: then a failure, not "missing"
+        await service.enqueue_with_delay(Audit(id="p3", fail=True), 0.2)
+        await service.enqueue_with_delay(
+            Receipt(id="c3"), 0, after=[(Audit, "p3")], on_parent_failure="run"
+        )
+
+        async def dead_in_both() -> bool:
+            return all([await service.dead_letters(Audit, group=g) for g in ("default", "b")])
+
+        await wait_for(dead_in_both, timeout=10)
+        assert (await service.inspect(Receipt, "c3")).state == "waiting"
+        assert await service.purge_dead_letters(Audit, ["p3"], group="default") == 1
+        assert (await service.inspect(Receipt, "c3")).state == "waiting"
+        assert await service.purge_dead_letters(Audit, ["p3"], group="b") == 1
+        await wait_for(lambda: rec.ran(Receipt, "c3"), timeout=5)
+        (parents,) = rec.runs["dep-receipt", "c3"]
+        assert parents[0].status == "failed" and "audit failed" in (parents[0].error or "")
+
+
+async def test_a_purged_parentfailed_child_leaves_no_records(
+    redis_url, prefix, wait_for, redis_client
+):
+    rec = Recorder()
+    async with _service(redis_url, prefix, rec) as service:
+        await service.enqueue_with_delay(Ship(id="bad", fail=True), 0)
+        await service.enqueue_with_delay(Receipt(id="victim"), 0, after=[(Ship, "bad")])
+        await wait_for(lambda: _is(service, Receipt, "victim", "dead"), timeout=10)
+        assert await service.purge_dead_letters(Receipt, ["victim"]) == 1
+        assert await service.purge_dead_letters(Ship, ["bad"]) == 1
+
+        async def no_records() -> bool:
+            return not await redis_client.hkeys(
+                f"{{{prefix}:dep-receipt}}:deps"
+            ) and not await redis_client.hkeys(f"{{{prefix}:dep-ship}}:deps")
+
+        await wait_for(no_records, timeout=5)
+
+
+async def test_a_replace_keeps_a_waiting_child_waiting(redis_url, prefix, wait_for):
+    rec = Recorder()
+    seen: list[str] = []
+
+    async def note(event: Note) -> None:
+        seen.append(event.text)
+
+    service = EventService.from_url(redis_url, prefix=prefix, **FAST)
+    service.add_handler(Ship, rec.ship)
+    service.add_handler(Note, note)
+    async with service:
+        await service.enqueue_with_delay(Ship(id="slow"), 0.5)
+        await service.enqueue_with_delay(Note(id="n", text="first"), 0, after=[(Ship, "slow")])
+        # a plain replace changes the payload only: the child still waits for its parent
+        assert await service.enqueue_with_delay(Note(id="n", text="second"), 0, replace=True)
+        assert (await service.inspect(Note, "n")).state == "waiting"
+        await wait_for(lambda: seen, timeout=10)
+        assert seen == ["second"] and rec.ran(Ship, "slow")
