@@ -44,8 +44,10 @@ class Parent:
     status: str
     """``"ok"`` (done), ``"failed"`` (a dead letter), ``"cancelled"``, ``"skipped"`` (its
     own parents failed and its policy was ``"skip"``), ``"missing"`` (no such event when
-    the child was enqueued: done earlier without a kept result, or never enqueued), or
-    ``"pending"`` (not done yet: seen only by ``inspect``)."""
+    the child was enqueued: done earlier without a kept result, or never enqueued),
+    ``"vanished"`` (it left Redis without a completion while the child waited: its last
+    delivery group removed, its type repartitioned, or deleted by hand; found by the
+    child's audit), or ``"pending"`` (not done yet: seen only by ``inspect``)."""
     value: Any = None
     """The parent's result, when its type keeps results (``results=``) and it is ``"ok"``."""
     error: str | None = None
@@ -55,9 +57,9 @@ class Parent:
 
     @property
     def failed(self) -> bool:
-        """True for ``"failed"``, ``"cancelled"`` and ``"skipped"``: what ``on_parent_failure``
-        acts on."""
-        return self.status in ("failed", "cancelled", "skipped")
+        """True for ``"failed"``, ``"cancelled"``, ``"skipped"`` and ``"vanished"``: what
+        ``on_parent_failure`` acts on."""
+        return self.status in ("failed", "cancelled", "skipped", "vanished")
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,7 +92,7 @@ def encode_value(value: object, serializer: str, max_bytes: int) -> bytes:
     return b"o" + mark + data
 
 
-_PARENT_STATUS = {b"c": "cancelled", b"s": "skipped", b"m": "missing"}
+_PARENT_STATUS = {b"c": "cancelled", b"s": "skipped", b"m": "missing", b"v": "vanished"}
 
 
 def decode_parent(event_type: str, event_id: str, record: bytes) -> Parent:

@@ -346,3 +346,32 @@ async def test_a_replace_keeps_a_waiting_child_waiting(redis_url, prefix, wait_f
         assert (await service.inspect(Note, "n")).state == "waiting"
         await wait_for(lambda: seen, timeout=10)
         assert seen == ["second"] and rec.ran(Ship, "slow")
+
+
+async def test_a_parent_that_vanishes_releases_its_child_by_policy(
+    redis_url, prefix, wait_for, redis_client
+):
+    # a parent gone without a completion (its last delivery group removed, its type
+    # repartitioned, deleted by hand): the child's audit finds it "vanished", a failure
+    rec = Recorder()
+    async with _service(redis_url, prefix, rec) as service:
+        service._dependencies.audit_ms = 300
+        assert service._scheduler is not None
+        service._scheduler.relay.audit_ms = 300
+        await service.enqueue_with_delay(Ship(id="gone"), 3600)
+        await service.enqueue_with_delay(
+            Receipt(id="run"), 0, after=[(Ship, "gone")], on_parent_failure="run"
+        )
+        await service.enqueue_with_delay(Receipt(id="fail"), 0, after=[(Ship, "gone")])
+        k = f"{{{prefix}:dep-ship}}"
+        await redis_client.zrem(f"{k}:scheduled", "gone")
+        await redis_client.hdel(f"{k}:events", "gone")
+        await wait_for(lambda: rec.ran(Receipt, "run"), timeout=10)
+        assert rec.runs["dep-receipt", "run"][0][0].status == "vanished"
+        await wait_for(lambda: _is(service, Receipt, "fail", "dead"), timeout=10)
+        info = await service.inspect(Receipt, "fail")
+        assert "ParentFailed: dep-ship gone vanished" in (info.last_error or "")
+        # the parent's link records went with the answer
+        assert not [
+            f for f in await redis_client.hkeys(f"{k}:deps") if f.startswith((b"k:", b"l:"))
+        ]

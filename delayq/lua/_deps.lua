@@ -16,7 +16,8 @@
 --     e:C NUL T NUL P    '' while parent (T, P) is not done, then its record
 -- An outcome is "o" (done) with a kept result after it ("o" .. mark .. value), "f" ..
 -- error (a dead letter), "c" (cancelled), "s" (skipped by its own parents' failure) or
--- "m" (no such event when the child linked: done long ago, or never enqueued).
+-- "m" (no such event when the child linked: done long ago, or never enqueued) or "v"
+-- (vanished: linked, then gone without a completion; see dep_link.lua).
 -- K_RELAY: "c NUL P NUL lo NUL hi" -> when (children lo..hi of P to hand the record
 -- r:P NUL hi), "a NUL C" -> when child C's parents are looked at again (the audit).
 

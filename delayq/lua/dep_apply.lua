@@ -15,7 +15,8 @@
 -- edge done already, or for a child that is gone, changes nothing), and the count of
 -- parents left drops once per edge. A released child is due at the later of its own due
 -- time and its last parent's completion, in the type's schedule (the scheduler moves it,
--- woken as by an enqueue). With a failed parent (a dead letter, cancelled, or skipped)
+-- woken as by an enqueue). With a failed parent (a dead letter, cancelled, skipped, or
+-- vanished: gone without a completion)
 -- the policy decides: 'fail' makes the child a dead letter with the error
 -- "ParentFailed: ..." (its own children then see it failed: and so on down a chain),
 -- 'skip' removes it (counted in meta's `skipped`), 'run' runs it.
@@ -27,7 +28,7 @@ local released, dead, skipped, parents = 0, 0, 0, {}
 local function failure(record)
   local c = string.sub(record, (string.find(record, ':', 1, true) or 0) + 1, -1)
   local kind = string.sub(c, 1, 1)
-  if kind == 'f' or kind == 'c' or kind == 's' then return kind, string.sub(c, 2) end
+  if kind == 'f' or kind == 'c' or kind == 's' or kind == 'v' then return kind, string.sub(c, 2) end
   return nil
 end
 
@@ -46,7 +47,8 @@ local function finish(id)
         local kind, detail = failure(record)
         if kind then
           local n = j + k - 1  -- field n is parent (n - 2) of the record
-          local what = ({f = 'failed', c = 'was cancelled', s = 'was skipped'})[kind]
+          local what = ({f = 'failed', c = 'was cancelled', s = 'was skipped',
+            v = 'vanished'})[kind]
           failed = 'ParentFailed: ' .. rec[2 * (n - 2) + 1] .. ' ' .. rec[2 * (n - 2) + 2]
             .. ' ' .. what .. (detail ~= '' and (' (' .. detail .. ')') or '')
         end

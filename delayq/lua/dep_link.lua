@@ -6,7 +6,8 @@
 -- Returns: per triple 'p' (pending: the parent's completion will be relayed to the child)
 --   or the record to apply at once, "<ms>:<outcome>" (see _deps.lua): its last completion
 --   while one is kept, a dead letter's "f" .. error (final unless delivery groups hold it),
---   its kept result, else "m" (no such event: done long ago, or never enqueued).
+--   its kept result, else "m" (no such event: done long ago, or never enqueued), or "v"
+--   (vanished: it was linked, and left without a completion).
 -- Guarantees: idempotent: a child linked already is not linked twice, so the audit may
 -- link again whenever it likes. A parent is pending while its envelope is stored and it
 -- is not a dead letter of a type without delivery groups.
@@ -28,7 +29,13 @@ for i = 1, #ARGV, 3 do
     out[#out + 1] = 'p'
   else
     local record = redis.call('HGET', K_DEPS, 'f:' .. pid)
-    if not record then
+    local n = redis.call('HGET', K_DEPS, lkey)
+    if not record and n then
+      -- linked, yet gone without a completion (its last delivery group removed, moved
+      -- to another layout, deleted by hand): "vanished", a failure for the child's policy
+      redis.call('HDEL', K_DEPS, lkey, 'k:' .. pid .. '\0' .. n)
+      record = string.format('%.0f', now) .. ':v'
+    elseif not record then
       local t = string.format('%.0f', now)
       local kept = redis.call('HGET', K_RESULTS, pid)
       if dead then

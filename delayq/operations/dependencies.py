@@ -33,7 +33,9 @@ __all__ = [
     "Dependencies",
     "ParentFailurePolicy",
     "ParentRef",
+    "merge_answers",
     "parent_refs",
+    "parent_shards",
 ]
 
 ParentFailurePolicy = Literal["fail", "run", "skip"]
@@ -92,6 +94,34 @@ def check_policy(policy: str) -> str:
     return policy
 
 
+def parent_shards(store: Store, name: str, parent_id: str, partitions: int) -> list[str]:
+    """The shards a parent may be in: its type's current layout's first, then those of the
+    other layouts its type has events in (a repartition under way; usually none)."""
+    out = [shard_for(name, parent_id, partitions)]
+    for n in store.types.layouts(name):
+        shard = shard_for(name, parent_id, n)
+        if shard not in out:
+            out.append(shard)
+    return out
+
+
+def merge_answers(answers: Sequence[bytes]) -> bytes:
+    """One parent's ``dep_link`` answers from each of its shards (one per layout) as one:
+    pending where any layout holds it, else an outcome recorded somewhere, else "missing",
+    else "vanished" (linked in a layout it has left: it moved, so it is not a failure
+    while another layout says anything else)."""
+    if len(answers) == 1:
+        return answers[0]
+    if b"p" in answers:
+        return b"p"
+    kinds = [a.partition(b":")[2][:1] for a in answers]
+    for wanted in (lambda k: k not in (b"m", b"v"), lambda k: k == b"m"):
+        for answer, kind in zip(answers, kinds, strict=True):
+            if wanted(kind):
+                return answer
+    return answers[0]
+
+
 class Dependencies:
     """Enqueues children (see the module docstring)."""
 
@@ -126,8 +156,8 @@ class Dependencies:
         added, 0 kept: the id existed, and its dependencies stay as they were)."""
         store = self._store
         split = self._router.split(name, partitions, items)
-        parent_shards = {(t, p): shard_for(t, p, self._partitions(t)) for t, p in parents}
-        new = [s for s in {*split, *parent_shards.values()} if s not in self._noted]
+        homes = {(t, p): parent_shards(store, t, p, self._partitions(t)) for t, p in parents}
+        new = [s for s in {*split, *(x for h in homes.values() for x in h)} if s not in self._noted]
         if new:
             await store.dependencies.note_dependency_shards(new)
             self._noted.update(new)
@@ -151,16 +181,20 @@ class Dependencies:
         if not added:
             return codes
         by_parent_shard: dict[str, list[tuple[str, str]]] = {}
-        for ref, pshard in parent_shards.items():
-            by_parent_shard.setdefault(pshard, []).append(ref)
-        done: dict[str, list[tuple[str, str, bytes]]] = {}
+        for ref, shards in homes.items():
+            for pshard in shards:
+                by_parent_shard.setdefault(pshard, []).append(ref)
+        answers: dict[tuple[str, str, str, str], list[bytes]] = {}
         for pshard, refs in by_parent_shard.items():
-            links = [(p, cshard, cid) for _, p in refs for cshard, cid in added]
-            answers = await store.dependencies.dep_link(pshard, links)
-            for (pid, cshard, cid), answer in zip(links, answers, strict=True):
-                if answer != b"p":
-                    ptype = parse_shard(pshard)[0]
-                    done.setdefault(cshard, []).append((cid, f"{ptype}\0{pid}", answer))
+            links = [(t, p, cshard, cid) for t, p in refs for cshard, cid in added]
+            replies = await store.dependencies.dep_link(pshard, [x[1:] for x in links])
+            for link, reply in zip(links, replies, strict=True):
+                answers.setdefault(link, []).append(reply)
+        done: dict[str, list[tuple[str, str, bytes]]] = {}
+        for (ptype, pid, cshard, cid), said in answers.items():
+            answer = merge_answers(said)
+            if answer != b"p":
+                done.setdefault(cshard, []).append((cid, f"{ptype}\0{pid}", answer))
         _step("linked")
         for cshard, edges in done.items():
             await store.dependencies.dep_apply(cshard, edges, self.keep_ms(cshard))

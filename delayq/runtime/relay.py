@@ -32,9 +32,9 @@ import anyio.lowlevel
 
 from .._pacing import MAX_BACKOFF, wait_to_retry
 from ..events import find_event_type
-from ..keyspace.shards import parse_shard, shard_for
+from ..keyspace.shards import parse_shard
 from ..metrics import ServiceMetrics
-from ..operations.dependencies import AUDIT_MS
+from ..operations.dependencies import AUDIT_MS, merge_answers, parent_shards
 from ..storage.dependencies import Audit, Completion
 from ..storage.store import Store
 
@@ -193,16 +193,20 @@ class Relay:
         """Link a waiting child's open edges again; apply the answers of parents done."""
         by_shard: dict[str, list[tuple[str, str]]] = {}
         for ptype, pid in a.parents:
-            pshard = shard_for(ptype, pid, self._partitions(ptype))
-            by_shard.setdefault(pshard, []).append((ptype, pid))
-        edges: list[tuple[str, str, bytes]] = []
+            for pshard in parent_shards(self._store, ptype, pid, self._partitions(ptype)):
+                by_shard.setdefault(pshard, []).append((ptype, pid))
+        said: dict[tuple[str, str], list[bytes]] = {}
         for pshard, refs in by_shard.items():
             answers = await self._store.dependencies.dep_link(
                 pshard, [(pid, shard, a.child_id) for _, pid in refs]
             )
-            for (ptype, pid), answer in zip(refs, answers, strict=True):
-                if answer != b"p":
-                    edges.append((a.child_id, f"{ptype}\0{pid}", answer))
+            for ref, answer in zip(refs, answers, strict=True):
+                said.setdefault(ref, []).append(answer)
+        edges: list[tuple[str, str, bytes]] = []
+        for (ptype, pid), answers in said.items():
+            answer = merge_answers(answers)
+            if answer != b"p":
+                edges.append((a.child_id, f"{ptype}\0{pid}", answer))
         _step("audit-linked")
         if edges:
             await self._store.dependencies.dep_apply(shard, edges, self._keep_ms(shard))
