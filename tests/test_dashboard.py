@@ -428,3 +428,24 @@ async def test_flow_card_and_pause_resume(setup) -> None:
                                                    "csrf": "x"})  # fmt: skip
         assert r.status_code == 403
     assert not (await service.limits("dash-page")).paused
+
+
+async def test_waiting_children_show_their_count_and_parents(setup) -> None:
+    service, _ = setup
+    await service.enqueue_with_delay(Boom(id="parent"), 3600)
+    assert await service.enqueue_with_delay(
+        Page(id="child", text="t"), 0, after=[(Boom, "parent"), (Page, "never")]
+    )
+    async with _client(create_app(service)) as http:
+        r = await http.get("/live/overview")
+        assert r.status_code == 200
+        row = r.text.split('data-type="dash-page"')[1].split("</tr>")[0]
+        assert 'data-label="waiting">1<' in row
+        r = await http.get("/live/type", params={"name": "dash-page"})
+        assert 'id="waiting-count"' in r.text
+        r = await http.get("/event", params={"type": "dash-page", "id": "child"})
+        assert 'id="event-state">waiting<' in r.text
+        parents = r.text.split('id="event-parents"')[1].split("</table>")[0]
+        assert 'data-status="pending"' in parents and "parent" in parents
+        assert 'data-status="missing"' in parents and "never" in parents
+        assert 'id="cancel"' in r.text  # a waiting child can be cancelled

@@ -152,6 +152,10 @@ async def test_metrics_over_http_match_the_workload(
         assert await service.cancel(PromOk, "later-1")
         assert await service.enqueue_with_delay(PromOk(id="future-1"), 3600)
         assert await service.enqueue_with_delay(PromIdle(id="idle-1"))
+        # a child waiting for its parent (after=[...]): the waiting gauge
+        assert await service.enqueue_with_delay(
+            PromIdle(id="child-1"), after=[(PromOk, "future-1")]
+        )
         # an undecodable entry, due now
         k = keys_of(prefix, PromOk.event_name)
         now = await redis_time_ms(raw)
@@ -193,7 +197,7 @@ async def test_metrics_over_http_match_the_workload(
         ("enqueued", "obs-prom-ok", "replaced"): 1,
         ("enqueued", "obs-prom-flaky", "new"): 3,
         ("enqueued", "obs-prom-dead", "new"): 1,
-        ("enqueued", "obs-prom-idle", "new"): 1,
+        ("enqueued", "obs-prom-idle", "new"): 2,  # idle-1, child-1 (waiting)
     }
     for (name, event_type, outcome), n in expected_counters.items():
         assert (
@@ -262,6 +266,8 @@ async def test_metrics_over_http_match_the_workload(
         0 < value(samples, "delayq_queue_oldest_overdue_seconds", event_type="obs-prom-idle") < 120
     )
     assert value(samples, "delayq_queue_up") == 1
+    assert value(samples, "delayq_waiting", event_type="obs-prom-idle") == 1
+    assert value(samples, "delayq_waiting", event_type="obs-prom-ok") == 0
     # names follow the conventions: counters end in _total, durations in _seconds
     for family in text_string_to_metric_families(text):
         if family.type == "counter":

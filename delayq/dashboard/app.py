@@ -71,6 +71,7 @@ class Dashboard:
             finalize=fmt.finalize,
         )
         self.env.filters["time"] = fmt.fmt_time
+        self.env.filters["ms_time"] = fmt.fmt_ms_time
         self.env.filters["seconds"] = fmt.fmt_seconds
         self.env.filters["pretty_json"] = fmt.pretty_json
         self.env.filters["field"] = fmt.field

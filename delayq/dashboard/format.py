@@ -20,6 +20,7 @@ __all__ = [
     "BIDI",
     "field",
     "finalize",
+    "fmt_ms_time",
     "fmt_seconds",
     "fmt_time",
     "neutralise",
@@ -53,6 +54,11 @@ def field(value: Any) -> Markup:
 def fmt_time(when: datetime | None) -> str:
     """UTC, to the second; a dash for None."""
     return "–" if when is None else when.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def fmt_ms_time(ms: int | None) -> str:
+    """:func:`fmt_time` of a time in ms since the epoch (Redis's clock)."""
+    return fmt_time(None if ms is None else datetime.fromtimestamp(ms / 1000, timezone.utc))
 
 
 def fmt_seconds(seconds: float | None) -> str:

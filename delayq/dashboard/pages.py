@@ -68,6 +68,8 @@ def type_row(name: str, per_group: Mapping[str, QueueCounts], consumers: set[str
         backlog_age=max(c.backlog_age for c in counts),
         due=sum(c.due for c in counts),
         ready_by_priority=sum_counts(counts).ready_by_priority,  # summed over the groups
+        # the type's own (every group's counts read the same waiting set)
+        waiting=max(c.waiting for c in counts),
     )
     flags = []
     for group, c in sorted(per_group.items()):

@@ -67,7 +67,7 @@ class QueueDepthCollector(Collector):
     Exports, per event type: ``{ns}_queue_events{state=scheduled|ready|in_flight|dead}``,
     ``{ns}_queue_due_events`` (due, not yet handled) and
     ``{ns}_queue_oldest_overdue_seconds``, ``{ns}_results_kept`` (outcomes kept, types with
-    ``results=``); for types with named delivery groups,
+    ``results=``), ``{ns}_waiting`` (events waiting for their parents, ``after=[...]``); for types with named delivery groups,
     ``{ns}_queue_group_events{group=...,state=...}`` per group (``default`` for
     handlers added without a group); from the workers' heartbeats,
     ``{ns}_workers`` (live worker processes), and per type and group the
@@ -185,7 +185,13 @@ class QueueDepthCollector(Collector):
             "Ready events per type and priority level (0 most urgent; docs/guides/priorities.md)",
             labels=["event_type", "priority"],
         )
+        waiting = GaugeMetricFamily(
+            f"{ns}_waiting",
+            "Events waiting for their parents (after=[...]; docs/WORKFLOWS.md)",
+            labels=["event_type"],
+        )
         for name, d in sorted(snapshot.items()):
+            waiting.add_metric([name], d.waiting)
             for state in ("scheduled", "ready", "in_flight", "dead"):
                 events.add_metric([name, state], getattr(d, state))
             for level, n in sorted((d.ready_by_priority or {0: d.ready}).items()):
@@ -224,4 +230,16 @@ class QueueDepthCollector(Collector):
         for (name, group), (total, running) in sorted(slots.items()):
             capacity.add_metric([name, group], total)
             busy.add_metric([name, group], running)
-        return [events, ready, due, oldest, kept, group_events, up_family, alive, capacity, busy]
+        return [
+            events,
+            ready,
+            waiting,
+            due,
+            oldest,
+            kept,
+            group_events,
+            up_family,
+            alive,
+            capacity,
+            busy,
+        ]
