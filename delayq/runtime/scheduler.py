@@ -339,13 +339,13 @@ class Scheduler(Stoppable):
             if self.on_schedules is not None:
                 self.on_schedules()
             return
-        if name.startswith(RELAY_WAKE):
-            self.relay.wake(name[len(RELAY_WAKE) :])
-            return
         try:
             validate_name(name if "#" not in name else parse_shard(name)[0])
-        except ValueError:  # not from an enqueue: someone else published it
-            log.debug("ignoring wake-up for invalid type name %r", name)
+        except ValueError:  # not from an enqueue: the relay's (no type name has ':'), or not ours
+            if name.startswith(RELAY_WAKE):
+                self.relay.wake(name[len(RELAY_WAKE) :])
+            else:
+                log.debug("ignoring wake-up for invalid type name %r", name)
             return
         if "#" in name:
             self.spread.on_message(name)
