@@ -71,17 +71,14 @@ max_late(t)
 -- of in the same step (docs/WORKFLOWS.md): with `deps` given (a type with dependencies).
 -- A call without them leaves such a lease of a type marked as having dependencies (see
 -- _deps.lua) and answers more = 2: the caller calls again with them.
-local hold = nil
-if not K_DEPS then
-  local marked = nil
-  hold = function()
-    if marked == nil then marked = redis.call('HEXISTS', K_META, DEP_MARK) == 1 end
-    return marked
-  end
+local marked = nil
+local function marked_type()
+  if marked == nil then marked = redis.call('HEXISTS', K_META, DEP_MARK) == 1 end
+  return marked
 end
 local expired_dead, dead_ids, held
 full, t, expired_dead, dead_ids, held = expire_leases(K_INFLIGHT, K_LEASES, K_ERRORS,
-  K_ATTEMPTS, K_DEAD, now, batch, max_deliveries, take_front, hold)
+  K_ATTEMPTS, K_DEAD, now, batch, max_deliveries, take_front, not K_DEPS and marked_type or nil)
 if full then more = 1 end
 if held then more = 2 end
 max_late(t)
