@@ -375,3 +375,30 @@ async def test_a_parent_that_vanishes_releases_its_child_by_policy(
         assert not [
             f for f in await redis_client.hkeys(f"{k}:deps") if f.startswith((b"k:", b"l:"))
         ]
+
+
+def _resize_child(partitions: int) -> type[Event]:
+    # the same class redefined with another partition count: what a deploy does
+    class Resized(Event, event_name="dep-resized", partitions=partitions):
+        pass
+
+    return Resized
+
+
+async def test_a_layout_is_not_retired_under_a_waiting_child(redis_url, prefix, wait_for):
+    rec = Recorder()
+    old = _resize_child(2)
+    async with _service(redis_url, prefix, rec) as service:
+        await service.enqueue_with_delay(Ship(id="slow"), 3600)
+        assert await service.enqueue_with_delay(old(id="c"), 0, after=[(Ship, "slow")])
+    new = _resize_child(4)
+    service = _service(redis_url, prefix, rec)
+    service.add_handler(new, rec.plain)
+    async with service:
+        result = await service.repartition(new, wait=0.3)
+        assert result.retired == () and result.remaining == {2: 1}
+        # released in its old layout, still served: it runs, then the layout retires
+        assert await service.run_now(Ship, "slow")
+        await wait_for(lambda: rec.ran(new, "c"), timeout=10)
+        result = await service.repartition(new, wait=5)
+        assert result.retired == (2,)

@@ -50,7 +50,8 @@ class RepartitionResult:
     retired: tuple[int, ...]
     """Old partition counts that are now empty and no longer registered."""
     remaining: dict[int, int]
-    """Old partition counts still holding events (ready, running or dead) when it returned."""
+    """Old partition counts still holding events (ready, running, dead, or waiting for their
+    parents) when it returned."""
 
 
 async def repartition(
@@ -123,4 +124,5 @@ async def _move_scheduled(store: Store, type_name: str, shard: str, partitions: 
 
 async def _counts(store: Store, type_name: str, partitions: int) -> int:
     counts = await store.browsing.shard_counts(shards(type_name, partitions))
-    return sum(c.scheduled + c.ready + c.in_flight + c.dead for c in counts)
+    # children waiting for their parents count: a layout is not retired under them
+    return sum(c.scheduled + c.ready + c.in_flight + c.dead + c.waiting for c in counts)

@@ -72,15 +72,17 @@ class Browsing:
         async with self._core.redis.pipeline(transaction=False) as pipe:
             for shard in shard_list:
                 k = self._core.view(shard)
-                for key in (k.scheduled, k.queued, k.inflight, k.dead):
+                waiting = self._core.keys.for_shard(shard).waiting  # the type's own
+                for key in (k.scheduled, k.queued, k.inflight, k.dead, waiting):
                     pipe.zcard(key)
             replies = [int(x) for x in await pipe.execute()]
         return [
             QueueCounts(
-                scheduled=replies[4 * i],
-                ready=replies[4 * i + 1],
-                in_flight=replies[4 * i + 2],
-                dead=replies[4 * i + 3],
+                scheduled=replies[5 * i],
+                ready=replies[5 * i + 1],
+                in_flight=replies[5 * i + 2],
+                dead=replies[5 * i + 3],
+                waiting=replies[5 * i + 4],
             )
             for i in range(len(shard_list))
         ]
