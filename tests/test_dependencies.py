@@ -132,6 +132,20 @@ async def test_a_failed_parent_applies_the_policy(redis_url, prefix, wait_for, p
             assert "was skipped" in (step.last_error or "")
 
 
+async def _cancel_a_parent(
+    service: EventService, rec: Recorder, wait_for: Any, parent: Event, child_id: str
+) -> None:
+    """A parent cancelled while a Receipt waits for it: the child runs (policy "run") and
+    sees it "cancelled"."""
+    await service.enqueue_with_delay(parent, 3600)
+    await service.enqueue_with_delay(
+        Receipt(id=child_id), 0, after=[(type(parent), parent.id)], on_parent_failure="run"
+    )
+    assert await service.cancel(type(parent), parent.id)
+    await wait_for(lambda: rec.ran(Receipt, child_id), timeout=10)
+    assert rec.runs["dep-receipt", child_id][0][0].status == "cancelled"
+
+
 async def test_a_parent_done_missing_or_cancelled(redis_url, prefix, wait_for):
     rec = Recorder()
     async with _service(redis_url, prefix, rec) as service:
@@ -145,13 +159,7 @@ async def test_a_parent_done_missing_or_cancelled(redis_url, prefix, wait_for):
         assert rec.runs["dep-receipt", "a"][0][0].value == {"amount": 42}
         assert rec.runs["dep-receipt", "b"][0][0].status == "missing"
         # cancelled while the child waits: the policy sees it failed
-        await service.enqueue_with_delay(Ship(id="later"), 60)
-        await service.enqueue_with_delay(
-            Receipt(id="c"), 0, after=[(Ship, "later")], on_parent_failure="run"
-        )
-        assert await service.cancel(Ship, "later")
-        await wait_for(lambda: rec.ran(Receipt, "c"), timeout=10)
-        assert rec.runs["dep-receipt", "c"][0][0].status == "cancelled"
+        await _cancel_a_parent(service, rec, wait_for, Ship(id="later"), "c")
 
 
 async def test_a_chain_runs_in_order(redis_url, prefix, wait_for):
@@ -268,13 +276,7 @@ async def test_delivery_groups_cancel_and_purge(redis_url, prefix, wait_for, red
     rec = Recorder()
     async with _grouped(redis_url, prefix, rec) as service:
         # a cancelled grouped parent: its children are handed "cancelled"
-        await service.enqueue_with_delay(Audit(id="p1"), 3600)
-        await service.enqueue_with_delay(
-            Receipt(id="c1"), 0, after=[(Audit, "p1")], on_parent_failure="run"
-        )
-        assert await service.cancel(Audit, "p1")
-        await wait_for(lambda: rec.ran(Receipt, "c1"), timeout=5)
-        assert rec.runs["dep-receipt", "c1"][0][0].status == "cancelled"
+        await _cancel_a_parent(service, rec, wait_for, Audit(id="p1"), "c1")
         # a waiting child of a grouped type: "waiting", and a cancel removes it whole
         await service.enqueue_with_delay(Audit(id="p2"), 3600)
         await service.enqueue_with_delay(Note(id="n2"), 0, after=[(Audit, "p2")])
