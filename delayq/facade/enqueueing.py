@@ -164,7 +164,6 @@ class EnqueueMixin(ServiceParts):
         class's ``flow_key`` field, if any); ``timeout`` is every event's handler timeout;
         ``priority`` every event's priority level (None: each class's ``priority=``).
 
-        class's ``flow_key`` field, if any); ``timeout`` is every event's handler timeout.
         ``after`` and ``on_parent_failure`` (as in :meth:`enqueue_with_delay`): every event
         waits for those parents.
         """
@@ -217,8 +216,7 @@ class EnqueueMixin(ServiceParts):
         per item (see :meth:`enqueue_with_delay`; None: the class's ``priority=`` when
         the class is defined in this process, else 0).
 
-        envelopes are already encoded. ``after`` and ``on_parent_failure`` as in
-        :meth:`enqueue_with_delay` (every item waits for those parents; codes 1 added, 0
+        ``after`` and ``on_parent_failure`` as in :meth:`enqueue_with_delay` (every item waits for those parents; codes 1 added, 0
         kept; not with ``replace`` or ``keys``).
         """
         items = timed_envelopes(items, timeout)
