@@ -11,6 +11,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from delayq import Event, EventService, Parent, current_delivery, fixed
+from delayq.keyspace.layout import PrefixKeys
+from delayq.keyspace.shards import shard_for
 
 FAST: dict[str, Any] = {
     "scheduling_interval": 0.2,
@@ -404,3 +406,41 @@ async def test_a_layout_is_not_retired_under_a_waiting_child(redis_url, prefix, 
         await wait_for(lambda: rec.ran(new, "c"), timeout=10)
         result = await service.repartition(new, wait=5)
         assert result.retired == (2,)
+
+
+def _resize_parent(partitions: int) -> type[Event]:
+    class ResizedParent(Event, event_name="dep-resized-parent", partitions=partitions):
+        pass
+
+    return ResizedParent
+
+
+async def test_a_parent_type_repartitioned_while_a_child_waits(
+    redis_url, prefix, wait_for, redis_client
+):
+    # the child linked its parent in the old layout; once the parent moves, the child's
+    # audit links it in the new one, and the parent's completion there reaches it
+    rec = Recorder()
+    old = _resize_parent(2)
+    async with _service(redis_url, prefix, rec) as service:
+        await service.enqueue_with_delay(old(id="p"), 3600)
+        assert await service.enqueue_with_delay(Receipt(id="c"), 0, after=[(old, "p")])
+    new = _resize_parent(4)
+    service = _service(redis_url, prefix, rec)
+    service.add_handler(new, rec.plain)
+    async with service:
+        service._dependencies.audit_ms = 300
+        assert service._scheduler is not None
+        service._scheduler.relay.audit_ms = 300
+        result = await service.repartition(new, wait=5)
+        assert result.retired == (2,) and result.moved == 1
+        home = PrefixKeys(prefix).for_shard(shard_for("dep-resized-parent", "p", 4)).deps
+
+        async def linked_in_the_new_layout() -> bool:
+            return any(f.startswith(b"l:p\0") for f in await redis_client.hkeys(home))
+
+        await wait_for(linked_in_the_new_layout, timeout=10)
+        assert (await service.inspect(Receipt, "c")).state == "waiting"
+        assert await service.run_now(new, "p")
+        await wait_for(lambda: rec.ran(Receipt, "c"), timeout=10)
+        assert rec.runs["dep-receipt", "c"][0][0].status == "ok"

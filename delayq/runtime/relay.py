@@ -83,6 +83,7 @@ class Relay:
         self._wake: anyio.Event | None = None
         self._next: dict[str, float] = {}  # shard -> when it has work next (monotonic s)
         self._last_all = -math.inf
+        self._noted: set[str] = set()  # dependency shards known to be recorded as such
 
     def _keep_ms(self, shard: str) -> int | None:
         """How long the type of ``shard`` keeps results (its class, if defined here)."""
@@ -142,7 +143,9 @@ class Relay:
         sweep = self._interval * _SWEEP
         if now - self._last_all >= sweep:
             self._last_all = now
-            todo |= await self._store.dependencies.dependency_shards()
+            shards = await self._store.dependencies.dependency_shards()
+            self._noted |= shards
+            todo |= shards
         todo |= {s for s, at in self._next.items() if at <= now}
         for shard in sorted(todo):
             await self.relay_shard(shard)
@@ -195,6 +198,10 @@ class Relay:
         for ptype, pid in a.parents:
             for pshard in parent_shards(self._store, ptype, pid, self._partitions(ptype)):
                 by_shard.setdefault(pshard, []).append((ptype, pid))
+        new = [x for x in by_shard if x not in self._noted]
+        if new:  # a parent's shard not linked before (its type's new layout, say)
+            await self._store.dependencies.note_dependency_shards(new)
+            self._noted.update(new)
         said: dict[tuple[str, str], list[bytes]] = {}
         for pshard, refs in by_shard.items():
             answers = await self._store.dependencies.dep_link(
