@@ -210,6 +210,9 @@ def test_replace_swaps_payload_and_due_time(
     event, _ = Codec().decode(client.hget(keys.events, "o-7"), SparkOrder, "o-7")
     assert event.amount == (7 % 1000) / 4
 
+    # o-8 waits for parents (after=[...], made by hand here): a replace keeps it waiting
+    client.zrem(keys.scheduled, "o-8")
+    client.zadd(keys.waiting, {"o-8": 1})
     client.script_flush()  # the executors must load the script again (NOSCRIPT)
     replaced = enqueue_dataframe(
         changed,
@@ -223,7 +226,10 @@ def test_replace_swaps_payload_and_due_time(
     event, _ = Codec().decode(client.hget(keys.events, "o-7"), SparkOrder, "o-7")
     assert event.amount == (7 % 1000) / 4 + 1000
     assert client.zscore(keys.scheduled, "o-7") >= due_before + 3_000_000
-    assert client.zcard(keys.scheduled) == 50 and client.hlen(keys.events) == 50
+    assert client.zcard(keys.scheduled) == 49 and client.hlen(keys.events) == 50
+    assert client.zscore(keys.waiting, "o-8") == 1 and client.zscore(keys.scheduled, "o-8") is None
+    event, _ = Codec().decode(client.hget(keys.events, "o-8"), SparkOrder, "o-8")
+    assert event.amount == (8 % 1000) / 4 + 1000
     client.close()
 
 

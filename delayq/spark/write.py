@@ -65,7 +65,9 @@ def write_partition(
             keys: tuple[str, ...] = type_keys.view()
             if job.sink is not None:
                 keys += (type_keys.sink(job.sink),)
-            if width == 4:  # levels: every key of the script, `prio` and the levels' lists
+            # levels: every key of the script, `prio` and the levels' lists; a replace too
+            # (`waiting`: a child waiting for its parents keeps waiting, see enqueue.lua)
+            if width == 4 or job.replace:
                 named = type_keys.named()
                 if job.sink is not None:
                     named = {**named, "sink": type_keys.sink(job.sink)}
