@@ -359,9 +359,7 @@ async def test_a_parent_that_vanishes_releases_its_child_by_policy(
     # repartitioned, deleted by hand): the child's audit finds it "vanished", a failure
     rec = Recorder()
     async with _service(redis_url, prefix, rec) as service:
-        service._dependencies.audit_ms = 300
-        assert service._scheduler is not None
-        service._scheduler.relay.audit_ms = 300
+        _fast_audits(service)
         await service.enqueue_with_delay(Ship(id="gone"), 3600)
         await service.enqueue_with_delay(
             Receipt(id="run"), 0, after=[(Ship, "gone")], on_parent_failure="run"
@@ -381,24 +379,44 @@ async def test_a_parent_that_vanishes_releases_its_child_by_policy(
         ]
 
 
-def _resize_child(partitions: int) -> type[Event]:
+def _resized(name: str, partitions: int) -> type[Event]:
     # the same class redefined with another partition count: what a deploy does
-    class Resized(Event, event_name="dep-resized", partitions=partitions):
+    class Resized(Event, event_name=name, partitions=partitions):
         pass
 
     return Resized
 
 
+def _redeployed(url: str, prefix: str, rec: Recorder, new: type[Event]) -> EventService:
+    """The service after a deploy that changed ``new``'s partition count."""
+    service = _service(url, prefix, rec)
+    service.add_handler(new, rec.plain)
+    return service
+
+
+async def _before_the_deploy(
+    url: str, prefix: str, rec: Recorder, parent: Event, child: Event
+) -> None:
+    """With the old code: ``parent`` due in an hour, ``child`` waiting for it."""
+    async with _service(url, prefix, rec) as service:
+        await service.enqueue_with_delay(parent, 3600)
+        assert await service.enqueue_with_delay(child, 0, after=[(type(parent), parent.id)])
+
+
+def _fast_audits(service: EventService) -> None:
+    """A waiting child's audits every 0.3 s (tests only)."""
+    service._dependencies.audit_ms = 300
+    assert service._scheduler is not None
+    service._scheduler.relay.audit_ms = 300
+
+
 async def test_a_layout_is_not_retired_under_a_waiting_child(redis_url, prefix, wait_for):
     rec = Recorder()
-    old = _resize_child(2)
-    async with _service(redis_url, prefix, rec) as service:
-        await service.enqueue_with_delay(Ship(id="slow"), 3600)
-        assert await service.enqueue_with_delay(old(id="c"), 0, after=[(Ship, "slow")])
-    new = _resize_child(4)
-    service = _service(redis_url, prefix, rec)
-    service.add_handler(new, rec.plain)
-    async with service:
+    await _before_the_deploy(
+        redis_url, prefix, rec, Ship(id="slow"), _resized("dep-resized", 2)(id="c")
+    )
+    new = _resized("dep-resized", 4)
+    async with _redeployed(redis_url, prefix, rec, new) as service:
         result = await service.repartition(new, wait=0.3)
         assert result.retired == () and result.remaining == {2: 1}
         # released in its old layout, still served: it runs, then the layout retires
@@ -408,30 +426,17 @@ async def test_a_layout_is_not_retired_under_a_waiting_child(redis_url, prefix, 
         assert result.retired == (2,)
 
 
-def _resize_parent(partitions: int) -> type[Event]:
-    class ResizedParent(Event, event_name="dep-resized-parent", partitions=partitions):
-        pass
-
-    return ResizedParent
-
-
 async def test_a_parent_type_repartitioned_while_a_child_waits(
     redis_url, prefix, wait_for, redis_client
 ):
     # the child linked its parent in the old layout; once the parent moves, the child's
     # audit links it in the new one, and the parent's completion there reaches it
     rec = Recorder()
-    old = _resize_parent(2)
-    async with _service(redis_url, prefix, rec) as service:
-        await service.enqueue_with_delay(old(id="p"), 3600)
-        assert await service.enqueue_with_delay(Receipt(id="c"), 0, after=[(old, "p")])
-    new = _resize_parent(4)
-    service = _service(redis_url, prefix, rec)
-    service.add_handler(new, rec.plain)
-    async with service:
-        service._dependencies.audit_ms = 300
-        assert service._scheduler is not None
-        service._scheduler.relay.audit_ms = 300
+    old = _resized("dep-resized-parent", 2)
+    await _before_the_deploy(redis_url, prefix, rec, old(id="p"), Receipt(id="c"))
+    new = _resized("dep-resized-parent", 4)
+    async with _redeployed(redis_url, prefix, rec, new) as service:
+        _fast_audits(service)
         result = await service.repartition(new, wait=5)
         assert result.retired == (2,) and result.moved == 1
         home = PrefixKeys(prefix).for_shard(shard_for("dep-resized-parent", "p", 4)).deps
