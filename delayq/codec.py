@@ -13,6 +13,12 @@ before 2026-11-21 look; both decode. Attempts, errors and due times live in thei
 own Redis structures, so the envelope never changes after enqueue and the Lua
 scripts never decode it. Decoding detects the format from the first byte, so a
 fleet can switch serializers without draining its queues.
+
+One exception: a replace of a child waiting for its parents (``after=[...]``) is stored
+behind the byte 0xC1 (never a MessagePack start, nor JSON's), which ``enqueue.lua`` puts
+there so that the replacing envelope, whatever its context, decodes with the mark that
+makes its consumer read the parents (``context.AFTER_KEY``). Only the rare branches that
+find no known first byte look for it: a plain envelope costs nothing more.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from .context import AFTER_KEY
 from .errors import DecodeError
 from .events import Event
 
@@ -66,6 +73,9 @@ _DECODERS: dict[str, _Decoders] = {
     "json": (msgspec.json.Decoder(_Envelope), msgspec.json.Decoder(_WholeEnvelope)),
     "msgpack": (msgspec.msgpack.Decoder(_Envelope), msgspec.msgpack.Decoder(_WholeEnvelope)),
 }
+# a waiting child's replacing envelope, stored behind this byte (see the module's docstring)
+_CHILD_PREFIX = b"\xc1"
+_CHILD_MARK = {AFTER_KEY: "1"}
 _ID_KEY = {"json": b'"id":', "msgpack": b"\xa2id"}
 _ENCODE_STR = {"json": msgspec.json.encode, "msgpack": msgspec.msgpack.encode}
 
@@ -93,6 +103,9 @@ def _open(data: bytes, event_id: str | bytes) -> tuple[bytes, Serializer, dict[s
         fmt: Serializer = "json"
     elif data[:1] and data[0] in _MSGPACK_STARTS:
         fmt = "msgpack"
+    elif data[:1] == _CHILD_PREFIX:
+        payload, fmt, context, enqueued_ms = _open(data[1:], event_id)
+        return payload, fmt, {**context, **_CHILD_MARK}, enqueued_ms
     else:
         raise DecodeError(f"not a delayq envelope (starts with {data[:8]!r})")
     stripped, whole = _DECODERS[fmt]
@@ -123,6 +136,8 @@ def _format_of(data: bytes) -> Serializer:
 def add_to_context(data: bytes, extra: Mapping[str, str]) -> bytes:
     """Envelope ``data`` with ``extra`` merged into its context (payload and enqueue time as
     they were); raise :class:`DecodeError` when ``data`` is not an envelope."""
+    if data[:1] == _CHILD_PREFIX:  # the mark goes into the context: no prefix needed now
+        data, extra = data[1:], {**_CHILD_MARK, **extra}
     fmt = _format_of(data)
     stripped, whole = _DECODERS[fmt]
     encode = _ENCODE_STR[fmt]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from delayq import Event, EventService, Parent, current_delivery, fixed
+from delayq import Event, EventService, Parent, current_delivery, event_context, fixed
 from delayq.keyspace.layout import PrefixKeys
 from delayq.keyspace.shards import shard_for
 
@@ -332,24 +332,38 @@ async def test_a_purged_parentfailed_child_leaves_no_records(
         await wait_for(no_records, timeout=5)
 
 
-async def test_a_replace_keeps_a_waiting_child_waiting(redis_url, prefix, wait_for):
+@pytest.mark.parametrize(
+    ("serializer", "context"), [("msgpack", None), ("json", None), ("msgpack", {"who": "ops"})]
+)
+async def test_a_replace_keeps_a_waiting_child_waiting(
+    redis_url, prefix, wait_for, serializer, context
+):
     rec = Recorder()
-    seen: list[str] = []
+    seen: list[tuple[str, tuple[tuple[str, str, str], ...], dict[str, str]]] = []
 
     async def note(event: Note) -> None:
-        seen.append(event.text)
+        d = current_delivery()
+        assert d is not None
+        parents = tuple((p.event_type, p.id, p.status) for p in d.parents)
+        seen.append((event.text, parents, dict(event_context())))
 
-    service = EventService.from_url(redis_url, prefix=prefix, **FAST)
+    service = EventService.from_url(redis_url, prefix=prefix, serializer=serializer, **FAST)
     service.add_handler(Ship, rec.ship)
     service.add_handler(Note, note)
     async with service:
         await service.enqueue_with_delay(Ship(id="slow"), 0.5)
         await service.enqueue_with_delay(Note(id="n", text="first"), 0, after=[(Ship, "slow")])
-        # a plain replace changes the payload only: the child still waits for its parent
-        assert await service.enqueue_with_delay(Note(id="n", text="second"), 0, replace=True)
-        assert (await service.inspect(Note, "n")).state == "waiting"
+        # a plain replace changes the payload only: the child still waits for its parent,
+        # and its handler sees that parent whatever the replacing envelope carries
+        assert await service.enqueue_with_delay(
+            Note(id="n", text="second"), 0, replace=True, context=context
+        )
+        info = await service.inspect(Note, "n")
+        assert info.state == "waiting" and [p.id for p in info.parents] == ["slow"]
+        assert info.event == Note(id="n", text="second")
         await wait_for(lambda: seen, timeout=10)
-        assert seen == ["second"] and rec.ran(Ship, "slow")
+        assert seen == [("second", (("dep-ship", "slow", "ok"),), context or {})]
+        assert rec.ran(Ship, "slow")
 
 
 async def test_a_parent_that_vanishes_releases_its_child_by_policy(

@@ -7,7 +7,8 @@ import pytest
 from core_support import Recorder, ServicePool
 
 from delayq import DecodeError, Event, EventService, event_name
-from delayq.codec import Codec
+from delayq.codec import Codec, add_to_context
+from delayq.context import AFTER_KEY
 
 
 class CodecJob(Event, event_name="core-codec-job"):
@@ -162,6 +163,22 @@ def test_round_trip(serializer: str) -> None:
     decoded, context = codec.decode(codec.encode(CodecJob(id="x", n=1)), CodecJob, "x")
     assert decoded == CodecJob(id="x", n=1)
     assert context == {}
+
+
+@pytest.mark.parametrize("serializer", ["json", "msgpack"])
+@pytest.mark.parametrize("context", [None, {"k": "v"}])
+def test_a_waiting_childs_prefix_adds_the_after_mark(
+    serializer: str, context: dict[str, str]
+) -> None:
+    # enqueue.lua stores a waiting child's replacing envelope behind b"\xc1" (codec.py)
+    codec = Codec(serializer)  # type: ignore[arg-type]
+    event = CodecJob(id="c", n=3)
+    data = b"\xc1" + codec.encode(event, context)
+    decoded, got = codec.decode(data, CodecJob, "c")
+    assert decoded == event and got == {**(context or {}), AFTER_KEY: "1"}
+    merged = add_to_context(data, {"x": "y"})
+    assert merged[:1] != b"\xc1"
+    assert codec.decode(merged, CodecJob, "c")[1] == {**(context or {}), AFTER_KEY: "1", "x": "y"}
 
 
 @pytest.mark.parametrize(("writer", "reader"), [("msgpack", "json"), ("json", "msgpack")])

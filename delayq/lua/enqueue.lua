@@ -27,7 +27,8 @@
 --          2 replaced, 3 not written: a replace of an event already fanned out
 --          to delivery groups (the caller runs group_replace.lua with the keys
 --          of every group). A replace of a child waiting for its parents
---          (docs/WORKFLOWS.md, "Dependencies") changes its envelope only: it
+--          (docs/WORKFLOWS.md, "Dependencies") changes its envelope only (stored
+--          behind the byte 0xC1 that marks it as a child: delayq/codec.py): it
 --          stays waiting, and its parents' completion schedules it (code 2).
 -- Guarantees: payload, context and due time of an id change together or not
 -- at all. An envelope identical to the stored one counts as added when this
@@ -140,6 +141,7 @@ end
 -- A replace of a child waiting for its parents (after=[...]) keeps it waiting; the
 -- waiting set is read only when the type has one (one EXISTS per replace call).
 local any_waiting = nil
+local AFTER_PREFIX = '\193'
 local function is_waiting(id)
   if any_waiting == nil then any_waiting = redis.call('EXISTS', K_WAITING) == 1 end
   return any_waiting and redis.call('ZSCORE', K_WAITING, id) ~= false
@@ -196,8 +198,11 @@ for i = first, #items, 3 do
     if replace and fan and redis.call('HEXISTS', K_PENDING, id) == 1 then
       code = 3  -- every group's state must change: group_replace.lua does it
     elseif replace and K_WAITING and is_waiting(id) then
-      -- a child waiting for its parents (docs/WORKFLOWS.md): only its envelope changes
+      -- a child waiting for its parents (docs/WORKFLOWS.md): only its envelope changes,
+      -- prefixed with the byte that tells its consumer to read its parents (delayq/codec.py:
+      -- the replacing envelope may lack the after=[...] mark in its context)
       held = true
+      envelope = AFTER_PREFIX .. envelope
       code = 2
     elseif replace then
       -- this call's own earlier write of the id must land before it is undone
