@@ -29,7 +29,16 @@ _SCHEDULE_KEY, _SLOT_KEY = "delayq-schedule", "delayq-slot"
 TIMEOUT_KEY = "delayq-timeout"
 # an event enqueued with after=[...]: its consumer reads its parents before the handler runs
 AFTER_KEY = "delayq-after"
-_hidden: frozenset[str] = PROPAGATION_KEYS | {_SCHEDULE_KEY, _SLOT_KEY, TIMEOUT_KEY, AFTER_KEY}
+# with tracing on, a child's parents' creation contexts (W3C traceparents, space-separated,
+# "-" for a parent without one): its process span links to them (docs/OBSERVABILITY.md)
+PARENT_SPANS_KEY = "delayq-parent-spans"
+_hidden: frozenset[str] = PROPAGATION_KEYS | {
+    _SCHEDULE_KEY,
+    _SLOT_KEY,
+    TIMEOUT_KEY,
+    AFTER_KEY,
+    PARENT_SPANS_KEY,
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -116,5 +116,5 @@ def wire(clients: connect.Clients, options: dict[str, Any], service: object) -> 
         ),
         schedules=schedules,
         results=ResultReader(store, router),
-        dependencies=Dependencies(store, router, types),
+        dependencies=Dependencies(store, router, types, traced=opts.tracing is not None),
     )

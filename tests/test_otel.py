@@ -524,3 +524,61 @@ async def test_process_spans_of_a_named_group_name_it(
     groups = sorted(str((s.attributes or {}).get("messaging.consumer.group.name")) for s in spans)
     assert groups == ["None", "audit"]
     assert sorted(handled) == ["audit", "default"]
+
+
+class TraceParent(Event, event_name="obs-trace-parent"):
+    """A parent of a child event under tracing."""
+
+
+async def test_a_childs_process_span_links_to_its_parents_send_spans(
+    redis_url: str, prefix: str, spans: InMemorySpanExporter, wait_for
+) -> None:
+    ran: list[str] = []
+
+    async def handle(event: Event) -> None:
+        ran.append(event.id)
+
+    pool = ServicePool(redis_url, prefix, tracing=OTelTracing())
+    try:
+        service = await pool.start()
+        service.add_handler(TraceJob, handle)
+        service.add_handler(TraceParent, handle)
+        tracer = trace.get_tracer("test")
+        with tracer.start_as_current_span("first request"):
+            await service.enqueue_with_delay(TraceParent(id="p1"), 0.3)
+        await service.enqueue_with_delay(TraceJob(id="p2"), 0.3)  # a root send span
+        with tracer.start_as_current_span("child request"):
+            assert await service.enqueue_with_delay(
+                TraceJob(id="child"), 0, after=[(TraceParent, "p1"), (TraceJob, "p2")]
+            )
+        await wait_for(lambda: "child" in ran, timeout=15)
+    finally:
+        await pool.aclose()
+    finished = spans.get_finished_spans()
+    sends = {
+        s.attributes["messaging.message.id"]: s.context
+        for s in by_kind(finished, SpanKind.PRODUCER)
+    }
+    (child,) = [
+        s
+        for s in by_kind(finished, SpanKind.CONSUMER)
+        if s.attributes["messaging.message.id"] == "child"
+    ]
+    # its parents' send spans, in the order of after= (after its own creation's link,
+    # when its enqueue carried one)
+    links = [link for link in child.links if (link.attributes or {}).get("messaging.delayq.link")]
+    assert [link.context.span_id for link in links] == [sends["p1"].span_id, sends["p2"].span_id]
+    assert [dict(link.attributes or {}) for link in links] == [
+        {
+            "messaging.delayq.link": "parent",
+            "messaging.delayq.parent.type": "obs-trace-parent",
+            "messaging.delayq.parent.id": "p1",
+        },
+        {
+            "messaging.delayq.link": "parent",
+            "messaging.delayq.parent.type": "obs-trace-job",
+            "messaging.delayq.parent.id": "p2",
+        },
+    ]
+    # the context key that carries them stays out of the handler's event_context()
+    assert "delayq-parent-spans" not in event_context()

@@ -21,6 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
+from ..codec import add_to_context, open_envelope
+from ..context import PARENT_SPANS_KEY
+from ..errors import DecodeError
 from ..events import Event, EventTypes
 from ..partitions.routing import Router
 from ..partitions.shards import parse_shard, shard_for
@@ -125,10 +128,12 @@ def merge_answers(answers: Sequence[bytes]) -> bytes:
 class Dependencies:
     """Enqueues children (see the module docstring)."""
 
-    def __init__(self, store: Store, router: Router, types: EventTypes):
+    def __init__(self, store: Store, router: Router, types: EventTypes, *, traced: bool = False):
         self._store = store
         self._router = router
         self._types = types
+        # a tracing is configured: children carry their parents' creation contexts
+        self._traced = traced
         self._noted: set[str] = set()  # shards recorded as dependency shards by this process
         self.audit_ms = AUDIT_MS
 
@@ -161,6 +166,8 @@ class Dependencies:
         if new:
             await store.dependencies.note_dependency_shards(new)
             self._noted.update(new)
+        if self._traced:
+            items = await self._with_parent_spans(items, parents, homes)
         codes = [0] * len(items)
         added: list[tuple[str, str]] = []  # (child shard, child id)
         for shard, indexes in split.items():
@@ -200,3 +207,33 @@ class Dependencies:
             await store.dependencies.dep_apply(cshard, edges, self.keep_ms(cshard))
         _step("applied")
         return codes
+
+    async def _with_parent_spans(
+        self,
+        items: Sequence[tuple[str, bytes, int]],
+        parents: Sequence[tuple[str, str]],
+        homes: dict[tuple[str, str], list[str]],
+    ) -> Sequence[tuple[str, bytes, int]]:
+        """``items`` whose contexts carry their parents' W3C ``traceparent`` (read from the
+        parents' envelopes, pending now: the child's process span links to them when it
+        runs, long after they are gone; one read per parent shard, with tracing only)."""
+        by_shard: dict[str, list[tuple[str, str]]] = {}
+        for ref, shards in homes.items():
+            for pshard in shards:
+                by_shard.setdefault(pshard, []).append(ref)
+        found: dict[tuple[str, str], str] = {}
+        for pshard, refs in by_shard.items():
+            got = await self._store.dependencies.envelopes(pshard, [p for _, p in refs])
+            for ref, envelope in zip(refs, got, strict=True):
+                if envelope is None or ref in found:
+                    continue
+                try:
+                    traceparent = open_envelope(envelope, ref[1]).context.get("traceparent")
+                except DecodeError:
+                    continue
+                if traceparent:
+                    found[ref] = traceparent
+        if not found:
+            return items
+        extra = {PARENT_SPANS_KEY: " ".join(found.get(ref, "-") for ref in parents)}
+        return [(i, add_to_context(envelope, extra), ms) for i, envelope, ms in items]

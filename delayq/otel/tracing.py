@@ -12,7 +12,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.trace import Link, NonRecordingSpan, SpanKind, TraceFlags
 
 from .._version import __version__
-from ..context import PROPAGATION_KEYS, Delivery, hide_context_keys
+from ..context import PARENT_SPANS_KEY, PROPAGATION_KEYS, Delivery, hide_context_keys
 from ..keyspace.groups import stored_group
 from ._conventions import (
     _BAGGAGE_KEY,
@@ -48,6 +48,23 @@ def _detach(token: Any) -> None:
         _detach_raising(token)
     except Exception:
         log.exception("Failed to detach the OpenTelemetry context")
+
+
+def _parent_links(traceparents: str, delivery: Delivery) -> list[Link]:
+    """Links to a child's parents' creation contexts, stored in its context when it was
+    enqueued (space-separated, in the order of ``after=``; "-": a parent without one)."""
+    parents = delivery.parents
+    links = []
+    for n, traceparent in enumerate(traceparents.split(" ")):
+        span_context = _span_context(traceparent, None)
+        if not span_context.is_valid:
+            continue
+        attributes = {"messaging.delayq.link": "parent"}
+        if n < len(parents):
+            attributes["messaging.delayq.parent.type"] = parents[n].event_type
+            attributes["messaging.delayq.parent.id"] = parents[n].id
+        links.append(Link(span_context, attributes))
+    return links
 
 
 class OTelTracing:
@@ -259,6 +276,8 @@ class OTelTracing:
             links = [Link(creation)]
         else:
             parent, links = extracted, None
+        if ctx and PARENT_SPANS_KEY in ctx:  # a child (after=[...]): its parents' spans
+            links = [*(links or ()), *_parent_links(ctx[PARENT_SPANS_KEY], delivery)]
         span = self._tracer.start_span(
             f"process {delivery.event_type}",
             context=parent,

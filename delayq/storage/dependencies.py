@@ -169,6 +169,14 @@ class DependencyStore:
         the completion is fully handed on."""
         return bool(await self._core.run("dep_relayed", shard, [member, upto]))
 
+    async def envelopes(self, shard: str, ids: Sequence[str]) -> list[bytes | None]:
+        """The stored envelopes of ``ids`` in ``shard`` (None: not stored); a child's
+        producer reads its parents' trace contexts from them (docs/OBSERVABILITY.md)."""
+        got: list[Any] = await self._core.redis.hmget(
+            self._core.keys.for_shard(shard).events, list(ids)
+        )
+        return [None if e is None else bytes(e) for e in got]
+
     async def dep_parents(
         self, shard: str, event_id: str
     ) -> tuple[str | None, int | None, list[tuple[str, str, bytes]]]:
