@@ -449,3 +449,37 @@ async def test_waiting_children_show_their_count_and_parents(setup) -> None:
         assert 'data-status="pending"' in parents and "parent" in parents
         assert 'data-status="missing"' in parents and "never" in parents
         assert 'id="cancel"' in r.text  # a waiting child can be cancelled
+
+
+async def test_an_events_workflow_is_drawn_with_its_parents_and_children(setup) -> None:
+    service, _ = setup
+    await service.enqueue_with_delay(Boom(id="root<&>"), 3600)
+    await service.enqueue_with_delay(Page(id="mid", text="t"), 0, after=[(Boom, "root<&>")])
+    # more children than the graph draws: it says how many more
+    many = [Page(id=f"kid-{n}", text="t") for n in range(53)]
+    assert await service.enqueue_many(many, 0, after=[(Page, "mid")]) == [True] * 53
+    async with _client(create_app(service)) as http:
+        r = await http.get("/event", params={"type": "dash-page", "id": "mid"})
+        assert r.status_code == 200
+        svg = r.text.split('id="event-workflow"')[1].split("</svg>")[0]
+        assert '<svg class="workflow"' in svg
+        # its parent, escaped, with its status, linking to its page
+        (parent,) = re.findall(r'<a class="node parent"[^>]*>', svg)
+        assert 'href="/event?type=dash-boom&amp;id=root%3C%26%3E"' in parent
+        assert 'data-state="pending"' in parent and "root&lt;&amp;&gt;" in svg
+        assert "root<&>" not in svg
+        # itself, and its children (50 drawn, 3 more) in their state
+        assert len(re.findall(r'<a class="node self"[^>]*data-state="waiting"', svg)) == 1
+        kids = re.findall(r'<a class="node child" href="([^"]*)" data-state="(\w+)"', svg)
+        assert len(kids) == 50 and {s for _, s in kids} == {"waiting"}
+        assert kids[0][0] == "/event?type=dash-page&amp;id=kid-0"
+        assert "and 3 more children" in svg
+        # a child's page: its parent on the left, no children
+        r = await http.get("/event", params={"type": "dash-page", "id": "kid-7"})
+        svg = r.text.split('id="event-workflow"')[1].split("</svg>")[0]
+        assert 'class="node parent" href="/event?type=dash-page&amp;id=mid"' in svg
+        assert 'class="node child"' not in svg
+        # a plain event has no graph
+        await service.enqueue_with_delay(Page(id="alone", text="t"), 3600)
+        r = await http.get("/event", params={"type": "dash-page", "id": "alone"})
+        assert r.status_code == 200 and 'id="event-workflow"' not in r.text

@@ -153,6 +153,15 @@ async def _enqueue(url: str, prefix: str, jobs: list[tuple[UiJob, float]]) -> No
         await service.aclose()
 
 
+async def _enqueue_child(url: str, prefix: str, child: UiJob, parent_id: str) -> None:
+    """``child`` waiting for the ui-job ``parent_id`` (after=[...])."""
+    service = EventService.from_url(url, prefix=prefix)
+    try:
+        assert await service.enqueue_with_delay(child, 0, after=[(UiJob, parent_id)])
+    finally:
+        await service.aclose()
+
+
 def _run(coro):
     import asyncio
 
@@ -372,6 +381,20 @@ def test_search_cancel_and_run_now(
     _wait(lambda: _css(browser, "#event-state"), what="the event page")
     assert browser.find_element(By.ID, "event-state").text == "scheduled"
     assert browser.find_element(By.CSS_SELECTOR, ".event-id").text == "find-me"
+    # a child's workflow graph renders, and its parent's box opens the parent's page
+    _run(_enqueue_child(redis_url, prefix, UiJob(id="find-me-after"), "find-me"))
+    browser.get(base + "/event?type=ui-job&id=find-me-after")
+    graph = _find(browser, "#event-workflow svg.workflow")
+    assert graph.size["width"] > 200 and graph.size["height"] > 20
+    parent = _find(browser, '#event-workflow a.node.parent[data-state="pending"] rect')
+    assert parent.size["width"] > 50
+    parent.click()
+    _wait(
+        lambda: browser.find_element(By.CSS_SELECTOR, ".event-id").text == "find-me",
+        10,
+        "the parent's page",
+    )
+    assert _find(browser, "#event-workflow a.node.child")  # the child, from the parent's page
     browser.get(base + "/event?type=ui-job&id=drop-me")
     _click(browser, "#cancel")
     _find(browser, "#confirm")  # cancelling asks first

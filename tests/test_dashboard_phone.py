@@ -13,6 +13,7 @@ from test_dashboard_browser import (  # noqa: F401  (fixtures)
     _click,
     _dashboard,
     _enqueue,
+    _enqueue_child,
     _enqueue_fanned,
     _find,
     _run,
@@ -84,6 +85,7 @@ def test_every_page_fits_a_phone(
         (UiJob(id=LONG, fail=True), 0), (UiJob(id="broken-2", fail=True), 0),
         *[(UiJob(id=f"later-{i}"), 60 * (i + 1)) for i in range(3)],
     ]))  # fmt: skip
+    _run(_enqueue_child(redis_url, prefix, UiJob(id=LONG + "-child"), "later-0"))
     _wait(lambda: raw.zcard(f"{tag}:g:audit:dead") == 1, what="audit's dead letter")
     _wait(lambda: raw.zcard(f"{{{prefix}:ui-job}}:dead") == 2, what="the dead letters")
     base = _dashboard(procs, redis_url, prefix)
@@ -99,6 +101,8 @@ def test_every_page_fits_a_phone(
             "type-filter": "/type?name=ui-job&error=cannot",
             "event-groups": "/event?type=ui-fanned&id=fan-1",
             "event-dead": f"/event?type=ui-job&id={LONG}",
+            "event-workflow": f"/event?type=ui-job&id={LONG}-child",
+            "event-workflow-parent": "/event?type=ui-job&id=later-0",
             "workers": "/workers",
             "search": "/event",
             "prefix": "/event?id=later-",

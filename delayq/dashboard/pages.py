@@ -19,7 +19,9 @@ from ..flow.limits import FlowLimits
 from ..keyspace.groups import DEFAULT_GROUP, labelled
 from ..runtime.history import HistoryPoint, Window
 from ..storage.store import QueueCounts, sum_counts
+from ..views.inspection import EventInfo
 from .charts import Series, bar_chart, line_chart
+from .graph import MAX_SIDE, Node, Workflow
 from .view import DashboardView
 
 __all__ = ["MAX_TYPES_WITH_CHARTS", "Pages", "TypeRow"]
@@ -337,6 +339,7 @@ class Pages:
                 request,
                 "event.html",
                 info=info,
+                workflow=await self._workflow(info),
                 any_scheduled="scheduled" in states,
                 any_pending=bool(states & {"scheduled", "ready", "in_flight"}),
             )
@@ -364,6 +367,21 @@ class Pages:
             prefix_complete=complete,
             types_searched=min(len(candidates), MAX_TYPES_SEARCHED),
             types_total=len(candidates),
+        )
+
+    async def _workflow(self, info: EventInfo) -> Workflow | None:
+        """The event's parents and children with their states (None: it has neither):
+        its parents' records, the children linked to it, each child inspected."""
+        total, kids = await self.service.children(info.type_name, info.id, limit=MAX_SIDE)
+        if not info.parents and not total:
+            return None
+        found = await asyncio.gather(*(self.service.inspect(t, i) for t, i in kids))
+        return Workflow(
+            Node(info.type_name, info.id, info.state),
+            [Node(p.event_type, p.id, p.status) for p in info.parents[:MAX_SIDE]],
+            max(len(info.parents) - MAX_SIDE, 0),
+            [Node(c.type_name, c.id, c.state) for c in found],
+            total - len(kids),
         )
 
     # -- workers ---------------------------------------------------------------

@@ -11,7 +11,7 @@ from ..events import Event
 from ..operations.groups import check_group, check_view
 from ..partitions.repartition import RepartitionResult
 from ..storage.store import QueueCounts
-from ..views.inspection import DeadLetter, EventInfo, EventTypeRef, ScheduledEvent
+from ..views.inspection import DeadLetter, EventInfo, EventTypeRef, ScheduledEvent, check_page
 from .parts import ServiceParts
 
 __all__ = ["InspectionMixin"]
@@ -38,6 +38,19 @@ class InspectionMixin(ServiceParts):
         about it, read in one atomic step. ``event_type`` is the class or its wire name."""
         name = self._types.name(event_type)
         return await self._inspector.inspect(name, id)
+
+    async def children(
+        self, event_type: EventTypeRef, id: str, *, limit: int = 50
+    ) -> tuple[int, list[tuple[str, str]]]:
+        """The events waiting for the next completion of one event (enqueued with
+        ``after=[(event_type, id)]``; docs/WORKFLOWS.md, "Dependencies"): how many, and the
+        first ``limit`` as ``(type name, id)`` in the order they were linked. A child is
+        listed from when it is linked until the event's completion is handed to it."""
+        name = self._types.name(event_type)
+        if not isinstance(id, str) or not id:
+            raise ValueError(f"event id must be a non-empty str, not {id!r}")
+        check_page(limit, 0)
+        return await self._inspector.children(name, id, limit)
 
     async def scheduled(
         self,

@@ -202,6 +202,7 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     "dep_work": _names("deps relay"),
     "dep_relayed": _names("events deps relay"),
     "dep_parents": _names("deps waiting"),
+    "dep_children": _names("deps"),
     # scripts on every delivery group: these, then the groups' (see the module's docstring)
     "group_move": _names("events scheduled meta groups pending prio"),
     "group_cancel": _names("events scheduled groups pending prio deps relay waiting"),

@@ -53,6 +53,7 @@ PER_TYPE = (
     "dep_work",
     "dep_relayed",
     "dep_parents",
+    "dep_children",
 )
 GROUPED = (
     "group_move",

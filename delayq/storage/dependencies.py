@@ -177,6 +177,14 @@ class DependencyStore:
         )
         return [None if e is None else bytes(e) for e in got]
 
+    async def dep_children(
+        self, shard: str, parent_id: str, limit: int
+    ) -> tuple[int, list[tuple[str, str]]]:
+        """How many children wait for ``parent_id``'s next completion, and the first
+        ``limit`` of them as ``(child shard, child id)`` (``dep_children.lua``)."""
+        r = await self._core.run("dep_children", shard, [parent_id, limit])
+        return int(r[0]), [(_str(r[i]), _str(r[i + 1])) for i in range(1, len(r) - 1, 2)]
+
     async def dep_parents(
         self, shard: str, event_id: str
     ) -> tuple[str | None, int | None, list[tuple[str, str, bytes]]]:

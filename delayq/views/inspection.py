@@ -25,6 +25,7 @@ from ..context import AFTER_KEY, Parent
 from ..events import EventTypes
 from ..keyspace.groups import stored_group
 from ..partitions.routing import Router
+from ..partitions.shards import parse_shard
 from ..results import decode_parent
 from ..storage.store import EventRecord, QueueCounts, Store
 from .records import (
@@ -188,6 +189,20 @@ class Inspector:
             if state == "waiting" or AFTER_KEY in decoded.context
             else (),
         )
+
+    async def children(
+        self, name: str, event_id: str, limit: int
+    ) -> tuple[int, list[tuple[str, str]]]:
+        """How many children wait for the event's next completion and the first ``limit`` of
+        them as ``(type name, id)``, over every layout of a type being repartitioned."""
+        total, found = 0, list[tuple[str, str]]()
+        for shard in self._router.shards_of_id(name, event_id):
+            count, kids = await self._store.dependencies.dep_children(
+                shard, event_id, max(limit - len(found), 0)
+            )
+            total += count
+            found += [(parse_shard(s)[0], i) for s, i in kids]
+        return total, found
 
     async def _parents(self, shard: str, event_id: str) -> tuple[Parent, ...]:
         """A child's parents and their outcomes so far (one more read, for children only)."""
