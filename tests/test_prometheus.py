@@ -642,3 +642,35 @@ async def test_enqueue_outcome_series_appear_with_their_first_outcome(
         assert outcomes() == {"new": 2.0, "kept": 1.0}
     finally:
         await pool.aclose()
+
+
+async def test_relay_backlog_and_lag_show_a_completion_not_handed_on(
+    redis_url: str, prefix: str, wait_for
+) -> None:
+    """No worker runs the relay here: a cancelled parent's completion stays due, counted in
+    its type's relay backlog, its age growing."""
+    pool = ServicePool(redis_url, prefix)
+    try:
+        producer = pool.producer()
+        await producer.enqueue_with_delay(PromOk(id="parent"), 3600)
+        assert await producer.enqueue_with_delay(
+            PromIdle(id="child"), 0, after=[(PromOk, "parent")]
+        )
+        app = make_asgi_app(producer, registry=CollectorRegistry(), cache_seconds=0)
+        samples = parse((await app.render())[0].decode())
+        assert value(samples, "delayq_relay_backlog", event_type="obs-prom-ok") == 0
+        assert await producer.cancel(PromOk, "parent")
+        samples = parse((await app.render())[0].decode())
+        assert value(samples, "delayq_relay_backlog", event_type="obs-prom-ok") == 1
+        assert value(samples, "delayq_relay_backlog", event_type="obs-prom-idle") == 0
+
+        async def lagging() -> bool:
+            s = parse((await app.render())[0].decode())
+            return value(s, "delayq_relay_lag_seconds", event_type="obs-prom-ok") >= 0.2
+
+        await wait_for(lagging, timeout=10)
+        stats = await producer.stats_for(PromOk)
+        assert stats.relay_backlog == 1 and stats.relay_lag >= 0.2
+        app.close()
+    finally:
+        await pool.aclose()

@@ -190,6 +190,7 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
         *_names("scheduled ready queued inflight dead retries limits klines rexp"),
         *LEVEL_KEYS,
         "waiting",
+        "relay",
     ),
     "scheduled_list": _names("events scheduled attempts errors retries"),
     "ready_list": _names("events queued attempts errors"),

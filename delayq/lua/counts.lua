@@ -9,16 +9,21 @@
 --   outcomes' expiry times (types with results=).
 --   then the priority levels' ready lists `ready_1` `ready_2` `ready_3` `ready_4`
 --   `ready_5` `ready_6` `ready_7` `ready_8` `ready_9` (_levels.lua), then `waiting`: the
---   type's events waiting for their parents (docs/WORKFLOWS.md)
+--   type's events waiting for their parents (docs/WORKFLOWS.md), and `relay`: the relay's
+--   work in the type's slot (_deps.lua)
 -- ARGV: none
 -- Returns: {scheduled, ready, in_flight, dead, next_due_ms (-1: none scheduled),
 --           scheduled_overdue, oldest_ready_entry or false, now_ms, paused, results_kept,
---           by_level, waiting}
+--           by_level, waiting, relay_due, relay_age_ms}
 --   by_level           ids ready at priority levels 0..9 (ten counts), or empty
 --                      while none waits above level 0 (_levels.lua; given the
 --                      level lists, `ready_1`..`ready_9`, whose heads count for
 --                      the oldest entry too)
 --   waiting            events waiting for their parents (docs/WORKFLOWS.md)
+--   relay_due          the relay's work due and not done: completions of the type's
+--                      events not handed to every child yet, and audits of its waiting
+--                      children past their time (0 for a type without dependencies)
+--   relay_age_ms       how long the oldest of them has been due (0: none)
 --   results_kept       outcomes kept and not expired yet (0 for a type without results=)
 --   paused             1 while the type (group) is paused (see limits.lua), else 0
 --   scheduled_overdue  scheduled events whose due time has passed (the
@@ -64,6 +69,14 @@ if lists and redis.call('ZCOUNT', K_QUEUED, LEVEL_SPAN, '+inf') > 0 then
   end
   by_level[1] = rest
 end
+-- the relay's backlog (_deps.lua): members due at or before now
+local relay_due, relay_age = 0, 0
+if K_RELAY then
+  relay_due = redis.call('ZCOUNT', K_RELAY, '-inf', now)
+  if relay_due > 0 then
+    relay_age = now - tonumber(redis.call('ZRANGE', K_RELAY, 0, 0, 'WITHSCORES')[2])
+  end
+end
 return {
   scheduled,
   redis.call('ZCARD', K_QUEUED),
@@ -77,4 +90,6 @@ return {
   K_REXP and redis.call('ZCOUNT', K_REXP, '(' .. now, '+inf') or 0,
   by_level,
   K_WAITING and redis.call('ZCARD', K_WAITING) or 0,
+  relay_due,
+  relay_age,
 }

@@ -67,7 +67,9 @@ class QueueDepthCollector(Collector):
     Exports, per event type: ``{ns}_queue_events{state=scheduled|ready|in_flight|dead}``,
     ``{ns}_queue_due_events`` (due, not yet handled) and
     ``{ns}_queue_oldest_overdue_seconds``, ``{ns}_results_kept`` (outcomes kept, types with
-    ``results=``), ``{ns}_waiting`` (events waiting for their parents, ``after=[...]``); for types with named delivery groups,
+    ``results=``), ``{ns}_waiting`` (events waiting for their parents, ``after=[...]``), ``{ns}_relay_backlog``
+    and ``{ns}_relay_lag_seconds`` (the dependency relay's due work and its oldest's age);
+    for types with named delivery groups,
     ``{ns}_queue_group_events{group=...,state=...}`` per group (``default`` for
     handlers added without a group); from the workers' heartbeats,
     ``{ns}_workers`` (live worker processes), and per type and group the
@@ -190,8 +192,21 @@ class QueueDepthCollector(Collector):
             "Events waiting for their parents (after=[...]; docs/WORKFLOWS.md)",
             labels=["event_type"],
         )
+        relay_backlog = GaugeMetricFamily(
+            f"{ns}_relay_backlog",
+            "Dependency relay work due and not done: completions not handed to every child, "
+            "audits past their time (docs/WORKFLOWS.md)",
+            labels=["event_type"],
+        )
+        relay_lag = GaugeMetricFamily(
+            f"{ns}_relay_lag_seconds",
+            "How long the oldest of relay_backlog has been due (0 when none)",
+            labels=["event_type"],
+        )
         for name, d in sorted(snapshot.items()):
             waiting.add_metric([name], d.waiting)
+            relay_backlog.add_metric([name], d.relay_backlog)
+            relay_lag.add_metric([name], d.relay_lag)
             for state in ("scheduled", "ready", "in_flight", "dead"):
                 events.add_metric([name, state], getattr(d, state))
             for level, n in sorted((d.ready_by_priority or {0: d.ready}).items()):
@@ -234,6 +249,8 @@ class QueueDepthCollector(Collector):
             events,
             ready,
             waiting,
+            relay_backlog,
+            relay_lag,
             due,
             oldest,
             kept,

@@ -136,6 +136,12 @@ class QueueCounts:
     while no ready event is above level 0 (then all of ``ready`` is level 0)."""
     waiting: int = field(default=0, compare=False)
     """Events waiting for their parents (``after=[...]``; docs/WORKFLOWS.md)."""
+    relay_backlog: int = field(default=0, compare=False)
+    """The dependency relay's work due in the type's slots and not done: completions of
+    its events not yet handed to every child, audits of its waiting children past their
+    time (docs/WORKFLOWS.md, "Dependencies"); 0 for a type without dependencies."""
+    relay_lag: float = field(default=0.0, compare=False)
+    """Seconds the oldest of :attr:`relay_backlog` has been due (0 when none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +244,8 @@ def _counts(r: Sequence[Any]) -> QueueCounts:
         results_kept=int(r[9]) if len(r) > 9 else 0,
         ready_by_priority={n: int(c) for n, c in enumerate(r[10]) if int(c)} if len(r) > 10 else {},
         waiting=int(r[11]) if len(r) > 11 else 0,
+        relay_backlog=int(r[12]) if len(r) > 12 else 0,
+        relay_lag=int(r[13]) / 1000 if len(r) > 13 else 0.0,
     )
 
 
@@ -256,6 +264,8 @@ def sum_counts(parts: Sequence[QueueCounts]) -> QueueCounts:
         due=sum(p.due for p in parts),
         results_kept=sum(p.results_kept for p in parts),
         waiting=sum(p.waiting for p in parts),
+        relay_backlog=sum(p.relay_backlog for p in parts),
+        relay_lag=max(p.relay_lag for p in parts),
         paused=any(p.paused for p in parts),  # pause() writes every partition
         ready_by_priority=_sum_levels(parts),
     )
