@@ -19,7 +19,7 @@ from ..partitions.routing import Router
 from ..runtime.heartbeat import WorkerInfo, read_workers
 from ..runtime.history import HistoryPoint, Window, read_history
 from ..storage.store import Store
-from .records import RunProgress, check_page, utc
+from .records import RunProgress, check_page, merged_page, utc
 
 __all__ = ["DUE_RANGES", "Browser", "DueHistogram", "InFlightEvent"]
 
@@ -75,17 +75,13 @@ class Browser:
         check_page(limit, offset)
         store = self._store
         shards = store.types.shards(type_name)
-        if len(shards) == 1:
-            now_ms, page = await store.browsing.inflight_page(shards[0], offset, limit, group=group)
-        else:
-            now_ms, page = 0, []
-            for shard in shards:
-                shard_now, part = await store.browsing.inflight_page(
-                    shard, 0, offset + limit, group=group
-                )
-                now_ms = max(now_ms, shard_now)
-                page.extend(part)
-            page = sorted(page, key=lambda e: (e[1], e[0]))[offset : offset + limit]
+        now_ms, page = await merged_page(
+            shards,
+            lambda shard, at, count: store.browsing.inflight_page(shard, at, count, group=group),
+            offset,
+            limit,
+            key=lambda e: (e[1], e[0]),
+        )
         checked = utc(now_ms)
         ids = [raw for raw, _, _ in page]
         reported: dict[bytes, bytes] = {}

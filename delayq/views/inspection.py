@@ -39,6 +39,7 @@ from .records import (
     ScheduledEvent,
     _Decoded,
     check_page,
+    dead_letter,
     decode_payload,
     utc,
 )
@@ -278,20 +279,5 @@ class Inspector:
             raise ValueError(f"limit must be a positive int, not {limit!r}")
         check_page(min(limit, MAX_PAGE), offset)
         cls = self._types.cls_of(name)
-        items = []
-        for record in await self._router.dead_letters(name, offset, limit, group):
-            decoded = decode_payload(record.envelope, record.raw_id, cls, self._codec)
-            items.append(
-                DeadLetter(
-                    id=record.raw_id.decode("utf-8", "replace"),
-                    event=decoded.event,
-                    context=decoded.context,
-                    attempts=record.attempts,
-                    error=record.error,
-                    failed_at=datetime.fromtimestamp(record.failed_at_ms / 1000, timezone.utc),
-                    raw=record.envelope,
-                    decode_error=decoded.error,
-                    payload=decoded.payload,
-                )
-            )
-        return items
+        records = await self._router.dead_letters(name, offset, limit, group)
+        return [dead_letter(record, cls, self._codec) for record in records]

@@ -10,10 +10,10 @@ JSON form the CLI and the dashboard print.
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypeVar, overload
 
 import msgspec
 
@@ -21,6 +21,7 @@ from ..codec import Codec, open_envelope
 from ..context import Parent
 from ..errors import DecodeError
 from ..events import Event
+from ..storage.records import DeadRecord
 
 __all__ = [
     "MAX_PAGE",
@@ -35,6 +36,8 @@ __all__ = [
     "decode_payload",
     "utc",
 ]
+
+_R = TypeVar("_R")
 
 EventTypeRef = type[Event] | str
 """An event type given as its class or as its wire name."""
@@ -338,6 +341,42 @@ class DeadLetter:
             "payload": self.payload,
             "decode_error": self.decode_error,
         }
+
+
+def dead_letter(record: DeadRecord, cls: type[Event] | None, codec: Codec) -> DeadLetter:
+    """A stored dead letter opened into its public record."""
+    decoded = decode_payload(record.envelope, record.raw_id, cls, codec)
+    return DeadLetter(
+        id=record.raw_id.decode("utf-8", "replace"),
+        event=decoded.event,
+        context=decoded.context,
+        attempts=record.attempts,
+        error=record.error,
+        failed_at=utc(record.failed_at_ms),
+        raw=record.envelope,
+        decode_error=decoded.error,
+        payload=decoded.payload,
+    )
+
+
+async def merged_page(
+    shards: Sequence[str],
+    read: Callable[[str, int, int], Awaitable[tuple[int, list[_R]]]],
+    offset: int,
+    limit: int,
+    key: Callable[[_R], Any],
+) -> tuple[int, list[_R]]:
+    """Redis's time (ms) and the page ``offset .. offset+limit-1`` of a type's shards, by
+    ``key``: ``read(shard, offset, limit)`` pages one shard; several shards each give their
+    first ``offset+limit`` entries, merged."""
+    if len(shards) == 1:
+        return await read(shards[0], offset, limit)
+    now_ms, page = 0, []
+    for shard in shards:
+        shard_now, part = await read(shard, 0, offset + limit)
+        now_ms = max(now_ms, shard_now)
+        page.extend(part)
+    return now_ms, sorted(page, key=key)[offset : offset + limit]
 
 
 def check_page(limit: object, offset: object) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 from ..codec import Codec
 from ..events import Event, EventTypes
 from ..storage.store import DeadRecord, Store
-from .records import MAX_PAGE, DeadLetter, decode_payload, utc
+from .records import MAX_PAGE, DeadLetter, dead_letter, decode_payload, merged_page, utc
 
 __all__ = [
     "DeadLetterSearch",
@@ -102,16 +102,13 @@ async def ready(
     them (a partitioned type's partitions merged by push order)."""
     _check("limit", limit, 1, MAX_PAGE)
     _check("offset", offset, 0, _MAX_OFFSET)
-    shards = store.types.shards(type_name)
-    if len(shards) == 1:
-        now_ms, page = await store.browsing.ready_page(shards[0], offset, limit, group=group)
-    else:
-        now_ms, page = 0, []
-        for shard in shards:
-            shard_now, part = await store.browsing.ready_page(shard, 0, offset + limit, group=group)
-            now_ms = max(now_ms, shard_now)
-            page.extend(part)
-        page = sorted(page, key=lambda r: (r.score, r.raw_id))[offset : offset + limit]
+    now_ms, page = await merged_page(
+        store.types.shards(type_name),
+        lambda shard, at, count: store.browsing.ready_page(shard, at, count, group=group),
+        offset,
+        limit,
+        key=lambda r: (r.score, r.raw_id),
+    )
     checked = utc(now_ms)
     items = []
     for r in page:
@@ -252,22 +249,7 @@ async def find_dead_letters(
         count = await store.dead.dead_count(shard, group=group)
         complete = complete and at >= count
     records = list(heapq.merge(*pages, key=lambda r: (r.failed_at_ms, r.raw_id)))[:limit]
-    items = []
-    for r in records:
-        decoded = decode_payload(r.envelope, r.raw_id, cls, codec)
-        items.append(
-            DeadLetter(
-                id=r.raw_id.decode("utf-8", "replace"),
-                event=decoded.event,
-                context=decoded.context,
-                attempts=r.attempts,
-                error=r.error,
-                failed_at=utc(r.failed_at_ms),
-                raw=r.envelope,
-                decode_error=decoded.error,
-                payload=decoded.payload,
-            )
-        )
+    items = [dead_letter(r, cls, codec) for r in records]
     return DeadLetterSearch(items, next_offset, complete)
 
 
