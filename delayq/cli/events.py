@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 import typer
@@ -214,18 +214,20 @@ def enqueue(
         )
 
 
+def _one_group(action: str) -> Any:
+    """The ``--group`` option of a command acting on every delivery group unless given one."""
+    return typer.Option(
+        "--group",
+        help=f"{action} for this delivery group only (default: every group).",
+        show_default=False,
+    )
+
+
 @with_connection
 def cancel(
     type_name: TypeName,
     event_id: EventId,
-    group: Annotated[
-        str | None,
-        typer.Option(
-            "--group",
-            help="Cancel it for this delivery group only (default: every group).",
-            show_default=False,
-        ),
-    ] = None,
+    group: Annotated[str | None, _one_group("Cancel it")] = None,
     as_json: Json = False,
     conn: Connection = Connection(),
 ) -> None:
@@ -268,14 +270,7 @@ async def _known_group(service: EventService, name: str, group: str | None) -> N
 def run_now(
     type_name: TypeName,
     event_id: EventId,
-    group: Annotated[
-        str | None,
-        typer.Option(
-            "--group",
-            help="Run it now for this delivery group only (default: every group).",
-            show_default=False,
-        ),
-    ] = None,
+    group: Annotated[str | None, _one_group("Run it now")] = None,
     as_json: Json = False,
     conn: Connection = Connection(),
 ) -> None:
