@@ -13,7 +13,7 @@ from ..service import EventService
 from .ops import run
 from .output import console, print_json, text
 from .target import load_service
-from .worker import Target
+from .worker import Factory, Target
 
 __all__ = ["check", "register", "run_checks"]
 
@@ -127,9 +127,7 @@ async def _check_acl(redis: Any, prefix: str) -> tuple[str, str, str]:
 
 def check(
     target: Target,
-    factory: Annotated[
-        bool, typer.Option("--factory", help="Call MODULE:ATTR to get the service.")
-    ] = False,
+    factory: Factory = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
 ) -> None:
     """Check that the service can run: Redis reachable, Lua scripts load,

@@ -232,13 +232,12 @@ Target = Annotated[
         show_default=False,
     ),
 ]
+Factory = Annotated[bool, typer.Option("--factory", help="Call MODULE:ATTR to get the service.")]
 
 
 def worker(
     target: Target,
-    factory: Annotated[
-        bool, typer.Option("--factory", help="Call MODULE:ATTR to get the service.")
-    ] = False,
+    factory: Factory = False,
     processes: Annotated[
         int,
         typer.Option(
