@@ -235,6 +235,11 @@ Target = Annotated[
 Factory = Annotated[bool, typer.Option("--factory", help="Call MODULE:ATTR to get the service.")]
 
 
+def _port(flag: str, help: str) -> Any:
+    """An optional TCP port option (off unless given) serving ``help``'s endpoint."""
+    return typer.Option(flag, min=0, max=65535, help=help, show_default=False)
+
+
 def worker(
     target: Target,
     factory: Factory = False,
@@ -277,14 +282,11 @@ def worker(
     ] = "text",
     health_port: Annotated[
         int | None,
-        typer.Option(
+        _port(
             "--health-port",
-            min=0,
-            max=65535,
-            help="Serve GET /healthz (the process and its loops are alive) and GET "
+            "Serve GET /healthz (the process and its loops are alive) and GET "
             "/readyz (Redis reachable and every consumer running) on this port, "
             "for Kubernetes probes. Off by default.",
-            show_default=False,
         ),
     ] = None,
     health_host: Annotated[
@@ -315,15 +317,12 @@ def worker(
     ] = None,
     metrics_port: Annotated[
         int | None,
-        typer.Option(
+        _port(
             "--metrics-port",
-            min=0,
-            max=65535,
-            help="Serve Prometheus metrics at GET /metrics on this port (needs "
+            "Serve Prometheus metrics at GET /metrics on this port (needs "
             "delayq\\[prometheus]): queue depth and backlog age read from Redis, plus this "
             "process's counters and histograms when the service was built with "
             "metrics=PrometheusMetrics(). With --processes N, worker i uses PORT+i.",
-            show_default=False,
         ),
     ] = None,
     metrics_host: Annotated[
