@@ -15,7 +15,6 @@ from ..events import validate_name
 from ..keys import DEFAULT_GROUP
 from ..service import EventService
 from .ops import (
-    MAX_OFFSET,
     Connection,
     GroupName,
     Json,
@@ -23,7 +22,9 @@ from .ops import (
     TypeName,
     Yes,
     confirm,
+    ids_argument,
     known_type,
+    offset_option,
     parse_delay,
     pick_ids,
     run,
@@ -145,10 +146,7 @@ def dead_group(ctx: typer.Context) -> None:
 def dead_list(
     type_name: TypeName,
     limit: Limit = 20,
-    offset: Annotated[
-        int,
-        typer.Option("--offset", min=0, max=MAX_OFFSET, help="Skip this many (oldest first)."),
-    ] = 0,
+    offset: Annotated[int, offset_option("oldest")] = 0,
     group: GroupName = DEFAULT_GROUP,
     as_json: Json = False,
     conn: Connection = Connection(),
@@ -192,10 +190,7 @@ def dead_list(
 @with_connection
 def dead_requeue(
     type_name: TypeName,
-    ids: Annotated[
-        list[str] | None,
-        typer.Argument(metavar="[ID]...", help="Dead letters to requeue.", show_default=False),
-    ] = None,
+    ids: Annotated[list[str] | None, ids_argument("Dead letters to requeue.")] = None,
     all_: Annotated[
         bool, typer.Option("--all", help="Requeue every dead letter of the type.")
     ] = False,
@@ -229,10 +224,7 @@ def dead_requeue(
 @with_connection
 def dead_purge(
     type_name: TypeName,
-    ids: Annotated[
-        list[str] | None,
-        typer.Argument(metavar="[ID]...", help="Dead letters to delete.", show_default=False),
-    ] = None,
+    ids: Annotated[list[str] | None, ids_argument("Dead letters to delete.")] = None,
     all_: Annotated[
         bool, typer.Option("--all", help="Delete every dead letter of the type.")
     ] = False,

@@ -22,6 +22,7 @@ from .ops import (
     TypeName,
     Yes,
     confirm,
+    ids_argument,
     known_type,
     parse_delay,
     pick_ids,
@@ -297,10 +298,7 @@ def run_now(
 @with_connection
 def purge(
     type_name: TypeName,
-    ids: Annotated[
-        list[str] | None,
-        typer.Argument(metavar="[ID]...", help="Events to cancel.", show_default=False),
-    ] = None,
+    ids: Annotated[list[str] | None, ids_argument("Events to cancel.")] = None,
     all_: Annotated[
         bool,
         typer.Option("--all", help="Cancel every waiting (scheduled or ready) event of the type."),

@@ -39,7 +39,9 @@ __all__ = [
     "Yes",
     "confirm",
     "connect",
+    "ids_argument",
     "known_type",
+    "offset_option",
     "parse_delay",
     "pick_ids",
     "run",
@@ -99,6 +101,11 @@ CHOOSE_WHERE = (
     "choose the prefix with --prefix or DELAYQ_PREFIX (the services' prefix= option) "
     "and the Redis with --redis-url or REDIS_URL"
 )
+
+
+def offset_option(order: str) -> Any:
+    """The ``--offset`` option of a listing whose first rows are the ``order`` ones."""
+    return typer.Option("--offset", min=0, max=MAX_OFFSET, help=f"Skip this many ({order} first).")
 
 
 def safe_url(url: str) -> str:
@@ -236,6 +243,11 @@ def parse_delay(value: str) -> float:
         return parse_duration(value)
     except ValueError as exc:
         fail(str(exc))
+
+
+def ids_argument(help: str) -> Any:
+    """The ``[ID]...`` argument of a command given IDs or ``--all`` (see :func:`pick_ids`)."""
+    return typer.Argument(metavar="[ID]...", help=help, show_default=False)
 
 
 def pick_ids(ids: list[str] | None, all_: bool, action: str) -> list[str] | None:

@@ -20,13 +20,13 @@ from ..service import EventService
 from ..storage.store import QueueCounts
 from ..views.inspection import EventInfo
 from .ops import (
-    MAX_OFFSET,
     Connection,
     EventId,
     Json,
     Limit,
     TypeName,
     known_type,
+    offset_option,
     parse_delay,
     run,
     with_connection,
@@ -294,10 +294,7 @@ def inspect(
 def scheduled(
     type_name: TypeName,
     limit: Limit = 20,
-    offset: Annotated[
-        int,
-        typer.Option("--offset", min=0, max=MAX_OFFSET, help="Skip this many (earliest first)."),
-    ] = 0,
+    offset: Annotated[int, offset_option("earliest")] = 0,
     as_json: Json = False,
     conn: Connection = Connection(),
 ) -> None:
