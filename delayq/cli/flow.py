@@ -11,7 +11,6 @@ import typer
 from rich.table import Table
 
 from ..events import validate_name
-from ..flow.control import KEEP
 from ..flow.keys import KeyBacklogs
 from ..flow.limits import FlowLimits
 from ..keys import DEFAULT_GROUP
@@ -108,8 +107,13 @@ async def _call(service: EventService, what: str, **kwargs: Any) -> FlowLimits:
         fail(str(exc))
 
 
-def _set_limits(type_name: str, scope: Scope, conn: Connection, **changes: Any) -> None:
-    """``set_limits`` with ``changes`` (KEEP: left as it is); show the limits it leaves."""
+_LIMITS = ("concurrency", "rate", "per_key_concurrency", "per_key_rate")
+"""The limits ``limits set`` and ``limits clear`` change, in the order of their options."""
+
+
+def _set_limits(type_name: str, scope: Scope, conn: Connection, changes: dict[str, Any]) -> None:
+    """``set_limits`` with ``changes`` (a limit not in them is left as it is); show the
+    limits it leaves."""
 
     async def act(service: EventService, group: str | None) -> FlowLimits:
         return await _call(service, "set_limits", event_type=type_name, group=group, **changes)
@@ -164,26 +168,13 @@ def limits_set(
 ) -> None:
     """Set limits; those not given are left as they are. Every worker obeys within ~1 s."""
     scope.checked(type_name)
-    given = (concurrency, rate, per_key_concurrency, per_key_rate)
-    if all(value is None for value in given):
+    given = dict(zip(_LIMITS, (concurrency, rate, per_key_concurrency, per_key_rate)))
+    if all(value is None for value in given.values()):
         fail(
             "limits set: give --concurrency, --rate, --per-key-concurrency and/or "
             "--per-key-rate (limits clear removes them)"
         )
-    per_key: dict[str, Any] = {}
-    if per_key_concurrency is not None:
-        per_key["per_key_concurrency"] = per_key_concurrency
-    if per_key_rate is not None:
-        per_key["per_key_rate"] = per_key_rate
-
-    _set_limits(
-        type_name,
-        scope,
-        conn,
-        concurrency=KEEP if concurrency is None else concurrency,
-        rate=KEEP if rate is None else rate,
-        **per_key,
-    )
+    _set_limits(type_name, scope, conn, {k: v for k, v in given.items() if v is not None})
 
 
 @limits.command("clear")
@@ -201,17 +192,9 @@ def limits_clear(
     conn: Connection = Connection(),
 ) -> None:
     """Remove limits (all, unless --concurrency, --rate or --per-key picks); pause is kept."""
-    every = not concurrency and not rate and not per_key
-
-    _set_limits(
-        type_name,
-        scope,
-        conn,
-        concurrency=None if every or concurrency else KEEP,
-        rate=None if every or rate else KEEP,
-        per_key_concurrency=None if every or per_key else KEEP,
-        per_key_rate=None if every or per_key else KEEP,
-    )
+    picked = dict(zip(_LIMITS, (concurrency, rate, per_key, per_key)))
+    every = not any(picked.values())
+    _set_limits(type_name, scope, conn, {k: None for k, pick in picked.items() if every or pick})
 
 
 @limits.command("keys")
