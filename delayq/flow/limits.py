@@ -201,17 +201,13 @@ class FlowLimits:
         if self.concurrency is not None:
             out["concurrency"] = str(_positive("concurrency", self.concurrency))
         if self.rate is not None:
-            out["rate_n"] = str(self.rate.count)
-            out["rate_ms"] = str(self.rate.period_ms)
-            out["burst"] = str(self.rate.burst)
+            out.update(_rate_fields(self.rate))
         if self.paused:
             out["paused"] = "1"
         if self.per_key_concurrency is not None:
             out["key_concurrency"] = str(_positive("per_key_concurrency", self.per_key_concurrency))
         if self.per_key_rate is not None:
-            out["key_rate_n"] = str(self.per_key_rate.count)
-            out["key_rate_ms"] = str(self.per_key_rate.period_ms)
-            out["key_burst"] = str(self.per_key_rate.burst)
+            out.update(_rate_fields(self.per_key_rate, "key_"))
         if self.priority_aging is not None:
             out["aging"] = str(aging_ms(self.priority_aging))
         return out
@@ -245,6 +241,16 @@ class FlowLimits:
             rate("key_rate_n", "key_rate_ms", "key_burst"),
             None if count("aging") is None else timedelta(milliseconds=count("aging") or 0),
         )
+
+
+def _rate_fields(rate: Rate, prefix: str = "") -> dict[str, str]:
+    """The limits HASH fields of ``rate``: ``rate_n``, ``rate_ms``, ``burst``, named with
+    ``prefix`` (``key_``: the per-key rate; ``t_``: a partitioned type's whole rate)."""
+    return {
+        f"{prefix}rate_n": str(rate.count),
+        f"{prefix}rate_ms": str(rate.period_ms),
+        f"{prefix}burst": str(rate.burst),
+    }
 
 
 def aging_ms(value: Any) -> int:
@@ -310,20 +316,9 @@ def split_rate(rate: Rate | None, parts: int) -> list[dict[str, str]]:
             {"rate_n": "", "rate_ms": "", "burst": "", "tat": "", **_T_RATE} for _ in range(parts)
         ]
     if parts == 1:
-        return [
-            {
-                "rate_n": str(rate.count),
-                "rate_ms": str(rate.period_ms),
-                "burst": str(rate.burst),
-                **_T_RATE,
-            }
-        ]
+        return [{**_rate_fields(rate), **_T_RATE}]
     burst = max(rate.burst, parts)
-    total = {
-        "t_rate_n": str(rate.count),
-        "t_rate_ms": str(rate.period_ms),
-        "t_burst": str(rate.burst),
-    }
+    total = _rate_fields(rate, "t_")
     return [
         {
             "rate_n": str(rate.count),
