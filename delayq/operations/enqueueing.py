@@ -163,8 +163,8 @@ class Enqueuer:
         self._layouts_read: set[str] = set()  # type names whose layouts were read from Redis
         # type name -> the bound counter of each enqueue outcome code (or _UNBOUND)
         self._by_code: dict[str, list[Any]] = {}
-        # classes enqueued before -> (wire name, has a flow_key field)
-        self._known: dict[type, tuple[str, bool]] = {}
+        # classes enqueued before -> (wire name, has a flow_key field, priority level)
+        self._known: dict[type, tuple[str, bool, int]] = {}
         # (async, hook) of service.use_enqueue, in order; empty: no per-event work
         self.hooks: list[tuple[bool, EnqueueHook]] = []
 
@@ -192,25 +192,28 @@ class Enqueuer:
         context: Mapping[str, str] | None,
         key: str | None,
         checked: bool = False,
-    ) -> tuple[str, bytes, str | None]:
-        """The event's type name, envelope and flow key (``key`` if given), checked.
+    ) -> tuple[str, bytes, str | None, int]:
+        """The event's type name, envelope, flow key (``key`` if given) and its class's
+        priority level, checked.
 
         A class met before skips the class checks and the flow-key lookup when it has
-        no ``flow_key`` field (a dict lookup instead of four calls per enqueue).
+        no ``flow_key`` field (a dict lookup instead of four calls per enqueue), and the
+        lookup of its level.
         ``checked``: the context is a trace carrier delayq made (see ``Codec.encode``)."""
         cls = type(event)
         known = self._known.get(cls)
         if known is None:
             check_event(event)
             name = self._types.register(cls)
-            known = self._known[cls] = (name, getattr(cls, "event_flow_key", None) is not None)
+            has_field = getattr(cls, "event_flow_key", None) is not None
+            known = self._known[cls] = (name, has_field, cls.event_priority)
         else:
             event_id = event.id
             if type(event_id) is not str or not event_id:
                 check_event(event)  # raises the error this id deserves
-        name, has_field = known
+        name, has_field, level = known
         flow_key = event_key(event, key) if key is not None or has_field else None
-        return name, self._codec.encode(event, context, checked=checked), flow_key
+        return name, self._codec.encode(event, context, checked=checked), flow_key, level
 
     def _counter(self, name: str, code: int) -> Callable[[int], None] | None:
         """The bound counter of outcome ``code`` (an :class:`Enqueued`) of type ``name``:
@@ -245,11 +248,8 @@ class Enqueuer:
         """Enqueue one event due in ``ms`` (or at unix ms ``ms`` when ``absolute``), under
         flow key ``key`` (None: its class's ``flow_key`` field, if any), at priority level
         ``priority`` (checked; None: its class's ``priority=``)."""
-        level = (
-            getattr(type(event), "event_priority", 0)
-            if priority is None
-            else check_priority(priority)
-        )
+        if priority is not None:
+            check_priority(priority)
         if self.hooks:
             context = await self._hooked(event, context)
         if self._pending.any:
@@ -262,9 +262,11 @@ class Enqueuer:
             quick = observer.context_without_span
             stored_context = None if quick is None else quick(context)
             if stored_context is None:
-                return await self._one_traced(event, ms, absolute, context, replace, key, level)
+                return await self._one_traced(event, ms, absolute, context, replace, key, priority)
             ours = context is None  # the trace's carrier alone: str to str already
-        name, envelope, flow_key = self._prepare(event, stored_context, key, ours)
+        name, envelope, flow_key, level = self._prepare(event, stored_context, key, ours)
+        if priority is not None:
+            level = priority
         (code,) = await self._router.enqueue(
             name,
             type(event).event_partitions,
@@ -290,11 +292,13 @@ class Enqueuer:
         context: Any,
         replace: bool | Dedup,
         key: str | None,
-        level: int,
+        priority: int | None,
     ) -> bool:
         """:meth:`one` inside the send span of the enqueue."""
         with self._observer.sending(event, context) as stored_context:
-            name, envelope, flow_key = self._prepare(event, stored_context, key)
+            name, envelope, flow_key, level = self._prepare(event, stored_context, key)
+            if priority is not None:
+                level = priority
             (code,) = await self._router.enqueue(
                 name,
                 type(event).event_partitions,
@@ -379,12 +383,11 @@ class Enqueuer:
             event, ms = item_due(item, default_ms)
             check_debounce(replace, ms)
             ctx = context if hooked is None else {**(context or {}), **(hooked[index] or {})}
-            name, envelope, flow_key = self._prepare(event, ctx, key)
+            name, envelope, flow_key, level = self._prepare(event, ctx, key)
             partitions[name] = type(event).event_partitions
             by_type.setdefault(name, []).append((index, (event.id, envelope, ms)))
             keys.setdefault(name, []).append(flow_key)
-            level = type(event).event_priority if priority is None else priority
-            levels.setdefault(name, []).append(level)
+            levels.setdefault(name, []).append(level if priority is None else priority)
             count = index + 1
         results = [False] * count
         for name, entries in by_type.items():
@@ -424,7 +427,7 @@ class Enqueuer:
         partitions: dict[str, int] = {}
         for index, item in enumerate(items):
             event, ms = item_due(item, default_ms)
-            name, envelope, flow_key = self._prepare(
+            name, envelope, flow_key, _ = self._prepare(
                 event, ctx if hooked is None else {**ctx, **(hooked[index] or {})}, None
             )
             if flow_key is not None:

@@ -30,10 +30,13 @@ _pack = msgspec.msgpack.Encoder().encode
 class _Batch:
     """Single-event enqueues of one (type, mode) waiting to be sent together."""
 
-    pending: list[tuple[tuple[str, bytes, int], str | None, int, asyncio.Future[int]]] = field(
+    pending: list[tuple[tuple[str, bytes, int], str | None, asyncio.Future[int]]] = field(
         default_factory=list
     )
     task: asyncio.Task[None] | None = None
+    # the priority level of a pending event above level 0, by its caller's future: kept
+    # aside so that the enqueues of a type without levels do nothing more per event
+    levels: dict[asyncio.Future[int], int] = field(default_factory=dict)
 
 
 class Enqueueing:
@@ -83,8 +86,9 @@ class Enqueueing:
             batch = self._batches[key] = _Batch()
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         (flow_key,) = keys if keys else (None,)  # the one item's flow key
-        (level,) = priorities if priorities else (0,)
-        batch.pending.append((items[0], flow_key, level, future))
+        batch.pending.append((items[0], flow_key, future))
+        if priorities:
+            batch.levels[future] = priorities[0]
         if batch.task is None:
             batch.task = asyncio.create_task(self._flush(key, batch))
         return [await future]
@@ -98,42 +102,44 @@ class Enqueueing:
     async def _flush(self, key: tuple[str, bool, bool | Dedup], batch: _Batch) -> None:
         """Send coalesced single-event enqueues until none are waiting."""
         shard, absolute, replace = key
-        sending: list[tuple[tuple[str, bytes, int], str | None, int, asyncio.Future[int]]] = []
+        sending: list[tuple[tuple[str, bytes, int], str | None, asyncio.Future[int]]] = []
         try:
             await asyncio.sleep(0)  # the callers of this loop iteration join the first call
             while batch.pending:
                 # a caller cancelled before its event was sent does not enqueue it
-                sending = [p for p in batch.pending[:ENQUEUE_CHUNK] if not p[3].cancelled()]
+                sending = [p for p in batch.pending[:ENQUEUE_CHUNK] if not p[2].cancelled()]
                 del batch.pending[:ENQUEUE_CHUNK]
                 if not sending:
                     continue
-                keyed = [key for _, key, _, _ in sending]
-                levels = [level for _, _, level, _ in sending]
+                keyed = [key for _, key, _ in sending]
+                aside = batch.levels  # empty unless a pending event has a level above 0
+                levels = [aside.pop(f, 0) for _, _, f in sending] if aside else None
                 try:
                     codes = await self._enqueue_now(
                         shard,
-                        [item for item, _, _, _ in sending],
+                        [item for item, _, _ in sending],
                         absolute=absolute,
                         replace=replace,
                         keys=keyed if any(keyed) else None,
-                        priorities=levels if any(levels) else None,
+                        priorities=levels if levels and any(levels) else None,
                     )
                 except Exception as exc:
-                    for _, _, _, future in sending:
+                    for _, _, future in sending:
                         if not future.done():
                             future.set_exception(exc)
                 else:
-                    for (_, _, _, future), code in zip(sending, codes, strict=True):
+                    for (_, _, future), code in zip(sending, codes, strict=True):
                         if not future.done():
                             future.set_result(code)
                 sending = []
         finally:
             batch.task = None
             # Cancelled (the event loop is closing): no caller may wait forever.
-            for _, _, _, future in sending + batch.pending:
+            for _, _, future in sending + batch.pending:
                 if not future.done():
                     future.cancel()
             batch.pending.clear()
+            batch.levels.clear()
 
     async def _enqueue_now(
         self,
