@@ -150,6 +150,35 @@ async def test_class_default_and_replace_changes_the_level(
         assert not await redis_client.exists(keys.prio)
 
 
+async def test_coalesced_single_enqueues_keep_each_callers_level(
+    redis_url: str, prefix: str
+) -> None:
+    """Concurrent single enqueues go out in shared script calls: each event keeps its own
+    level (explicit, the class's, or 0 among others), and a caller cancelled while waiting
+    leaves the others' levels as they were."""
+    service = await _service(redis_url, prefix, enable_scheduling=False)
+    levels = {f"c{i}": i % 4 * 3 for i in range(40)}  # 0, 3, 6, 9 mixed in one burst
+    async with service:
+        tasks = {
+            event_id: asyncio.create_task(
+                service.enqueue_with_delay(Job(id=event_id), priority=level or None)
+            )
+            for event_id, level in levels.items()
+        }
+        reports = [asyncio.create_task(service.enqueue_with_delay(Report(id="r")))]
+        await asyncio.sleep(0)  # every caller waits in its batch now
+        tasks.pop("c1").cancel()  # level 3, waiting to be sent
+        assert await asyncio.gather(*tasks.values(), *reports) == [True] * 40
+        for event_id in tasks:
+            assert (await service.inspect(Job, event_id)).priority == levels[event_id]
+        assert (await service.inspect(Report, "r")).priority == 5
+        cancelled = await service.inspect(Job, "c1")  # not sent, or sent whole at its level
+        assert cancelled.state == "absent" or cancelled.priority == 3
+        expected = {level: 10 for level in (0, 3, 6, 9)}
+        expected[3] -= cancelled.state == "absent"
+        assert (await service.stats_for(Job)).ready_by_priority == expected
+
+
 async def test_a_retry_keeps_its_priority(
     redis_url: str, prefix: str, redis_client: aioredis.Redis
 ) -> None:
