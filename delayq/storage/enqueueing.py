@@ -106,14 +106,18 @@ class Enqueueing:
         try:
             await asyncio.sleep(0)  # the callers of this loop iteration join the first call
             while batch.pending:
-                # a caller cancelled before its event was sent does not enqueue it
-                sending = [p for p in batch.pending[:ENQUEUE_CHUNK] if not p[2].cancelled()]
+                chunk = batch.pending[:ENQUEUE_CHUNK]
                 del batch.pending[:ENQUEUE_CHUNK]
+                # the chunk's levels leave the batch's (a cancelled caller's too: none stays
+                # behind while the batch keeps filling); empty unless one is above 0
+                aside = batch.levels
+                chunk_levels = {f: aside.pop(f, 0) for _, _, f in chunk} if aside else None
+                # a caller cancelled before its event was sent does not enqueue it
+                sending = [p for p in chunk if not p[2].cancelled()]
                 if not sending:
                     continue
                 keyed = [key for _, key, _ in sending]
-                aside = batch.levels  # empty unless a pending event has a level above 0
-                levels = [aside.pop(f, 0) for _, _, f in sending] if aside else None
+                levels = None if chunk_levels is None else [chunk_levels[f] for _, _, f in sending]
                 try:
                     codes = await self._enqueue_now(
                         shard,
