@@ -163,8 +163,9 @@ class Enqueuer:
         self._layouts_read: set[str] = set()  # type names whose layouts were read from Redis
         # type name -> the bound counter of each enqueue outcome code (or _UNBOUND)
         self._by_code: dict[str, list[Any]] = {}
-        # classes enqueued before -> (wire name, has a flow_key field, priority level)
-        self._known: dict[type, tuple[str, bool, int]] = {}
+        # classes enqueued before -> (wire name, has a flow_key field, priority level,
+        # partition count)
+        self._known: dict[type, tuple[str, bool, int, int]] = {}
         # (async, hook) of service.use_enqueue, in order; empty: no per-event work
         self.hooks: list[tuple[bool, EnqueueHook]] = []
 
@@ -192,13 +193,13 @@ class Enqueuer:
         context: Mapping[str, str] | None,
         key: str | None,
         checked: bool = False,
-    ) -> tuple[str, bytes, str | None, int]:
-        """The event's type name, envelope, flow key (``key`` if given) and its class's
-        priority level, checked.
+    ) -> tuple[str, bytes, str | None, int, int]:
+        """The event's type name, envelope, flow key (``key`` if given), and its class's
+        priority level and partition count, checked.
 
         A class met before skips the class checks and the flow-key lookup when it has
         no ``flow_key`` field (a dict lookup instead of four calls per enqueue), and the
-        lookup of its level.
+        lookups of its level and partitions.
         ``checked``: the context is a trace carrier delayq made (see ``Codec.encode``)."""
         cls = type(event)
         known = self._known.get(cls)
@@ -206,14 +207,15 @@ class Enqueuer:
             check_event(event)
             name = self._types.register(cls)
             has_field = getattr(cls, "event_flow_key", None) is not None
-            known = self._known[cls] = (name, has_field, cls.event_priority)
+            known = self._known[cls] = (name, has_field, cls.event_priority, cls.event_partitions)
         else:
             event_id = event.id
             if type(event_id) is not str or not event_id:
                 check_event(event)  # raises the error this id deserves
-        name, has_field, level = known
+        name, has_field, level, partitions = known
         flow_key = event_key(event, key) if key is not None or has_field else None
-        return name, self._codec.encode(event, context, checked=checked), flow_key, level
+        envelope = self._codec.encode(event, context, checked=checked)
+        return name, envelope, flow_key, level, partitions
 
     def _counter(self, name: str, code: int) -> Callable[[int], None] | None:
         """The bound counter of outcome ``code`` (an :class:`Enqueued`) of type ``name``:
@@ -264,12 +266,14 @@ class Enqueuer:
             if stored_context is None:
                 return await self._one_traced(event, ms, absolute, context, replace, key, priority)
             ours = context is None  # the trace's carrier alone: str to str already
-        name, envelope, flow_key, level = self._prepare(event, stored_context, key, ours)
+        name, envelope, flow_key, level, partitions = self._prepare(
+            event, stored_context, key, ours
+        )
         if priority is not None:
             level = priority
         (code,) = await self._router.enqueue(
             name,
-            type(event).event_partitions,
+            partitions,
             [(event.id, envelope, ms)],
             absolute=absolute,
             replace=replace,
@@ -296,12 +300,12 @@ class Enqueuer:
     ) -> bool:
         """:meth:`one` inside the send span of the enqueue."""
         with self._observer.sending(event, context) as stored_context:
-            name, envelope, flow_key, level = self._prepare(event, stored_context, key)
+            name, envelope, flow_key, level, parts = self._prepare(event, stored_context, key)
             if priority is not None:
                 level = priority
             (code,) = await self._router.enqueue(
                 name,
-                type(event).event_partitions,
+                parts,
                 [(event.id, envelope, ms)],
                 absolute=absolute,
                 replace=replace,
@@ -383,8 +387,8 @@ class Enqueuer:
             event, ms = item_due(item, default_ms)
             check_debounce(replace, ms)
             ctx = context if hooked is None else {**(context or {}), **(hooked[index] or {})}
-            name, envelope, flow_key, level = self._prepare(event, ctx, key)
-            partitions[name] = type(event).event_partitions
+            name, envelope, flow_key, level, parts = self._prepare(event, ctx, key)
+            partitions[name] = parts
             by_type.setdefault(name, []).append((index, (event.id, envelope, ms)))
             keys.setdefault(name, []).append(flow_key)
             levels.setdefault(name, []).append(level if priority is None else priority)
@@ -427,12 +431,12 @@ class Enqueuer:
         partitions: dict[str, int] = {}
         for index, item in enumerate(items):
             event, ms = item_due(item, default_ms)
-            name, envelope, flow_key, _ = self._prepare(
+            name, envelope, flow_key, _, parts = self._prepare(
                 event, ctx if hooked is None else {**ctx, **(hooked[index] or {})}, None
             )
             if flow_key is not None:
                 raise ValueError("an event enqueued with after= cannot have a flow key (yet)")
-            partitions[name] = type(event).event_partitions
+            partitions[name] = parts
             by_type.setdefault(name, []).append((index, (event.id, envelope, ms)))
         codes = [0] * len(items)
         for name, entries in by_type.items():
