@@ -189,18 +189,20 @@ async def test_sqlalchemy_connection_and_session(postgres_url, schema, service):
 async def test_two_relays_share_the_work(pg, schema, service, postgres_url, wait_for):
     outbox = Outbox(schema)
     total = 3000
-    for start in range(0, total, 500):
-        async with pg.transaction():
-            await outbox.enqueue_many(
-                pg, [Ping(id=f"p{i}", n=i) for i in range(start, start + 500)], 3600
-            )
     relays = [
         OutboxRelay(service, postgres_url, schema=schema, batch_size=50, poll_interval=0.1)
         for _ in range(2)
     ]
+    # both relays run before the rows come (a relay started after 3000 rows could find
+    # them all relayed by the first one on a loaded machine: seen in a CI lane)
     for relay in relays:
         await relay.start()
     try:
+        for start in range(0, total, 500):
+            async with pg.transaction():
+                await outbox.enqueue_many(
+                    pg, [Ping(id=f"p{i}", n=i) for i in range(start, start + 500)], 3600
+                )
         await wait_for(lambda: sum(r.relayed for r in relays) >= total, timeout=60)
     finally:
         for relay in relays:
