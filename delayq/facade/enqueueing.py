@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from ..durations import delay_ms, due_unix_ms
 from ..events import Event
 from ..flow.dedup import Dedup, check_debounce, dedup_mode
+from ..flow.priorities import check_priority
 from ..operations.dependencies import (
     ParentFailurePolicy,
     ParentRef,
@@ -97,8 +98,18 @@ class EnqueueMixin(ServiceParts):
         else:
             mode = dedup_mode(replace, debounce, unique_for)
             check_debounce(mode, ms)
+        if priority is None:  # the usual call: the shape it had before priorities
+            return await self._enqueuer.one(
+                event, ms, absolute=False, context=context, replace=mode, key=key
+            )
         return await self._enqueuer.one(
-            event, ms, absolute=False, context=context, replace=mode, key=key, priority=priority
+            event,
+            ms,
+            absolute=False,
+            context=context,
+            replace=mode,
+            key=key,
+            priority=check_priority(priority),
         )
 
     async def enqueue_at(
@@ -136,7 +147,13 @@ class EnqueueMixin(ServiceParts):
         mode = dedup_mode(replace, debounce, unique_for)
         check_debounce(mode, ms - round(time.time() * 1000))
         return await self._enqueuer.one(
-            event, ms, absolute=True, context=context, replace=mode, key=key, priority=priority
+            event,
+            ms,
+            absolute=True,
+            context=context,
+            replace=mode,
+            key=key,
+            priority=None if priority is None else check_priority(priority),
         )
 
     async def enqueue_many(

@@ -249,9 +249,8 @@ class Enqueuer:
     ) -> bool:
         """Enqueue one event due in ``ms`` (or at unix ms ``ms`` when ``absolute``), under
         flow key ``key`` (None: its class's ``flow_key`` field, if any), at priority level
-        ``priority`` (checked; None: its class's ``priority=``)."""
-        if priority is not None:
-            check_priority(priority)
+        ``priority`` (checked by the caller, so that the usual call, without one, checks
+        nothing; None: its class's ``priority=``)."""
         if self.hooks:
             context = await self._hooked(event, context)
         if self._pending.any:
