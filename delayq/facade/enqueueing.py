@@ -98,10 +98,8 @@ class EnqueueMixin(ServiceParts):
         else:
             mode = dedup_mode(replace, debounce, unique_for)
             check_debounce(mode, ms)
-        if priority is None:  # the usual call: the shape it had before priorities
-            return await self._enqueuer.one(
-                event, ms, absolute=False, context=context, replace=mode, key=key
-            )
+        if priority is None:  # the usual call: no priority argument, positional (cheaper)
+            return await self._enqueuer.one(event, ms, False, context, mode, key)
         return await self._enqueuer.one(
             event,
             ms,

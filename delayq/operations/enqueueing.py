@@ -240,7 +240,6 @@ class Enqueuer:
         self,
         event: Event,
         ms: int,
-        *,
         absolute: bool,
         context: Any,
         replace: bool | Dedup,
@@ -270,14 +269,15 @@ class Enqueuer:
         )
         if priority is not None:
             level = priority
+        # positional: this is every single enqueue's call (keywords cost more)
         (code,) = await self._router.enqueue(
             name,
             partitions,
             [(event.id, envelope, ms)],
-            absolute=absolute,
-            replace=replace,
-            keys=None if flow_key is None else [flow_key],
-            priorities=[level] if level else None,
+            absolute,
+            replace,
+            None if flow_key is None else [flow_key],
+            [level] if level else None,
         )
         counters = self._by_code.get(name)
         inc = counters[code] if counters is not None else _UNBOUND

@@ -59,7 +59,6 @@ class Router:
         type_name: str,
         partitions: int,
         items: Sequence[tuple[str, bytes, int]],
-        *,
         absolute: bool,
         replace: bool | Dedup,
         keys: Sequence[str | None] | None = None,
@@ -72,13 +71,9 @@ class Router:
         own levels in order.
         """
         if partitions == 1:
+            # positional: each call of a single enqueue comes this way (keywords cost more)
             return await self._store.enqueueing.enqueue(
-                type_name,
-                items,
-                absolute=absolute,
-                replace=replace,
-                keys=keys,
-                priorities=priorities,
+                type_name, items, absolute, replace, keys, priorities
             )
         codes = [0] * len(items)
         for shard, indexes in self.split(type_name, partitions, items).items():

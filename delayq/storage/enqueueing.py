@@ -54,7 +54,6 @@ class Enqueueing:
         self,
         shard: str,
         items: Sequence[tuple[str, bytes, int]],
-        *,
         absolute: bool,
         replace: bool | Dedup,
         keys: Sequence[str | None] | None = None,
