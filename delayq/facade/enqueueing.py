@@ -144,6 +144,8 @@ class EnqueueMixin(ServiceParts):
             return await self._child(event, ms, True, context, parents, on_parent_failure)
         mode = dedup_mode(replace, debounce, unique_for)
         check_debounce(mode, ms - round(time.time() * 1000))
+        if priority is None:  # as in enqueue_with_delay
+            return await self._enqueuer.one(event, ms, True, context, mode, key)
         return await self._enqueuer.one(
             event,
             ms,
@@ -151,7 +153,7 @@ class EnqueueMixin(ServiceParts):
             context=context,
             replace=mode,
             key=key,
-            priority=None if priority is None else check_priority(priority),
+            priority=check_priority(priority),
         )
 
     async def enqueue_many(
