@@ -100,15 +100,7 @@ class EnqueueMixin(ServiceParts):
             check_debounce(mode, ms)
         if priority is None:  # the usual call: no priority argument, positional (cheaper)
             return await self._enqueuer.one(event, ms, False, context, mode, key)
-        return await self._enqueuer.one(
-            event,
-            ms,
-            absolute=False,
-            context=context,
-            replace=mode,
-            key=key,
-            priority=check_priority(priority),
-        )
+        return await self._levelled(event, ms, False, context, mode, key, priority)
 
     async def enqueue_at(
         self,
@@ -146,15 +138,7 @@ class EnqueueMixin(ServiceParts):
         check_debounce(mode, ms - round(time.time() * 1000))
         if priority is None:  # as in enqueue_with_delay
             return await self._enqueuer.one(event, ms, True, context, mode, key)
-        return await self._enqueuer.one(
-            event,
-            ms,
-            absolute=True,
-            context=context,
-            replace=mode,
-            key=key,
-            priority=check_priority(priority),
-        )
+        return await self._levelled(event, ms, True, context, mode, key, priority)
 
     async def enqueue_many(
         self,
@@ -249,6 +233,28 @@ class EnqueueMixin(ServiceParts):
             )
         return await self._enqueuer.envelopes(
             event_type, items, absolute=absolute, replace=replace, keys=keys, priorities=priority
+        )
+
+    async def _levelled(
+        self,
+        event: Event,
+        ms: int,
+        absolute: bool,
+        context: Mapping[str, str] | None,
+        mode: bool | Dedup,
+        key: str | None,
+        priority: int,
+    ) -> bool:
+        """Enqueue one event at ``priority`` (checked here: the usual call, without one,
+        checks nothing)."""
+        return await self._enqueuer.one(
+            event,
+            ms,
+            absolute=absolute,
+            context=context,
+            replace=mode,
+            key=key,
+            priority=check_priority(priority),
         )
 
     async def _child(
