@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import Any
 
 import anyio
 import pytest
 
-from delayq import EventService, events
+from delayq import EventService, ScheduleInfo, events
 from delayq.testing import (
     advance,
     assert_enqueued,
@@ -20,6 +21,7 @@ from delayq.testing import (
     now,
     wait_for,
 )
+from delayq.testing.clock import runtime_of
 
 
 class Nudge(events.Event, event_name="kit-nudge"):
@@ -74,6 +76,58 @@ async def test_retries_follow_their_backoff_then_the_event_dead_letters(
     assert timedelta(seconds=120) <= runs[2].at - runs[1].at < timedelta(seconds=121)
     assert timedelta(hours=1) <= await now(service) - start < timedelta(hours=1, seconds=1)
     assert [d.id for d in await service.dead_letters(Nudge)] == ["n2"]
+
+
+@pytest.mark.parametrize(
+    ("after", "backoff"),
+    [
+        # the counts showed the run in flight, its lease was gone when read
+        ("group_stats", 60.0),
+        # its lease was read too (it runs out after 15 s, later than the 1 s backoff)
+        ("in_flight", 1.0),
+    ],
+)
+async def test_a_retry_recorded_while_drain_looks_is_waited_for(
+    service: EventService, monkeypatch: pytest.MonkeyPatch, after: str, backoff: float
+) -> None:
+    """A run claimed after a look's first check and failed before its last (a loaded
+    machine): the look read the schedule before the retry went there, and drain moved the
+    clock past the retry's due time (to ``until``, or to the lease's end)."""
+    entered, gate = anyio.Event(), anyio.Event()
+
+    async def fail(event: Nudge) -> None:
+        if not entered.is_set():
+            entered.set()
+            await gate.wait()
+        raise ValueError(f"no {event.id}")
+
+    service.add_handler(Nudge, fail, retry_attempts=1, retry_backoff=lambda attempt: backoff)
+    (consumer,) = runtime_of(service).consumers.values()
+    schedules, read = service.schedules, getattr(service, after)
+    looks = 0
+
+    async def schedules_after_the_claim() -> list[ScheduleInfo]:
+        nonlocal looks
+        looks += 1
+        if looks == 2:  # the look right after the clock moved to the event's due time
+            with anyio.fail_after(10):
+                await entered.wait()
+        return await schedules()
+
+    async def read_then_the_failure(*args: Any, **kwargs: Any) -> Any:
+        found = await read(*args, **kwargs)
+        if entered.is_set() and not gate.is_set():
+            gate.set()
+            await wait_for(lambda: consumer.unsettled == 0)
+        return found
+
+    monkeypatch.setattr(service, "schedules", schedules_after_the_claim)
+    monkeypatch.setattr(service, after, read_then_the_failure)
+    await service.enqueue_with_delay(Nudge(id="n9"), 60)
+    runs = await drain(service, until=timedelta(hours=1))
+    assert [(r.attempt, r.outcome) for r in runs] == [(1, "retry"), (2, "dead")]
+    assert runs[0].at is not None and runs[1].at is not None
+    assert 0 <= (runs[1].at - runs[0].at).total_seconds() - backoff < 1
 
 
 async def test_raise_errors_raises_the_handlers_exception_with_its_traceback(

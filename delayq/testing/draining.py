@@ -184,7 +184,7 @@ async def _settle(
             for delivered in recorder.deliveries[first:]:
                 if delivered.exception is not None:
                     raise delivered.exception
-        look = await _look(service, consumers)
+        look = await _look(service, consumers, recorder)
         if look.busy is None:
             return look
         if time.monotonic() >= give_up:
@@ -192,16 +192,22 @@ async def _settle(
         await anyio.sleep(_POLL)
 
 
-async def _look(service: EventService, consumers: list[Consumer]) -> _Look:
+async def _look(service: EventService, consumers: list[Consumer], recorder: Recorder) -> _Look:
     """One look at the selected types: busy (and why), or quiet and when work comes next.
 
-    Work only moves on: from a schedule's slot to the type's schedule, to its ready list, to
+    Work moves on: from a schedule's slot to the type's schedule, to its ready list, to
     a claim, to a handler here, to its ack. The look reads those places in that order, so
-    work that moves while it reads is seen in a later place (read after it arrived there).
+    work that moves on while it reads is seen in a later place (read after it arrived
+    there). Only a settled run sends work back to a place already read: a failure's retry
+    to the schedule, an ack's released children, a lease that ran out to the ready list.
+    A run that starts and settles within one look (claimed after its first check, ended
+    before its last) is not seen by either check, so a look during which a run of these
+    types ended (the recorder has more) proves nothing and is taken again.
     """
     busy = _unsettled(consumers)
     if busy:
         return _Look(busy, None)
+    ended = len(recorder.deliveries)
     nearest = math.inf
     now = await service.store.browsing.server_time_ms()
     names = {c.type_name for c in consumers}
@@ -235,9 +241,13 @@ async def _look(service: EventService, consumers: list[Consumer]) -> _Look:
                         f"{consumer.label}: a lease ran out, not handed out again yet", None
                     )
                 nearest = min(nearest, deadline)
+            else:  # settled, or back in the ready list, since the counts were read
+                return _Look(f"{consumer.label}: a lease ended while looking", None)
     # last, the claims and handler runs here (a claim whose reply is on its way shows as
     # in flight in Redis, and as under way here until its run is settled)
     busy = _unsettled(consumers)
+    if busy is None and any(d.type in names for d in recorder.deliveries[ended:]):
+        busy = "a handler run ended while looking: its outcome may be in a place read before"
     return _Look(busy, None if nearest == math.inf else int(nearest))
 
 
