@@ -11,6 +11,10 @@ keys once per partition ``k``, under the hash tag ``{prefix:T#k/N.s}`` (see
 :func:`delayq.keyspace.shards.partition_tag`); a named delivery group ``G`` has its own
 copies of the per-delivery keys under ``{p:T}:g:G:``. Which of them each Lua script takes,
 in which order, is :data:`delayq.keyspace.scripts.SCRIPT_KEYS`.
+
+(Over 400 lines: one job, naming every key. The prefix's keys, a type's, a delivery
+group's view and a priority level's are one table read from three sides; split, the
+views would have to reach into each other's names.)
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ outcome is counted as ``enqueued``, ``kept`` (the id existed) or
 travels in the stored envelope.
 
 (Over 400 lines: one job, the producer's side of an enqueue, with the per-event options
-checks, enqueue hooks and timeouts each route shares.)
+checks, enqueue hooks, timeouts, priority levels and the ``after=`` route (a child's
+three registration steps) that the routes share.)
 """
 
 from __future__ import annotations
