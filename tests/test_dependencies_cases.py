@@ -1,0 +1,290 @@
+"""Dependencies, parent by parent and feature by feature (docs/WORKFLOWS.md, "Dependencies":
+"What counts as done" and "How it plays with the rest"): a dead-lettered parent later
+requeued, with and without delivery groups, a parent replaced or debounced while its child
+waits, one enqueued with ``unique_for``, done before its child (its result kept or not),
+partitioned types, flow keys and limits, and a schedule's fire as a parent. The tests of
+tests/test_dependencies.py cover the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from delayq import Event, EventService, Parent, current_delivery, fixed
+
+FAST: dict[str, Any] = {
+    "scheduling_interval": 0.2,
+    "polling_timeout": 0.5,
+    "visibility_timeout": 2.0,
+    "retry_backoff": fixed(0.05),
+    "retry_attempts": 0,
+    "shutdown_grace": 1.0,
+}
+
+
+class Task(Event, event_name="dc-task"):
+    """A parent without results and without delivery groups."""
+
+
+class Kept(Event, event_name="dc-kept", results=timedelta(hours=1)):
+    """A parent that keeps its results."""
+
+
+class Fanned(Event, event_name="dc-fanned"):
+    """A parent with two delivery groups (``default`` and ``b``)."""
+
+
+class Child(Event, event_name="dc-child"):
+    """A child."""
+
+    text: str = ""
+
+
+class Keyed(Event, event_name="dc-keyed", flow_key="tenant"):
+    """A type whose class names a flow key field."""
+
+    tenant: str = "t"
+
+
+class Split(Event, event_name="dc-split", partitions=4):
+    """A partitioned type."""
+
+
+class World:
+    """Handlers that note each run (type, id) -> the parents it saw, and fail on demand."""
+
+    def __init__(self) -> None:
+        self.runs: dict[tuple[str, str], list[tuple[Parent, ...]]] = {}
+        self.failing: set[str] = set()
+        self.gate = asyncio.Event()  # group "b" of Fanned waits for it
+        self.gate.set()
+        self.running = 0
+        self.most = 0
+
+    async def handle(self, event: Event) -> object:
+        d = current_delivery()
+        assert d is not None
+        key = (d.event_type, event.id)
+        if d.group == "b":
+            key = (f"{d.event_type}/b", event.id)
+            await self.gate.wait()
+        self.runs.setdefault(key, []).append(d.parents)
+        if event.id in self.failing:
+            raise RuntimeError(f"{event.id} broke")
+        return {"from": event.id} if isinstance(event, Kept) else None
+
+    async def slow(self, event: Event) -> None:
+        self.running += 1
+        self.most = max(self.most, self.running)
+        try:
+            await asyncio.sleep(0.1)
+            await self.handle(event)
+        finally:
+            self.running -= 1
+
+    def saw(self, t: type[Event], i: str, group: str = "") -> list[tuple[str, ...]]:
+        """Each run's parents, as (status, ...) tuples."""
+        name = t.event_name + (f"/{group}" if group else "")
+        return [tuple(p.status for p in ps) for ps in self.runs.get((name, i), [])]
+
+    def ran(self, t: type[Event], i: str, group: str = "") -> bool:
+        return bool(self.saw(t, i, group))
+
+
+def _service(url: str, prefix: str, world: World, **options: Any) -> EventService:
+    service = EventService.from_url(url, prefix=prefix, **{**FAST, **options})
+    for t in (Task, Kept, Split, Keyed):
+        service.add_handler(t, world.handle)
+    service.add_handler(Fanned, world.handle)
+    service.add_handler(Fanned, world.handle, group="b")
+    service.add_handler(Child, world.slow, concurrency=4)
+    return service
+
+
+async def _state(service: EventService, t: type[Event], i: str) -> str:
+    return (await service.inspect(t, i)).state
+
+
+# -- a dead-lettered parent, later requeued ------------------------------------------------
+
+
+async def test_a_dead_parent_requeued_without_groups(redis_url, prefix, wait_for):
+    # its children see "failed" at once and stay so; a child enqueued after the requeue
+    # waits for the requeued run, and sees its outcome
+    world = World()
+    world.failing.add("p")
+    async with _service(redis_url, prefix, world) as service:
+        await service.enqueue_with_delay(Task(id="p"), 0.3)
+        await service.enqueue_with_delay(Child(id="before"), 0, after=[(Task, "p")])
+        await service.enqueue_with_delay(
+            Child(id="before-run"), 0, after=[(Task, "p")], on_parent_failure="run"
+        )
+        await wait_for(lambda: world.ran(Child, "before-run"), timeout=10)
+        assert world.saw(Child, "before-run") == [("failed",)]
+        assert await _state(service, Child, "before") == "dead"
+        # enqueued while the parent is a dead letter: "failed" at once
+        await service.enqueue_with_delay(
+            Child(id="while-dead"), 0, after=[(Task, "p")], on_parent_failure="run"
+        )
+        await wait_for(lambda: world.ran(Child, "while-dead"), timeout=10)
+        assert world.saw(Child, "while-dead") == [("failed",)]
+        # requeued (in an hour): pending again, so a new child waits for that run
+        world.failing.clear()
+        assert await service.requeue_dead_letters(Task, ["p"], delay=3600) == 1
+        await service.enqueue_with_delay(
+            Child(id="after-requeue"), 0, after=[(Task, "p")], on_parent_failure="run"
+        )
+        info = await service.inspect(Child, "after-requeue")
+        assert info.state == "waiting" and [p.status for p in info.parents] == ["pending"]
+        assert await service.run_now(Task, "p")
+        await wait_for(lambda: world.ran(Child, "after-requeue"), timeout=10)
+        assert world.saw(Child, "after-requeue") == [("ok",)]
+        # the requeued run changed nothing for the children that saw it fail
+        assert world.saw(Child, "before-run") == [("failed",)]
+        assert world.saw(Child, "while-dead") == [("failed",)]
+        assert not world.ran(Child, "before")
+        assert await _state(service, Child, "before") == "dead"
+        assert world.saw(Task, "p") == [(), ()]
+
+
+async def test_a_dead_parent_requeued_with_groups(redis_url, prefix, wait_for):
+    # with delivery groups a dead letter is not final: the child waits until the requeued
+    # run is handled in every group, then sees "ok"
+    world = World()
+    world.failing.add("p")
+    async with _service(redis_url, prefix, world) as service:
+        await service.enqueue_with_delay(Fanned(id="p"), 0.3)
+        await service.enqueue_with_delay(Child(id="c"), 0, after=[(Fanned, "p")])
+
+        async def dead_in_both() -> bool:
+            return all([await service.dead_letters(Fanned, group=g) for g in ("default", "b")])
+
+        await wait_for(dead_in_both, timeout=10)
+        assert await _state(service, Child, "c") == "waiting"
+        world.failing.clear()
+        assert await service.requeue_dead_letters(Fanned, ["p"], group="default") == 1
+        await wait_for(lambda: len(world.saw(Fanned, "p")) == 2, timeout=10)
+        # handled in one group, still a dead letter in the other: still waiting
+        assert await _state(service, Child, "c") == "waiting"
+        assert await service.requeue_dead_letters(Fanned, ["p"], group="b") == 1
+        await wait_for(lambda: world.ran(Child, "c"), timeout=10)
+        assert world.saw(Child, "c") == [("ok",)]
+        assert len(world.saw(Fanned, "p", "b")) == 2
+
+
+# -- parents replaced, debounced, unique_for, done before -----------------------------------
+
+
+async def test_a_parent_replaced_or_debounced_while_its_child_waits(redis_url, prefix, wait_for):
+    world = World()
+    async with _service(redis_url, prefix, world) as service:
+        await service.enqueue_with_delay(Task(id="r"), 3600)
+        await service.enqueue_with_delay(Task(id="d"), 3600, debounce=7200)
+        await service.enqueue_with_delay(Child(id="cr"), 0, after=[(Task, "r")])
+        await service.enqueue_with_delay(Child(id="cd"), 0, after=[(Task, "d")])
+        # a new version of each parent: the children wait for its run
+        assert await service.enqueue_with_delay(Task(id="r"), 0.2, replace=True)
+        assert await service.enqueue_with_delay(Task(id="d"), 0.2, debounce=7200)
+        assert await _state(service, Child, "cr") == "waiting"
+        assert await _state(service, Child, "cd") == "waiting"
+        await wait_for(lambda: world.ran(Child, "cr") and world.ran(Child, "cd"), timeout=10)
+        assert world.saw(Child, "cr") == world.saw(Child, "cd") == [("ok",)]
+        assert world.saw(Task, "r") == world.saw(Task, "d") == [()]
+
+
+async def test_a_unique_for_parent(redis_url, prefix, wait_for):
+    # a parent enqueued with unique_for is a parent like any; a refused enqueue of its id
+    # (done, within its ttl) changes nothing for a child: the parent is done, "missing"
+    world = World()
+    async with _service(redis_url, prefix, world) as service:
+        assert await service.enqueue_with_delay(Task(id="u"), 0.3, unique_for=3600)
+        await service.enqueue_with_delay(Child(id="c1"), 0, after=[(Task, "u")])
+        assert not await service.enqueue_with_delay(Task(id="u"), 0, unique_for=3600)
+        await wait_for(lambda: world.ran(Child, "c1"), timeout=10)
+        assert world.saw(Child, "c1") == [("ok",)]
+        assert not await service.enqueue_with_delay(Task(id="u"), 0, unique_for=3600)
+        await service.enqueue_with_delay(Child(id="c2"), 0, after=[(Task, "u")])
+        await wait_for(lambda: world.ran(Child, "c2"), timeout=10)
+        assert world.saw(Child, "c2") == [("missing",)]
+        assert world.saw(Task, "u") == [()]
+
+
+async def test_parents_done_before_their_child(redis_url, prefix, wait_for):
+    # done with a result kept: "ok" with it (or "failed"); done without: "missing"
+    world = World()
+    world.failing.add("bad")
+    async with _service(redis_url, prefix, world) as service:
+        await service.enqueue_with_delay(Kept(id="good"), 0)
+        await service.enqueue_with_delay(Kept(id="bad"), 0)
+        await service.enqueue_with_delay(Task(id="plain"), 0)
+
+        async def all_done() -> bool:
+            states = [await _state(service, t, i) for t, i in [(Kept, "good"), (Task, "plain")]]
+            return states == ["absent", "absent"] and await _state(service, Kept, "bad") == "dead"
+
+        await wait_for(all_done, timeout=10)
+        after = [(Kept, "good"), (Kept, "bad"), (Task, "plain")]
+        await service.enqueue_with_delay(Child(id="c"), 0, after=after, on_parent_failure="run")
+        await wait_for(lambda: world.ran(Child, "c"), timeout=10)
+        (parents,) = world.runs["dc-child", "c"]
+        assert [p.status for p in parents] == ["ok", "failed", "missing"]
+        assert parents[0].value == {"from": "good"}
+        assert "bad broke" in (parents[1].error or "")
+
+
+# -- partitions, flow keys and limits, schedules --------------------------------------------
+
+
+async def test_partitioned_parents_and_children(redis_url, prefix, wait_for):
+    # ids spread over the partitions of both types: each child waits for its own parent
+    world = World()
+    async with _service(redis_url, prefix, world) as service:
+        ids = [f"s{i}" for i in range(8)]
+        for i in ids:
+            await service.enqueue_with_delay(Split(id=i), 0.3)
+        for i in ids:
+            await service.enqueue_with_delay(Split(id=f"{i}-next"), 0, after=[(Split, i)])
+        assert (await service.stats_for(Split)).waiting == 8
+        await wait_for(lambda: all(world.ran(Split, f"{i}-next") for i in ids), timeout=15)
+        assert all(world.saw(Split, f"{i}-next") == [("ok",)] for i in ids)
+        order = [k[1] for k in world.runs]
+        assert all(order.index(i) < order.index(f"{i}-next") for i in ids)
+
+
+async def test_flow_keys_and_limits(redis_url, prefix, wait_for):
+    world = World()
+    async with _service(redis_url, prefix, world) as service:
+        # a child has no flow key yet: key= or a class flow_key field with after= raise
+        with pytest.raises(ValueError, match="flow key"):
+            await service.enqueue_with_delay(Child(id="x"), 0, after=[(Task, "p")], key="k")
+        with pytest.raises(ValueError, match="flow key"):
+            await service.enqueue_with_delay(Keyed(id="x"), 0, after=[(Task, "p")])
+        for option in ({"debounce": 5}, {"unique_for": 5}, {"priority": 1}):
+            with pytest.raises(ValueError, match="does not go with"):
+                await service.enqueue_with_delay(Child(id="x"), 0, after=[(Task, "p")], **option)
+        assert await _state(service, Child, "x") == "absent"
+        # a parent with a flow key is a parent like any; released children obey limits
+        await service.set_limits(Child, concurrency=1)
+        await service.enqueue_with_delay(Task(id="p"), 0.3, key="tenant-a")
+        await service.enqueue_many([Child(id=f"c{i}") for i in range(4)], 0, after=[(Task, "p")])
+        await wait_for(lambda: all(world.ran(Child, f"c{i}") for i in range(4)), timeout=15)
+        assert world.most == 1
+
+
+async def test_a_schedules_fire_as_a_parent(redis_url, prefix, wait_for):
+    world = World()
+    async with _service(redis_url, prefix, world) as service:
+        await service.pause(Kept)  # the fire stays pending while its child is enqueued
+        await service.schedule("nightly", Kept, every=timedelta(days=1))
+        fire = await service.trigger_schedule("nightly")
+        assert fire is not None
+        await service.enqueue_with_delay(Child(id="c"), 0, after=[(Kept, fire)])
+        assert await _state(service, Child, "c") == "waiting"
+        await service.resume(Kept)
+        await wait_for(lambda: world.ran(Child, "c"), timeout=10)
+        (parents,) = world.runs["dc-child", "c"]
+        assert parents[0].status == "ok" and parents[0].value == {"from": fire}
