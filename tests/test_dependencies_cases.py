@@ -176,6 +176,27 @@ async def test_a_dead_parent_requeued_with_groups(redis_url, prefix, wait_for):
         assert len(world.saw(Fanned, "p", "b")) == 2
 
 
+async def test_a_grouped_parent_is_done_with_its_last_group(redis_url, prefix, wait_for):
+    # its children wait until every group acked it; a grouped child then goes to every group
+    world = World()
+    world.gate.clear()
+    async with _service(redis_url, prefix, world) as service:
+        await service.enqueue_with_delay(Fanned(id="p"), 0)
+        await service.enqueue_with_delay(Fanned(id="c"), 0, after=[(Fanned, "p")])
+
+        async def acked_by_default_only() -> bool:
+            counts = await service.group_stats(Fanned)
+            ran = world.ran(Fanned, "p")
+            return ran and counts["default"].in_flight == 0 and counts["b"].in_flight == 1
+
+        await wait_for(acked_by_default_only, timeout=10)
+        assert not world.ran(Fanned, "p", "b")
+        assert await _state(service, Fanned, "c") == "waiting"
+        world.gate.set()
+        await wait_for(lambda: world.ran(Fanned, "c") and world.ran(Fanned, "c", "b"), timeout=10)
+        assert world.saw(Fanned, "c") == world.saw(Fanned, "c", "b") == [("ok",)]
+
+
 # -- parents replaced, debounced, unique_for, done before -----------------------------------
 
 
