@@ -28,25 +28,39 @@ def take_statement(schema: str) -> str:
     The rows are deleted (and stay locked) until the transaction commits after Redis has
     them; a crash before that rolls the delete back. A row waits while an earlier row of
     the same event is still there (locked by another relay, say), so one event's rows
-    reach Redis in insertion order.
+    reach Redis in insertion order; and a row with parents (``after=``) waits while an
+    earlier row of one of its parents is still there, so a child reaches Redis after its
+    parents' rows (and links their events, pending, rather than finding them "missing").
+    The last column says whether any row with parents is in the table: the relay then
+    runs its next batch at once (such a row may wait only for this batch's commit).
 
     The plan must not depend on statistics: a drained outbox, analyzed, looks like a
     one-row table however big it grows before the next ANALYZE. So ARRAY(...) runs the
     LIMIT once (an IN (subquery) could be joined and re-run per row, deleting the whole
     backlog); the "earliest row of its event" test is a scalar subquery, always one index
     probe per candidate (NOT EXISTS can become an anti-join that scans the whole event
-    index per candidate); and the batch's transaction turns off sequential scans and sorts
+    index per candidate); the parents' test is the same probe for each parent (never a join, which
+    could read every earlier row of the table per candidate), behind a CASE so that a
+    row without parents never runs it;
+    and the batch's transaction turns off sequential scans and sorts
     (:data:`PLAN_SETTINGS`), which leaves the walk along the primary key in id order:
     about ``batch_size`` rows read, plus those skipped (locked, or waiting for an earlier
-    row of their event).
+    row of their event or of a parent). The last column is one probe of the partial index
+    of rows with parents, empty while nobody uses ``after=``.
     """
     table = f'"{schema}".outbox'
     return (
         f"DELETE FROM {table} WHERE id = ANY(ARRAY(SELECT id FROM {table} o WHERE o.id = ("
         f"SELECT min(p.id) FROM {table} p WHERE p.event_type = o.event_type "
         "AND p.event_id = o.event_id) "
+        "AND CASE WHEN o.parent_ids IS NULL THEN true ELSE ("
+        "SELECT a.i FROM unnest(o.parent_types, o.parent_ids) AS a(t, i) WHERE ("
+        f"SELECT min(p.id) FROM {table} p WHERE p.event_type = a.t AND p.event_id = a.i"
+        ") < o.id LIMIT 1) IS NULL END "
         "ORDER BY o.id LIMIT $1 FOR UPDATE SKIP LOCKED)) "
-        "RETURNING id, event_type, event_id, envelope, due_ms, absolute, replace_existing"
+        "RETURNING id, event_type, event_id, envelope, due_ms, absolute, replace_existing, "
+        "parent_types, parent_ids, on_parent_failure, "
+        f"(SELECT EXISTS (SELECT FROM {table} c WHERE c.parent_ids IS NOT NULL))"
     )
 
 
@@ -91,12 +105,22 @@ async def has_client_check(conn: asyncpg.Connection) -> bool:
     return True
 
 
-def group_rows(rows: list[Any]) -> dict[tuple[str, bool, bool], list[tuple[str, bytes, int]]]:
-    """A batch's rows (as taken, in id order) by (type, absolute, replace), in first-seen
-    order: one ``enqueue_envelopes`` call each."""
-    groups: dict[tuple[str, bool, bool], list[tuple[str, bytes, int]]] = {}
-    for _, event_type, event_id, envelope, due_ms, absolute, replace in rows:
-        groups.setdefault((event_type, absolute, replace), []).append(
+Parents = tuple[tuple[str, str], ...]
+"""A row's parents, ``((wire name, id), ...)``; empty for a row without."""
+
+RowGroup = tuple[str, bool, bool, Parents, str]
+"""What one ``enqueue_envelopes`` call sends: (type, absolute, replace, parents, policy)."""
+
+
+def group_rows(rows: list[Any]) -> dict[RowGroup, list[tuple[str, bytes, int]]]:
+    """A batch's rows (as taken, in id order) by (type, absolute, replace, parents,
+    policy), in first-seen order: one ``enqueue_envelopes`` call each."""
+    groups: dict[RowGroup, list[tuple[str, bytes, int]]] = {}
+    for row in rows:
+        _, event_type, event_id, envelope, due_ms, absolute, replace = row[:7]
+        types, ids, policy = row[7:10]
+        parents: Parents = () if ids is None else tuple(zip(types, ids, strict=True))
+        groups.setdefault((event_type, absolute, replace, parents, policy or "fail"), []).append(
             (event_id, bytes(envelope), due_ms)
         )
     return groups

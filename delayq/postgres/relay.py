@@ -7,7 +7,9 @@ table's statistics say (:func:`~delayq.postgres.batches.take_statement`); enqueu
 (the normal enqueue script: same (type, id) dedup, same ``replace`` rule); commit. A relay that dies between the enqueue and
 the commit leaves its rows in the table, unlocked once PostgreSQL ends its session (bounded
 by the relay's timeouts); the next batch sends them again, and Redis
-keeps the event it already has (counted as ``kept``). A re-sent row carries the very envelope
+keeps the event it already has (counted as ``kept``). A row with parents (``after=``) goes
+through the same call with ``after=`` and its policy, once no earlier row of its parents
+is left in the table (the batch after theirs, which then runs at once). A re-sent row carries the very envelope
 of the first send, so even an event that was already handled comes back as the *same version*
 (:attr:`delayq.Delivery.version`), which the inbox recognises.
 
@@ -26,11 +28,12 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 
 from .._pacing import Retrying
+from ..operations.dependencies import ParentFailurePolicy
 from ..retry import delay_seconds
 from ..service import EventService
 from .batches import begin_statement, group_rows, has_client_check, take_statement, timeout_option
@@ -131,6 +134,8 @@ class OutboxRelay:
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
         self._next_prune = 0.0
+        # the last batch saw rows with parents (after=) in the table: the next runs at once
+        self._children_waiting = False
         #: rows moved to Redis and deleted
         self.relayed = 0
         #: of those, rows whose event already existed in Redis (a re-sent row, or a
@@ -201,11 +206,21 @@ class OutboxRelay:
             rows = sorted(await conn.fetch(self._take, self.batch_size), key=lambda r: r[0])
             kept = await self._send(rows) if rows else 0
             await conn.execute("COMMIT")
+        except asyncpg.UndefinedColumnError as exc:
+            await self._rollback(conn)
+            raise RuntimeError(
+                f"the outbox of schema {self.schema!r} lacks a column ({exc}): migrate it "
+                "(delayq.postgres.migrate, `delayq outbox-migrate`, or schema_sql's "
+                "migration 2 in your own tool)"
+            ) from exc
         except BaseException:
             await self._rollback(conn)
             raise
         if not rows:
+            self._children_waiting = False
             return 0
+        # rows with parents in the table: one may wait for this batch's rows only
+        self._children_waiting = bool(rows[0][-1])
         self.relayed += len(rows)
         self.kept += kept
         self.batches += 1
@@ -224,12 +239,22 @@ class OutboxRelay:
                 raise
 
     async def _send(self, rows: list[Any]) -> int:
-        """Enqueue the rows, grouped by (type, mode, replace) in first-seen order; return kept."""
+        """Enqueue the rows, grouped by (type, mode, replace, parents, policy) in first-seen
+        order; return kept."""
         kept = 0
-        for (event_type, absolute, replace), items in group_rows(rows).items():
-            codes = await self.service.enqueue_envelopes(
-                event_type, items, absolute=absolute, replace=replace
-            )
+        for (event_type, absolute, replace, parents, policy), items in group_rows(rows).items():
+            if parents:
+                codes = await self.service.enqueue_envelopes(
+                    event_type,
+                    items,
+                    absolute=absolute,
+                    after=parents,
+                    on_parent_failure=cast(ParentFailurePolicy, policy),  # checked on insert
+                )
+            else:
+                codes = await self.service.enqueue_envelopes(
+                    event_type, items, absolute=absolute, replace=replace
+                )
             kept += codes.count(0)
         return kept
 
@@ -271,8 +296,8 @@ class OutboxRelay:
                         self._next_prune = time.monotonic() + self.prune_interval
                         await self.prune_inbox()
                     retrying.reset()
-                    if moved >= self.batch_size:
-                        continue  # more are waiting
+                    if moved >= self.batch_size or (moved and self._children_waiting):
+                        continue  # more are waiting (or children of rows just sent may be)
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(self._wake.wait(), self.poll_interval)
                 except Exception as exc:  # PostgreSQL or Redis errors...: loops never die
