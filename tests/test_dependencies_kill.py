@@ -130,25 +130,50 @@ async def test_the_relay_killed_after_each_step(redis_url, prefix, wait_for, ste
     await run_relay_kill(redis_url, prefix, step, wait_for, cluster=False)
 
 
-@pytest.mark.parametrize("step", ["waiting", "linked"])
-async def test_the_producer_killed_between_registration_steps(redis_url, prefix, wait_for, step):
-    client = aioredis.Redis.from_url(redis_url)
-    worker = _spawn(redis_url, prefix, "work", None, False)
+async def run_producer_kill(
+    url: str, prefix: str, step: str, wait_for: Any, cluster: bool, parent_done: bool = False
+) -> None:
+    """Kill a producer right after registration step ``step`` of a child; the audit of the
+    worker's relay finishes the registration, and the child runs once after its parent.
+    ``parent_done``: the parent ran before the child was enqueued (its slot answers the
+    link with its completion, which the killed producer never applied)."""
+    client: Any = aioredis.RedisCluster.from_url(url) if cluster else aioredis.Redis.from_url(url)
+    worker = _spawn(url, prefix, "work", None, cluster)
     try:
         await wait_for(lambda: client.scard(f"{prefix}-ready"), timeout=20)
         async with EventService.from_url(
-            redis_url, prefix=prefix, enable_scheduling=False
+            url, cluster=cluster, prefix=prefix, enable_scheduling=False
         ) as producer:
-            await producer.enqueue_with_delay(Parent(id="p"), 1.0)
-            enqueuer = _spawn(redis_url, prefix, "enqueue", step, False)
+            await producer.enqueue_with_delay(Parent(id="p"), 0 if parent_done else 3600)
+            if parent_done:
+
+                async def parent_gone() -> bool:
+                    return (await producer.inspect(Parent, "p")).state == "absent"
+
+                await wait_for(parent_gone, timeout=10)
+            enqueuer = _spawn(url, prefix, "enqueue", step, cluster)
             assert await _exited(enqueuer, 20) == -signal.SIGKILL
-            info = await producer.inspect(Child, "c")
-            assert info.state == "waiting" and [p.status for p in info.parents] == ["pending"]
+            if not parent_done:  # (a done parent's answer is applied by the next audit)
+                info = await producer.inspect(Child, "c")
+                assert info.state == "waiting"
+                assert [p.status for p in info.parents] == ["pending"]
+                assert await producer.run_now(Parent, "p")
             await _settled(client, prefix, wait_for, "c")
             assert await _runs(client, prefix) == {"dk-parent:p": 1, "dk-child:c": 1}
     finally:
         _stop(worker)
         await client.aclose()
+
+
+PRODUCER_KILLS = [("waiting", False), ("linked", False), ("linked", True)]
+"""(the step after which the producer dies, whether the parent is done already)"""
+
+
+@pytest.mark.parametrize(("step", "parent_done"), PRODUCER_KILLS)
+async def test_the_producer_killed_between_registration_steps(
+    redis_url, prefix, wait_for, step, parent_done
+):
+    await run_producer_kill(redis_url, prefix, step, wait_for, False, parent_done)
 
 
 def _slot(key: str) -> int:
@@ -165,3 +190,11 @@ async def test_the_relay_killed_on_a_cluster(cluster, prefix, wait_for):
     assert isinstance(cluster, RedisClusterServer)
     assert _slot(f"{{{prefix}:dk-parent}}") != _slot(f"{{{prefix}:dk-child}}")
     await run_relay_kill(cluster.url, prefix, "applied", wait_for, cluster=True)
+
+
+@pytest.mark.parametrize(("step", "parent_done"), PRODUCER_KILLS)
+async def test_the_producer_killed_on_a_cluster(cluster, prefix, wait_for, step, parent_done):
+    """A producer SIGKILLed between the registration steps of a child whose parent's type
+    is on another slot of the 3-master cluster."""
+    assert _slot(f"{{{prefix}:dk-parent}}") != _slot(f"{{{prefix}:dk-child}}")
+    await run_producer_kill(cluster.url, prefix, step, wait_for, True, parent_done)
