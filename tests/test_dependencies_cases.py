@@ -1,9 +1,12 @@
 """Dependencies, parent by parent and feature by feature (docs/WORKFLOWS.md, "Dependencies":
 "What counts as done" and "How it plays with the rest"): a dead-lettered parent later
-requeued, with and without delivery groups, a parent replaced or debounced while its child
-waits, one enqueued with ``unique_for``, done before its child (its result kept or not),
-partitioned types, flow keys and limits, and a schedule's fire as a parent. The tests of
-tests/test_dependencies.py cover the rest.
+requeued, with and without delivery groups; a grouped parent done with its last group,
+cancelled group by group, or deleted by ``remove_group``; a parent replaced or debounced
+while its child waits, one enqueued with ``unique_for``, parents done before their child
+(their results kept or not); a waiting child debounced or enqueued again; partitioned
+types, flow keys and limits, and a schedule's fire as a parent. tests/test_dependencies.py
+covers the rest, tests/test_dependencies_cluster.py the cluster, and
+tests/postgres/test_outbox_dependencies.py the outbox.
 """
 
 from __future__ import annotations
@@ -59,7 +62,9 @@ class World:
 
     def __init__(self) -> None:
         self.runs: dict[tuple[str, str], list[tuple[Parent, ...]]] = {}
+        self.events: list[Event] = []  # as handled
         self.failing: set[str] = set()
+        self.failing_b: set[str] = set()  # fail in group "b" only
         self.gate = asyncio.Event()  # group "b" of Fanned waits for it
         self.gate.set()
         self.running = 0
@@ -73,7 +78,8 @@ class World:
             key = (f"{d.event_type}/b", event.id)
             await self.gate.wait()
         self.runs.setdefault(key, []).append(d.parents)
-        if event.id in self.failing:
+        self.events.append(event)
+        if event.id in self.failing or (d.group == "b" and event.id in self.failing_b):
             raise RuntimeError(f"{event.id} broke")
         return {"from": event.id} if isinstance(event, Kept) else None
 
@@ -107,6 +113,13 @@ def _service(url: str, prefix: str, world: World, **options: Any) -> EventServic
 
 async def _state(service: EventService, t: type[Event], i: str) -> str:
     return (await service.inspect(t, i)).state
+
+
+def _fast_audits(service: EventService) -> None:
+    """A waiting child's audits every 0.3 s (tests only)."""
+    service._dependencies.audit_ms = 300
+    assert service._scheduler is not None
+    service._scheduler.relay.audit_ms = 300
 
 
 # -- a dead-lettered parent, later requeued ------------------------------------------------
@@ -195,6 +208,68 @@ async def test_a_grouped_parent_is_done_with_its_last_group(redis_url, prefix, w
         world.gate.set()
         await wait_for(lambda: world.ran(Fanned, "c") and world.ran(Fanned, "c", "b"), timeout=10)
         assert world.saw(Fanned, "c") == world.saw(Fanned, "c", "b") == [("ok",)]
+
+
+async def test_a_grouped_parent_cancelled_group_by_group(redis_url, prefix, wait_for):
+    # a cancel for one group changes nothing for the children; the last group's does.
+    # A grouped child whose parent failed goes to the default group's dead letters.
+    world = World()
+    async with _service(redis_url, prefix, world) as service:
+        await service.enqueue_with_delay(Fanned(id="p"), 3600)
+        await service.enqueue_with_delay(
+            Child(id="c"), 0, after=[(Fanned, "p")], on_parent_failure="run"
+        )
+        await service.enqueue_with_delay(Fanned(id="g"), 0, after=[(Fanned, "p")])
+        assert await service.cancel(Fanned, "p", group="default")
+        assert await _state(service, Child, "c") == "waiting"
+        assert await service.cancel(Fanned, "p", group="b")
+        await wait_for(lambda: world.ran(Child, "c"), timeout=10)
+        assert world.saw(Child, "c") == [("cancelled",)]
+
+        async def in_default_dead_letters() -> bool:
+            return [d.id for d in await service.dead_letters(Fanned, group="default")] == ["g"]
+
+        await wait_for(in_default_dead_letters, timeout=10)
+        assert not await service.dead_letters(Fanned, group="b")
+        assert not world.ran(Fanned, "g") and not world.ran(Fanned, "g", "b")
+
+
+async def test_removing_the_group_that_holds_a_parent(redis_url, prefix, wait_for):
+    # handled by the default group, a dead letter in "b": remove_group("b") deletes it
+    # without a completion, and the child's audit finds it "vanished"
+    world = World()
+    world.failing_b.add("p")
+    async with _service(redis_url, prefix, world) as service:
+        _fast_audits(service)
+        await service.enqueue_with_delay(Fanned(id="p"), 0.3)
+        await service.enqueue_with_delay(
+            Child(id="c"), 0, after=[(Fanned, "p")], on_parent_failure="run"
+        )
+        await wait_for(lambda: service.dead_letters(Fanned, group="b"), timeout=10)
+        assert world.ran(Fanned, "p")
+        assert await _state(service, Child, "c") == "waiting"
+        assert await service.remove_group(Fanned, "b")
+        await wait_for(lambda: world.ran(Child, "c"), timeout=10)
+        assert world.saw(Child, "c") == [("vanished",)]
+
+
+async def test_a_waiting_child_debounced_or_enqueued_again(redis_url, prefix, wait_for):
+    # enqueued again: kept as it is (False); debounced: its payload replaced, still waiting
+    # for the same parent
+    world = World()
+    async with _service(redis_url, prefix, world) as service:
+        await service.enqueue_with_delay(Task(id="p"), 3600)
+        assert await service.enqueue_with_delay(Child(id="c", text="1"), 0, after=[(Task, "p")])
+        assert not await service.enqueue_with_delay(
+            Child(id="c", text="2"), 0, after=[(Task, "other")]
+        )
+        assert await service.enqueue_with_delay(Child(id="c", text="3"), 0, debounce=60)
+        info = await service.inspect(Child, "c")
+        assert info.state == "waiting" and [p.id for p in info.parents] == ["p"]
+        assert await service.run_now(Task, "p")
+        await wait_for(lambda: world.ran(Child, "c"), timeout=10)
+        assert world.saw(Child, "c") == [("ok",)]
+        assert [e for e in world.events if isinstance(e, Child)] == [Child(id="c", text="3")]
 
 
 # -- parents replaced, debounced, unique_for, done before -----------------------------------
