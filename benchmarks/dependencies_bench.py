@@ -132,7 +132,9 @@ async def main() -> None:
         print(f"| {name} | {value:.1f} |" if isinstance(value, float) else f"| {name} | {value} |")
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d-%H%M")
     out = HERE / "results" / f"dependencies-{stamp}.json"
-    out.write_text(json.dumps({"command": "python -m benchmarks.dependencies_bench", **figures}, indent=2))
+    out.write_text(
+        json.dumps({"command": "python -m benchmarks.dependencies_bench", **figures}, indent=2)
+    )
 
 
 if __name__ == "__main__":

@@ -227,7 +227,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             out["create_per_s"] = n / out["create_s"]
             # the schedules' own keys (MEMORY USAGE, exact): connections' buffers excluded
             store = service.store
-            keys = [*store.schedules.schedule_index_keys, *store.schedules.schedule_keys("bench-sched-bulk")]
+            keys = [
+                *store.schedules.schedule_index_keys,
+                *store.schedules.schedule_keys("bench-sched-bulk"),
+            ]
             used = sum(int(raw.memory_usage(k, samples=0) or 0) for k in keys)
             out["memory_bytes_per_schedule"] = used / n
             await asyncio.sleep(1.0)
