@@ -6,6 +6,7 @@ The documentation (docs/, built with MkDocs) has the guides and every option.
 """
 
 from ._version import __version__ as __version__
+from .batches import Batch, BatchInfo, BatchMember, BatchState
 from .codec import Serializer
 from .context import Delivery, Parent, current_delivery, event_context
 from .errors import (
@@ -44,6 +45,10 @@ from .views.searching import DeadLetterSearch, IdMatch, IdSearch, ReadyEvent
 
 __all__ = [
     "Backoff",
+    "Batch",
+    "BatchInfo",
+    "BatchMember",
+    "BatchState",
     "CancelResult",
     "DeadLetter",
     "DeadLetterSearch",

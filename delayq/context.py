@@ -11,6 +11,8 @@ from datetime import timezone as _timezone
 from types import MappingProxyType
 from typing import Any
 
+from .batches import Batch
+
 _UTC = _timezone.utc
 
 __all__ = ["PROPAGATION_KEYS", "Delivery", "Parent", "current_delivery", "event_context"]
@@ -32,12 +34,17 @@ AFTER_KEY = "delayq-after"
 # with tracing on, a child's parents' creation contexts (W3C traceparents, space-separated,
 # "-" for a parent without one): its process span links to them (docs/OBSERVABILITY.md)
 PARENT_SPANS_KEY = "delayq-parent-spans"
+# a batch's member: its batch's id (and name, when it has one); its consumer offers
+# ``current_delivery().batch`` (docs/WORKFLOWS.md, "Batches")
+BATCH_KEY, BATCH_NAME_KEY = "delayq-batch", "delayq-batch-name"
 _hidden: frozenset[str] = PROPAGATION_KEYS | {
     _SCHEDULE_KEY,
     _SLOT_KEY,
     TIMEOUT_KEY,
     AFTER_KEY,
     PARENT_SPANS_KEY,
+    BATCH_KEY,
+    BATCH_NAME_KEY,
 }
 
 
@@ -101,6 +108,14 @@ class Delivery:
         """The event's parents and their outcomes, in the order of its ``after=[...]`` (empty
         for an event enqueued without ``after=``; docs/WORKFLOWS.md, "Dependencies")."""
         return ()
+
+    @property
+    def batch(self) -> Batch | None:
+        """The batch the event is a member of (add members to it with its ``enqueue_*``),
+        or, in an ``on_complete``/``on_success`` callback's handler, the batch it was
+        enqueued for, with :attr:`Batch.info` loaded (docs/WORKFLOWS.md, "Batches"); None
+        for other events."""
+        return None
 
     @property
     def version(self) -> str:
@@ -208,14 +223,23 @@ class _ChildDelivery(Delivery):
     subclass, so a plain delivery builds and stores no field for them)."""
 
     known_parents: tuple[Parent, ...] = ()
+    known_batch: Batch | None = None
 
     @property
     def parents(self) -> tuple[Parent, ...]:
         """See :attr:`Delivery.parents`."""
         return self.known_parents
 
+    @property
+    def batch(self) -> Batch | None:
+        """See :attr:`Delivery.batch`."""
+        return self.known_batch
 
-def with_parents(delivery: Delivery, parents: tuple[Parent, ...]) -> Delivery:
-    """``delivery`` with its event's parents (the consumer's step for a child event)."""
+
+def with_parents(
+    delivery: Delivery, parents: tuple[Parent, ...], batch: Batch | None = None
+) -> Delivery:
+    """``delivery`` with its event's parents and its batch (the consumer's step for a child
+    event or a batch's member)."""
     known: dict[str, Any] = {f.name: getattr(delivery, f.name) for f in fields(Delivery)}
-    return _ChildDelivery(**known, known_parents=parents)
+    return _ChildDelivery(**known, known_parents=parents, known_batch=batch)

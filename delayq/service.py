@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .facade.batches import BatchesMixin
 from .facade.browsing import BrowsingMixin
 from .facade.enqueueing import EnqueueMixin
 from .facade.flow import FlowMixin
@@ -49,6 +50,7 @@ class EventService(
     InspectionMixin,
     BrowsingMixin,
     ResultsMixin,
+    BatchesMixin,
 ):
     """Delayed events on Redis: enqueue them, and handle them when they are due.
 

@@ -67,7 +67,7 @@ def test_facade_mixins_share_only_the_parts() -> None:
     )
     declared = _defined(parts)
     mixins = [(f, c) for f, c in _classes("facade") if c.name.endswith("Mixin")]
-    assert len(mixins) == 7
+    assert len(mixins) == 8
     for file, cls in mixins:
         assert [b.id for b in cls.bases if isinstance(b, ast.Name)] == ["ServiceParts"]
         read, written = _self_attributes(cls)

@@ -1,0 +1,334 @@
+"""Batches (docs/WORKFLOWS.md, "Batches"): many events, then one callback when all are done.
+
+The public values: :class:`Batch` (the handle ``async with service.batch(...)`` gives,
+and ``current_delivery().batch`` inside a member's or a callback's handler),
+:class:`BatchInfo` (``service.batch_info(id)``, ``service.batches()``) and
+:class:`BatchMember` (one member's outcome). The engine lives below the facade: the
+store's part ``storage/batches.py``, the scripts ``lua/batch_*.lua``, the producer's steps
+``operations/batches.py`` and the relay (``runtime/relay.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from .durations import delay_ms, due_unix_ms
+
+if TYPE_CHECKING:
+    from .events import Event
+
+__all__ = [
+    "BATCH_TYPE",
+    "FAILED_SHOWN",
+    "Batch",
+    "BatchInfo",
+    "BatchMember",
+    "BatchState",
+    "MemberStatus",
+]
+
+BATCH_TYPE = "delayq:batch"
+"""The type name a batch goes by where an event type's would be: a callback's parent
+(``current_delivery().parents``) and a nested batch among its parent's members. No event
+type can have it (type names hold no ``:``)."""
+
+BatchState = Literal["open", "waiting", "done", "stuck"]
+"""Where a batch is: ``open`` (its ``async with`` block is adding members), ``waiting``
+(closed, members still pending), ``done`` (every member finished; its callbacks were
+enqueued), ``stuck`` (open past its lease, or waiting with nothing finished for a long
+time, or holding an add not confirmed past its grace: see docs/WORKFLOWS.md)."""
+
+FAILED_SHOWN = 1000
+"""The most failed ids a :class:`BatchInfo` lists."""
+
+MemberStatus = Literal["pending", "ok", "failed", "cancelled", "skipped", "missing", "vanished"]
+"""One member's outcome (as a dependency's parent's, see :class:`delayq.Parent`)."""
+
+
+def _iso(when: datetime | None) -> str | None:
+    return None if when is None else when.isoformat().replace("+00:00", "Z")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMember:
+    """One member of a batch and its outcome (:meth:`Batch.members`)."""
+
+    event_type: str
+    """The member's type (wire name; :data:`BATCH_TYPE` for a nested batch)."""
+    id: str
+    """The member's id (a nested batch's id)."""
+    status: MemberStatus
+    """``"pending"`` until it finishes; then ``"ok"`` (handled; for a nested batch: all of
+    its members succeeded), ``"failed"`` (a dead letter; a nested batch with a failed
+    member), ``"cancelled"``, ``"skipped"``, ``"missing"`` (done before the batch learnt
+    of it, with no kept result) or ``"vanished"``."""
+    value: Any = None
+    """The member's result when its type keeps results (``results=``) and it is ``"ok"``."""
+    error: str | None = None
+    """Why it failed (``"failed"``: the dead letter's error)."""
+    done_ms: int | None = None
+    """When it finished, ms on Redis's clock (None while pending)."""
+
+    @property
+    def failed(self) -> bool:
+        """True for ``"failed"``, ``"cancelled"``, ``"skipped"`` and ``"vanished"``: the
+        outcomes that count as failed (``on_success`` then never runs)."""
+        return self.status in ("failed", "cancelled", "skipped", "vanished")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Stable JSON-able fields (``value`` as the serializer decoded it)."""
+        return {
+            "type": self.event_type,
+            "id": self.id,
+            "status": self.status,
+            "value": self.value,
+            "error": self.error,
+            "done_ms": self.done_ms,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BatchInfo:
+    """All that Redis holds about one batch, read in one step (``service.batch_info``)."""
+
+    id: str
+    """The batch's id."""
+    name: str | None
+    """The name given to ``service.batch(name=...)``, if any."""
+    state: BatchState
+    """Where the batch is (see :data:`BatchState`)."""
+    total: int
+    """Members added so far."""
+    pending: int
+    """Members not finished yet."""
+    succeeded: int
+    """Members that finished ``"ok"`` or ``"missing"``."""
+    failed: int
+    """Members that failed, were cancelled, skipped or vanished."""
+    failed_ids: tuple[tuple[str, str], ...]
+    """``(type name, id)`` of the failed members, in the order they failed (the first
+    :data:`~delayq.batches.FAILED_SHOWN` of them; ``failed`` counts all)."""
+    created_at: datetime
+    """When the batch was opened (Redis's clock)."""
+    closed_at: datetime | None
+    """When its block ended (or its lease ran out and the sweep closed it); None while open."""
+    done_at: datetime | None
+    """When its last member finished and its callbacks were enqueued; None before."""
+    last_done_at: datetime | None
+    """When a member last finished (None: none yet)."""
+    lease_until: datetime | None
+    """While open: when the open lease runs out unless the block renews it."""
+    expires_at: datetime | None
+    """Once done: when its record is removed (the retention)."""
+    on_complete: tuple[str, str] | None
+    """``(type name, id)`` of the ``on_complete`` callback, if any."""
+    on_success: tuple[str, str] | None
+    """``(type name, id)`` of the ``on_success`` callback, if any."""
+    parent: str | None
+    """The id of the batch this one is a member of (nesting), if any."""
+    unconfirmed: int
+    """Adds not confirmed yet (their producer is between its steps, or died there: the
+    sweep settles them after their grace)."""
+    waiting_on: tuple[tuple[str, str], ...] = ()
+    """Some of the members it waits for, ``(type name, id)`` (``batch_info(members=...)``
+    says how many at most; empty when none are pending or none were asked for)."""
+    stuck_reason: str | None = None
+    """Why the batch counts as ``stuck`` (None unless it does)."""
+
+    @property
+    def ok(self) -> bool:
+        """Done with every member succeeded (``on_success`` was enqueued)."""
+        return self.state == "done" and self.failed == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Stable JSON-able fields (times as ISO 8601 UTC)."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "state": self.state,
+            "total": self.total,
+            "pending": self.pending,
+            "succeeded": self.succeeded,
+            "failed": self.failed,
+            "failed_ids": [list(x) for x in self.failed_ids],
+            "created_at": _iso(self.created_at),
+            "closed_at": _iso(self.closed_at),
+            "done_at": _iso(self.done_at),
+            "last_done_at": _iso(self.last_done_at),
+            "lease_until": _iso(self.lease_until),
+            "expires_at": _iso(self.expires_at),
+            "on_complete": None if self.on_complete is None else list(self.on_complete),
+            "on_success": None if self.on_success is None else list(self.on_success),
+            "parent": self.parent,
+            "unconfirmed": self.unconfirmed,
+            "waiting_on": [list(x) for x in self.waiting_on],
+            "stuck_reason": self.stuck_reason,
+        }
+
+
+class BatchOps(Protocol):
+    """What a :class:`Batch` handle delegates to (the service's batch engine; internal)."""
+
+    async def add(
+        self,
+        batch: Batch,
+        events: Sequence[tuple[Event, int]],
+        absolute: bool,
+        context: Mapping[str, str] | None,
+        key: str | None,
+        timeout: float | timedelta | None,
+        priority: int | None,
+    ) -> list[bool]: ...
+
+    async def add_envelopes(
+        self,
+        batch: Batch,
+        event_type: str,
+        items: Sequence[tuple[str, bytes, int]],
+        absolute: bool,
+        keys: Sequence[str | None] | None,
+        timeout: float | timedelta | None,
+        priority: int | Sequence[int] | None,
+    ) -> list[int]: ...
+
+    async def info(self, batch_id: str, members: int) -> BatchInfo: ...
+
+    async def members(self, batch_id: str, status: str | None, limit: int) -> list[BatchMember]: ...
+
+
+class Batch:
+    """A batch as code sees it: what ``async with service.batch(...) as batch`` gives, and
+    ``current_delivery().batch`` in a member's handler (to add members to its own batch)
+    and in a callback's (with :attr:`info` loaded: the final counts).
+
+    ``enqueue_*`` add members: each takes the options of the service's method of the same
+    name that go with a batch (``context``, ``key``, ``timeout``, ``priority``); a member
+    already in the batch is not added again, and one already finished is not enqueued
+    again (the call returns False for it). See docs/WORKFLOWS.md, "Batches".
+    """
+
+    __slots__ = ("_id", "_info", "_name", "_ops", "_parent")
+
+    def __init__(
+        self,
+        ops: BatchOps,
+        batch_id: str,
+        name: str | None = None,
+        *,
+        parent: str | None = None,
+        info: BatchInfo | None = None,
+    ):
+        self._ops = ops
+        self._id = batch_id
+        self._name = name
+        self._parent = parent
+        self._info = info
+
+    @property
+    def id(self) -> str:
+        """The batch's id."""
+        return self._id
+
+    @property
+    def name(self) -> str | None:
+        """The batch's name (``service.batch(name=...)``), if any."""
+        return self._name
+
+    @property
+    def parent(self) -> str | None:
+        """The id of the batch this one is nested in, when known here (the producer's
+        handle; else read :attr:`BatchInfo.parent`)."""
+        return self._parent
+
+    @property
+    def info(self) -> BatchInfo | None:
+        """In a callback's handler, the batch as it was when done (its counts, failed ids);
+        None elsewhere (read it with :meth:`refresh`)."""
+        return self._info
+
+    async def refresh(self) -> BatchInfo:
+        """Read the batch now (one read; see ``service.batch_info``)."""
+        return await self._ops.info(self._id, 20)
+
+    async def members(
+        self, *, status: MemberStatus | None = None, limit: int = 1000
+    ) -> list[BatchMember]:
+        """The batch's members and their outcomes (results included, for member types that
+        keep results), at most ``limit``; with ``status`` only those with it."""
+        return await self._ops.members(self._id, status, limit)
+
+    async def enqueue_with_delay(
+        self,
+        event: Event,
+        delay: float | timedelta = 0,
+        *,
+        context: Mapping[str, str] | None = None,
+        key: str | None = None,
+        timeout: float | timedelta | None = None,
+        priority: int | None = None,
+    ) -> bool:
+        """Add ``event`` to the batch, due after ``delay`` (as
+        ``EventService.enqueue_with_delay``); True when it was enqueued."""
+        (done,) = await self._ops.add(
+            self, [(event, delay_ms(delay))], False, context, key, timeout, priority
+        )
+        return done
+
+    async def enqueue_at(
+        self,
+        event: Event,
+        when: datetime,
+        *,
+        context: Mapping[str, str] | None = None,
+        key: str | None = None,
+        timeout: float | timedelta | None = None,
+        priority: int | None = None,
+    ) -> bool:
+        """Add ``event`` to the batch, due at ``when`` (as ``EventService.enqueue_at``)."""
+        (done,) = await self._ops.add(
+            self, [(event, due_unix_ms(when))], True, context, key, timeout, priority
+        )
+        return done
+
+    async def enqueue_many(
+        self,
+        events: Iterable[Event | tuple[Event, float | timedelta]],
+        delay: float | timedelta = 0,
+        *,
+        context: Mapping[str, str] | None = None,
+        key: str | None = None,
+        timeout: float | timedelta | None = None,
+        priority: int | None = None,
+    ) -> list[bool]:
+        """Add many events (events due after ``delay``, or ``(event, delay)`` pairs) in one
+        add; one result per event, in order (as ``EventService.enqueue_many``)."""
+        default = delay_ms(delay)
+        items: list[tuple[Event, int]] = []
+        for item in events:
+            if isinstance(item, tuple):
+                items.append((item[0], delay_ms(item[1])))
+            else:
+                items.append((item, default))
+        return await self._ops.add(self, items, False, context, key, timeout, priority)
+
+    async def enqueue_envelopes(
+        self,
+        event_type: str,
+        items: Sequence[tuple[str, bytes, int]],
+        *,
+        absolute: bool = False,
+        keys: Sequence[str | None] | None = None,
+        timeout: float | timedelta | None = None,
+        priority: int | Sequence[int] | None = None,
+    ) -> list[int]:
+        """Add events already encoded (as ``EventService.enqueue_envelopes``); codes 1
+        added, 0 kept (already a member, or an event with the id exists)."""
+        return await self._ops.add_envelopes(
+            self, event_type, items, absolute, keys, timeout, priority
+        )
+
+    def __repr__(self) -> str:
+        return f"Batch(id={self._id!r}, name={self._name!r})"

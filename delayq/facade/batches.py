@@ -1,0 +1,68 @@
+"""``EventService``'s batches (:mod:`~delayq.operations.batches`; docs/WORKFLOWS.md,
+"Batches")."""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from datetime import timedelta
+
+from ..batches import Batch, BatchInfo, BatchState
+from ..events import Event
+from .parts import ServiceParts
+
+__all__ = ["BatchesMixin"]
+
+
+class BatchesMixin(ServiceParts):
+    """Batches: many events, then one callback when every one is done."""
+
+    def batch(
+        self,
+        *,
+        on_complete: Event | None = None,
+        on_success: Event | None = None,
+        name: str | None = None,
+    ) -> AbstractAsyncContextManager[Batch]:
+        """Open a batch: ``async with service.batch(...) as batch:`` then add members with
+        ``await batch.enqueue_with_delay(...)`` (``enqueue_at``, ``enqueue_many``,
+        ``enqueue_envelopes``).
+
+        When every member has finished, ``on_complete`` is enqueued exactly once, whatever
+        the members' outcomes, and ``on_success`` exactly once if every member succeeded
+        (else it is skipped: it never runs). Both are optional events (their ids must be
+        unused: one enqueued already is kept and does not wait for the batch); their
+        handlers read ``current_delivery().batch`` (its ``info``: counts, failed ids) and
+        ``await current_delivery().batch.members()`` (outcomes and results). ``name`` is
+        shown by ``batch_info``/``batches`` (at most 200 characters).
+
+        The batch stays open while the block runs (a lease renewed in the background) and
+        is closed when the block ends, whether or not it raised: the members added so far
+        make the batch. Opened inside a member's handler, the batch is nested: a member
+        of that member's batch, which waits for it as for any member. Members added by a
+        running member (``current_delivery().batch.enqueue_*``) belong to its batch too.
+        See docs/WORKFLOWS.md, "Batches".
+        """
+        raise NotImplementedError
+
+    async def batch_info(self, batch_id: str, *, members: int = 20) -> BatchInfo:
+        """All Redis holds about one batch, read in one step: state, counts, times,
+        callbacks, the failed members' ids and, with ``members`` > 0, up to that many of
+        the members it still waits for (:attr:`BatchInfo.waiting_on`). Raises
+        ``LookupError`` for an id with no batch (never opened, or removed after its
+        retention)."""
+        raise NotImplementedError
+
+    async def batches(
+        self,
+        state: BatchState | None = None,
+        *,
+        limit: int = 100,
+        stuck_after: float | timedelta = timedelta(hours=1),
+    ) -> list[BatchInfo]:
+        """The batches of the prefix, newest first, at most ``limit`` (1 to 1000): every
+        batch (``state=None``), or those ``"open"``, ``"waiting"``, ``"done"`` (kept for a
+        day after done) or ``"stuck"``. A batch is stuck when its open lease ran out and
+        the sweep has not closed it yet, when it has an add not confirmed past its grace,
+        or when it is waiting and no member has finished for ``stuck_after`` (a timedelta
+        or seconds); its :attr:`BatchInfo.stuck_reason` says which."""
+        raise NotImplementedError
