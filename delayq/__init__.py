@@ -6,10 +6,11 @@ The documentation (docs/, built with MkDocs) has the guides and every option.
 """
 
 from ._version import __version__ as __version__
-from .batches import Batch, BatchInfo, BatchMember, BatchState
+from .batches import BATCH_TYPE, Batch, BatchInfo, BatchMember, BatchState
 from .codec import Serializer
 from .context import Delivery, Parent, current_delivery, event_context
 from .errors import (
+    BatchClosedError,
     DecodeError,
     DelayqError,
     EventFailed,
@@ -44,8 +45,10 @@ from .views.inspection import (
 from .views.searching import DeadLetterSearch, IdMatch, IdSearch, ReadyEvent
 
 __all__ = [
+    "BATCH_TYPE",
     "Backoff",
     "Batch",
+    "BatchClosedError",
     "BatchInfo",
     "BatchMember",
     "BatchState",

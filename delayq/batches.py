@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .durations import delay_ms, due_unix_ms
+from .keyspace.shards import BATCH_TYPE as _BATCH_TYPE
 
 if TYPE_CHECKING:
     from .events import Event
@@ -30,7 +31,7 @@ __all__ = [
     "MemberStatus",
 ]
 
-BATCH_TYPE = "delayq:batch"
+BATCH_TYPE = _BATCH_TYPE
 """The type name a batch goes by where an event type's would be: a callback's parent
 (``current_delivery().parents``) and a nested batch among its parent's members. No event
 type can have it (type names hold no ``:``)."""
@@ -210,7 +211,7 @@ class Batch:
     again (the call returns False for it). See docs/WORKFLOWS.md, "Batches".
     """
 
-    __slots__ = ("_id", "_info", "_name", "_ops", "_parent")
+    __slots__ = ("_id", "_info", "_member", "_name", "_ops", "_parent")
 
     def __init__(
         self,
@@ -220,12 +221,15 @@ class Batch:
         *,
         parent: str | None = None,
         info: BatchInfo | None = None,
+        member: str | None = None,
     ):
         self._ops = ops
         self._id = batch_id
         self._name = name
         self._parent = parent
         self._info = info
+        # in a member's handler: its ref "<type> NUL <id>" (it may add to a closed batch)
+        self._member = member
 
     @property
     def id(self) -> str:
@@ -242,6 +246,15 @@ class Batch:
         """The id of the batch this one is nested in, when known here (the producer's
         handle; else read :attr:`BatchInfo.parent`)."""
         return self._parent
+
+    @property
+    def member(self) -> tuple[str, str] | None:
+        """In a member's handler, ``(type name, id)`` of the member running (a member's
+        members and a batch it opens belong to this batch); None elsewhere."""
+        if self._member is None:
+            return None
+        kind, _, member_id = self._member.partition("\0")
+        return kind, member_id
 
     @property
     def info(self) -> BatchInfo | None:

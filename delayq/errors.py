@@ -23,6 +23,7 @@ from redis.exceptions import ResponseError as RedisResponseError
 
 __all__ = [
     "TRANSIENT_CODES",
+    "BatchClosedError",
     "DecodeError",
     "DelayqError",
     "EventFailed",
@@ -60,6 +61,12 @@ class FormatVersionError(DelayqError):
     """A service refused to start: the data under its prefix is in a stored-data format this
     delayq does not read (written by a newer delayq, or older than it reads without a
     migration). The message names both formats; docs/versioning.md has the rule."""
+
+
+class BatchClosedError(DelayqError):
+    """A member was added to a batch that takes no more: it is done, or closed and the
+    adder is not one of its pending members (only a running member may add to a closed
+    batch; docs/WORKFLOWS.md, "Batches")."""
 
 
 class EventFailed(DelayqError):

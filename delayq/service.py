@@ -81,6 +81,7 @@ class EventService(
         self._schedules = parts.schedules
         self._results = parts.results
         self._dependencies = parts.dependencies
+        self._batches = parts.batches
 
     @classmethod
     def from_url(cls, url: str, *, cluster: bool = False, **options: Any) -> EventService:

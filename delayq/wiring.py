@@ -19,6 +19,7 @@ from .codec import Codec
 from .events import EventTypes
 from .metrics import ServiceMetrics
 from .observer import Observer
+from .operations.batches import Batches
 from .operations.dependencies import Dependencies
 from .operations.enqueueing import Enqueuer
 from .operations.groups import Groups, PendingGroups
@@ -67,6 +68,8 @@ class Parts:
     """Kept results (``results=`` types)."""
     dependencies: Dependencies
     """Children's enqueues (``after=[...]``)."""
+    batches: Batches
+    """Batches: opening, adding members, reading (docs/WORKFLOWS.md, "Batches")."""
 
 
 def wire(clients: connect.Clients, options: dict[str, Any], service: object) -> Parts:
@@ -91,6 +94,23 @@ def wire(clients: connect.Clients, options: dict[str, Any], service: object) -> 
     types = EventTypes(store.types.declare)
     pending = PendingGroups(store)  # a running service's new groups (see delayq.operations.groups)
     schedules = Schedules(store, codec, types, metrics, observer)
+    enqueuer = Enqueuer(store, router, codec, observer, metrics, types, pending)
+    dependencies = Dependencies(store, router, types, traced=opts.tracing is not None)
+    batches = Batches(store, types, enqueuer, dependencies)
+    runtime = Runtime(
+        store,
+        opts,
+        pending=pending,
+        codec=codec,
+        observer=observer,
+        metrics=metrics,
+        history=history,
+        polling_timeout=connect.block_time(opts.polling_timeout, blocking or redis),
+        owned=clients.owned,
+        watch=clients.watch,
+        outbox=None if opts.outbox is None else functools.partial(opts.outbox, service),
+    )
+    runtime.batches = batches
     return Parts(
         options=opts,
         store=store,
@@ -100,21 +120,10 @@ def wire(clients: connect.Clients, options: dict[str, Any], service: object) -> 
         inspector=Inspector(store, router, codec, types),
         browser=Browser(store, router),
         finder=Finder(store, codec, types),
-        enqueuer=Enqueuer(store, router, codec, observer, metrics, types, pending),
-        runtime=Runtime(
-            store,
-            opts,
-            pending=pending,
-            codec=codec,
-            observer=observer,
-            metrics=metrics,
-            history=history,
-            polling_timeout=connect.block_time(opts.polling_timeout, blocking or redis),
-            owned=clients.owned,
-            watch=clients.watch,
-            outbox=None if opts.outbox is None else functools.partial(opts.outbox, service),
-        ),
+        enqueuer=enqueuer,
+        runtime=runtime,
         schedules=schedules,
         results=ResultReader(store, router),
-        dependencies=Dependencies(store, router, types, traced=opts.tracing is not None),
+        dependencies=dependencies,
+        batches=batches,
     )

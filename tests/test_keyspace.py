@@ -11,6 +11,7 @@ import pytest
 
 from delayq import lua
 from delayq.keyspace import PrefixKeys, TypeKeys
+from delayq.keyspace.shards import BATCH_SHARDS, BATCH_TYPE
 from delayq.keyspace.scripts import BLOCKS, GROUPED, KEY_KINDS, SCRIPT_KEYS, lua_header, lua_name
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,6 +109,20 @@ def _documented_keys() -> dict[str, str]:
         format=pk.format,
         dshards=pk.dependency_shards,
     )
+    # a batch shard's own keys, its tag written as the table writes it
+    bk = TypeKeys("p", BATCH_TYPE, 0, BATCH_SHARDS)
+    record, members, failed = bk.batch("<id>")
+    batch = {
+        "bindex": bk.batch_index,
+        "bopen": bk.batch_open,
+        "bclosed": bk.batch_closed,
+        "bdone": bk.batch_done,
+        "bunconf": bk.batch_unconfirmed,
+        "brec": record,
+        "bmembers": members,
+        "bfailed": failed,
+    }
+    named.update({n: k.replace(bk.tag, "{p:#batches/k}") for n, k in batch.items()})
     return named
 
 

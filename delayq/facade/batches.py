@@ -7,8 +7,12 @@ from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 
 from ..batches import Batch, BatchInfo, BatchState
+from ..durations import delay_seconds
 from ..events import Event
+from ..views.records import check_page
 from .parts import ServiceParts
+
+_STATES = ("open", "waiting", "done", "stuck")
 
 __all__ = ["BatchesMixin"]
 
@@ -42,7 +46,7 @@ class BatchesMixin(ServiceParts):
         running member (``current_delivery().batch.enqueue_*``) belong to its batch too.
         See docs/WORKFLOWS.md, "Batches".
         """
-        raise NotImplementedError
+        return self._batches.opener(on_complete, on_success, name)
 
     async def batch_info(self, batch_id: str, *, members: int = 20) -> BatchInfo:
         """All Redis holds about one batch, read in one step: state, counts, times,
@@ -50,7 +54,9 @@ class BatchesMixin(ServiceParts):
         the members it still waits for (:attr:`BatchInfo.waiting_on`). Raises
         ``LookupError`` for an id with no batch (never opened, or removed after its
         retention)."""
-        raise NotImplementedError
+        if not isinstance(members, int) or isinstance(members, bool) or not 0 <= members <= 1000:
+            raise ValueError(f"members must be an int from 0 to 1000, not {members!r}")
+        return await self._batches.info(batch_id, members)
 
     async def batches(
         self,
@@ -65,4 +71,8 @@ class BatchesMixin(ServiceParts):
         the sweep has not closed it yet, when it has an add not confirmed past its grace,
         or when it is waiting and no member has finished for ``stuck_after`` (a timedelta
         or seconds); its :attr:`BatchInfo.stuck_reason` says which."""
-        raise NotImplementedError
+        if state is not None and state not in _STATES:
+            raise ValueError(f"state must be None or one of {_STATES}, not {state!r}")
+        check_page(limit, 1)
+        idle = delay_seconds(stuck_after, "stuck_after")
+        return await self._batches.listing(state, limit, max(1, round(idle * 1000)))

@@ -15,6 +15,7 @@ __all__ = ["ServiceParts"]
 
 if TYPE_CHECKING:
     from ..events import EventTypes
+    from ..operations.batches import Batches
     from ..operations.dependencies import Dependencies
     from ..operations.enqueueing import Enqueuer
     from ..operations.flow_control import FlowControl
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
         _schedules: Schedules
         _results: ResultReader
         _dependencies: Dependencies
+        _batches: Batches
 
 else:
 

@@ -26,7 +26,7 @@ from typing import NamedTuple
 from .groups import DEFAULT_GROUP, stored_group
 from .names import validate_name
 from .scripts import GROUP_KEYS, GROUP_LEVELLED, LEVEL_KEYS, LEVELS
-from .shards import parse_shard, partition_tag
+from .shards import BATCH_SHARDS, BATCH_TYPE, batch_tag, parse_shard, partition_tag
 
 __all__ = ["DEFAULT_GROUP", "KeyView", "PrefixKeys", "TypeKeys"]
 
@@ -166,13 +166,16 @@ class TypeKeys:
     partitions: int = 1
 
     def __post_init__(self) -> None:
-        validate_name(self.type_name)
+        if self.type_name != BATCH_TYPE or self.partitions != BATCH_SHARDS:
+            validate_name(self.type_name)
         if not 0 <= self.partition < self.partitions:
             raise ValueError(f"partition {self.partition} of {self.partitions} does not exist")
 
     @property
     def tag(self) -> str:
         """The hash tag every key of this type (partition) shares, braces included."""
+        if self.type_name == BATCH_TYPE:  # a batch shard (see shards.batch_tag)
+            return "{" + batch_tag(self.prefix, self.partition) + "}"
         if self.partitions == 1:
             return f"{{{self.prefix}:{self.type_name}}}"
         return (
@@ -356,7 +359,54 @@ class TypeKeys:
             "results": self.results,
             "rexp": self.rexp,
             "progress": self.progress(stored_group(group)),
+            **(self._batch_names() if self.type_name == BATCH_TYPE else {}),
         }
+
+    # -- a batch shard's own keys (docs/WORKFLOWS.md, "Batches"; see lua/_batches.lua):
+    # the shard's `events`, `deps`, `relay` serve the batches as parents of their
+    # callbacks, as a type's serve its events
+
+    def _batch_names(self) -> dict[str, str]:
+        return {
+            "bindex": self.batch_index,
+            "bopen": self.batch_open,
+            "bclosed": self.batch_closed,
+            "bdone": self.batch_done,
+            "bunconf": self.batch_unconfirmed,
+        }
+
+    @property
+    def batch_index(self) -> str:
+        """ZSET batch id -> when it was opened (ms): every batch of the shard."""
+        return self._key("index")
+
+    @property
+    def batch_open(self) -> str:
+        """ZSET batch id -> when its open lease runs out (ms): the open batches."""
+        return self._key("open")
+
+    @property
+    def batch_closed(self) -> str:
+        """ZSET batch id -> when a member last finished, or it closed (ms): the closed
+        batches with members pending."""
+        return self._key("closed")
+
+    @property
+    def batch_done(self) -> str:
+        """ZSET batch id -> when it was done (ms): kept for the retention, then removed."""
+        return self._key("done")
+
+    @property
+    def batch_unconfirmed(self) -> str:
+        """ZSET ``"<batch id> NUL <member ref>"`` -> when the sweep settles that add if its
+        producer has not confirmed it (ms)."""
+        return self._key("unconfirmed")
+
+    def batch(self, batch_id: str) -> tuple[str, str, str]:
+        """One batch's own keys, in the order of :data:`~delayq.keyspace.scripts.BATCH_KEYS`:
+        its record (HASH), its members (HASH ref -> outcome), its failed members (LIST)."""
+        record = self._key(f"b:{batch_id}")
+        return record, f"{record}:m", f"{record}:f"
 
     def group_call(self, script: str, names: Sequence[str], groups: Sequence[str]) -> list[str]:
         """The keys of ``script``, one of ``scripts.GROUPED``, on every delivery group: the

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 __all__ = [
+    "BATCHED",
+    "BATCH_KEYS",
     "GROUPED",
     "GROUP_FLOW_KEYS",
     "GROUP_KEYS",
@@ -111,6 +113,15 @@ KEY_KINDS = {
     "types": "set",
     "dshards": "set",
     "format": "string",
+    # a batch shard's (docs/WORKFLOWS.md, "Batches")
+    "bindex": "zset",
+    "bopen": "zset",
+    "bclosed": "zset",
+    "bdone": "zset",
+    "bunconf": "zset",
+    "brec": "hash",
+    "bmembers": "hash",
+    "bfailed": "list",
 }
 """The Redis type (as ``TYPE`` names it) each named key holds: what ``check_keys`` in
 ``lua/_prelude.lua`` expects, and what docs/ARCHITECTURE.md's key table says."""
@@ -204,6 +215,18 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     "dep_relayed": _names("events deps relay"),
     "dep_parents": _names("deps waiting"),
     "dep_children": _names("deps"),
+    # batches (docs/WORKFLOWS.md#batches), on a batch shard: these, then BATCH_KEYS per
+    # batch (see BATCHED)
+    "batch_open": _names("events deps relay bindex bopen"),
+    "batch_renew": _names("bopen"),
+    "batch_add": _names("bunconf"),
+    "batch_confirm": _names("bunconf"),
+    "batch_apply": _names("events deps relay bopen bclosed bdone bunconf"),
+    "batch_close": _names("events deps relay bopen bclosed bdone"),
+    "batch_sweep": _names("bopen bdone bunconf"),
+    "batch_trim": _names("deps bindex bdone"),
+    "batch_info": (),
+    "batch_list": _names("bindex bopen bclosed bdone bunconf"),
     # scripts on every delivery group: these, then the groups' (see the module's docstring)
     "group_move": _names("events scheduled meta groups pending prio"),
     "group_cancel": _names("events scheduled groups pending prio deps relay waiting"),
@@ -241,6 +264,16 @@ each group's ready lists of priority levels 1..9 (:data:`LEVEL_KEYS`), after the
 BLOCKS = ("history_add",)
 """The scripts that take their list of keys once per item (``block_key(b, B_<NAME>)``)."""
 
+BATCH_KEYS = _names("brec bmembers bfailed")
+"""One batch's own keys (:meth:`~delayq.keyspace.layout.TypeKeys.batch`), in the order
+:data:`BATCHED` scripts take them per batch: ``bkey(b, B_REC)`` in Lua."""
+
+BATCHED = _names(
+    "batch_open batch_renew batch_add batch_confirm batch_apply batch_close batch_trim batch_info"
+)
+"""The batch scripts that take, after their listed keys, :data:`BATCH_KEYS` once per batch
+they act on (one, or for ``batch_apply`` and ``batch_trim`` several)."""
+
 
 def through(script: str, last: str) -> tuple[str, ...]:
     """``script``'s names up to and including ``last``: what a call that needs no more sends."""
@@ -276,6 +309,16 @@ def lua_header(script: str) -> str:
             + "\n"
         )
     lines = [f"local {lua_name(n)} = KEYS[{i}]" for i, n in enumerate(names, 1)]
+    if script in BATCHED:
+        # after the script's own keys, one block of BATCH_KEYS per batch
+        width = len(BATCH_KEYS)
+        lines.append(
+            f"local {', '.join('B_' + n[1:].upper() for n in BATCH_KEYS)} = "
+            + ", ".join(str(i) for i in range(1, width + 1))
+        )
+        lines.append(
+            f"local function bkey(b, j) return KEYS[{len(names)} + {width} * (b - 1) + j] end"
+        )
     if script in GROUPED:
         lines.append(group_header(len(names), levels=script in GROUP_LEVELLED))
     return "\n".join(lines) + "\n"

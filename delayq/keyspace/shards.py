@@ -26,7 +26,12 @@ import zlib
 from functools import lru_cache
 
 __all__ = [
+    "BATCH_SHARDS",
+    "BATCH_TYPE",
     "MAX_PARTITIONS",
+    "batch_shard",
+    "batch_tag",
+    "is_batch_shard",
     "layout_member",
     "parse_member",
     "parse_shard",
@@ -46,6 +51,20 @@ _SLOTS = 16384
 _BUCKETS = 64
 
 
+def _salted(base: str, partition: int, partitions: int) -> str:
+    """``base`` plus the first salt ``.s`` that puts its slot in the ``partition``-th of
+    ``min(partitions, 64)`` equal ranges of the 16384 cluster slots."""
+    buckets = min(partitions, _BUCKETS)
+    bucket = partition % buckets
+    low, high = bucket * _SLOTS // buckets, (bucket + 1) * _SLOTS // buckets
+    for salt in range(1 << 20):
+        tag = f"{base}.{salt}"
+        # Redis Cluster's key slot: CRC16-XMODEM of the tag, mod 16384
+        if low <= binascii.crc_hqx(tag.encode(), 0) % _SLOTS < high:
+            return tag
+    return base  # unreachable in practice: ~64 tries are expected
+
+
 @lru_cache(maxsize=4096)
 def partition_tag(prefix: str, type_name: str, partition: int, partitions: int) -> str:
     """The hash tag (without braces) of one partition: ``prefix:T#k/N`` plus a salt.
@@ -57,16 +76,35 @@ def partition_tag(prefix: str, type_name: str, partition: int, partitions: int) 
     partitions, two on each. A pure function of its arguments, so every
     process (and Spark executor) names the same keys.
     """
-    base = f"{prefix}:{type_name}#{partition}/{partitions}"
-    buckets = min(partitions, _BUCKETS)
-    bucket = partition % buckets
-    low, high = bucket * _SLOTS // buckets, (bucket + 1) * _SLOTS // buckets
-    for salt in range(1 << 20):
-        tag = f"{base}.{salt}"
-        # Redis Cluster's key slot: CRC16-XMODEM of the tag, mod 16384
-        if low <= binascii.crc_hqx(tag.encode(), 0) % _SLOTS < high:
-            return tag
-    return base  # unreachable in practice: ~64 tries are expected
+    return _salted(f"{prefix}:{type_name}#{partition}/{partitions}", partition, partitions)
+
+
+BATCH_TYPE = "delayq:batch"
+"""The pseudo-type of batches (docs/WORKFLOWS.md, "Batches"): batch ``B`` lives in the
+shard ``"delayq:batch#k/16"`` (``k = partition_of(B, 16)``), and is the parent ``(BATCH_TYPE,
+B)`` of its callbacks. No event type has this name (type names hold no ``:``)."""
+
+BATCH_SHARDS = 16
+"""How many shards batches are spread over (each under its own hash tag)."""
+
+
+@lru_cache(maxsize=64)
+def batch_tag(prefix: str, partition: int) -> str:
+    """The hash tag (without braces) of batch shard ``partition``: ``prefix:#batches/k``
+    plus a salt (as :func:`partition_tag`'s, so the shards spread over a cluster). Its last
+    ``:``-part starts with ``#``, which no type's tag can: type names are not empty and hold
+    no ``:`` or ``#``."""
+    return _salted(f"{prefix}:#batches/{partition}", partition, BATCH_SHARDS)
+
+
+def batch_shard(batch_id: str) -> str:
+    """The shard that holds batch ``batch_id``."""
+    return shard_name(BATCH_TYPE, partition_of(batch_id, BATCH_SHARDS), BATCH_SHARDS)
+
+
+def is_batch_shard(shard: str) -> bool:
+    """Whether ``shard`` is a batch shard (not an event type's)."""
+    return shard.startswith("delayq:batch#")
 
 
 def partition_of(event_id: str | bytes, partitions: int) -> int:

@@ -54,6 +54,16 @@ PER_TYPE = (
     "dep_relayed",
     "dep_parents",
     "dep_children",
+    "batch_open",
+    "batch_renew",
+    "batch_add",
+    "batch_confirm",
+    "batch_apply",
+    "batch_close",
+    "batch_sweep",
+    "batch_trim",
+    "batch_info",
+    "batch_list",
 )
 GROUPED = (
     "group_move",
@@ -76,6 +86,7 @@ LIBRARY = (
     "_push",
     "_moves",
     "_deps",
+    "_batches",
 )
 STANDALONE = (
     "lock_take",

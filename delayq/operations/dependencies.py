@@ -26,7 +26,7 @@ from ..context import PARENT_SPANS_KEY
 from ..errors import DecodeError
 from ..events import Event, EventTypes
 from ..partitions.routing import Router
-from ..partitions.shards import parse_shard, shard_for
+from ..partitions.shards import BATCH_TYPE, batch_shard, parse_shard, shard_for
 from ..storage.store import Store
 
 __all__ = [
@@ -99,7 +99,10 @@ def check_policy(policy: str) -> str:
 
 def parent_shards(store: Store, name: str, parent_id: str, partitions: int) -> list[str]:
     """The shards a parent may be in: its type's current layout's first, then those of the
-    other layouts its type has events in (a repartition under way; usually none)."""
+    other layouts its type has events in (a repartition under way; usually none). A batch
+    (``BATCH_TYPE``) is in its batch shard."""
+    if name == BATCH_TYPE:
+        return [batch_shard(parent_id)]
     out = [shard_for(name, parent_id, partitions)]
     for n in store.types.layouts(name):
         shard = shard_for(name, parent_id, n)

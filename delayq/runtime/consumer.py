@@ -30,9 +30,11 @@ from typing import Any
 
 import anyio
 
+from ..batches import BATCH_TYPE, Batch
 from ..codec import Codec
 from ..context import (
     AFTER_KEY,
+    BATCH_KEY,
     TIMEOUT_KEY,
     Delivery,
     Parent,
@@ -45,6 +47,7 @@ from ..events import Event
 from ..keyspace.groups import group_name
 from ..metrics import ServiceMetrics
 from ..observer import CANCELLED, TIMEOUT_PREFIX, Observer
+from ..operations.batches import Batches
 from ..results import decode_parent, encode_value, returned_value
 from ..storage.store import Claimed, Store, token_flow_key
 from .consumer_settings import ConsumerSettings
@@ -84,6 +87,7 @@ class Consumer:
         on_registered: Callable[[], None] | None = None,
         history: HistoryRecorder | None = None,
         pipeline: Pipeline | None = None,
+        batches: Batches | None = None,
     ):
         self.event_type = event_type
         self.type_name = event_type.event_name
@@ -100,6 +104,8 @@ class Consumer:
         self._chain: tuple[int, Chain] | None = None
         self._store = store
         self._codec = codec
+        # batches' members and callbacks read current_delivery().batch from it
+        self._batches = batches
         self._s = settings
         # the service's metrics as this consumer's group reports them
         self._metrics = metrics
@@ -304,6 +310,22 @@ class Consumer:
             return ()
         return tuple(decode_parent(t, i, r) for t, i, r in edges)
 
+    async def _batch_of(self, parents: tuple[Parent, ...]) -> Batch | None:
+        """A callback's batch, read once (docs/WORKFLOWS.md, "Batches"); None for a child
+        whose parents hold no batch."""
+        batches = self._batches
+        if batches is None:
+            return None
+        for parent in parents:
+            if parent.event_type == BATCH_TYPE:
+                try:
+                    return await batches.callback_handle(parent.id)
+                except Exception as exc:
+                    self._metrics.increment("redis_errors", event_type=self.type_name)
+                    log.warning("%s: reading batch %s failed (%s)", self.label, parent.id, exc)
+                    return Batch(batches, parent.id)
+        return None
+
     async def _handle(self, c: Claimed, now_us: int, lease: Lease) -> None:
         shard = lease[0]
         try:
@@ -344,7 +366,12 @@ class Consumer:
                 if TIMEOUT_KEY in context:
                     timeout = _event_timeout(context[TIMEOUT_KEY], timeout)
                 if AFTER_KEY in context:  # after=[...]: its parents' outcomes, from its slot
-                    delivery = with_parents(delivery, await self._parents(shard, c.id))
+                    parents = await self._parents(shard, c.id)
+                    batch = await self._batch_of(parents) if self._batches is not None else None
+                    delivery = with_parents(delivery, parents, batch)
+                elif BATCH_KEY in context and self._batches is not None:  # a batch's member
+                    handle = self._batches.member_handle(context, self.type_name, c.id)
+                    delivery = with_parents(delivery, (), handle)
             _set_delivery(delivery)
             row = self._late_row
             if row is not None and due_ms is not None:

@@ -6,10 +6,13 @@ lock). Each completion is handed on in three steps, each one script on one slot:
 
 1. ``read``: ``dep_work.lua`` reads the due completions and audits of a shard (a
    completion stays there until step 3).
-2. ``applied``: ``dep_apply.lua`` applies the completion to each child's slot, once per
-   child shard. Applying it again changes nothing (each edge takes its first record).
-3. ``relayed``: ``dep_relayed.lua`` forgets the children handed on; the completion goes
-   once all are.
+2. ``applied``: the completions read in one call are grouped by child shard and applied
+   with one script call per child shard: ``dep_apply.lua`` in an event type's,
+   ``batch_apply.lua`` in a batch shard (a batch is a child of its members: docs/
+   WORKFLOWS.md, "Batches"). Applying again changes nothing (each edge, each member,
+   takes its first record).
+3. ``relayed``: one ``dep_relayed.lua`` call forgets the children handed on of every
+   completion read; a completion goes once all its children are.
 
 A relay killed between any two steps leaves the completion in the parent's slot, and
 the next leader hands it on again: no completion is lost or counted twice. An audit
@@ -18,7 +21,9 @@ answers of parents already done: that finishes an enqueue whose caller died betw
 steps, and releases a child whose parent vanished without a completion by its policy.
 Wake-ups (``dep:<shard>`` on the wake-up channel, published after an ack that completed
 a parent) only make it faster: every dependency shard is looked at every ten scheduling
-intervals, and each when its next work (a completion, an audit) is due.
+intervals, and each when its next work (a completion, an audit) is due. A batch shard's
+look also sweeps it (:class:`~delayq.operations.batches.BatchSweeper`: batches whose open
+lease ran out, adds not confirmed within their grace, done batches past the retention).
 """
 
 from __future__ import annotations
@@ -32,8 +37,9 @@ import anyio.lowlevel
 
 from .._pacing import MAX_BACKOFF, wait_to_retry
 from ..events import find_event_type
-from ..keyspace.shards import parse_shard
+from ..keyspace.shards import is_batch_shard, parse_shard
 from ..metrics import ServiceMetrics
+from ..operations.batches import BatchSweeper
 from ..operations.dependencies import AUDIT_MS, merge_answers, parent_shards
 from ..storage.dependencies import Audit, Completion
 from ..storage.store import Store
@@ -84,6 +90,8 @@ class Relay:
         self._next: dict[str, float] = {}  # shard -> when it has work next (monotonic s)
         self._last_all = -math.inf
         self._noted: set[str] = set()  # dependency shards known to be recorded as such
+        self.sweeper = BatchSweeper(store, self._partitions)
+        """The batch shards' sweep (open leases, unconfirmed adds, retention)."""
 
     def _keep_ms(self, shard: str) -> int | None:
         """How long the type of ``shard`` keeps results (its class, if defined here)."""
@@ -153,7 +161,8 @@ class Relay:
         return max(0.0, min(nearest, self._last_all + sweep) - anyio.current_time())
 
     async def relay_shard(self, shard: str) -> None:
-        """Hand on every due completion of ``shard`` and run its due audits."""
+        """Hand on every due completion of ``shard`` and run its due audits (and, in a
+        batch shard, its due sweep: :class:`~delayq.operations.batches.BatchSweeper`)."""
         while True:
             work = await self._store.dependencies.dep_work(
                 shard,
@@ -164,33 +173,52 @@ class Relay:
             )
             _step("read")
             partial = False
-            for completion in work.completions:
-                partial = not await self._hand_on(shard, completion) or partial
+            if work.completions:
+                partial = not await self._hand_on(shard, work.completions)
             for audit in work.audits:
                 await self._audit(shard, audit)
-            if work.next_ms < 0:
-                self._next.pop(shard, None)
-            else:
-                wait = max(0, work.next_ms - work.now_ms) / 1000
-                self._next[shard] = anyio.current_time() + wait
             if not partial and len(work.completions) + len(work.audits) < _MEMBERS:
-                return
+                break
+        wait = -1 if work.next_ms < 0 else max(0, work.next_ms - work.now_ms)
+        if is_batch_shard(shard):
+            swept = await self.sweeper.sweep(shard)
+            if swept >= 0 and (wait < 0 or swept < wait):
+                wait = swept
+        if wait < 0:
+            self._next.pop(shard, None)
+        else:
+            self._next[shard] = anyio.current_time() + wait / 1000
 
-    async def _hand_on(self, shard: str, c: Completion) -> bool:
-        """Apply one completion to its children (a call's worth); True when all are done."""
-        ref = f"{parse_shard(shard)[0]}\0{c.parent_id}"
+    async def _hand_on(self, shard: str, completions: list[Completion]) -> bool:
+        """Apply completions read in one call to their children: one script call per child
+        shard (``dep_apply.lua``, or ``batch_apply.lua`` for batches), then one to forget
+        them all (``dep_relayed.lua``); True when every one is fully handed on."""
+        kind = parse_shard(shard)[0]
         by_shard: dict[str, list[tuple[str, str, bytes]]] = {}
-        for cshard, cid in c.children:
-            if cshard:  # a child field gone already (handed on by a relay before us)
-                by_shard.setdefault(cshard, []).append((cid, ref, c.record))
+        to_batches: dict[str, dict[str, list[tuple[str, bytes]]]] = {}
+        for c in completions:
+            ref = f"{kind}\0{c.parent_id}"
+            for cshard, cid in c.children:
+                if not cshard:  # a child field gone already (handed on by a relay before us)
+                    continue
+                if is_batch_shard(cshard):
+                    to_batches.setdefault(cshard, {}).setdefault(cid, []).append((ref, c.record))
+                else:
+                    by_shard.setdefault(cshard, []).append((cid, ref, c.record))
         for cshard, edges in by_shard.items():
             await self._store.dependencies.dep_apply(cshard, edges, self._keep_ms(cshard))
             _step("applied")
-        done = await self._store.dependencies.dep_relayed(
-            shard, c.member, c.lo + len(c.children) - 1
+        for cshard, members in to_batches.items():
+            ignored, _ = await self._store.batches.apply(cshard, members)
+            if ignored:
+                self._metrics.increment("batch_completions_ignored", ignored)
+                log.info("%d member completions came after their batch was done", ignored)
+            _step("applied")
+        done = await self._store.dependencies.dep_relayed_many(
+            shard, [(c.member, c.lo + len(c.children) - 1) for c in completions]
         )
         _step("relayed")
-        return done
+        return all(done)
 
     async def _audit(self, shard: str, a: Audit) -> None:
         """Link a waiting child's open edges again; apply the answers of parents done."""

@@ -30,6 +30,7 @@ from ..codec import Codec
 from ..events import Event
 from ..metrics import ServiceMetrics
 from ..observer import Observer
+from ..operations.batches import Batches
 from ..operations.groups import PendingGroups
 from ..options import Options
 from ..retry import Backoff
@@ -138,6 +139,9 @@ class Runtime:
         self._task_group: anyio.abc.TaskGroup | None = None
         self._closing: asyncio.Event | None = None
         self._closed = False
+        self.batches: Batches | None = None
+        """The batch engine (set by the wiring): consumers give members and callbacks
+        ``current_delivery().batch`` from it."""
 
     # -- consumers -------------------------------------------------------------------
 
@@ -187,6 +191,7 @@ class Runtime:
             on_registered=None if group is None else lambda: self.pending.discard(name, group),
             history=self._history,
             pipeline=self.pipeline,
+            batches=self.batches,
         )
         self.consumers[name, group] = consumer
         self._metrics.for_group(group).handler_added(name, concurrency)

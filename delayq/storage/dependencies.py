@@ -167,7 +167,14 @@ class DependencyStore:
     async def dep_relayed(self, shard: str, member: bytes, upto: int) -> bool:
         """Forget children up to ``upto`` of a completion (``dep_relayed.lua``); True when
         the completion is fully handed on."""
-        return bool(await self._core.run("dep_relayed", shard, [member, upto]))
+        (done,) = await self.dep_relayed_many(shard, [(member, upto)])
+        return done
+
+    async def dep_relayed_many(self, shard: str, handed: Sequence[tuple[bytes, int]]) -> list[bool]:
+        """:meth:`dep_relayed` of many completions of one shard in one call: a flag per
+        ``(member, upto)``."""
+        args = [x for pair in handed for x in pair]
+        return [bool(x) for x in await self._core.run("dep_relayed", shard, args)]
 
     async def envelopes(self, shard: str, ids: Sequence[str]) -> list[bytes | None]:
         """The stored envelopes of ``ids`` in ``shard`` (None: not stored); a child's

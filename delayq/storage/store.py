@@ -19,6 +19,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from ..keyspace.layout import PrefixKeys
 from .base import StoreCore, log
+from .batches import BatchStore
 from .browsing import Browsing
 from .connect import no_retry
 from .dead import DeadLetters
@@ -131,6 +132,7 @@ class Store:
         self.results = OutcomeReads(core)
         self.running = RunControl(core)
         self.dependencies = DependencyStore(core)
+        self.batches = BatchStore(core)
         self._wakeup_turn = 0  # wake-up subscriptions made (a cluster's go round the nodes)
 
     @property

@@ -1,0 +1,672 @@
+"""Batches (docs/WORKFLOWS.md, "Batches"): opening one, adding members, closing it, and
+the relay's sweep of the batch shards.
+
+A batch is a *child* of its members (their completions reach it through the relay, as a
+parent's reach its children) and a *parent* of its callbacks (they wait for it with
+``after=[(BATCH_TYPE, batch id)]``). Every step is one script on one slot, in an order
+where a process killed between any two leaves something the sweep finishes:
+
+Opening (``async with service.batch(...)``): ``nested-added`` (a nested batch: its parent
+batch learns of it, ``batch_add.lua``), ``opened`` (``batch_open.lua``: the batch, live,
+its callbacks and parent batch linked as its children), ``callbacks`` (the callbacks
+enqueued waiting for it: the dependencies' route). The block then holds an open lease,
+renewed in the background; the block's end closes the batch (``batch_close.lua``). A
+producer that dies leaves an open batch whose lease runs out: the sweep closes it.
+
+Adding (``batch.enqueue_*``): ``added`` (``batch_add.lua``: new members pending and not
+confirmed), ``enqueued`` (the usual enqueue route, every option of it), ``linked``
+(``dep_link.lua`` in each member's shard: the batch becomes the member's child, or the
+member is done already and answers its record), ``applied`` (those records,
+``batch_apply.lua``), ``confirmed`` (``batch_confirm.lua``). An add not confirmed within
+its grace is settled by the sweep: linked again (idempotent); pending: confirmed; done:
+applied; never enqueued ("missing"): dropped from the batch.
+
+(Over 400 lines: one job, the batch's producer side and its sweep, which share the
+linking of members and the reading of a batch.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from types import TracebackType
+from typing import Any, cast
+
+from ..batches import (
+    FAILED_SHOWN,
+    Batch,
+    BatchInfo,
+    BatchMember,
+    BatchState,
+    MemberStatus,
+)
+from ..codec import add_to_context, check_context
+from ..context import BATCH_KEY, BATCH_NAME_KEY, current_delivery
+from ..errors import BatchClosedError, DecodeError
+from ..events import Event, EventTypes
+from ..flow.priorities import check_priority
+from ..keyspace.shards import (
+    BATCH_SHARDS,
+    BATCH_TYPE,
+    batch_shard,
+    shard_for,
+    shards,
+)
+from ..results import decode_parent
+from ..storage.batches import BatchRead
+from ..storage.store import Store
+from .dependencies import Dependencies, merge_answers, parent_shards
+from .enqueueing import Enqueuer, timed_envelopes, with_timeout
+
+__all__ = [
+    "GRACE_MS",
+    "LEASE_MS",
+    "RETENTION_MS",
+    "STEP_HOOK",
+    "BatchSweeper",
+    "Batches",
+    "link_members",
+    "member_ref",
+]
+
+log = logging.getLogger("delayq.batches")
+
+LEASE_MS = 30_000
+"""An open batch's lease: its block renews it every third of it; once it runs out (the
+producer died) the relay's sweep closes the batch."""
+
+GRACE_MS = 30_000
+"""How long an add may stay unconfirmed before the sweep settles it."""
+
+RETENTION_MS = 86_400_000
+"""How long a done batch is kept (``batch_info``, ``batches("done")``): a day."""
+
+STUCK_MS = 3_600_000
+"""A closed batch with no member finished for this long is stuck (``batches()``'s
+default ``stuck_after``)."""
+
+_NAME_MAX = 200
+_SWEPT = 64  # of each kind of sweep work per look
+
+STEP_HOOK: Callable[[str], None] | None = None
+"""Tests only: called with each step's name (``"nested-added"``, ``"opened"``,
+``"callbacks"``, ``"added"``, ``"enqueued"``, ``"linked"``, ``"applied"``,
+``"confirmed"``, ``"closed"``) after it, so a test can kill the process there."""
+
+
+def _step(name: str) -> None:
+    if STEP_HOOK is not None:
+        STEP_HOOK(name)
+
+
+def member_ref(type_name: str, event_id: str) -> str:
+    """A member's ref in its batch: ``"<type> NUL <id>"`` (what the relay hands on)."""
+    return f"{type_name}\0{event_id}"
+
+
+def _split(ref: str) -> tuple[str, str]:
+    kind, _, member_id = ref.partition("\0")
+    return kind, member_id
+
+
+def check_batch_id(batch_id: object) -> str:
+    """A batch id as ``batch_info`` takes it: a non-empty str of letters, digits, ``-``, ``_``."""
+    if not isinstance(batch_id, str):
+        raise TypeError(f"a batch id is a str, not {type(batch_id).__name__}")
+    if not batch_id or len(batch_id) > 100 or not all(c.isalnum() or c in "-_" for c in batch_id):
+        raise ValueError(f"not a batch id: {batch_id!r}")
+    return batch_id
+
+
+async def link_members(
+    store: Store,
+    batch_id: str,
+    refs: Sequence[str],
+    partitions: Callable[[str], int],
+    *,
+    settle: bool,
+) -> None:
+    """Link members to their batch in their shards (``dep_link.lua``), then apply the
+    records of those done already and confirm those linked. ``settle`` (the sweep's
+    look at adds left unconfirmed): a member that does not exist ("missing") was never
+    enqueued, and is dropped from the batch; else (an add's own step, right after the
+    enqueue) it was done before its link, and counts as done."""
+    if not refs:
+        return
+    bshard = batch_shard(batch_id)
+    by_shard: dict[str, list[str]] = {}
+    for ref in refs:
+        kind, member_id = _split(ref)
+        for shard in parent_shards(store, kind, member_id, partitions(kind)):
+            by_shard.setdefault(shard, []).append(ref)
+    said: dict[str, list[bytes]] = {}
+    for shard, group in by_shard.items():
+        links = [(_split(ref)[1], bshard, batch_id) for ref in group]
+        for ref, answer in zip(group, await store.dependencies.dep_link(shard, links), strict=True):
+            said.setdefault(ref, []).append(answer)
+    _step("linked")
+    records: list[tuple[str, bytes]] = []
+    linked: list[str] = []
+    for ref, answers in said.items():
+        answer = merge_answers(answers)
+        if answer == b"p":
+            linked.append(ref)
+        elif settle and answer.partition(b":")[2][:1] == b"m":
+            records.append((ref, b""))  # never enqueued: dropped (if still unconfirmed)
+        else:
+            records.append((ref, answer))
+    if records:
+        await store.batches.apply(bshard, {batch_id: records})
+    _step("applied")
+    await store.batches.confirm(batch_id, linked)
+    _step("confirmed")
+
+
+class _Open(AbstractAsyncContextManager[Batch]):
+    """``async with service.batch(...)``: opens the batch, keeps its lease, closes it."""
+
+    def __init__(
+        self,
+        engine: Batches,
+        on_complete: Event | None,
+        on_success: Event | None,
+        name: str | None,
+        parent: Batch | None,
+    ):
+        self._engine = engine
+        self._args = (on_complete, on_success, name, parent)
+        self._batch: Batch | None = None
+        self._renewer: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Batch:
+        if self._batch is not None:
+            raise RuntimeError("a batch's `async with` cannot be entered twice")
+        batch = await self._engine.open(*self._args)
+        self._batch = batch
+        self._renewer = asyncio.create_task(self._engine.keep_open(batch.id))
+        return batch
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        renewer, batch = self._renewer, self._batch
+        if renewer is not None:
+            renewer.cancel()
+            await asyncio.wait([renewer])  # (a cancel of ours still reaches us here)
+        if batch is not None:
+            await self._engine.close(batch.id)
+
+
+class Batches:
+    """The batch engine of one service: the operations behind :class:`delayq.Batch` and
+    ``service.batch()``, ``batch_info()``, ``batches()`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: Store,
+        types: EventTypes,
+        enqueuer: Enqueuer,
+        dependencies: Dependencies,
+    ):
+        self._store = store
+        self._types = types
+        self._enqueuer = enqueuer
+        self._dependencies = dependencies
+        self._noted: set[str] = set()  # shards recorded as dependency shards by this process
+        self.lease_ms = LEASE_MS
+        self.grace_ms = GRACE_MS
+
+    def partitions(self, name: str) -> int:
+        """The partition count of a type known by name (its class's, else Redis's)."""
+        cls = self._types.cls_of(name)
+        return cls.event_partitions if cls is not None else self._store.types.layouts(name)[0]
+
+    async def _note(self, shards_: Sequence[str]) -> None:
+        new = [s for s in dict.fromkeys(shards_) if s not in self._noted]
+        if new:
+            await self._store.dependencies.note_dependency_shards(new)
+            self._noted.update(new)
+
+    # -- the producer's side ----------------------------------------------------------
+
+    def opener(
+        self, on_complete: Event | None, on_success: Event | None, name: str | None
+    ) -> AbstractAsyncContextManager[Batch]:
+        """``service.batch(...)``'s context manager (checked now; opened on entry)."""
+        for label, callback in (("on_complete", on_complete), ("on_success", on_success)):
+            if callback is not None and not isinstance(callback, Event):
+                raise TypeError(f"{label} is an Event (or None), not {callback!r}")
+        if on_complete is not None and on_success is not None:
+            same = type(on_complete) is type(on_success) and on_complete.id == on_success.id
+            if same:
+                raise ValueError("on_complete and on_success must be different events")
+        if name is not None:
+            if not isinstance(name, str):
+                raise TypeError(f"a batch's name is a str, not {type(name).__name__}")
+            if len(name) > _NAME_MAX or "\0" in name:
+                raise ValueError(f"a batch's name has at most {_NAME_MAX} characters, no NUL")
+        delivery = current_delivery()
+        parent = None if delivery is None else delivery.batch
+        if parent is not None and parent._member is None:  # a callback's: the batch is done
+            parent = None
+        return _Open(self, on_complete, on_success, name, parent)
+
+    async def open(
+        self,
+        on_complete: Event | None,
+        on_success: Event | None,
+        name: str | None,
+        parent: Batch | None,
+    ) -> Batch:
+        """Open a batch (the steps in the module docstring); its handle."""
+        store = self._store
+        batch_id = uuid.uuid4().hex
+        bshard = batch_shard(batch_id)
+        callbacks: list[tuple[Event, str, str, str]] = []  # event, policy, its shard, ref
+        for callback, policy in ((on_complete, "run"), (on_success, "skip")):
+            if callback is not None:
+                cname = self._types.name(type(callback))
+                cshard = shard_for(cname, callback.id, self.partitions(cname))
+                callbacks.append((callback, policy, cshard, member_ref(cname, callback.id)))
+        children = [(c[2], c[0].id) for c in callbacks]
+        own_ref = member_ref(BATCH_TYPE, batch_id)
+        if parent is not None:
+            children.append((batch_shard(parent.id), parent.id))
+            await self._note([bshard, batch_shard(parent.id)])
+            code, _ = await store.batches.add(
+                parent.id, [own_ref], grace_ms=self.grace_ms, adder=parent._member
+            )
+            self._check_open(parent.id, code)
+            _step("nested-added")
+        else:
+            await self._note([bshard])
+        refs = {policy: ref for _, policy, _, ref in callbacks}
+        try:
+            await store.batches.open(
+                batch_id,
+                name=name,
+                lease_ms=self.lease_ms,
+                parent=None if parent is None else parent.id,
+                complete=refs.get("run"),
+                success=refs.get("skip"),
+                children=children,
+            )
+            _step("opened")
+            for callback, policy, _, _ in callbacks:
+                await self._enqueuer.children(
+                    [callback],
+                    0,
+                    absolute=False,
+                    context=None,
+                    parents=[(BATCH_TYPE, batch_id)],
+                    policy=policy,
+                    dependencies=self._dependencies,
+                )
+            _step("callbacks")
+            if parent is not None:
+                await store.batches.confirm(parent.id, [own_ref])
+        except Exception:
+            # the batch (if written) closes: it completes with what it has (nothing); a
+            # failed close is the sweep's (its lease runs out)
+            try:
+                await store.batches.close(batch_id)
+            except Exception as exc:
+                log.warning("batch %s: closing it after a failed open failed (%s)", batch_id, exc)
+            raise
+        return Batch(self, batch_id, name, parent=None if parent is None else parent.id)
+
+    async def keep_open(self, batch_id: str) -> None:
+        """Renew an open batch's lease every third of it until cancelled (the block's
+        background task); stops when the batch is not open any more."""
+        while True:
+            await asyncio.sleep(self.lease_ms / 3000)
+            try:
+                if not await self._store.batches.renew(batch_id, self.lease_ms):
+                    log.warning(
+                        "batch %s was closed while its block ran (its open lease ran out: "
+                        "the event loop or Redis stalled for %.0f s); adds now fail",
+                        batch_id,
+                        self.lease_ms / 1000,
+                    )
+                    return
+            except Exception as exc:  # the lease is long: the next try may well do
+                log.warning("batch %s: renewing its open lease failed (%s)", batch_id, exc)
+
+    async def close(self, batch_id: str) -> None:
+        """Close a batch (its block ended): done at once when nothing is pending."""
+        code = await self._store.batches.close(batch_id)
+        _step("closed")
+        if code == 0:
+            log.warning("batch %s was closed already (its open lease ran out)", batch_id)
+
+    @staticmethod
+    def _check_open(batch_id: str, code: str) -> None:
+        if code == "x":
+            raise LookupError(f"no batch {batch_id!r} (never opened, or removed)")
+        if code == "d":
+            raise BatchClosedError(f"batch {batch_id!r} is done: it takes no more members")
+        if code == "c":
+            raise BatchClosedError(
+                f"batch {batch_id!r} is closed: only its running members may add to it"
+            )
+
+    def _context(
+        self,
+        batch: Batch,
+        context: Mapping[str, str] | None,
+        timeout: float | timedelta | None,
+    ) -> dict[str, str]:
+        extra = {BATCH_KEY: batch.id}
+        if batch.name:
+            extra[BATCH_NAME_KEY] = batch.name
+        return {**(with_timeout(check_context(context), timeout) or {}), **extra}
+
+    async def _added(self, batch: Batch, refs: list[str]) -> list[int]:
+        """The first step of an add: the indexes of ``refs`` to enqueue and link."""
+        if not refs:
+            return []
+        code, answers = await self._store.batches.add(
+            batch.id, refs, grace_ms=self.grace_ms, adder=batch._member
+        )
+        self._check_open(batch.id, code)
+        _step("added")
+        return [i for i, answer in enumerate(answers) if answer in ("n", "u")]
+
+    async def add(
+        self,
+        batch: Batch,
+        events: Sequence[tuple[Event, int]],
+        absolute: bool,
+        context: Mapping[str, str] | None,
+        key: str | None,
+        timeout: float | timedelta | None,
+        priority: int | None,
+    ) -> list[bool]:
+        """Add events (``(event, ms)``: a delay, or with ``absolute`` a unix time) to a
+        batch; True for each one enqueued now."""
+        if priority is not None:
+            check_priority(priority)
+        ctx = self._context(batch, context, timeout)
+        refs = []
+        for event, _ in events:
+            if not isinstance(event, Event):
+                raise TypeError(f"a batch's members are events, not {event!r}")
+            refs.append(member_ref(self._types.name(type(event)), event.id))
+        todo = await self._added(batch, refs)
+        done = [False] * len(events)
+        if not todo:
+            return done
+        chosen = [refs[i] for i in todo]
+        try:
+            if len(todo) == 1 or absolute:
+                for i in todo:
+                    event, ms = events[i]
+                    done[i] = await self._enqueuer.one(
+                        event, ms, absolute, ctx, False, key, priority
+                    )
+            else:
+                items: list[Any] = [
+                    (events[i][0], timedelta(milliseconds=events[i][1])) for i in todo
+                ]
+                got = await self._enqueuer.many(items, 0, ctx, False, key, priority)
+                for i, added in zip(todo, got, strict=True):
+                    done[i] = added
+            _step("enqueued")
+            await link_members(self._store, batch.id, chosen, self.partitions, settle=False)
+        except Exception:
+            await self._settle_now(batch.id, chosen)
+            raise
+        return done
+
+    async def add_envelopes(
+        self,
+        batch: Batch,
+        event_type: str,
+        items: Sequence[tuple[str, bytes, int]],
+        absolute: bool,
+        keys: Sequence[str | None] | None,
+        timeout: float | timedelta | None,
+        priority: int | Sequence[int] | None,
+    ) -> list[int]:
+        """Add encoded events of one type to a batch; a code per item (1 added, 0 not)."""
+        name = self._types.name(event_type)
+        extra = self._context(batch, None, None)
+        marked: list[tuple[str, bytes, int]] = []
+        for item in timed_envelopes(items, timeout):
+            try:
+                marked.append((item[0], add_to_context(item[1], extra), item[2]))
+            except DecodeError as exc:
+                raise ValueError(f"{item[0]!r}: {exc}") from exc
+        if keys is not None and len(keys) != len(marked):
+            raise ValueError(f"{len(keys)} flow keys for {len(marked)} items")
+        if isinstance(priority, (list, tuple)) and len(priority) != len(marked):
+            raise ValueError(f"{len(priority)} priorities for {len(marked)} items")
+        refs = [member_ref(name, item[0]) for item in marked]
+        todo = await self._added(batch, refs)
+        codes = [0] * len(marked)
+        if not todo:
+            return codes
+        chosen = [refs[i] for i in todo]
+        levels: int | Sequence[int] | None = (
+            [priority[i] for i in todo] if isinstance(priority, (list, tuple)) else priority
+        )
+        try:
+            got = await self._enqueuer.envelopes(
+                name,
+                [marked[i] for i in todo],
+                absolute=absolute,
+                replace=False,
+                keys=None if keys is None else [keys[i] for i in todo],
+                priorities=levels,
+            )
+            for i, code in zip(todo, got, strict=True):
+                codes[i] = code
+            _step("enqueued")
+            await link_members(self._store, batch.id, chosen, self.partitions, settle=False)
+        except Exception:
+            await self._settle_now(batch.id, chosen)
+            raise
+        return codes
+
+    async def _settle_now(self, batch_id: str, refs: list[str]) -> None:
+        """An add failed between its steps: settle its members now (as the sweep would
+        after their grace), when Redis lets us."""
+        try:
+            await link_members(self._store, batch_id, refs, self.partitions, settle=True)
+        except Exception as exc:
+            log.warning(
+                "batch %s: settling a failed add failed too (%s); the sweep will", batch_id, exc
+            )
+
+    # -- reading ----------------------------------------------------------------------
+
+    async def info(self, batch_id: str, members: int = 20) -> BatchInfo:
+        """One batch (``service.batch_info``); ``LookupError`` when there is none."""
+        read = await self._store.batches.info(
+            check_batch_id(batch_id), failed=FAILED_SHOWN, waiting=members
+        )
+        if not read.record:
+            raise LookupError(f"no batch {batch_id!r} (never opened, or removed after a day)")
+        return _info(batch_id, read, STUCK_MS, self.grace_ms)
+
+    async def members(self, batch_id: str, status: str | None, limit: int) -> list[BatchMember]:
+        """A batch's members with their outcomes (at most ``limit``; only ``status``)."""
+        check_batch_id(batch_id)
+        out: list[BatchMember] = []
+        cursor = 0
+        while len(out) < limit:
+            cursor, page = await self._store.batches.members(batch_id, cursor, 500)
+            for ref, record in page:
+                member = _member(ref, record)
+                if status is None or member.status == status:
+                    out.append(member)
+            if cursor == 0:
+                break
+        return out[:limit]
+
+    async def listing(
+        self, state: BatchState | None, limit: int, stuck_after_ms: int
+    ) -> list[BatchInfo]:
+        """``service.batches()``: newest first."""
+        wanted = "all" if state is None else state
+        found: list[tuple[int, str]] = []
+        for shard in shards(BATCH_TYPE, BATCH_SHARDS):
+            _, pairs = await self._store.batches.list_ids(shard, wanted, limit, stuck_after_ms)
+            found += [(created, batch_id) for batch_id, created in pairs]
+        found.sort(reverse=True)
+        ids = [batch_id for _, batch_id in found[:limit]]
+        reads = await self._store.batches.infos(ids, failed=FAILED_SHOWN, waiting=0)
+        out = []
+        for batch_id, read in zip(ids, reads, strict=True):
+            if not read.record:
+                continue  # removed since it was listed
+            info = _info(batch_id, read, stuck_after_ms, self.grace_ms)
+            if state == "stuck" and info.state != "stuck":
+                info = _as_stuck(info, "an add not confirmed past its grace")
+            out.append(info)
+        return out
+
+    # -- the consumer's handles ---------------------------------------------------------
+
+    def member_handle(self, context: Mapping[str, str], type_name: str, event_id: str) -> Batch:
+        """``current_delivery().batch`` of a member (no Redis read)."""
+        return Batch(
+            self,
+            context[BATCH_KEY],
+            context.get(BATCH_NAME_KEY),
+            member=member_ref(type_name, event_id),
+        )
+
+    async def callback_handle(self, batch_id: str) -> Batch:
+        """``current_delivery().batch`` of a callback: the batch read once (``info``
+        None if it cannot be read: gone, or Redis failed)."""
+        try:
+            info = await self.info(batch_id, 0)
+        except (LookupError, ValueError):
+            return Batch(self, batch_id)
+        return Batch(self, batch_id, info.name, parent=info.parent, info=info)
+
+
+def _as_stuck(info: BatchInfo, reason: str) -> BatchInfo:
+    return replace(info, state="stuck", stuck_reason=reason)
+
+
+def utc(ms: int | None) -> datetime | None:
+    """A time in ms on Redis's clock as a UTC datetime (None stays None)."""
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, timezone.utc)
+
+
+def _int(record: dict[str, str], name: str) -> int | None:
+    raw = record.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(float(raw))
+    except ValueError:
+        return None
+
+
+def _ref(raw: str | None) -> tuple[str, str] | None:
+    if not raw:
+        return None
+    return _split(raw)
+
+
+def _info(batch_id: str, read: BatchRead, stuck_ms: int, grace_ms: int) -> BatchInfo:
+    """A :class:`BatchInfo` from what ``batch_info.lua`` read."""
+    rec, now = read.record, read.now_ms
+    created = _int(rec, "created") or 0
+    closed, done, last = _int(rec, "closed"), _int(rec, "done"), _int(rec, "last")
+    lease = _int(rec, "lease")
+    unconfirmed = _int(rec, "unconf") or 0
+    state: BatchState
+    reason = None
+    if done is not None:
+        state = "done"
+    elif closed is None:
+        state = "open"
+        if lease is not None and lease < now:
+            state, reason = "stuck", "open past its lease (its producer died?): the sweep closes it"
+    else:
+        state = "waiting"
+        idle = now - max(closed, last or 0)
+        if idle >= stuck_ms:
+            state = "stuck"
+            reason = f"no member finished for {idle // 1000} s"
+    if state != "done" and reason is None and unconfirmed:
+        if now - max(created, last or 0) > 2 * grace_ms + 60_000:
+            state, reason = "stuck", "an add not confirmed past its grace"
+    return BatchInfo(
+        id=batch_id,
+        name=rec.get("name"),
+        state=state,
+        total=_int(rec, "total") or 0,
+        pending=_int(rec, "pending") or 0,
+        succeeded=_int(rec, "ok") or 0,
+        failed=_int(rec, "failed") or 0,
+        failed_ids=tuple(_split(ref) for ref in read.failed),
+        created_at=datetime.fromtimestamp(created / 1000, timezone.utc),
+        closed_at=utc(closed),
+        done_at=utc(done),
+        last_done_at=utc(last),
+        lease_until=utc(lease) if closed is None else None,
+        expires_at=None if done is None else utc(done + RETENTION_MS),
+        on_complete=_ref(rec.get("complete")),
+        on_success=_ref(rec.get("success")),
+        parent=rec.get("parent") or None,
+        unconfirmed=unconfirmed,
+        waiting_on=tuple(_split(ref) for ref in read.waiting),
+        stuck_reason=reason,
+    )
+
+
+def _member(ref: str, record: bytes) -> BatchMember:
+    kind, member_id = _split(ref)
+    p = decode_parent(kind, member_id, record)
+    status = cast("MemberStatus", p.status)
+    return BatchMember(kind, member_id, status, p.value, p.error, p.done_ms)
+
+
+class BatchSweeper:
+    """The relay's look at a batch shard: closes the batches whose open lease ran out,
+    settles adds not confirmed within their grace, removes done batches past the
+    retention. Each step is idempotent, so a sweeper killed anywhere loses nothing."""
+
+    def __init__(self, store: Store, partitions: Callable[[str], int]):
+        self._store = store
+        self._partitions = partitions
+        self.retention_ms = RETENTION_MS
+        self.grace_ms = GRACE_MS
+
+    async def sweep(self, shard: str) -> int:
+        """Sweep one batch shard; ms until its next sweep work is due (-1: none)."""
+        store = self._store
+        work = await store.batches.sweep(
+            shard, limit=_SWEPT, retention_ms=self.retention_ms, grace_ms=self.grace_ms
+        )
+        for batch_id in work.expired:
+            if await store.batches.close(batch_id, sweep=True):
+                log.warning(
+                    "batch %s: its open lease ran out (its producer died or stalled): closed",
+                    batch_id,
+                )
+        by_batch: dict[str, list[str]] = {}
+        for batch_id, ref in work.unconfirmed:
+            by_batch.setdefault(batch_id, []).append(ref)
+        for batch_id, refs in by_batch.items():
+            await link_members(store, batch_id, refs, self._partitions, settle=True)
+        if work.old:
+            await store.batches.trim(shard, work.old, self.retention_ms)
+        if max(len(work.expired), len(work.unconfirmed), len(work.old)) >= _SWEPT:
+            return 0  # more may be due: look again at once
+        if work.next_ms < 0:
+            return -1
+        return max(0, work.next_ms - work.now_ms)

@@ -1,0 +1,345 @@
+"""Batches (``async with service.batch(...)``): callbacks exactly once when every member
+is done, ``on_success`` only if all succeeded, member-added members, nesting, the open
+lease, ``batch_info`` and ``batches()`` (docs/WORKFLOWS.md, "Batches")."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from delayq import (
+    BATCH_TYPE,
+    Batch,
+    BatchClosedError,
+    BatchInfo,
+    Event,
+    EventService,
+    current_delivery,
+    fixed,
+)
+from delayq.keyspace.layout import PrefixKeys
+from delayq.keyspace.shards import BATCH_SHARDS, batch_shard, shards
+
+FAST: dict[str, Any] = {
+    "scheduling_interval": 0.1,
+    "polling_timeout": 0.5,
+    "visibility_timeout": 2.0,
+    "retry_backoff": fixed(0.05),
+    "retry_attempts": 0,
+    "shutdown_grace": 1.0,
+}
+
+
+class Row(Event, event_name="bt-row", results=timedelta(hours=1)):
+    n: int = 0
+    fail: bool = False
+
+
+class Plain(Event, event_name="bt-plain"):
+    fail: bool = False
+
+
+class Adder(Event, event_name="bt-adder"):
+    """A member that adds members to its own batch (``extra`` of them)."""
+
+    extra: int = 0
+    fail_first: bool = False
+
+
+class Opener(Event, event_name="bt-opener"):
+    """A member that opens a nested batch of ``extra`` rows."""
+
+    extra: int = 0
+
+
+class Done(Event, event_name="bt-done"):
+    pass
+
+
+class Ok(Event, event_name="bt-ok"):
+    pass
+
+
+class Recorder:
+    """The handlers; what each callback saw."""
+
+    def __init__(self) -> None:
+        self.callbacks: dict[tuple[str, str], list[Batch | None]] = {}
+        self.runs: dict[tuple[str, str], int] = {}
+        self.gate: asyncio.Event | None = None
+
+    def _ran(self, event: Event) -> None:
+        key = (type(event).event_name, event.id)
+        self.runs[key] = self.runs.get(key, 0) + 1
+
+    async def row(self, event: Row) -> object:
+        self._ran(event)
+        if self.gate is not None:
+            await self.gate.wait()
+        if event.fail:
+            raise RuntimeError(f"row {event.n} is bad")
+        return {"n": event.n * 10}
+
+    async def plain(self, event: Plain) -> None:
+        self._ran(event)
+        if event.fail:
+            raise RuntimeError("plain failed")
+
+    async def adder(self, event: Adder) -> None:
+        self._ran(event)
+        batch = current_delivery().batch  # type: ignore[union-attr]
+        assert batch is not None and batch.member == ("bt-adder", event.id)
+        await batch.enqueue_many([Row(id=f"{event.id}-{i}", n=i) for i in range(event.extra)])
+        if event.fail_first and self.runs[("bt-adder", event.id)] == 1:
+            raise RuntimeError("first run fails after adding")
+
+    async def opener(self, event: Opener) -> None:
+        self._ran(event)
+        async with self.service.batch(name=f"child of {event.id}") as child:
+            assert child.parent is not None
+            await child.enqueue_many([Row(id=f"{event.id}-{i}", n=i) for i in range(event.extra)])
+
+    async def callback(self, event: Event) -> None:
+        self._ran(event)
+        d = current_delivery()
+        assert d is not None
+        self.callbacks.setdefault((type(event).event_name, event.id), []).append(d.batch)
+
+    service: EventService
+
+
+def _service(url: str, prefix: str, rec: Recorder, **options: Any) -> EventService:
+    service = EventService.from_url(url, prefix=prefix, **{**FAST, **options})
+    rec.service = service
+    service.add_handler(Row, rec.row, concurrency=50)
+    service.add_handler(Plain, rec.plain)
+    service.add_handler(Adder, rec.adder)
+    service.add_handler(Opener, rec.opener)
+    service.add_handler(Done, rec.callback)
+    service.add_handler(Ok, rec.callback)
+    return service
+
+
+async def test_callbacks_once_with_counts_failed_ids_and_results(redis_url, prefix, wait_for):
+    rec = Recorder()
+    async with _service(redis_url, prefix, rec) as service:
+        async with service.batch(
+            on_complete=Done(id="d1"), on_success=Ok(id="o1"), name="import 7"
+        ) as batch:
+            assert isinstance(batch, Batch) and batch.name == "import 7"
+            assert await batch.enqueue_with_delay(Row(id="r1", n=1), 0)
+            assert await batch.enqueue_many([Row(id="r2", n=2), (Row(id="r3", n=3), 0.05)]) == [
+                True,
+                True,
+            ]
+            assert await batch.enqueue_at(Row(id="r4", n=4, fail=True), _now())
+            assert not await batch.enqueue_with_delay(Row(id="r1", n=1), 0)  # a member already
+            info = await service.batch_info(batch.id)
+            assert info.state == "open" and info.name == "import 7" and info.total == 4
+        await wait_for(lambda: ("bt-done", "d1") in rec.callbacks, timeout=10)
+        (seen,) = rec.callbacks["bt-done", "d1"]
+        assert seen is not None and seen.id == batch.id and seen.info is not None
+        final = seen.info
+        assert (final.total, final.succeeded, final.failed) == (4, 3, 1)
+        assert final.failed_ids == (("bt-row", "r4"),) and final.state == "done"
+        assert final.on_complete == ("bt-done", "d1") and final.on_success == ("bt-ok", "o1")
+        members = {m.id: m for m in await seen.members()}
+        assert members["r2"].status == "ok" and members["r2"].value == {"n": 20}
+        assert members["r4"].failed and "row 4 is bad" in (members["r4"].error or "")
+        # on_success was skipped (a member failed): it never runs
+        await wait_for(lambda: _skipped(service, Ok), timeout=5)
+        assert ("bt-ok", "o1") not in rec.runs
+        # the callback's parent is the batch, failed
+        info = await service.batch_info(batch.id)
+        assert info.state == "done" and info.ok is False and info.done_at is not None
+        assert info.expires_at is not None and info.waiting_on == ()
+
+
+async def _skipped(service: EventService, t: type[Event]) -> bool:
+    return (await service.inspect(t, "o1")).state == "absent"
+
+
+def _now() -> Any:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc)
+
+
+async def test_all_succeeded_runs_both_once(redis_url, prefix, wait_for):
+    rec = Recorder()
+    async with _service(redis_url, prefix, rec) as service:
+        async with service.batch(on_complete=Done(id="d"), on_success=Ok(id="o")) as batch:
+            await batch.enqueue_many([Plain(id=f"p{i}") for i in range(20)])
+        await wait_for(lambda: ("bt-ok", "o") in rec.runs and ("bt-done", "d") in rec.runs)
+        (ok,) = rec.callbacks["bt-ok", "o"]
+        assert ok is not None and ok.info is not None and ok.info.ok
+        assert ok.info.succeeded == 20 and ok.info.failed == 0
+        d = current_delivery()
+        assert d is None
+        await asyncio.sleep(0)  # (nothing else runs later: checked below with the counts)
+        assert rec.runs["bt-ok", "o"] == 1 and rec.runs["bt-done", "d"] == 1
+
+
+async def test_an_empty_batch_completes_at_once(redis_url, prefix, wait_for):
+    rec = Recorder()
+    async with _service(redis_url, prefix, rec) as service:
+        async with service.batch(on_complete=Done(id="e"), on_success=Ok(id="e")) as batch:
+            pass
+        await wait_for(lambda: ("bt-ok", "e") in rec.runs and ("bt-done", "e") in rec.runs)
+        info = await service.batch_info(batch.id)
+        assert info.state == "done" and info.total == 0 and info.ok
+
+
+async def test_a_block_that_raises_still_closes_the_batch(redis_url, prefix, wait_for):
+    rec = Recorder()
+    async with _service(redis_url, prefix, rec) as service:
+        with pytest.raises(ZeroDivisionError):
+            async with service.batch(on_complete=Done(id="r")) as batch:
+                await batch.enqueue_with_delay(Plain(id="x"), 0)
+                1 / 0  # noqa: B018
+        await wait_for(lambda: ("bt-done", "r") in rec.runs)
+        info = await service.batch_info(batch.id)
+        assert info.total == 1 and info.state == "done"
+        with pytest.raises(BatchClosedError):
+            await batch.enqueue_with_delay(Plain(id="late"), 0)
+
+
+async def test_member_added_members_count_once_even_when_retried(redis_url, prefix, wait_for):
+    rec = Recorder()
+    async with _service(redis_url, prefix, rec, retry_attempts=2) as service:
+        async with service.batch(on_complete=Done(id="m")) as batch:
+            await batch.enqueue_with_delay(Adder(id="a", extra=5, fail_first=True), 0)
+        await wait_for(lambda: ("bt-done", "m") in rec.runs, timeout=10)
+        (seen,) = rec.callbacks["bt-done", "m"]
+        assert seen is not None and seen.info is not None
+        assert (seen.info.total, seen.info.succeeded, seen.info.failed) == (6, 6, 0)
+        assert rec.runs["bt-adder", "a"] == 2
+        assert all(rec.runs[("bt-row", f"a-{i}")] == 1 for i in range(5))
+
+
+async def test_nested_batches_two_levels(redis_url, prefix, wait_for):
+    rec = Recorder()
+    async with _service(redis_url, prefix, rec) as service:
+        async with service.batch(on_complete=Done(id="top"), on_success=Ok(id="top")) as batch:
+            await batch.enqueue_many([Opener(id="o1", extra=3), Opener(id="o2", extra=2)])
+            await batch.enqueue_with_delay(Plain(id="p"), 0)
+        await wait_for(lambda: ("bt-ok", "top") in rec.runs, timeout=10)
+        info = await service.batch_info(batch.id)
+        assert (info.total, info.succeeded) == (5, 5)  # 2 openers, their 2 batches, 1 plain
+        members = await rec.callbacks["bt-ok", "top"][0].members()  # type: ignore[union-attr]
+        children = [m for m in members if m.event_type == BATCH_TYPE]
+        assert len(children) == 2 and all(m.status == "ok" for m in children)
+        for child in children:
+            child_info = await service.batch_info(child.id)
+            assert child_info.parent == batch.id and child_info.state == "done"
+            assert child_info.name is not None and child_info.name.startswith("child of")
+
+
+async def test_batches_lists_by_state(redis_url, prefix, wait_for):
+    rec = Recorder()
+    rec.gate = asyncio.Event()
+    async with _service(redis_url, prefix, rec) as service:
+        async with service.batch(name="done one") as first:
+            pass
+        async with service.batch(name="waiting one") as second:
+            await second.enqueue_with_delay(Row(id="w"), 0)
+        async with service.batch(name="open one") as third:
+            listed = await service.batches()
+            assert [b.id for b in listed] == [third.id, second.id, first.id]
+            assert [b.id for b in await service.batches("open")] == [third.id]
+            assert [b.id for b in await service.batches("waiting")] == [second.id]
+            assert [b.id for b in await service.batches("done")] == [first.id]
+            await wait_for(lambda: ("bt-row", "w") in rec.runs)
+            stuck = await service.batches("stuck", stuck_after=0.001)
+            assert [b.id for b in stuck] == [second.id]
+            assert stuck[0].stuck_reason and stuck[0].waiting_on == ()
+            info = await service.batch_info(second.id, members=5)
+            assert info.waiting_on == (("bt-row", "w"),)
+        rec.gate.set()
+        await wait_for(lambda: _state(service, second.id, "done"))
+        with pytest.raises(LookupError):
+            await service.batch_info("nosuchbatch")
+        with pytest.raises(ValueError):
+            await service.batches("nope")  # type: ignore[arg-type]
+
+
+async def _state(service: EventService, batch_id: str, state: str) -> bool:
+    info: BatchInfo = await service.batch_info(batch_id)
+    return info.state == state
+
+
+def test_batch_shards_never_share_a_type_s_keys() -> None:
+    keys = PrefixKeys("p")
+    tags = {keys.for_shard(s).tag for s in shards(BATCH_TYPE, BATCH_SHARDS)}
+    assert len(tags) == BATCH_SHARDS and all(t.startswith("{p:#batches/") for t in tags)
+    assert batch_shard("abc") in shards(BATCH_TYPE, BATCH_SHARDS)
+
+
+async def test_a_dead_producer_s_batch_is_closed_by_the_sweep(redis_url, prefix, wait_for):
+    rec = Recorder()
+    async with _service(redis_url, prefix, rec) as service:
+        service._batches.lease_ms = 300
+        opener = service.batch(on_complete=Done(id="dead"))
+        batch = await opener.__aenter__()
+        await batch.enqueue_with_delay(Plain(id="dp"), 0)
+        # the producer "dies": its lease renewer stops, the block never ends
+        renewer = opener._renewer  # type: ignore[attr-defined]
+        renewer.cancel()
+        await asyncio.wait([renewer])
+        await wait_for(lambda: ("bt-done", "dead") in rec.runs, timeout=10)
+        info = await service.batch_info(batch.id)
+        assert info.state == "done" and info.total == 1
+
+
+async def test_an_unconfirmed_add_is_settled_by_the_sweep(redis_url, prefix, wait_for):
+    rec = Recorder()
+    async with _service(redis_url, prefix, rec) as service:
+        service._batches.grace_ms = 200
+        assert service._scheduler is not None
+        service._scheduler.relay.sweeper.grace_ms = 200
+        async with service.batch(on_complete=Done(id="u")) as batch:
+            # an add that died after its first step: the batch knows "ghost", nothing else
+            code, _ = await service._store.batches.add(
+                batch.id, ["bt-plain\0ghost"], grace_ms=200, adder=None
+            )
+            assert code == "a"
+            await batch.enqueue_with_delay(Plain(id="real"), 0)
+        await wait_for(lambda: ("bt-done", "u") in rec.runs, timeout=10)
+        info = await service.batch_info(batch.id)
+        assert (info.total, info.succeeded, info.unconfirmed) == (1, 1, 0)
+
+
+async def test_keys_are_gone_after_the_retention(redis_url, prefix, wait_for):
+    rec = Recorder()
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        async with _service(redis_url, prefix, rec) as service:
+            assert service._scheduler is not None
+            service._scheduler.relay.sweeper.retention_ms = 200
+            async with service.batch(on_complete=Done(id="k")) as batch:
+                await batch.enqueue_with_delay(Plain(id="kp", fail=True), 0)
+            await wait_for(lambda: ("bt-done", "k") in rec.runs)
+
+            async def gone() -> bool:
+                try:
+                    await service.batch_info(batch.id)
+                except LookupError:
+                    return True
+                return False
+
+            service._scheduler.relay.wake(batch_shard(batch.id))
+            await wait_for(gone, timeout=10)
+            tk = PrefixKeys(prefix).for_shard(batch_shard(batch.id))
+            left = [
+                k
+                for k in (*tk.batch(batch.id), tk.batch_index, tk.batch_done)
+                if await client.exists(k)
+            ]
+            assert left == []
+            assert await client.hlen(tk.deps) == 0
+    finally:
+        await client.aclose()
