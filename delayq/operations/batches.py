@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
@@ -128,6 +128,7 @@ async def link_members(
     batch_id: str,
     refs: Sequence[str],
     partitions: Callable[[str], int],
+    note: Callable[[Sequence[str]], Awaitable[None]],
     *,
     settle: bool,
 ) -> None:
@@ -135,7 +136,8 @@ async def link_members(
     records of those done already and confirm those linked. ``settle`` (the sweep's
     look at adds left unconfirmed): a member that does not exist ("missing") was never
     enqueued, and is dropped from the batch; else (an add's own step, right after the
-    enqueue) it was done before its link, and counts as done."""
+    enqueue) it was done before its link, and counts as done. ``note`` records the
+    members' shards as dependency shards (the relay's)."""
     if not refs:
         return
     bshard = batch_shard(batch_id)
@@ -144,6 +146,7 @@ async def link_members(
         kind, member_id = _split(ref)
         for shard in parent_shards(store, kind, member_id, partitions(kind)):
             by_shard.setdefault(shard, []).append(ref)
+    await note(list(by_shard))  # the relay looks at the members' shards for completions
     said: dict[str, list[bytes]] = {}
     for shard, group in by_shard.items():
         links = [(_split(ref)[1], bshard, batch_id) for ref in group]
@@ -420,7 +423,9 @@ class Batches:
                 for i, added in zip(todo, got, strict=True):
                     done[i] = added
             _step("enqueued")
-            await link_members(self._store, batch.id, chosen, self.partitions, settle=False)
+            await link_members(
+                self._store, batch.id, chosen, self.partitions, self._note, settle=False
+            )
         except Exception:
             await self._settle_now(batch.id, chosen)
             raise
@@ -470,7 +475,9 @@ class Batches:
             for i, code in zip(todo, got, strict=True):
                 codes[i] = code
             _step("enqueued")
-            await link_members(self._store, batch.id, chosen, self.partitions, settle=False)
+            await link_members(
+                self._store, batch.id, chosen, self.partitions, self._note, settle=False
+            )
         except Exception:
             await self._settle_now(batch.id, chosen)
             raise
@@ -480,7 +487,9 @@ class Batches:
         """An add failed between its steps: settle its members now (as the sweep would
         after their grace), when Redis lets us."""
         try:
-            await link_members(self._store, batch_id, refs, self.partitions, settle=True)
+            await link_members(
+                self._store, batch_id, refs, self.partitions, self._note, settle=True
+            )
         except Exception as exc:
             log.warning(
                 "batch %s: settling a failed add failed too (%s); the sweep will", batch_id, exc
@@ -643,8 +652,15 @@ class BatchSweeper:
     def __init__(self, store: Store, partitions: Callable[[str], int]):
         self._store = store
         self._partitions = partitions
+        self._noted: set[str] = set()
         self.retention_ms = RETENTION_MS
         self.grace_ms = GRACE_MS
+
+    async def _note(self, shards_: Sequence[str]) -> None:
+        new = [s for s in shards_ if s not in self._noted]
+        if new:
+            await self._store.dependencies.note_dependency_shards(new)
+            self._noted.update(new)
 
     async def sweep(self, shard: str) -> int:
         """Sweep one batch shard; ms until its next sweep work is due (-1: none)."""
@@ -662,7 +678,7 @@ class BatchSweeper:
         for batch_id, ref in work.unconfirmed:
             by_batch.setdefault(batch_id, []).append(ref)
         for batch_id, refs in by_batch.items():
-            await link_members(store, batch_id, refs, self._partitions, settle=True)
+            await link_members(store, batch_id, refs, self._partitions, self._note, settle=True)
         if work.old:
             await store.batches.trim(shard, work.old, self.retention_ms)
         if max(len(work.expired), len(work.unconfirmed), len(work.old)) >= _SWEPT:
