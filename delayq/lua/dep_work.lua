@@ -4,10 +4,13 @@
 -- ARGV[1] the most relay members read, ARGV[2] the most children per completion
 -- ARGV[3] ms to the next audit at least (a child's audits then back off: each waits as
 --         long as the child has waited so far, up to ARGV[4] ms)
+-- ARGV[5] (optional) the most children read in all: once a call has read that many, it
+--         reads no further member and ends its items with {'more'}
 -- Returns: {now_ms, next_ms, item...}; next_ms: when the next member is due (-1: none).
 --   Items are arrays: {'c', member, parent id, record, lo, hi, child shard, child id, ...}
 --   a completion to hand to children lo.. (at most ARGV[2] of them, up to hi), or
---   {'a', child id, parent type, parent id, ...} an audit: the child's parents not done.
+--   {'a', child id, parent type, parent id, ...} an audit: the child's parents not done;
+--   {'more'} (last): it stopped at ARGV[5] children, more members are due.
 -- Guarantees: reads only, but for the audits' next times (an audit is idempotent: a
 -- relay that dies after this step loses nothing). Completions stay until dep_relayed.lua
 -- clears them, so a relay killed at any step hands them on again (applied once: see
@@ -15,9 +18,15 @@
 check_keys('deps', 'relay')
 local now = clock_ms()
 local limit, per, floor, cap = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local most = tonumber(ARGV[5])
 local out = {now, -1}
+local read = 0
 local due = redis.call('ZRANGEBYSCORE', K_RELAY, '-inf', now, 'LIMIT', 0, limit)
 for _, member in ipairs(due) do
+  if most and read >= most then
+    out[#out + 1] = {'more'}
+    break
+  end
   if string.sub(member, 1, 1) == 'c' then
     local pid, lo, hi = string.match(member, '^c%z(.*)%z(%d+)%z(%d+)$')
     lo, hi = tonumber(lo), tonumber(hi)
@@ -25,6 +34,7 @@ for _, member in ipairs(due) do
     local last = math.min(hi, lo + per - 1)
     local names = {}
     for n = lo, last do names[#names + 1] = 'k:' .. pid .. '\0' .. n end
+    read = read + #names
     if #names > 0 then
       for _, kid in ipairs(redis.call('HMGET', K_DEPS, unpack(names))) do
         local cshard, cid = string.match(kid or '', '^(.-)%z(.*)$')

@@ -48,9 +48,12 @@ __all__ = ["STEP_HOOK", "Relay"]
 
 log = logging.getLogger("delayq.relay")
 
-# relay members read per call, children handed on per completion per call
-_MEMBERS = 64
+# relay members read per call, children handed on per completion per call, children read
+# per call in all (a call's completions are applied with one script call per child shard:
+# a batch's members' completions, one child each, go 256 to a call)
+_MEMBERS = 256
 _CHILDREN = 256
+_READ = 1024
 # every this many scheduling intervals the relay reads the set of dependency shards and
 # looks at each (a lost wake-up costs that much latency; unused, one SMEMBERS per sweep);
 # between sweeps it looks at a shard when woken for it or when its next work is due
@@ -170,6 +173,7 @@ class Relay:
                 per=_CHILDREN,
                 audit_ms=self.audit_ms,
                 audit_cap_ms=_AUDIT_CAP_MS,
+                most=_READ,
             )
             _step("read")
             partial = False
@@ -177,7 +181,11 @@ class Relay:
                 partial = not await self._hand_on(shard, work.completions)
             for audit in work.audits:
                 await self._audit(shard, audit)
-            if not partial and len(work.completions) + len(work.audits) < _MEMBERS:
+            if (
+                not partial
+                and not work.more
+                and len(work.completions) + len(work.audits) < _MEMBERS
+            ):
                 break
         wait = -1 if work.next_ms < 0 else max(0, work.next_ms - work.now_ms)
         if is_batch_shard(shard):

@@ -71,6 +71,8 @@ class RelayWork:
     next_ms: int
     completions: list[Completion]
     audits: list[Audit]
+    more: bool = False
+    """The call stopped at its cap of children read: more work is due."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,13 +148,27 @@ class DependencyStore:
         return applied
 
     async def dep_work(
-        self, shard: str, *, limit: int, per: int, audit_ms: int, audit_cap_ms: int
+        self,
+        shard: str,
+        *,
+        limit: int,
+        per: int,
+        audit_ms: int,
+        audit_cap_ms: int,
+        most: int | None = None,
     ) -> RelayWork:
-        """The relay's due work in ``shard`` (``dep_work.lua``)."""
-        r = await self._core.run("dep_work", shard, [limit, per, audit_ms, audit_cap_ms])
+        """The relay's due work in ``shard`` (``dep_work.lua``); ``most``: read no further
+        member once that many children are read."""
+        args = [limit, per, audit_ms, audit_cap_ms]
+        if most is not None:
+            args.append(most)
+        r = await self._core.run("dep_work", shard, args)
         completions, audits = [], []
+        more = False
         for item in r[2:]:
-            if item[0] == b"c":
+            if item[0] == b"more":
+                more = True
+            elif item[0] == b"c":
                 kids = [(_str(item[i]), _str(item[i + 1])) for i in range(6, len(item), 2)]
                 completions.append(
                     Completion(
@@ -162,7 +178,7 @@ class DependencyStore:
             else:
                 pairs = [(_str(item[i]), _str(item[i + 1])) for i in range(2, len(item), 2)]
                 audits.append(Audit(_str(item[1]), pairs))
-        return RelayWork(int(r[0]), int(r[1]), completions, audits)
+        return RelayWork(int(r[0]), int(r[1]), completions, audits, more)
 
     async def dep_relayed(self, shard: str, member: bytes, upto: int) -> bool:
         """Forget children up to ``upto`` of a completion (``dep_relayed.lua``); True when
