@@ -71,6 +71,7 @@ class Recorder:
         self.callbacks: dict[tuple[str, str], list[Batch | None]] = {}
         self.runs: dict[tuple[str, str], int] = {}
         self.gate: asyncio.Event | None = None
+        self.parents: dict[tuple[str, str], Any] = {}
 
     def _ran(self, event: Event) -> None:
         key = (type(event).event_name, event.id)
@@ -108,6 +109,7 @@ class Recorder:
         d = current_delivery()
         assert d is not None
         self.callbacks.setdefault((type(event).event_name, event.id), []).append(d.batch)
+        self.parents[type(event).event_name, event.id] = d.parents
 
     service: EventService
 
@@ -147,11 +149,14 @@ async def test_callbacks_once_with_counts_failed_ids_and_results(redis_url, pref
         assert (final.total, final.succeeded, final.failed) == (4, 3, 1)
         assert final.failed_ids == (("bt-row", "r4"),) and final.state == "done"
         assert final.on_complete == ("bt-done", "d1") and final.on_success == ("bt-ok", "o1")
+        (parent,) = rec.parents["bt-done", "d1"]
+        assert (parent.event_type, parent.id, parent.status) == (BATCH_TYPE, batch.id, "failed")
+        assert parent.error == "1 of 4 members failed"
         members = {m.id: m for m in await seen.members()}
         assert members["r2"].status == "ok" and members["r2"].value == {"n": 20}
         assert members["r4"].failed and "row 4 is bad" in (members["r4"].error or "")
         # on_success was skipped (a member failed): it never runs
-        await wait_for(lambda: _skipped(service, Ok), timeout=5)
+        await wait_for(lambda: _skipped(service, Ok, "o1"), timeout=5)
         assert ("bt-ok", "o1") not in rec.runs
         # the callback's parent is the batch, failed
         info = await service.batch_info(batch.id)
@@ -159,8 +164,8 @@ async def test_callbacks_once_with_counts_failed_ids_and_results(redis_url, pref
         assert info.expires_at is not None and info.waiting_on == ()
 
 
-async def _skipped(service: EventService, t: type[Event]) -> bool:
-    return (await service.inspect(t, "o1")).state == "absent"
+async def _skipped(service: EventService, t: type[Event], event_id: str) -> bool:
+    return (await service.inspect(t, event_id)).state == "absent"
 
 
 def _now() -> Any:
@@ -343,3 +348,92 @@ async def test_keys_are_gone_after_the_retention(redis_url, prefix, wait_for):
             assert await client.hlen(tk.deps) == 0
     finally:
         await client.aclose()
+
+
+class Sliced(Event, event_name="bt-sliced", partitions=4):
+    pass
+
+
+class Grouped(Event, event_name="bt-grouped"):
+    pass
+
+
+async def test_cancelled_partitioned_grouped_and_envelope_members(redis_url, prefix, wait_for):
+    """A cancelled member counts as failed; members of a partitioned type, of a type with
+    delivery groups (done with its last group) and added as envelopes all count once."""
+    rec = Recorder()
+    seen: list[tuple[str, Any]] = []
+
+    async def sliced(event: Sliced) -> None:
+        d = current_delivery()
+        assert d is not None and d.batch is not None
+        seen.append((event.id, d.batch.name))
+
+    groups_done: list[str] = []
+
+    async def grouped(event: Grouped) -> None:
+        d = current_delivery()
+        assert d is not None
+        groups_done.append(d.group)
+
+    async with _service(redis_url, prefix, rec) as service:
+        service.add_handler(Sliced, sliced)
+        service.add_handler(Grouped, grouped)
+        service.add_handler(Grouped, grouped, group="audit")
+        from delayq.codec import Codec
+
+        codec = Codec("msgpack", 1 << 20)
+        envelope = codec.encode(Plain(id="env"), None)
+        async with service.batch(
+            on_complete=Done(id="mix"), on_success=Ok(id="mix"), name="mixed"
+        ) as batch:
+            assert await batch.enqueue_many([Sliced(id=f"s{i}") for i in range(8)], priority=3)
+            assert await batch.enqueue_with_delay(Grouped(id="g"), 0)
+            assert await batch.enqueue_envelopes("bt-plain", [("env", envelope, 0)]) == [1]
+            assert await batch.enqueue_with_delay(Plain(id="c"), 3600)
+            assert await service.cancel(Plain, "c")
+        await wait_for(lambda: ("bt-done", "mix") in rec.runs, timeout=10)
+        info = await service.batch_info(batch.id)
+        assert (info.total, info.succeeded, info.failed) == (11, 10, 1)
+        assert info.failed_ids == (("bt-plain", "c"),)
+        assert sorted(g for g in groups_done) == ["audit", "default"]
+        assert sorted(seen) == [(f"s{i}", "mixed") for i in range(8)]
+        (cancelled,) = await rec.callbacks["bt-done", "mix"][0].members(status="cancelled")  # type: ignore[union-attr]
+        assert cancelled.id == "c" and cancelled.failed
+        assert len(await rec.callbacks["bt-done", "mix"][0].members(limit=3)) == 3  # type: ignore[union-attr]
+        await wait_for(lambda: _skipped(service, Ok, "mix"), timeout=5)
+        assert ("bt-ok", "mix") not in rec.runs
+        import json
+
+        assert json.loads(json.dumps(info.to_dict()))["failed_ids"] == [["bt-plain", "c"]]
+
+
+async def test_a_callback_id_in_use_is_refused(redis_url, prefix):
+    rec = Recorder()
+    async with _service(redis_url, prefix, rec) as service:
+        await service.enqueue_with_delay(Ok(id="taken"), 3600)
+        with pytest.raises(ValueError, match="unused id"):
+            async with service.batch(on_complete=Done(id="t"), on_success=Ok(id="taken")):
+                raise AssertionError("not reached")
+        # the on_complete enqueued before the refusal was removed again
+        assert (await service.inspect(Done, "t")).state == "absent"
+        with pytest.raises(TypeError):
+            service.batch(on_complete="nope")  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            await service.batch_info("no such id!")
+
+
+async def test_a_member_s_context_hides_the_batch(redis_url, prefix, wait_for):
+    from delayq import event_context
+
+    contexts: list[dict[str, str]] = []
+
+    async def plain(event: Plain) -> None:
+        contexts.append(dict(event_context()))
+
+    async with EventService.from_url(redis_url, prefix=prefix, **FAST) as service:
+        service.add_handler(Plain, plain)
+        async with service.batch(name="ctx") as batch:
+            await batch.enqueue_with_delay(Plain(id="x"), 0, context={"tenant": "t1"})
+        await wait_for(lambda: contexts)
+        assert contexts == [{"tenant": "t1"}]

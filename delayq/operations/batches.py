@@ -292,6 +292,7 @@ class Batches:
         else:
             await self._note([bshard])
         refs = {policy: ref for _, policy, _, ref in callbacks}
+        enqueued: list[tuple[str, str]] = []  # callbacks enqueued (cancelled if the open fails)
         try:
             await store.batches.open(
                 batch_id,
@@ -303,8 +304,8 @@ class Batches:
                 children=children,
             )
             _step("opened")
-            for callback, policy, _, _ in callbacks:
-                await self._enqueuer.children(
+            for callback, policy, _, ref in callbacks:
+                (added,) = await self._enqueuer.children(
                     [callback],
                     0,
                     absolute=False,
@@ -313,13 +314,24 @@ class Batches:
                     policy=policy,
                     dependencies=self._dependencies,
                 )
+                kind, callback_id = _split(ref)
+                if added:
+                    enqueued.append((kind, callback_id))
+                else:  # kept as it was: it would not wait for this batch
+                    raise ValueError(
+                        f"{'on_complete' if policy == 'run' else 'on_success'} {kind} "
+                        f"{callback_id!r}: an event with that id exists; a callback needs an "
+                        "unused id (say, one made of the batch's name)"
+                    )
             _step("callbacks")
             if parent is not None:
                 await store.batches.confirm(parent.id, [own_ref])
         except Exception:
-            # the batch (if written) closes: it completes with what it has (nothing); a
-            # failed close is the sweep's (its lease runs out)
+            # the callbacks enqueued go, and the batch (if written) closes: it completes
+            # with what it has (nothing); a failed close is the sweep's (its lease runs out)
             try:
+                for kind, callback_id in enqueued:
+                    await self._enqueuer.cancel(kind, callback_id)
                 await store.batches.close(batch_id)
             except Exception as exc:
                 log.warning("batch %s: closing it after a failed open failed (%s)", batch_id, exc)
