@@ -437,3 +437,18 @@ async def test_a_member_s_context_hides_the_batch(redis_url, prefix, wait_for):
             await batch.enqueue_with_delay(Plain(id="x"), 0, context={"tenant": "t1"})
         await wait_for(lambda: contexts)
         assert contexts == [{"tenant": "t1"}]
+
+
+async def test_an_event_may_wait_for_a_batch(redis_url, prefix, wait_for):
+    rec = Recorder()
+    async with _service(redis_url, prefix, rec) as service:
+        async with service.batch() as batch:
+            await batch.enqueue_with_delay(Plain(id="w1"), 0)
+            await service.enqueue_with_delay(Done(id="after"), 0, after=[(BATCH_TYPE, batch.id)])
+            assert (await service.inspect(Done, "after")).state == "waiting"
+        await wait_for(lambda: ("bt-done", "after") in rec.runs)
+        (parent,) = rec.parents["bt-done", "after"]
+        assert (parent.event_type, parent.id, parent.status) == (BATCH_TYPE, batch.id, "ok")
+        # a plain child of a batch is not its callback: its batch is read all the same
+        (seen,) = rec.callbacks["bt-done", "after"]
+        assert seen is not None and seen.info is not None and seen.info.total == 1

@@ -79,7 +79,7 @@ def parent_refs(after: Iterable[Any], types: EventTypes) -> list[tuple[str, str]
         kind, parent_id = ref
         if not isinstance(kind, str) and not (isinstance(kind, type) and issubclass(kind, Event)):
             raise TypeError(f"a parent's type is an Event class or a wire name, not {kind!r}")
-        name = types.name(kind)
+        name = kind if kind == BATCH_TYPE else types.name(kind)  # a batch may be a parent
         if not isinstance(parent_id, str) or not parent_id or "\0" in parent_id:
             raise ValueError(f"a parent's id is a non-empty str without NUL, not {parent_id!r}")
         if (name, parent_id) not in seen:
