@@ -11,8 +11,8 @@ import pytest
 
 from delayq import lua
 from delayq.keyspace import PrefixKeys, TypeKeys
-from delayq.keyspace.shards import BATCH_SHARDS, BATCH_TYPE
 from delayq.keyspace.scripts import BLOCKS, GROUPED, KEY_KINDS, SCRIPT_KEYS, lua_header, lua_name
+from delayq.keyspace.shards import BATCH_SHARDS, BATCH_TYPE
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "delayq"
