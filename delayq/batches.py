@@ -182,7 +182,9 @@ class BatchOps(Protocol):
         key: str | None,
         timeout: float | timedelta | None,
         priority: int | None,
-    ) -> list[bool]: ...
+    ) -> list[bool]:
+        """Add ``(event, ms)`` members (``Batch.enqueue_with_delay`` and the others)."""
+        ...
 
     async def add_envelopes(
         self,
@@ -193,11 +195,17 @@ class BatchOps(Protocol):
         keys: Sequence[str | None] | None,
         timeout: float | timedelta | None,
         priority: int | Sequence[int] | None,
-    ) -> list[int]: ...
+    ) -> list[int]:
+        """Add encoded members (``Batch.enqueue_envelopes``)."""
+        ...
 
-    async def info(self, batch_id: str, members: int) -> BatchInfo: ...
+    async def info(self, batch_id: str, members: int) -> BatchInfo:
+        """Read a batch (``Batch.refresh``)."""
+        ...
 
-    async def members(self, batch_id: str, status: str | None, limit: int) -> list[BatchMember]: ...
+    async def members(self, batch_id: str, status: str | None, limit: int) -> list[BatchMember]:
+        """A batch's members (``Batch.members``)."""
+        ...
 
 
 class Batch:

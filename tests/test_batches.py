@@ -452,3 +452,28 @@ async def test_an_event_may_wait_for_a_batch(redis_url, prefix, wait_for):
         # a plain child of a batch is not its callback: its batch is read all the same
         (seen,) = rec.callbacks["bt-done", "after"]
         assert seen is not None and seen.info is not None and seen.info.total == 1
+
+
+async def test_a_member_gone_without_a_completion_counts_as_vanished(redis_url, prefix, wait_for):
+    """The audit of a closed batch's pending members: one deleted by hand (no completion
+    will ever come) is handed "vanished", a failure, and the batch completes."""
+    rec = Recorder()
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        async with _service(redis_url, prefix, rec) as service:
+            service._batches.audit_ms = 200
+            assert service._scheduler is not None
+            service._scheduler.relay.sweeper.audit_ms = 200
+            async with service.batch(on_complete=Done(id="van")) as batch:
+                await batch.enqueue_with_delay(Plain(id="gone"), 3600)
+                await batch.enqueue_with_delay(Plain(id="here"), 0)
+            keys = PrefixKeys(prefix).for_type("bt-plain")
+            await client.hdel(keys.events, "gone")
+            await client.zrem(keys.scheduled, "gone")
+            await wait_for(lambda: ("bt-done", "van") in rec.runs, timeout=15)
+            info = await service.batch_info(batch.id)
+            assert (info.total, info.succeeded, info.failed) == (2, 1, 1)
+            (gone,) = await rec.callbacks["bt-done", "van"][0].members(status="vanished")  # type: ignore[union-attr]
+            assert gone.id == "gone"
+    finally:
+        await client.aclose()

@@ -118,6 +118,7 @@ def _documented_keys() -> dict[str, str]:
         "bclosed": bk.batch_closed,
         "bdone": bk.batch_done,
         "bunconf": bk.batch_unconfirmed,
+        "baudit": bk.batch_audit,
         "brec": record,
         "bmembers": members,
         "bfailed": failed,

@@ -373,6 +373,7 @@ class TypeKeys:
             "bclosed": self.batch_closed,
             "bdone": self.batch_done,
             "bunconf": self.batch_unconfirmed,
+            "baudit": self.batch_audit,
         }
 
     @property
@@ -401,6 +402,13 @@ class TypeKeys:
         """ZSET ``"<batch id> NUL <member ref>"`` -> when the sweep settles that add if its
         producer has not confirmed it (ms)."""
         return self._key("unconfirmed")
+
+    @property
+    def batch_audit(self) -> str:
+        """ZSET batch id -> when the sweep next looks at its pending members again (a
+        member gone without a completion counts as vanished): the closed batches with
+        members pending."""
+        return self._key("audit")
 
     def batch(self, batch_id: str) -> tuple[str, str, str]:
         """One batch's own keys, in the order of :data:`~delayq.keyspace.scripts.BATCH_KEYS`:

@@ -9,6 +9,7 @@
 --   K_BCLOSED   B -> when a member last finished (closed, members pending);
 --   K_BDONE     B -> when it was done (removed after the retention)
 --   K_BUNCONF   "B NUL ref" -> when the sweep settles an add not confirmed by then
+--   K_BAUDIT    B -> when the sweep next links B's pending members again (closed B)
 --   and its own keys (bkey(b, ...): b-th batch of the call, see keyspace/scripts.py):
 --   B_REC       HASH: name, created, lease, closed, done (ms), total, pending, ok,
 --               failed, unconf (adds not confirmed), parent (the batch it is a member
@@ -48,6 +49,7 @@ local function batch_complete(bid, rec, now)
   redis.call('HDEL', K_EVENTS, bid)
   redis.call('ZREM', K_BOPEN, bid)
   redis.call('ZREM', K_BCLOSED, bid)
+  redis.call('ZREM', K_BAUDIT, bid)
   redis.call('ZADD', K_BDONE, now, bid)
   return dep_complete(bid, outcome, now)
 end

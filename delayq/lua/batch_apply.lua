@@ -3,7 +3,7 @@
 -- closed, is done.
 --
 -- KEYS (delayq/keyspace/scripts.py): `events`, `deps`, `relay`, `bopen`, `bclosed`,
---   `bdone`, `bunconf` of the batch shard, then per batch of the call its own `brec`,
+--   `bdone`, `bunconf`, `baudit` of the batch shard, then per batch of the call its own `brec`,
 --   `bmembers`, `bfailed` (see _batches.lua).
 -- ARGV: per batch: its id, n, then n pairs member ref, record ("<ms>:<outcome>", see
 --   _deps.lua; '' drops the member if its add is still not confirmed: it was never

@@ -2,9 +2,10 @@
 -- closed, and done at once if no member is pending.
 --
 -- KEYS (delayq/keyspace/scripts.py): `events`, `deps`, `relay`, `bopen`, `bclosed`,
---   `bdone` of the batch shard, then the batch's own `brec`, `bmembers`, `bfailed` (see
+--   `bdone`, `baudit` of the batch shard, then the batch's own `brec`, `bmembers`, `bfailed` (see
 --   _batches.lua).
--- ARGV[1] batch id, ARGV[2] 'close' (its producer) or 'sweep' (only if its lease ran out)
+-- ARGV[1] batch id, ARGV[2] 'close' (its producer) or 'sweep' (only if its lease ran out),
+-- ARGV[3] ms until the sweep first links its pending members again (see batch_sweep.lua)
 -- Returns: 0 nothing changed (no such batch, closed already, or its lease not out), 1
 --   closed (members pending), 2 closed and done, 3 closed and done with a completion
 --   waiting for the relay (its callbacks, a parent batch).
@@ -28,4 +29,5 @@ if (tonumber(got[3]) or 0) <= 0 then
   return 2
 end
 redis.call('ZADD', K_BCLOSED, now, bid)
+redis.call('ZADD', K_BAUDIT, now + tonumber(ARGV[3]), bid)
 return 1

@@ -86,6 +86,15 @@ GRACE_MS = 30_000
 RETENTION_MS = 86_400_000
 """How long a done batch is kept (``batch_info``, ``batches("done")``): a day."""
 
+AUDIT_MS = 60_000
+"""When the sweep first links a closed batch's pending members again, ms after it closed
+(then as long again as no member has finished, up to an hour): a member gone without a
+completion (deleted by hand, its last delivery group removed) counts as vanished, so no
+batch waits for ever."""
+
+_AUDIT_CAP_MS = 3_600_000
+_AUDITED = 2000  # members looked at per batch per audit (the rest at its next ones)
+
 STUCK_MS = 3_600_000
 """A closed batch with no member finished for this long is stuck (``batches()``'s
 default ``stuck_after``)."""
@@ -130,14 +139,16 @@ async def link_members(
     partitions: Callable[[str], int],
     note: Callable[[Sequence[str]], Awaitable[None]],
     *,
-    settle: bool,
+    missing: str,
 ) -> None:
     """Link members to their batch in their shards (``dep_link.lua``), then apply the
-    records of those done already and confirm those linked. ``settle`` (the sweep's
-    look at adds left unconfirmed): a member that does not exist ("missing") was never
-    enqueued, and is dropped from the batch; else (an add's own step, right after the
-    enqueue) it was done before its link, and counts as done. ``note`` records the
-    members' shards as dependency shards (the relay's)."""
+    records of those done already and confirm those linked. A member that does not exist
+    and never linked the batch (``dep_link.lua`` answers "missing"): ``missing="done"``
+    (an add's own step, right after the enqueue) it was done before its link, and counts
+    as done; ``"drop"`` (the sweep's look at adds left unconfirmed) it was never enqueued,
+    and is dropped from the batch; ``"ignore"`` (the audit of confirmed pending members)
+    its completion has reached the batch already. ``note`` records the members' shards as
+    dependency shards (the relay's)."""
     if not refs:
         return
     bshard = batch_shard(batch_id)
@@ -159,8 +170,9 @@ async def link_members(
         answer = merge_answers(answers)
         if answer == b"p":
             linked.append(ref)
-        elif settle and answer.partition(b":")[2][:1] == b"m":
-            records.append((ref, b""))  # never enqueued: dropped (if still unconfirmed)
+        elif missing != "done" and answer.partition(b":")[2][:1] == b"m":
+            if missing == "drop":
+                records.append((ref, b""))  # never enqueued: dropped (if still unconfirmed)
         else:
             records.append((ref, answer))
     if records:
@@ -226,6 +238,7 @@ class Batches:
         self._noted: set[str] = set()  # shards recorded as dependency shards by this process
         self.lease_ms = LEASE_MS
         self.grace_ms = GRACE_MS
+        self.audit_ms = AUDIT_MS
 
     def partitions(self, name: str) -> int:
         """The partition count of a type known by name (its class's, else Redis's)."""
@@ -332,7 +345,7 @@ class Batches:
             try:
                 for kind, callback_id in enqueued:
                     await self._enqueuer.cancel(kind, callback_id)
-                await store.batches.close(batch_id)
+                await store.batches.close(batch_id, audit_ms=self.audit_ms)
             except Exception as exc:
                 log.warning("batch %s: closing it after a failed open failed (%s)", batch_id, exc)
             raise
@@ -357,7 +370,7 @@ class Batches:
 
     async def close(self, batch_id: str) -> None:
         """Close a batch (its block ended): done at once when nothing is pending."""
-        code = await self._store.batches.close(batch_id)
+        code = await self._store.batches.close(batch_id, audit_ms=self.audit_ms)
         _step("closed")
         if code == 0:
             log.warning("batch %s was closed already (its open lease ran out)", batch_id)
@@ -436,7 +449,7 @@ class Batches:
                     done[i] = added
             _step("enqueued")
             await link_members(
-                self._store, batch.id, chosen, self.partitions, self._note, settle=False
+                self._store, batch.id, chosen, self.partitions, self._note, missing="done"
             )
         except Exception:
             await self._settle_now(batch.id, chosen)
@@ -488,7 +501,7 @@ class Batches:
                 codes[i] = code
             _step("enqueued")
             await link_members(
-                self._store, batch.id, chosen, self.partitions, self._note, settle=False
+                self._store, batch.id, chosen, self.partitions, self._note, missing="done"
             )
         except Exception:
             await self._settle_now(batch.id, chosen)
@@ -500,7 +513,7 @@ class Batches:
         after their grace), when Redis lets us."""
         try:
             await link_members(
-                self._store, batch_id, refs, self.partitions, self._note, settle=True
+                self._store, batch_id, refs, self.partitions, self._note, missing="drop"
             )
         except Exception as exc:
             log.warning(
@@ -665,8 +678,10 @@ class BatchSweeper:
         self._store = store
         self._partitions = partitions
         self._noted: set[str] = set()
+        self._cursors: dict[str, int] = {}  # batch id -> where its audit goes on
         self.retention_ms = RETENTION_MS
         self.grace_ms = GRACE_MS
+        self.audit_ms = AUDIT_MS
 
     async def _note(self, shards_: Sequence[str]) -> None:
         new = [s for s in shards_ if s not in self._noted]
@@ -674,14 +689,38 @@ class BatchSweeper:
             await self._store.dependencies.note_dependency_shards(new)
             self._noted.update(new)
 
+    async def audit(self, batch_id: str) -> None:
+        """Link a closed batch's pending members again (up to :data:`_AUDITED` members
+        looked at; the next audit goes on from there): a member done or gone hands its
+        record (``"vanished"``: a failure) to the batch now. Adds not confirmed yet are
+        the unconfirmed sweep's."""
+        store = self._store
+        cursor, looked, pending = self._cursors.get(batch_id, 0), 0, []
+        while looked < _AUDITED:
+            cursor, page = await store.batches.members(batch_id, cursor, 500)
+            looked += len(page)
+            pending += [ref for ref, record in page if not record]
+            if cursor == 0:
+                break
+        self._cursors[batch_id] = cursor
+        pending = [
+            r for r in pending if r not in await store.batches.unconfirmed(batch_id, pending)
+        ]
+        await link_members(store, batch_id, pending, self._partitions, self._note, missing="ignore")
+
     async def sweep(self, shard: str) -> int:
         """Sweep one batch shard; ms until its next sweep work is due (-1: none)."""
         store = self._store
         work = await store.batches.sweep(
-            shard, limit=_SWEPT, retention_ms=self.retention_ms, grace_ms=self.grace_ms
+            shard,
+            limit=_SWEPT,
+            retention_ms=self.retention_ms,
+            grace_ms=self.grace_ms,
+            audit_ms=self.audit_ms,
+            audit_cap_ms=_AUDIT_CAP_MS,
         )
         for batch_id in work.expired:
-            if await store.batches.close(batch_id, sweep=True):
+            if await store.batches.close(batch_id, audit_ms=self.audit_ms, sweep=True):
                 log.warning(
                     "batch %s: its open lease ran out (its producer died or stalled): closed",
                     batch_id,
@@ -690,10 +729,14 @@ class BatchSweeper:
         for batch_id, ref in work.unconfirmed:
             by_batch.setdefault(batch_id, []).append(ref)
         for batch_id, refs in by_batch.items():
-            await link_members(store, batch_id, refs, self._partitions, self._note, settle=True)
+            await link_members(store, batch_id, refs, self._partitions, self._note, missing="drop")
         if work.old:
             await store.batches.trim(shard, work.old, self.retention_ms)
-        if max(len(work.expired), len(work.unconfirmed), len(work.old)) >= _SWEPT:
+            for batch_id in work.old:
+                self._cursors.pop(batch_id, None)
+        for batch_id in work.audits:
+            await self.audit(batch_id)
+        if max(len(work.expired), len(work.unconfirmed), len(work.old), len(work.audits)) >= _SWEPT:
             return 0  # more may be due: look again at once
         if work.next_ms < 0:
             return -1

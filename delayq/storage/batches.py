@@ -49,6 +49,8 @@ class BatchSweep:
     """``(batch id, member ref)`` of adds not confirmed within their grace."""
     old: list[str]
     """Done batches past the retention."""
+    audits: list[str]
+    """Closed batches whose pending members are due to be linked again."""
 
 
 class BatchStore:
@@ -134,22 +136,31 @@ class BatchStore:
             await nudge_relay(self._core, shard)
         return int(reply[0]), done
 
-    async def close(self, batch_id: str, *, sweep: bool = False) -> int:
-        """Close a batch (``batch_close.lua``; ``sweep``: only if its lease ran out): 0
+    async def close(self, batch_id: str, *, audit_ms: int, sweep: bool = False) -> int:
+        """Close a batch (``batch_close.lua``; ``sweep``: only if its lease ran out; its
+        pending members are first linked again ``audit_ms`` later): 0
         nothing changed, 1 closed, 2 closed and done, 3 done with a completion to relay
         (the relay is woken)."""
         shard = batch_shard(batch_id)
-        args = [batch_id, "sweep" if sweep else "close"]
+        args = [batch_id, "sweep" if sweep else "close", audit_ms]
         code = int(await self._run("batch_close", shard, [batch_id], args))
         if code == 3:
             await nudge_relay(self._core, shard)
         return code
 
     async def sweep(
-        self, shard: str, *, limit: int, retention_ms: int, grace_ms: int
+        self,
+        shard: str,
+        *,
+        limit: int,
+        retention_ms: int,
+        grace_ms: int,
+        audit_ms: int,
+        audit_cap_ms: int,
     ) -> BatchSweep:
         """A batch shard's due sweep work (``batch_sweep.lua``)."""
-        r = await self._run("batch_sweep", shard, [], [limit, retention_ms, grace_ms])
+        args = [limit, retention_ms, grace_ms, audit_ms, audit_cap_ms]
+        r = await self._run("batch_sweep", shard, [], args)
         at = 2
         n = int(r[at])
         expired = [_str(x) for x in r[at + 1 : at + 1 + n]]
@@ -162,7 +173,10 @@ class BatchStore:
         at += 1 + m
         k = int(r[at])
         old = [_str(x) for x in r[at + 1 : at + 1 + k]]
-        return BatchSweep(int(r[0]), int(r[1]), expired, unconfirmed, old)
+        at += 1 + k
+        a = int(r[at])
+        audits = [_str(x) for x in r[at + 1 : at + 1 + a]]
+        return BatchSweep(int(r[0]), int(r[1]), expired, unconfirmed, old, audits)
 
     async def trim(self, shard: str, batch_ids: Sequence[str], retention_ms: int) -> int:
         """Remove done batches past the retention (``batch_trim.lua``)."""
@@ -204,6 +218,14 @@ class BatchStore:
         r = await self._run("batch_list", shard, [], [state, limit, idle_ms])
         pairs = [(_str(r[i]), int(float(r[i + 1]))) for i in range(1, len(r) - 1, 2)]
         return int(r[0]), pairs
+
+    async def unconfirmed(self, batch_id: str, refs: Sequence[str]) -> set[str]:
+        """Those of ``refs`` whose add is not confirmed yet (``ZMSCORE``)."""
+        if not refs:
+            return set()
+        key = self._core.keys.for_shard(batch_shard(batch_id)).batch_unconfirmed
+        scores: Any = await self._core.redis.zmscore(key, [f"{batch_id}\0{ref}" for ref in refs])
+        return {ref for ref, score in zip(refs, scores, strict=True) if score is not None}
 
     async def members(
         self, batch_id: str, cursor: int, count: int
