@@ -6,8 +6,8 @@
 --   the batch shard.
 -- ARGV[1] the most of each kind read, ARGV[2] the retention (ms), ARGV[3] grace (ms): when
 -- an unconfirmed add read now is looked at again if this look does not settle it,
--- ARGV[4], ARGV[5]: an audit's next look comes as long after this one as no member of the
--- batch has finished, at least ARGV[4] ms, at most ARGV[5] ms
+-- ARGV[4], ARGV[5]: a batch is audited once no member of it has finished for ARGV[4] ms,
+-- then again as long after as none has finished, at most ARGV[5] ms after
 -- Returns: {now_ms, next_ms, n, batch id * n, m, "<batch id> NUL <ref>" * m, k,
 --   batch id * k, a, batch id * a}: the batches to close, the adds to settle, the batches
 --   to remove, the batches to audit; next_ms when the next of them is due (-1: none).
@@ -30,13 +30,19 @@ end
 local old = redis.call('ZRANGEBYSCORE', K_BDONE, '-inf', now - retention, 'LIMIT', 0, limit)
 out[#out + 1] = #old
 for _, bid in ipairs(old) do out[#out + 1] = bid end
-local audits = redis.call('ZRANGEBYSCORE', K_BAUDIT, '-inf', now, 'LIMIT', 0, limit)
-out[#out + 1] = #audits
-for _, bid in ipairs(audits) do
-  local last = tonumber(redis.call('ZSCORE', K_BCLOSED, bid)) or now
-  redis.call('ZADD', K_BAUDIT, now + math.max(floor, math.min(cap, now - last)), bid)
-  out[#out + 1] = bid
+local due = redis.call('ZRANGEBYSCORE', K_BAUDIT, '-inf', now, 'LIMIT', 0, limit)
+local audits = {}
+for _, bid in ipairs(due) do
+  local last = tonumber(redis.call('ZSCORE', K_BCLOSED, bid)) or 0
+  if now - last < floor then
+    redis.call('ZADD', K_BAUDIT, last + floor, bid)  -- a member finished lately: not yet
+  else
+    redis.call('ZADD', K_BAUDIT, now + math.min(cap, now - last), bid)
+    audits[#audits + 1] = bid
+  end
 end
+out[#out + 1] = #audits
+for _, bid in ipairs(audits) do out[#out + 1] = bid end
 local nexts = {}
 local first = redis.call('ZRANGE', K_BOPEN, 0, 0, 'WITHSCORES')
 if first[2] then nexts[#nexts + 1] = tonumber(first[2]) end

@@ -87,9 +87,9 @@ RETENTION_MS = 86_400_000
 """How long a done batch is kept (``batch_info``, ``batches("done")``): a day."""
 
 AUDIT_MS = 60_000
-"""When the sweep first links a closed batch's pending members again, ms after it closed
-(then as long again as no member has finished, up to an hour): a member gone without a
-completion (deleted by hand, its last delivery group removed) counts as vanished, so no
+"""The sweep links a closed batch's pending members again once no member has finished for
+this long (ms), then again as long after as none has, up to an hour: a member gone without
+a completion (deleted by hand, its last delivery group removed) counts as vanished, so no
 batch waits for ever."""
 
 _AUDIT_CAP_MS = 3_600_000
