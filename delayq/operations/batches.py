@@ -216,8 +216,15 @@ class _Open(AbstractAsyncContextManager[Batch]):
         if renewer is not None:
             renewer.cancel()
             await asyncio.wait([renewer])  # (a cancel of ours still reaches us here)
-        if batch is not None:
+        if batch is None:
+            return
+        try:
             await self._engine.close(batch.id)
+        except Exception as failure:
+            if exc is None:
+                raise
+            # the block's own exception goes on; the sweep closes the batch (its lease ends)
+            log.warning("batch %s: closing it failed (%s)", batch.id, failure)
 
 
 class Batches:
