@@ -26,6 +26,7 @@ COMMAND_MODULES: list[str] = [
     "delayq.cli.events",
     "delayq.cli.workers",
     "delayq.cli.schedules",
+    "delayq.cli.batches",
     "delayq.cli.dashboard",
     "delayq.cli.outbox",
 ]
