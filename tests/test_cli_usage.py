@@ -47,6 +47,8 @@ BAD_LINES = [
         id="reload-dir-missing",
     ),
     pytest.param(["dashboard", "--port", "99999"], "--port", id="port-out-of-range"),
+    pytest.param(["batches", "show"], "Missing argument 'BATCH_ID'", id="batches-show-no-id"),
+    pytest.param(["batches", "list", "--state", "shut"], "--state must be", id="batches-state"),
 ]
 
 

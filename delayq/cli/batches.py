@@ -81,10 +81,7 @@ def batch_line(info: BatchInfo) -> Text:
 
 def _state(info: BatchInfo) -> Text:
     style = {"stuck": "bold red", "done": "green", "open": "cyan"}.get(info.state, "yellow")
-    cell = Text(info.state, style=style)
-    if info.state == "done" and info.failed:
-        cell.append(" (failures)", style="red")
-    return cell
+    return Text(info.state, style="red" if info.state == "done" and info.failed else style)
 
 
 @with_connection
@@ -122,13 +119,19 @@ def list_(
         return
     now = datetime.now(timezone.utc)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
-    add_columns(table, ("id\nname", "state", "members", "opened", "done / closed"))
+    add_columns(table, ("id\nname", "state", "members", "opened\ndone (or closed)"))
+    # an id stays whole on one line (to be pasted into `batches show`); the rest wraps
+    table.columns[0].min_width = min(max(len(i.id) for i in infos), 40)
     for i in infos:
-        end = i.done_at or i.closed_at
-        table.add_row(
-            batch_line(i), _state(i), text(progress(i)), when(i.created_at, now, short=True),
-            when(end, now, short=True),
-        )  # fmt: skip
+        times = when(i.created_at, now, short=True)
+        times.append("\n")
+        times.append_text(when(i.done_at or i.closed_at, now, short=True))
+        table.add_row(batch_line(i), _state(i), text(progress(i)), times)
+    if console.measure(table, options=console.options.update(max_width=10_000)).maximum > console.width:
+        # on a narrow terminal (80 columns) the counts wrap after "failed," and a time
+        # after its date and time ("2026-11-28 16:02:17Z" is the longest line of a time)
+        table.columns[2].width = len("0 ok, 0 failed,")
+        table.columns[3].width = len("2026-11-28 16:02:17Z")
     console.print(table)
     if len(infos) == limit:
         console.print(text(f"the newest {limit}: --limit (up to 1000) or --state show others"))
@@ -178,6 +181,8 @@ def _details(info: BatchInfo, members: int) -> Table:
     state = _state(info)
     if info.stuck_reason:
         state.append(f": {info.stuck_reason}")
+    elif info.state == "done" and info.on_success is not None:
+        state.append(": on_success enqueued" if info.ok else ": a member failed, on_success skipped")
     rows: list[tuple[str, Text]] = [
         ("id", text(info.id)),
         ("name", text(info.name)),
