@@ -63,7 +63,9 @@ Members = Annotated[
 
 def progress(info: BatchInfo) -> str:
     """``"7 ok, 1 failed, 2 pending of 10"``: a batch's counts on one line."""
-    return f"{info.succeeded:,} ok, {info.failed:,} failed, {info.pending:,} pending of {info.total:,}"
+    return (
+        f"{info.succeeded:,} ok, {info.failed:,} failed, {info.pending:,} pending of {info.total:,}"
+    )
 
 
 def _member(kind: str, member_id: str) -> str:
@@ -109,9 +111,7 @@ def list_(
 
     infos = run(main)
     if as_json:
-        print_json(
-            {"prefix": conn.prefix, "state": state, "batches": [i.to_dict() for i in infos]}
-        )
+        print_json({"prefix": conn.prefix, "state": state, "batches": [i.to_dict() for i in infos]})
         return
     if not infos:
         what = "batches" if state is None else f"{state} batches"
@@ -127,7 +127,10 @@ def list_(
         times.append("\n")
         times.append_text(when(i.done_at or i.closed_at, now, short=True))
         table.add_row(batch_line(i), _state(i), text(progress(i)), times)
-    if console.measure(table, options=console.options.update(max_width=10_000)).maximum > console.width:
+    if (
+        console.measure(table, options=console.options.update(max_width=10_000)).maximum
+        > console.width
+    ):
         # on a narrow terminal (80 columns) the counts wrap after "failed," and a time
         # after its date and time ("2026-11-28 16:02:17Z" is the longest line of a time)
         table.columns[2].width = len("0 ok, 0 failed,")
@@ -182,7 +185,9 @@ def _details(info: BatchInfo, members: int) -> Table:
     if info.stuck_reason:
         state.append(f": {info.stuck_reason}")
     elif info.state == "done" and info.on_success is not None:
-        state.append(": on_success enqueued" if info.ok else ": a member failed, on_success skipped")
+        state.append(
+            ": on_success enqueued" if info.ok else ": a member failed, on_success skipped"
+        )
     rows: list[tuple[str, Text]] = [
         ("id", text(info.id)),
         ("name", text(info.name)),
