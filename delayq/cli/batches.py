@@ -22,6 +22,7 @@ __all__ = ["STATES", "batch_line", "progress", "register"]
 
 STATES: tuple[BatchState, ...] = ("open", "waiting", "done", "stuck")
 """The states ``--state`` takes (those of ``service.batches(state=...)``)."""
+_STATE_OF: dict[str, BatchState] = {s: s for s in STATES}
 
 BatchId = Annotated[
     str,
@@ -98,7 +99,8 @@ def list_(
 
     One row each: id and name, state, members ok / failed / pending of the total, when it
     was opened and when it was done (or closed)."""
-    if state is not None and state not in STATES:
+    chosen = None if state is None else _STATE_OF.get(state)
+    if state is not None and chosen is None:
         fail(f"--state must be one of {', '.join(STATES)}, not {state!r}")
     idle = parse_delay(stuck_after)
     if idle <= 0:
@@ -106,7 +108,6 @@ def list_(
 
     async def main() -> list[BatchInfo]:
         async with conn.connect() as service:
-            chosen: BatchState | None = state  # type: ignore[assignment]
             return await service.batches(chosen, limit=limit, stuck_after=idle)
 
     infos = run(main)

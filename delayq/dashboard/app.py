@@ -30,6 +30,7 @@ from ..keyspace.groups import DEFAULT_GROUP, stored_group
 from ..service import EventService
 from . import format as fmt
 from .actions import Actions
+from .batches import BatchesPage
 from .pages import Pages
 from .schedules import SchedulesPage
 from .security import AuthHook, Csrf, SecurityMiddleware, normalise_origin
@@ -254,6 +255,7 @@ def create_app(
     pages = Pages(dash)
     actions = Actions(dash)
     schedules = SchedulesPage(dash)
+    batches = BatchesPage(dash)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -274,6 +276,9 @@ def create_app(
         Route("/event", pages.event_page, name="event"),
         Route("/workers", pages.workers_page, name="workers"),
         Route("/schedules", schedules.page, name="schedules"),
+        Route("/batches", batches.list_page, name="batches"),
+        Route("/batch", batches.batch_page, name="batch"),
+        Route("/live/batch", batches.batch_live, name="batch_live"),
         Route("/actions/schedule", schedules.action, methods=["POST"], name="schedule_action"),
         Route("/actions/dead", actions.dead, methods=["POST"], name="dead_action"),
         Route("/actions/event", actions.event, methods=["POST"], name="event_action"),

@@ -1,5 +1,6 @@
 """An event's workflow drawn as an inline SVG: its parents, the event, its children
-(docs/WORKFLOWS.md, "Dependencies"), each node a link to its event page.
+(docs/WORKFLOWS.md, "Dependencies"), each node a link to its event page (a batch's node,
+a member's child or a callback's parent, to the batch's page).
 
 Drawn here like the charts (:mod:`delayq.dashboard.charts`): no library, nothing fetched by
 the browser; every text from Redis is escaped. Each side shows at most :data:`MAX_SIDE`
@@ -13,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from markupsafe import Markup, escape
+
+from ..batches import BATCH_TYPE
 
 __all__ = ["MAX_SIDE", "Node", "Workflow"]
 
@@ -36,6 +39,10 @@ _CLASS = {
     "pending": "wait",
     "scheduled": "wait",
     "waiting": "wait",
+    # a batch's (a member's child, a callback's parent)
+    "done": "good",
+    "open": "wait",
+    "stuck": "bad",
 }
 
 
@@ -80,10 +87,11 @@ class Workflow:
             return mid - count * _ROW / 2 + n * _ROW + (_ROW - _NODE_H) / 2
 
         def node(x: float, y: float, n: Node, role: str) -> None:
-            label = f"{n.type_name} {n.id}"
+            batch = n.type_name == BATCH_TYPE  # a batch: its own page
+            label = f"batch {n.id}" if batch else f"{n.type_name} {n.id}"
             short = label if len(label) <= _CHARS else label[: _CHARS - 1] + "…"
             css = _CLASS.get(n.state, "other")
-            href = url("/event", type=n.type_name, id=n.id)
+            href = url("/batch", id=n.id) if batch else url("/event", type=n.type_name, id=n.id)
             out.append(
                 f'<a class="node {role}" href="{escape(href)}" data-state="{_safe(n.state)}">'
                 f"<title>{escape(label)}: {escape(n.state)}</title>"

@@ -11,10 +11,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlencode
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 
+from ..batches import BATCH_TYPE
+from ..context import BATCH_KEY, BATCH_NAME_KEY
 from ..flow.limits import FlowLimits
 from ..keyspace.groups import DEFAULT_GROUP, labelled
 from ..runtime.history import HistoryPoint, Window
@@ -321,6 +324,9 @@ class Pages:
                 searched=False,
                 prefixed=[],
             )
+        if type_value == BATCH_TYPE:  # a batch where an event would be (a callback's parent)
+            root = request.scope.get("root_path", "").rstrip("/")
+            return RedirectResponse(f"{root}/batch?{urlencode({'id': event_id})}", 303)
         if type_value:
             candidate = await dash.known_type(request, type_value)
             if isinstance(candidate, Response):
@@ -340,6 +346,12 @@ class Pages:
                 "event.html",
                 info=info,
                 workflow=await self._workflow(info),
+                # a batch's member (its context names the batch), or a batch's callback (a
+                # parent of the batches' type): links to the batch's page
+                member_of=info.context.get(BATCH_KEY),
+                member_of_name=info.context.get(BATCH_NAME_KEY),
+                callback_of=[p.id for p in info.parents if p.event_type == BATCH_TYPE],
+                batch_type=BATCH_TYPE,
                 any_scheduled="scheduled" in states,
                 any_pending=bool(states & {"scheduled", "ready", "in_flight"}),
             )
@@ -375,14 +387,24 @@ class Pages:
         total, kids = await self.service.children(info.type_name, info.id, limit=MAX_SIDE)
         if not info.parents and not total:
             return None
-        found = await asyncio.gather(*(self.service.inspect(t, i) for t, i in kids))
+        states = await asyncio.gather(*(self._state(t, i) for t, i in kids))
         return Workflow(
             Node(info.type_name, info.id, info.state),
             [Node(p.event_type, p.id, p.status) for p in info.parents[:MAX_SIDE]],
             max(len(info.parents) - MAX_SIDE, 0),
-            [Node(c.type_name, c.id, c.state) for c in found],
+            [Node(t, i, st) for (t, i), st in zip(kids, states, strict=True)],
             total - len(kids),
         )
+
+    async def _state(self, type_name: str, event_id: str) -> str:
+        """A child's state: an event's (``inspect``), or a batch's (a member's child is its
+        batch: ``batch_info``, "absent" once removed)."""
+        if type_name != BATCH_TYPE:
+            return (await self.service.inspect(type_name, event_id)).state
+        try:
+            return (await self.service.batch_info(event_id, members=0)).state
+        except LookupError:
+            return "absent"
 
     # -- workers ---------------------------------------------------------------
 
