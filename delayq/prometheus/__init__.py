@@ -2,9 +2,9 @@
 
 * :class:`PrometheusMetrics`: pass it as ``EventService(metrics=...)``; counts
   and times what this process does.
-* :class:`QueueDepthCollector`: the queue depth under a prefix, and the live
-  workers and their handler slots (busy vs capacity), read from Redis at
-  scrape time (cached a few seconds).
+* :class:`QueueDepthCollector`: the queue depth under a prefix, the live
+  workers and their handler slots (busy vs capacity), and the batches not done
+  yet, read from Redis at scrape time (cached a few seconds).
 * :func:`make_asgi_app`: a ``/metrics`` ASGI app to mount in FastAPI or
   Starlette; :func:`serve`: a small ``/metrics`` server for worker processes.
 
@@ -13,7 +13,13 @@ dashboard.
 """
 
 from .app import MetricsApp, MetricsServer, make_asgi_app, serve
-from .depth import QueueDepthCollector, read_depth, read_group_depth, read_workers
+from .depth import (
+    QueueDepthCollector,
+    read_batches,
+    read_depth,
+    read_group_depth,
+    read_workers,
+)
 from .sink import DURATION_BUCKETS, LONG_BUCKETS, PrometheusMetrics
 
 __all__ = [
@@ -24,6 +30,7 @@ __all__ = [
     "PrometheusMetrics",
     "QueueDepthCollector",
     "make_asgi_app",
+    "read_batches",
     "read_depth",
     "read_group_depth",
     "read_workers",

@@ -13,6 +13,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
@@ -23,9 +24,17 @@ from ..runtime.heartbeat import WorkerInfo
 from ..storage.store import QueueCounts
 
 if TYPE_CHECKING:
+    from ..batches import BatchState
     from ..service import EventService
 
-__all__ = ["QueueDepthCollector", "read_depth", "read_group_depth", "read_workers"]
+__all__ = [
+    "BATCH_GAUGE_STATES",
+    "QueueDepthCollector",
+    "read_batches",
+    "read_depth",
+    "read_group_depth",
+    "read_workers",
+]
 
 log = logging.getLogger("delayq.prometheus")
 
@@ -61,6 +70,42 @@ async def read_workers(service: EventService) -> list[WorkerInfo]:
     return await service.workers()
 
 
+BATCH_GAUGE_STATES = ("open", "waiting", "stuck")
+"""The states ``{ns}_batches`` counts: batches not done yet (a done batch is not a gauge)."""
+BATCHES_COUNTED = 1000
+"""The most batches of each listing the gauge reads (``service.batches``' own bound)."""
+
+
+async def read_batches(
+    service: EventService, stuck_after: float | timedelta = timedelta(hours=1)
+) -> dict[str, int]:
+    """Batches not done yet under the service's prefix, by state: ``open``, ``waiting``
+    and ``stuck`` (as ``service.batches(stuck_after=...)`` tells them apart: a waiting
+    batch with no member finished for ``stuck_after`` is stuck, and so is one open past
+    its lease or with an add not confirmed past its grace).
+
+    Cost: with no batch under the prefix (none open, waiting, or done within the last
+    day), one ``service.batches(limit=1)``: a read-only ``batch_list.lua`` per batch shard,
+    each one ``ZREVRANGE 0 0`` of an empty index. Otherwise also
+    ``service.batches("open")`` and ``service.batches("waiting")``, each reading at most
+    :data:`BATCHES_COUNTED` batches (a script per batch shard, then one ``batch_info.lua``
+    per batch listed): the counts stop at 1,000 per listing.
+    """
+    counts = dict.fromkeys(BATCH_GAUGE_STATES, 0)
+    if not await service.batches(limit=1):
+        return counts
+    seen: set[str] = set()
+    listed: tuple[BatchState, ...] = ("open", "waiting")  # a stuck one is open or waiting
+    for state in listed:
+        infos = await service.batches(state, limit=BATCHES_COUNTED, stuck_after=stuck_after)
+        for info in infos:
+            if info.id in seen or info.state not in counts:
+                continue  # listed twice (it closed between the reads), or done meanwhile
+            seen.add(info.id)
+            counts[info.state] += 1
+    return counts
+
+
 class QueueDepthCollector(Collector):
     """A prometheus-client collector of the queue depth under one service's prefix.
 
@@ -74,7 +119,10 @@ class QueueDepthCollector(Collector):
     handlers added without a group); from the workers' heartbeats,
     ``{ns}_workers`` (live worker processes), and per type and group the
     handler slots of all of them (``{ns}_workers_concurrency``) and how many
-    were busy at their last heartbeat (``{ns}_workers_busy``); and
+    were busy at their last heartbeat (``{ns}_workers_busy``);
+    ``{ns}_batches{state=open|waiting|stuck}`` (batches not done yet,
+    :func:`read_batches`; ``batch_stuck_after``: how long a waiting batch may go with no
+    member finished before it counts as stuck); and
     ``{ns}_queue_up`` (1 when the last read worked). Await :meth:`refresh` before rendering (the ASGI app and
     :func:`~delayq.prometheus.serve` do): it reads Redis at most once per
     ``cache_seconds`` and shares one read among concurrent scrapes. A failed
@@ -92,6 +140,10 @@ class QueueDepthCollector(Collector):
             [EventService, list[str]], Awaitable[dict[str, dict[str, QueueCounts]]]
         ] = read_group_depth,
         read_workers: Callable[[EventService], Awaitable[list[WorkerInfo]]] = read_workers,
+        read_batches: Callable[
+            [EventService, float | timedelta], Awaitable[dict[str, int]]
+        ] = read_batches,
+        batch_stuck_after: float | timedelta = timedelta(hours=1),
     ):
         if not 0 <= cache_seconds <= 3600:
             raise ValueError(f"cache_seconds must be between 0 and 3600, not {cache_seconds!r}")
@@ -101,7 +153,11 @@ class QueueDepthCollector(Collector):
         self._read = read
         self._read_groups = read_groups
         self._read_workers = read_workers
+        self._read_batches = read_batches
+        self.batch_stuck_after = batch_stuck_after
+        """A waiting batch with no member finished for this long counts as stuck."""
         self._workers: list[WorkerInfo] = []
+        self._batches: dict[str, int] = dict.fromkeys(BATCH_GAUGE_STATES, 0)
         self._group_snapshot: dict[str, dict[str, QueueCounts]] = {}
         self._lock = asyncio.Lock()
         self._snapshot: dict[str, QueueCounts] = {}
@@ -128,6 +184,7 @@ class QueueDepthCollector(Collector):
                 groups = await self._read_groups(self.service, sorted(snapshot))
                 self._snapshot, self._group_snapshot = snapshot, groups
                 self._workers = await self._read_workers(self.service)
+                self._batches = await self._read_batches(self.service, self.batch_stuck_after)
                 self._up = 1
             except Exception as exc:  # Redis away: report it, keep the last figures
                 self._up = 0
@@ -138,11 +195,15 @@ class QueueDepthCollector(Collector):
 
     def describe(self) -> Iterator[Metric]:
         """The metric families (no samples), for the registry's duplicate check."""
-        return iter(self._families({}, {}, 0, []))
+        return iter(self._families({}, {}, 0, [], {}))
 
     def collect(self) -> Iterator[Metric]:
         """The figures of the last read."""
-        return iter(self._families(self._snapshot, self._group_snapshot, self._up, self._workers))
+        return iter(
+            self._families(
+                self._snapshot, self._group_snapshot, self._up, self._workers, self._batches
+            )
+        )
 
     def _families(
         self,
@@ -150,6 +211,7 @@ class QueueDepthCollector(Collector):
         group_snapshot: dict[str, dict[str, QueueCounts]],
         up: int,
         workers: list[WorkerInfo],
+        batches: dict[str, int],
     ) -> list[Metric]:
         ns = self.namespace
         events = GaugeMetricFamily(
@@ -245,6 +307,14 @@ class QueueDepthCollector(Collector):
         for (name, group), (total, running) in sorted(slots.items()):
             capacity.add_metric([name, group], total)
             busy.add_metric([name, group], running)
+        open_batches = GaugeMetricFamily(
+            f"{ns}_batches",
+            "Batches not done yet, by state: open (adding members), waiting (closed, members "
+            "pending), stuck (docs/WORKFLOWS.md)",
+            labels=["state"],
+        )
+        for state in BATCH_GAUGE_STATES if batches else ():
+            open_batches.add_metric([state], batches.get(state, 0))
         return [
             events,
             ready,
@@ -259,4 +329,5 @@ class QueueDepthCollector(Collector):
             alive,
             capacity,
             busy,
+            open_batches,
         ]
