@@ -124,6 +124,13 @@ async def test_list_and_show_every_state(cli, worker, wait_for) -> None:
     assert NAME in out and "done: a member failed, on_success skipped" in flat
     assert "failed cli-batch-row a2" in flat and "on_complete cli-batch-done a-done" in flat
     assert "1 ok, 1 failed, 0 pending of 2" in flat
+    # `delayq inspect`: a member names its batch; a callback its batch as its parent
+    out, _ = await cli("inspect", "cli-batch-row", "b1")
+    assert f"member of {b.id}" in " ".join(out.split())
+    async with service.batch(on_complete=CliDone(id="[bold]cb[/]")) as d:
+        await d.enqueue_with_delay(CliRow(id="d1"), 3600)
+    out, _ = await cli("inspect", "cli-batch-done", "[bold]cb[/]")
+    assert f"parent batch {d.id}" in " ".join(out.split()) and "[bold]cb[/]" in out
     got = await cli("batches", "show", b.id, "--members", "5", "--json")
     assert got["waiting_on"] == [["cli-batch-row", "b1"]]
     out, _ = await cli("batches", "show", b.id)

@@ -15,6 +15,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from ..batches import BATCH_TYPE
+from ..context import BATCH_KEY
 from ..keys import DEFAULT_GROUP
 from ..service import EventService
 from ..storage.store import QueueCounts
@@ -271,7 +273,10 @@ def inspect(
             rows.append(("decode error", text(info.decode_error)))
         for p in info.parents:  # enqueued with after=[...]: what it waits on, or waited on
             line = p.status + (f" ({p.error})" if p.error else "")
-            rows.append((f"parent {p.event_type} {p.id}", text(line)))
+            kind = "batch" if p.event_type == BATCH_TYPE else p.event_type  # a callback's
+            rows.append((f"parent {kind} {p.id}", text(line)))
+        if BATCH_KEY in info.context:  # a batch's member: `delayq batches show` has it
+            rows.append(("batch", text(f"member of {info.context[BATCH_KEY]}")))
         if info.outcome is not None:  # a type with results=: its outcome is kept
             kept = "kept" if info.outcome == "ok" else "kept: failed (a dead letter's error)"
             rows.append(("result", text(kept)))
@@ -283,8 +288,8 @@ def inspect(
                 + (f", {g.last_error}" if g.last_error else "")
             )
             rows.append((f"group {name}", text(line)))
-        for label, value in rows:
-            table.add_row(label, value)
+        for label, value in rows:  # a parent's label holds its id: text, not markup
+            table.add_row(text(label), value)
         console.print(table)
 
     run(main)
