@@ -126,10 +126,10 @@ async def test_batch_pages_link_everything_and_escape_it(setup, wait_for) -> Non
         assert 'id="event-state">dead<' in r.text
         assert f'id="event-batch" href="/batch?id={a.id}"' in r.text
 
-        # the callback's page: "callback of" the batch; its parent (the batch) links there
+        # the callback's page: "runs after" the batch; its parent (the batch) links there
         r = await http.get("/event", params={"type": "dash-batch-callback", "id": "a-cb<&>"})
         assert r.status_code == 200
-        assert f'class="event-link batch-link callback-of" href="/batch?id={a.id}"' in r.text
+        assert f'class="event-link batch-link after-batch" href="/batch?id={a.id}"' in r.text
         parents = _between(r.text, 'id="event-parents"', "</table>")
         assert f'href="/batch?id={a.id}"' in parents and BATCH_TYPE not in parents
         svg = _between(r.text, 'id="event-workflow"', "</svg>")

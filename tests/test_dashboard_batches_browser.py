@@ -111,7 +111,7 @@ def test_the_batch_page_from_the_nav_to_done(
         # the callback: its page says whose it is; its graph's parent box opens the batch
         _click(browser, "#batch-on-complete")
         _wait(lambda: _css_text(browser, ".event-id") == ["import-done"], what="the callback")
-        assert _css(browser, f'a.callback-of[href$="{batch_id}"]')
+        assert _css(browser, f'a.after-batch[href$="{batch_id}"]')
         _find(browser, '#event-workflow a.node.parent[data-state="failed"]').click()
         _wait(lambda: _css_text(browser, "#batch-id") == [batch_id], what="back to the batch")
 

@@ -346,11 +346,11 @@ class Pages:
                 "event.html",
                 info=info,
                 workflow=await self._workflow(info),
-                # a batch's member (its context names the batch), or a batch's callback (a
-                # parent of the batches' type): links to the batch's page
+                # a batch's member (its context names the batch), or an event that runs
+                # after a batch (a callback: a parent of the batches' type): links to it
                 member_of=info.context.get(BATCH_KEY),
                 member_of_name=info.context.get(BATCH_NAME_KEY),
-                callback_of=[p.id for p in info.parents if p.event_type == BATCH_TYPE],
+                after_batches=[p.id for p in info.parents if p.event_type == BATCH_TYPE],
                 batch_type=BATCH_TYPE,
                 any_scheduled="scheduled" in states,
                 any_pending=bool(states & {"scheduled", "ready", "in_flight"}),
