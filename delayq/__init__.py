@@ -6,7 +6,7 @@ The documentation (docs/, built with MkDocs) has the guides and every option.
 """
 
 from ._version import __version__ as __version__
-from .batches import BATCH_TYPE, Batch, BatchInfo, BatchMember, BatchState
+from .batches import BATCH_TYPE, Batch, BatchCounts, BatchInfo, BatchMember, BatchState
 from .codec import Serializer
 from .context import Delivery, Parent, current_delivery, event_context
 from .errors import (
@@ -49,6 +49,7 @@ __all__ = [
     "Backoff",
     "Batch",
     "BatchClosedError",
+    "BatchCounts",
     "BatchInfo",
     "BatchMember",
     "BatchState",

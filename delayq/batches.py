@@ -23,8 +23,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BATCH_TYPE",
+    "FAILED_LISTED",
     "FAILED_SHOWN",
     "Batch",
+    "BatchCounts",
     "BatchInfo",
     "BatchMember",
     "BatchState",
@@ -43,7 +45,12 @@ enqueued), ``stuck`` (open past its lease, or waiting with nothing finished for 
 time, or holding an add not confirmed past its grace: see docs/WORKFLOWS.md)."""
 
 FAILED_SHOWN = 1000
-"""The most failed ids a :class:`BatchInfo` lists."""
+"""The most failed ids a :class:`BatchInfo` read by ``service.batch_info()`` lists (and
+``current_delivery().batch.info`` in a callback)."""
+
+FAILED_LISTED = 10
+"""The most failed ids each :class:`BatchInfo` of a ``service.batches()`` listing carries:
+a listing stays light (``batch_info()`` reads the first :data:`FAILED_SHOWN`)."""
 
 MemberStatus = Literal["pending", "ok", "failed", "cancelled", "skipped", "missing", "vanished"]
 """One member's outcome (as a dependency's parent's, see :class:`delayq.Parent`)."""
@@ -110,8 +117,11 @@ class BatchInfo:
     failed: int
     """Members that failed, were cancelled, skipped or vanished."""
     failed_ids: tuple[tuple[str, str], ...]
-    """``(type name, id)`` of the failed members, in the order they failed (the first
-    :data:`~delayq.batches.FAILED_SHOWN` of them; ``failed`` counts all)."""
+    """``(type name, id)`` of the first failed members, in the order they failed: up to
+    :data:`~delayq.batches.FAILED_SHOWN` (1,000) from ``service.batch_info()`` and in a
+    callback's ``current_delivery().batch.info``, up to
+    :data:`~delayq.batches.FAILED_LISTED` (10) in a ``service.batches()`` listing;
+    ``failed`` counts all."""
     created_at: datetime
     """When the batch was opened (Redis's clock)."""
     closed_at: datetime | None
@@ -167,6 +177,45 @@ class BatchInfo:
             "unconfirmed": self.unconfirmed,
             "waiting_on": [list(x) for x in self.waiting_on],
             "stuck_reason": self.stuck_reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCounts:
+    """How many batches of the prefix are in each state, counted in Redis
+    (``service.batch_counts()``; no batch is read one by one). ``open``, ``waiting`` and
+    ``stuck`` do not overlap: together they are the batches not done yet."""
+
+    open: int
+    """Open (their ``async with`` block adds members) and not stuck."""
+    waiting: int
+    """Closed with members pending, and not stuck."""
+    stuck: int
+    """Open past their lease, waiting with no member finished for ``stuck_after``, or
+    holding an add no sweep has settled for twice its grace and a minute (see
+    ``service.batch_counts``)."""
+    done: int
+    """Done and kept (a day after done)."""
+    relay_backlog: int
+    """The relay's work due in the batch shards and not done: done batches' completions
+    not handed to their callbacks (or parent batch) yet, open batches past their lease,
+    adds past their grace and audits past their time (the batch sweep's)."""
+    relay_lag: float
+    """Seconds the oldest of :attr:`relay_backlog` has been due (0 when none)."""
+    shards: int
+    """Batch shards in use under the prefix (0: it never opened a batch; then nothing
+    else was read)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Stable JSON-able fields."""
+        return {
+            "open": self.open,
+            "waiting": self.waiting,
+            "stuck": self.stuck,
+            "done": self.done,
+            "relay_backlog": self.relay_backlog,
+            "relay_lag": self.relay_lag,
+            "shards": self.shards,
         }
 
 

@@ -15,12 +15,14 @@ from delayq import (
     BATCH_TYPE,
     Batch,
     BatchClosedError,
+    BatchCounts,
     BatchInfo,
     Event,
     EventService,
     current_delivery,
     fixed,
 )
+from delayq.batches import FAILED_LISTED, FAILED_SHOWN
 from delayq.keyspace.layout import PrefixKeys
 from delayq.keyspace.shards import BATCH_SHARDS, batch_shard, shards
 
@@ -272,6 +274,22 @@ async def test_batches_lists_by_state(redis_url, prefix, wait_for):
             await service.batches("nope")  # type: ignore[arg-type]
 
 
+async def test_a_listing_carries_a_few_failed_ids(redis_url, prefix, wait_for):
+    """``batches()`` stays light: at most FAILED_LISTED failed ids per batch (``failed``
+    counts all); ``batch_info()`` lists up to FAILED_SHOWN."""
+    n = FAILED_LISTED + 2
+    async with _service(redis_url, prefix, Recorder()) as service:
+        async with service.batch() as batch:
+            await batch.enqueue_many([Plain(id=f"f{i}", fail=True) for i in range(n)])
+        await wait_for(lambda: _state(service, batch.id, "done"), timeout=10)
+        (listed,) = await service.batches()
+        info = await service.batch_info(batch.id)
+    assert listed.failed == info.failed == n
+    assert len(listed.failed_ids) == FAILED_LISTED
+    assert listed.failed_ids == info.failed_ids[:FAILED_LISTED] and len(info.failed_ids) == n
+    assert FAILED_SHOWN == 1000
+
+
 async def _state(service: EventService, batch_id: str, state: str) -> bool:
     info: BatchInfo = await service.batch_info(batch_id)
     return info.state == state
@@ -316,6 +334,50 @@ async def test_an_unconfirmed_add_is_settled_by_the_sweep(redis_url, prefix, wai
         await wait_for(lambda: ("bt-done", "u") in rec.runs, timeout=10)
         info = await service.batch_info(batch.id)
         assert (info.total, info.succeeded, info.unconfirmed) == (1, 1, 0)
+
+
+async def test_batch_counts_tell_stuck_batches_apart(redis_url, prefix, wait_for):
+    """``batch_counts()`` from the shards' sorted sets: an open batch past its lease is
+    stuck, and so is one holding an add no sweep settled (no relay runs here); their due
+    sweep work is the batch shards' relay backlog."""
+    service = EventService.from_url(redis_url, prefix=prefix, enable_scheduling=False)
+    try:
+        assert await service.batch_counts() == BatchCounts(0, 0, 0, 0, 0, 0.0, 0)
+        service._batches.lease_ms = 50
+        dead = service.batch()  # its producer "dies": the lease is not renewed
+        a = await dead.__aenter__()
+        renewer = dead._renewer  # type: ignore[attr-defined]
+        renewer.cancel()
+        await asyncio.wait([renewer])
+        service._batches.lease_ms = 30_000
+        async with service.batch() as b:
+            # an add that died after its first step (its grace: 1 ms)
+            assert (
+                await service._store.batches.add(b.id, ["bt-plain\0ghost"], grace_ms=1, adder=None)
+            )[0] == "a"
+            await b.enqueue_with_delay(Plain(id="pending"), 3600)
+
+            async def lease_out() -> bool:
+                counts = await service.batch_counts()
+                return (counts.open, counts.waiting, counts.stuck) == (1, 0, 1)
+
+            await wait_for(lease_out)
+            counts = await service.batch_counts()
+            # due sweep work: A's lease, B's add past its grace
+            assert counts.relay_backlog == 2 and counts.relay_lag > 0
+            assert counts.shards == len({batch_shard(a.id), batch_shard(b.id)})
+            # the add is stale only once no sweep settled it for twice its grace and a
+            # minute: asked with no margin, B counts as stuck too
+            shards_ = await service._store.batches.shards_in_use()
+            got = await service._store.batches.counts(
+                shards_, idle_ms=3_600_000, stale_ms=0, most=10
+            )
+            assert (sum(c.open for c in got), sum(c.stuck for c in got)) == (0, 2)
+        got = await service._store.batches.counts(shards_, idle_ms=3_600_000, stale_ms=0, most=10)
+        assert [sum(c.waiting for c in got), sum(c.stuck for c in got)] == [0, 2]
+        assert {x.id for x in await service.batches("stuck")} == {a.id, b.id}
+    finally:
+        await service.aclose()
 
 
 async def test_keys_are_gone_after_the_retention(redis_url, prefix, wait_for):

@@ -22,7 +22,6 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from delayq import Event, InMemoryMetrics, fixed
-from delayq.keyspace.shards import BATCH_SHARDS
 from delayq.prometheus import PrometheusMetrics, make_asgi_app, serve
 from delayq.testing import RedisServer
 
@@ -289,7 +288,6 @@ async def test_queue_depth_costs_a_few_commands_per_type_and_is_cached(
         app = make_asgi_app(producer, registry=CollectorRegistry(), cache_seconds=30)
         assert app.collector is not None
         await producer.stats()  # loads the counts script: what follows is the steady state
-        await producer.batches(limit=1)  # and the batch listing's
         async with Monitor(private_server) as monitor:
             await app.render()
             first = await monitor.counts()
@@ -304,9 +302,9 @@ async def test_queue_depth_costs_a_few_commands_per_type_and_is_cached(
     assert cached == Counter()
     # service.stats(): SMEMBERS, then one read-only script call per type, pipelined; and
     # each type's delivery groups (none here: nothing more); the live workers' heartbeats
-    # (one ZRANGE, and one MGET when a worker is alive: none here); whether there are
-    # batches: a read-only batch_list.lua per batch shard (none here: nothing more)
-    assert first == Counter({"SMEMBERS": 1, "EVALSHA": 3 + BATCH_SHARDS, "HGETALL": 3, "ZRANGE": 1})
+    # (one ZRANGE, and one MGET when a worker is alive: none here); the batch shards in
+    # use: one SMEMBERS (none here: nothing more). 8 commands before batches, 9 with them
+    assert first == Counter({"SMEMBERS": 2, "EVALSHA": 3, "HGETALL": 3, "ZRANGE": 1})
 
 
 async def test_delivery_groups_are_labelled(

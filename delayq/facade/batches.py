@@ -6,7 +6,7 @@ from __future__ import annotations
 from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 
-from ..batches import Batch, BatchInfo, BatchState
+from ..batches import Batch, BatchCounts, BatchInfo, BatchState
 from ..durations import delay_seconds
 from ..events import Event
 from ..views.records import check_page
@@ -70,9 +70,37 @@ class BatchesMixin(ServiceParts):
         day after done) or ``"stuck"``. A batch is stuck when its open lease ran out and
         the sweep has not closed it yet, when it has an add not confirmed past its grace,
         or when it is waiting and no member has finished for ``stuck_after`` (a timedelta
-        or seconds); its :attr:`BatchInfo.stuck_reason` says which."""
+        or seconds); its :attr:`BatchInfo.stuck_reason` says which.
+
+        A listing stays light: each :class:`BatchInfo` carries at most
+        :data:`~delayq.batches.FAILED_LISTED` (10) of its failed ids (``failed`` counts
+        all; ``batch_info()`` reads up to 1,000) and no ``waiting_on``. Cost: one
+        ``SMEMBERS`` (the batch shards in use; a prefix that never opened a batch stops
+        there), then a read-only script per batch shard in use and one per batch listed,
+        each set pipelined. To count batches, :meth:`batch_counts` reads none of them."""
         if state is not None and state not in _STATES:
             raise ValueError(f"state must be None or one of {_STATES}, not {state!r}")
         check_page(limit, 1)
         idle = delay_seconds(stuck_after, "stuck_after")
         return await self._batches.listing(state, limit, max(1, round(idle * 1000)))
+
+    async def batch_counts(
+        self, *, stuck_after: float | timedelta = timedelta(hours=1)
+    ) -> BatchCounts:
+        """How many batches of the prefix are open, waiting, stuck and done, and the
+        relay's work due in the batch shards (:class:`BatchCounts`), counted in Redis
+        whatever their number (no batch is read).
+
+        ``stuck`` takes the batches open past their lease, those waiting with no member
+        finished for ``stuck_after`` (a timedelta or seconds), and those holding an add
+        that no sweep has settled for twice its grace and a minute (a relay that does
+        not run; up to 2,000 such adds are looked at per batch shard, a batch beyond
+        them counts as open or waiting); ``open`` and ``waiting`` are the others.
+        ``batches("stuck")`` lists them, ``batch_info()`` says why each is stuck (it may
+        call an add stuck a little earlier: from the batch's own record).
+
+        Cost: one ``SMEMBERS`` (the batch shards in use; a prefix that never opened a
+        batch stops there, all counts 0), then one read-only script per batch shard in
+        use (``ZCARD``/``ZCOUNT`` of its sorted sets), pipelined."""
+        idle = delay_seconds(stuck_after, "stuck_after")
+        return await self._batches.counts(max(1, round(idle * 1000)))

@@ -228,6 +228,7 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     "batch_trim": _names("deps bindex bdone"),
     "batch_info": (),
     "batch_list": _names("bindex bopen bclosed bdone bunconf"),
+    "batch_counts": _names("relay bopen bclosed bdone bunconf baudit"),
     # scripts on every delivery group: these, then the groups' (see the module's docstring)
     "group_move": _names("events scheduled meta groups pending prio"),
     "group_cancel": _names("events scheduled groups pending prio deps relay waiting"),

@@ -64,6 +64,7 @@ PER_TYPE = (
     "batch_trim",
     "batch_info",
     "batch_list",
+    "batch_counts",
 )
 GROUPED = (
     "group_move",

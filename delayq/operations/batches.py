@@ -38,8 +38,10 @@ from types import TracebackType
 from typing import Any, cast
 
 from ..batches import (
+    FAILED_LISTED,
     FAILED_SHOWN,
     Batch,
+    BatchCounts,
     BatchInfo,
     BatchMember,
     BatchState,
@@ -50,13 +52,7 @@ from ..context import BATCH_KEY, BATCH_NAME_KEY, current_delivery
 from ..errors import BatchClosedError, DecodeError
 from ..events import Event, EventTypes
 from ..flow.priorities import check_priority
-from ..keyspace.shards import (
-    BATCH_SHARDS,
-    BATCH_TYPE,
-    batch_shard,
-    shard_for,
-    shards,
-)
+from ..keyspace.shards import BATCH_TYPE, batch_shard, shard_for
 from ..results import decode_parent
 from ..storage.batches import BatchRead
 from ..storage.store import Store
@@ -100,6 +96,7 @@ STUCK_MS = 3_600_000
 default ``stuck_after``)."""
 
 _NAME_MAX = 200
+_STALE_ADDS = 2000  # stale unconfirmed adds batch_counts.lua looks at per shard
 _SWEPT = 64  # of each kind of sweep work per look
 
 STEP_HOOK: Callable[[str], None] | None = None
@@ -556,15 +553,18 @@ class Batches:
     async def listing(
         self, state: BatchState | None, limit: int, stuck_after_ms: int
     ) -> list[BatchInfo]:
-        """``service.batches()``: newest first."""
+        """``service.batches()``: newest first. One ``SMEMBERS`` (the batch shards in use:
+        a prefix that never opened a batch stops there), one pipeline of
+        ``batch_list.lua`` over those shards, one of ``batch_info.lua`` over the batches
+        listed (each with at most :data:`~delayq.batches.FAILED_LISTED` failed ids)."""
+        shards_ = await self._store.batches.shards_in_use()
+        if not shards_:
+            return []
         wanted = "all" if state is None else state
-        found: list[tuple[int, str]] = []
-        for shard in shards(BATCH_TYPE, BATCH_SHARDS):
-            _, pairs = await self._store.batches.list_ids(shard, wanted, limit, stuck_after_ms)
-            found += [(created, batch_id) for batch_id, created in pairs]
-        found.sort(reverse=True)
+        pairs = await self._store.batches.list_ids(shards_, wanted, limit, stuck_after_ms)
+        found = sorted(((created, batch_id) for batch_id, created in pairs), reverse=True)
         ids = [batch_id for _, batch_id in found[:limit]]
-        reads = await self._store.batches.infos(ids, failed=FAILED_SHOWN, waiting=0)
+        reads = await self._store.batches.infos(ids, failed=FAILED_LISTED, waiting=0)
         out = []
         for batch_id, read in zip(ids, reads, strict=True):
             if not read.record:
@@ -574,6 +574,23 @@ class Batches:
                 info = _as_stuck(info, "an add not confirmed past its grace")
             out.append(info)
         return out
+
+    async def counts(self, stuck_after_ms: int) -> BatchCounts:
+        """``service.batch_counts()``: one ``SMEMBERS`` (the batch shards in use), then one
+        pipeline of ``batch_counts.lua`` over them (none for a prefix without batches)."""
+        shards_ = await self._store.batches.shards_in_use()
+        got = await self._store.batches.counts(
+            shards_, idle_ms=stuck_after_ms, stale_ms=self.grace_ms + 60_000, most=_STALE_ADDS
+        )
+        return BatchCounts(
+            open=sum(c.open for c in got),
+            waiting=sum(c.waiting for c in got),
+            stuck=sum(c.stuck for c in got),
+            done=sum(c.done for c in got),
+            relay_backlog=sum(c.relay_due for c in got),
+            relay_lag=max((c.relay_age_ms for c in got), default=0) / 1000,
+            shards=len(shards_),
+        )
 
     # -- the consumer's handles ---------------------------------------------------------
 

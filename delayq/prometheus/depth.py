@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ..batches import BATCH_TYPE, BatchCounts
 from ..keyspace.groups import DEFAULT_GROUP, group_name
 from ..runtime.heartbeat import WorkerInfo
 from ..storage.store import QueueCounts
 
 if TYPE_CHECKING:
-    from ..batches import BatchState
     from ..service import EventService
 
 __all__ = [
@@ -72,38 +72,22 @@ async def read_workers(service: EventService) -> list[WorkerInfo]:
 
 BATCH_GAUGE_STATES = ("open", "waiting", "stuck")
 """The states ``{ns}_batches`` counts: batches not done yet (a done batch is not a gauge)."""
-BATCHES_COUNTED = 1000
-"""The most batches of each listing the gauge reads (``service.batches``' own bound)."""
 
 
 async def read_batches(
     service: EventService, stuck_after: float | timedelta = timedelta(hours=1)
-) -> dict[str, int]:
-    """Batches not done yet under the service's prefix, by state: ``open``, ``waiting``
-    and ``stuck`` (as ``service.batches(stuck_after=...)`` tells them apart: a waiting
-    batch with no member finished for ``stuck_after`` is stuck, and so is one open past
-    its lease or with an add not confirmed past its grace).
+) -> BatchCounts:
+    """The batches under the service's prefix by state, and the relay's work in the batch
+    shards: ``service.batch_counts(stuck_after=...)`` (``open``, ``waiting`` and ``stuck``
+    make the gauge ``{ns}_batches``; ``relay_backlog`` and ``relay_lag`` the
+    ``event_type="delayq:batch"`` series of the relay gauges).
 
-    Cost: with no batch under the prefix (none open, waiting, or done within the last
-    day), one ``service.batches(limit=1)``: a read-only ``batch_list.lua`` per batch shard,
-    each one ``ZREVRANGE 0 0`` of an empty index. Otherwise also
-    ``service.batches("open")`` and ``service.batches("waiting")``, each reading at most
-    :data:`BATCHES_COUNTED` batches (a script per batch shard, then one ``batch_info.lua``
-    per batch listed): the counts stop at 1,000 per listing.
+    Cost: one ``SMEMBERS`` (the batch shards in use); for a prefix that never opened a
+    batch, nothing more. Otherwise one read-only ``batch_counts.lua`` per batch shard in
+    use, pipelined: a few ``ZCARD``/``ZCOUNT`` each, whatever the number of batches (the
+    counts have no cap).
     """
-    counts = dict.fromkeys(BATCH_GAUGE_STATES, 0)
-    if not await service.batches(limit=1):
-        return counts
-    seen: set[str] = set()
-    listed: tuple[BatchState, ...] = ("open", "waiting")  # a stuck one is open or waiting
-    for state in listed:
-        infos = await service.batches(state, limit=BATCHES_COUNTED, stuck_after=stuck_after)
-        for info in infos:
-            if info.id in seen or info.state not in counts:
-                continue  # listed twice (it closed between the reads), or done meanwhile
-            seen.add(info.id)
-            counts[info.state] += 1
-    return counts
+    return await service.batch_counts(stuck_after=stuck_after)
 
 
 class QueueDepthCollector(Collector):
@@ -112,9 +96,10 @@ class QueueDepthCollector(Collector):
     Exports, per event type: ``{ns}_queue_events{state=scheduled|ready|in_flight|dead}``,
     ``{ns}_queue_due_events`` (due, not yet handled) and
     ``{ns}_queue_oldest_overdue_seconds``, ``{ns}_results_kept`` (outcomes kept, types with
-    ``results=``), ``{ns}_waiting`` (events waiting for their parents, ``after=[...]``), ``{ns}_relay_backlog``
-    and ``{ns}_relay_lag_seconds`` (the dependency relay's due work and its oldest's age);
-    for types with named delivery groups,
+    ``results=``), ``{ns}_waiting`` (events waiting for their parents, ``after=[...]``),
+    ``{ns}_relay_backlog`` and ``{ns}_relay_lag_seconds`` (the dependency relay's due work
+    and its oldest's age; ``event_type="delayq:batch"``: the batch shards', once the prefix
+    has opened a batch); for types with named delivery groups,
     ``{ns}_queue_group_events{group=...,state=...}`` per group (``default`` for
     handlers added without a group); from the workers' heartbeats,
     ``{ns}_workers`` (live worker processes), and per type and group the
@@ -141,7 +126,7 @@ class QueueDepthCollector(Collector):
         ] = read_group_depth,
         read_workers: Callable[[EventService], Awaitable[list[WorkerInfo]]] = read_workers,
         read_batches: Callable[
-            [EventService, float | timedelta], Awaitable[dict[str, int]]
+            [EventService, float | timedelta], Awaitable[BatchCounts]
         ] = read_batches,
         batch_stuck_after: float | timedelta = timedelta(hours=1),
     ):
@@ -157,7 +142,7 @@ class QueueDepthCollector(Collector):
         self.batch_stuck_after = batch_stuck_after
         """A waiting batch with no member finished for this long counts as stuck."""
         self._workers: list[WorkerInfo] = []
-        self._batches: dict[str, int] = dict.fromkeys(BATCH_GAUGE_STATES, 0)
+        self._batches: BatchCounts | None = None
         self._group_snapshot: dict[str, dict[str, QueueCounts]] = {}
         self._lock = asyncio.Lock()
         self._snapshot: dict[str, QueueCounts] = {}
@@ -195,7 +180,7 @@ class QueueDepthCollector(Collector):
 
     def describe(self) -> Iterator[Metric]:
         """The metric families (no samples), for the registry's duplicate check."""
-        return iter(self._families({}, {}, 0, [], {}))
+        return iter(self._families({}, {}, 0, [], None))
 
     def collect(self) -> Iterator[Metric]:
         """The figures of the last read."""
@@ -211,7 +196,7 @@ class QueueDepthCollector(Collector):
         group_snapshot: dict[str, dict[str, QueueCounts]],
         up: int,
         workers: list[WorkerInfo],
-        batches: dict[str, int],
+        batches: BatchCounts | None,
     ) -> list[Metric]:
         ns = self.namespace
         events = GaugeMetricFamily(
@@ -257,7 +242,8 @@ class QueueDepthCollector(Collector):
         relay_backlog = GaugeMetricFamily(
             f"{ns}_relay_backlog",
             "Dependency relay work due and not done: completions not handed to every child, "
-            "audits past their time (docs/WORKFLOWS.md)",
+            "audits past their time; event_type delayq:batch: the batch shards' (their "
+            "completions, and the batch sweep's due work) (docs/WORKFLOWS.md)",
             labels=["event_type"],
         )
         relay_lag = GaugeMetricFamily(
@@ -276,6 +262,9 @@ class QueueDepthCollector(Collector):
             due.add_metric([name], d.due)
             oldest.add_metric([name], d.backlog_age)
             kept.add_metric([name], d.results_kept)
+        if batches is not None and batches.shards:  # the batch shards' relay work
+            relay_backlog.add_metric([BATCH_TYPE], batches.relay_backlog)
+            relay_lag.add_metric([BATCH_TYPE], batches.relay_lag)
         for name, groups in sorted(group_snapshot.items()):
             for group, g in sorted(groups.items()):
                 for state in ("scheduled", "ready", "in_flight", "dead"):
@@ -313,8 +302,9 @@ class QueueDepthCollector(Collector):
             "pending), stuck (docs/WORKFLOWS.md)",
             labels=["state"],
         )
-        for state in BATCH_GAUGE_STATES if batches else ():
-            open_batches.add_metric([state], batches.get(state, 0))
+        if batches is not None:
+            for state in BATCH_GAUGE_STATES:
+                open_batches.add_metric([state], getattr(batches, state))
         return [
             events,
             ready,

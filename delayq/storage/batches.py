@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..keyspace.scripts import SCRIPT_KEYS, keys_for
-from ..keyspace.shards import batch_shard
+from ..keyspace.shards import batch_shard, is_batch_shard
 from .base import StoreCore
 from .dependencies import nudge_relay
 
-__all__ = ["BatchRead", "BatchStore", "BatchSweep"]
+__all__ = ["BatchRead", "BatchStore", "BatchSweep", "ShardCounts"]
 
 
 def _str(value: Any) -> str:
@@ -51,6 +51,19 @@ class BatchSweep:
     """Done batches past the retention."""
     audits: list[str]
     """Closed batches whose pending members are due to be linked again."""
+
+
+@dataclass(frozen=True, slots=True)
+class ShardCounts:
+    """What ``batch_counts.lua`` counted in one batch shard."""
+
+    now_ms: int
+    open: int
+    waiting: int
+    stuck: int
+    done: int
+    relay_due: int
+    relay_age_ms: int
 
 
 class BatchStore:
@@ -210,14 +223,38 @@ class BatchStore:
             )
         return out
 
+    async def shards_in_use(self) -> list[str]:
+        """The batch shards a batch was ever opened in under the prefix: one ``SMEMBERS``
+        of the dependency shards (``{p}:dshards``), where a batch's shard is recorded
+        before the batch is written (and where the relay finds it); empty for a prefix
+        that never opened a batch."""
+        raw: Any = await self._core.redis.smembers(self._core.keys.dependency_shards)
+        return sorted(s for s in (_str(m) for m in raw) if is_batch_shard(s))
+
     async def list_ids(
-        self, shard: str, state: str, limit: int, idle_ms: int
-    ) -> tuple[int, list[tuple[str, int]]]:
-        """``(now ms, [(batch id, created ms)])`` of one batch shard in ``state``
-        (``batch_list.lua``)."""
-        r = await self._run("batch_list", shard, [], [state, limit, idle_ms])
-        pairs = [(_str(r[i]), int(float(r[i + 1]))) for i in range(1, len(r) - 1, 2)]
-        return int(r[0]), pairs
+        self, shards: Sequence[str], state: str, limit: int, idle_ms: int
+    ) -> list[tuple[str, int]]:
+        """``[(batch id, created ms)]`` of the batches in ``state`` in each of ``shards``
+        (``batch_list.lua``, at most ``limit`` per shard), the shards' calls pipelined
+        (on a cluster, a few at a time)."""
+        calls = [(self._keys("batch_list", shard, []), [state, limit, idle_ms]) for shard in shards]
+        pairs: list[tuple[str, int]] = []
+        for r in await self._core.calls("batch_list", calls):
+            pairs += [(_str(r[i]), int(float(r[i + 1]))) for i in range(1, len(r) - 1, 2)]
+        return pairs
+
+    async def counts(
+        self, shards: Sequence[str], *, idle_ms: int, stale_ms: int, most: int
+    ) -> list[ShardCounts]:
+        """Each of ``shards``' batches by state and its relay work (``batch_counts.lua``),
+        pipelined (on a cluster, a few at a time)."""
+        calls = [
+            (self._keys("batch_counts", shard, []), [idle_ms, stale_ms, most]) for shard in shards
+        ]
+        return [
+            ShardCounts(*(int(x) for x in r[:7]))
+            for r in await self._core.calls("batch_counts", calls)
+        ]
 
     async def unconfirmed(self, batch_id: str, refs: Sequence[str]) -> set[str]:
         """Those of ``refs`` whose add is not confirmed yet (``ZMSCORE``)."""
