@@ -105,7 +105,9 @@ class PrefixKeys:
     @property
     def dependency_shards(self) -> str:
         """SET of the shards that ever took part in a dependency (as parent or child): the
-        ones the relay looks at (docs/WORKFLOWS.md, "Dependencies")."""
+        ones the relay looks at (docs/WORKFLOWS.md, "Dependencies"). A batch's shard is
+        added before the batch is written: its batch shards are the ones in use, where
+        ``batches()`` and ``batch_counts()`` look (docs/WORKFLOWS.md, "Batches")."""
         return f"{{{self.prefix}}}:dshards"
 
     @property

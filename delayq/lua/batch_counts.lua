@@ -35,7 +35,8 @@ for _, entry in ipairs(adds) do
   end
 end
 local due, oldest = 0, now
-for _, key in ipairs({K_RELAY, K_BOPEN, K_BUNCONF, K_BAUDIT}) do
+local work = {K_RELAY, K_BOPEN, K_BUNCONF, K_BAUDIT}
+for _, key in ipairs(work) do
   local n = redis.call('ZCOUNT', key, '-inf', now)
   if n > 0 then
     due = due + n
