@@ -96,8 +96,9 @@ class BatchesMixin(ServiceParts):
         that no sweep has settled for twice its grace and a minute (a relay that does
         not run; up to 2,000 such adds are looked at per batch shard, a batch beyond
         them counts as open or waiting); ``open`` and ``waiting`` are the others.
-        ``batches("stuck")`` lists them, ``batch_info()`` says why each is stuck (it may
-        call an add stuck a little earlier: from the batch's own record).
+        ``batches("stuck")`` lists them and ``batch_info()`` says why each is stuck; for
+        an unconfirmed add both may call a batch stuck sooner than this count does (once
+        the add is past its grace, or from the batch's record).
 
         Cost: one ``SMEMBERS`` (the batch shards in use; a prefix that never opened a
         batch stops there, all counts 0), then one read-only script per batch shard in
