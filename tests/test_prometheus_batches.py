@@ -201,3 +201,30 @@ async def test_relay_gauges_show_the_batch_shards(
         app.close()
     finally:
         await pool.aclose()
+
+
+async def test_listing_and_counts_on_a_cluster(cluster, prefix: str) -> None:
+    """The batch shards spread over the 3 masters: one listing and one count read every
+    shard in use, each on its node."""
+    service = EventService.from_url(
+        cluster.url, cluster=True, prefix=prefix, enable_scheduling=False
+    )
+    try:
+        assert await service.batches() == []
+        opened = []
+        for n in range(24):  # enough to use most of the 16 shards
+            async with service.batch(name=f"c{n}") as batch:
+                if n % 2:
+                    await batch.enqueue_with_delay(PromMember(id=f"c{n}"), 3600)
+            opened.append(batch.id)
+        in_use = {batch_shard(b) for b in opened}
+        assert len(in_use) > 8
+        listed = await service.batches(limit=1000)
+        assert sorted(b.id for b in listed) == sorted(opened)
+        created = [b.created_at for b in listed]
+        assert created == sorted(created, reverse=True)  # newest first
+        counts = await service.batch_counts()
+        assert (counts.open, counts.waiting, counts.stuck, counts.done) == (0, 12, 0, 12)
+        assert counts.shards == len(in_use)
+    finally:
+        await service.aclose()
