@@ -61,7 +61,10 @@ ACL_COMMANDS = (
     # the Spark streaming sink's ledger (scripts)
     "zmscore zrevrange "
     # flow keys: each key's line of ready events, read in lexical order (scripts)
-    "zrangebylex zlexcount"
+    "zrangebylex zlexcount "
+    # batches: a batch's failed members (read), a done batch's keys removed after its
+    # retention (scripts)
+    "lrange unlink"
 ).split()
 ACL_COMMANDS = list(dict.fromkeys(ACL_COMMANDS))  # zcard, zrange: both sides
 
