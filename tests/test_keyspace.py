@@ -184,3 +184,20 @@ def test_durations_round_up_to_whole_ms_without_float_noise() -> None:
     )
     # the dedup modes round as every other duration does
     assert dedup_mode(False, 0.0004, None) == dedup_mode(False, 0.001, None)
+
+
+def test_delay_ms_of_a_timedelta_counts_its_whole_us_as_seconds_would() -> None:
+    from datetime import timedelta
+
+    from delayq.durations import delay_ms, seconds_to_ms
+
+    # a timedelta goes by its whole µs (no float): the same ms as its seconds would give
+    for us in (0, 1, 999, 1000, 1001, 1500, 100_000, 4_030_000, 3_600_000_000, 86_400 * 10**6 + 7):
+        td = timedelta(microseconds=us)
+        assert delay_ms(td) == seconds_to_ms(td.total_seconds()) == -(-us // 1000)
+    assert delay_ms(timedelta(days=400, seconds=1, microseconds=1)) == 34_560_001_001
+    for bad in (timedelta(microseconds=-1), timedelta(days=-1, hours=23)):
+        with pytest.raises(ValueError, match="delay must be finite and >= 0"):
+            delay_ms(bad)
+    with pytest.raises(ValueError, match="debounce must be"):
+        delay_ms(timedelta(seconds=-3), "debounce")
