@@ -24,6 +24,9 @@ from .records import Enqueued
 ENQUEUE_CHUNK = 200
 
 _pack = msgspec.msgpack.Encoder().encode
+# Enqueued.FANNED_OUT as a plain int: every call's codes are searched for it (a list's
+# compares with an IntEnum member cost twice those with an int)
+_FANNED_OUT = int(Enqueued.FANNED_OUT)
 
 
 @dataclass(slots=True)
@@ -248,9 +251,9 @@ class Enqueueing:
         else:
             replies = await self._core.pipelined("enqueue", shard, calls, wait=True, last=last)
             codes = [int(c) for reply in replies for c in reply]
-        if Enqueued.FANNED_OUT in codes:  # replaces of events already fanned out to groups
+        if _FANNED_OUT in codes:  # replaces of events already fanned out to groups
             for i, code in enumerate(codes):
-                if code == Enqueued.FANNED_OUT:
+                if code == _FANNED_OUT:
                     level = priorities[i] if priorities else 0
                     codes[i] = await self._replace_fanned(shard, items[i], absolute, level)
         return codes
