@@ -145,6 +145,25 @@ def test_ab_script_counts_instructions(tmp_path: Path) -> None:
     assert per_event["a"] > 0 and abs(per_event["b"] / per_event["a"] - 1) < 0.1
 
 
+def test_producer_path_script_runs_the_enqueues_without_redis() -> None:
+    """benchmarks/producer_path.py's child (what it runs under valgrind, for each commit):
+    the stubs still fit the store, so its enqueues run to the end without Redis (one that
+    reached Redis would fail: nothing listens on its port)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import producer_path
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    proc = subprocess.run(
+        [sys.executable, "-c", producer_path.CHILD, "2000"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
 def test_scale_script_runs_small(tmp_path: Path) -> None:
     """benchmarks/scale.py with tiny sizes: timers, a burst and probes all accounted for."""
     try:
