@@ -39,8 +39,9 @@ def delay_ms(value: float | timedelta, what: str = "delay") -> int:
     """:func:`delay_seconds` of ``value`` in whole ms (:func:`seconds_to_ms`).
 
     A ``timedelta`` is counted in its whole µs instead: the same ms, rounded up, some 40 %
-    cheaper (every single enqueue's usual delay comes this way)."""
-    if isinstance(value, timedelta):
+    cheaper (every single enqueue's usual delay comes this way). Its subclasses, which may
+    hold more than µs, go the float way."""
+    if type(value) is timedelta:
         us = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
         if us >= 0:
             return -(-us // 1000)
