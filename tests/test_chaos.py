@@ -1,0 +1,474 @@
+"""Chaos: workflows finish exactly once while every worker is SIGKILLed every ~2 s
+(docs/WORKFLOWS.md, "Across slots, never stuck"; issue 33).
+
+A fleet of three worker processes (tests/chaos_worker.py) runs while each is SIGKILLed at
+a random moment 1 to 3 s after it started and replaced at once, so the scheduler lock and
+its relay keep moving from process to process. Scenarios enqueue their work with its
+roots held back, then release the roots; the work then runs under the kills:
+
+- ``dependencies``: several 5-deep chains (each step ``after=`` the previous, the steps'
+  types alternating, on different cluster slots), a 1,000-parent fan-in, and parents that
+  fail (dead letters) with children and grandchildren of every ``on_parent_failure``
+  policy, some with a second parent that succeeds.
+
+A scenario is one function that enqueues its work, writes what it expects of each event
+in ``expect`` and returns the coroutine function that releases its roots; a batch
+scenario is one more such function (its types go into ``chaos_worker.KINDS``).
+
+**What is counted.** Handlers are at least once: a SIGKILL between a handler and its ack
+runs it again, so handler calls prove nothing. A child is released once when one
+enqueue of it went from ``waiting`` to due once. We count, per event, the distinct
+``current_delivery().version`` its handler ran with (the digest of its stored envelope:
+the same on every redelivery of one enqueue, different for another enqueue of the id) and
+require exactly one: the event was enqueued once and reached its handler from that one
+enqueue. A release applied twice cannot show as two versions: the ways it can go wrong
+here are a completion applied twice (the count of open edges drops twice, so the child is
+due while a parent is still pending), a completion lost (the child stays waiting, or its
+audit finds the parent gone and hands it ``"vanished"``), or an outcome applied twice
+(a skip counted twice). So every handler call also records what it saw of its parents:
+a call that saw a parent ``pending`` was released early; the statuses seen must be the
+expected ones (``ok`` for done parents, ``failed``/``skipped`` by the parents' fate,
+never ``vanished`` or ``missing``); and the type's ``skipped`` count must equal the number
+of skipped children. At the end nothing waits (``stats()``), no dependency state is left
+(``deps``, ``relay``, ``waiting`` empty once the dead letters are purged), and the dead
+letters are exactly those the policies make.
+
+The kill schedule is seeded: the seed is printed, and ``DELAYQ_CHAOS_SEED=<seed>`` replays
+it (process timing is the machine's, so a replay hits other steps; the outcome must not
+change). The test asserts that enough kills (and kills of the scheduler's leader) landed
+while work was pending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from delayq import Event, EventService
+from delayq.keyspace.layout import PrefixKeys
+from delayq.testing import WaitTimeout
+
+WORKER = Path(__file__).with_name("chaos_worker.py")
+sys.path.insert(0, str(WORKER.parent))
+from chaos_worker import KINDS, Bad, Grandkid, Join, Kid, Leaf, StepA, StepB, record_keys  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+FLEET = 3
+LIFE = (1.0, 3.0)  # seconds from its start until a worker is killed
+WINDOW = 12.0  # roots are released over this many seconds
+SETTLE_TIMEOUT = 45.0
+MIN_KILLS = 8  # kills while work is pending, at least
+MIN_LEADER_KILLS = 2
+
+
+# ---------------------------------------------------------------- what is expected
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What should become of one event.
+
+    ``ran``: its handler ran (from one enqueue) and it was acked, having seen ``seen`` of
+    its parents; ``failed``: its own handler failed it (a dead letter: a failing root);
+    ``parent-failed``: a dead letter ``ParentFailed`` (``error`` starts its error), its
+    handler never ran; ``skipped``: removed unrun.
+    """
+
+    kind: str
+    seen: str = ""
+    error: str = ""
+
+
+Key = tuple[type[Event], str]
+Expectations = dict[Key, Expect]
+Release = Callable[[], Awaitable[None]]
+Scenario = Callable[[EventService, random.Random, Expectations], Awaitable[Release]]
+
+_STATUS = {"ran": "ok", "failed": "failed", "parent-failed": "failed", "skipped": "skipped"}
+_WHAT = {"failed": "failed", "skipped": "was skipped"}
+
+
+def _summary(marks: list[str]) -> str:
+    counts = Counter(marks)
+    return ",".join(f"{k}={counts[k]}" for k in sorted(counts))
+
+
+def child_expect(expect: Expectations, parents: list[Key], policy: str) -> Expect:
+    """What becomes of a child of ``parents`` (their expectations known) under ``policy``."""
+    marks = []
+    failed = None
+    for t, i in parents:
+        status = _STATUS[expect[t, i].kind]
+        keeps = t.event_results_ms is not None
+        marks.append("ok+v" if status == "ok" and keeps else status)
+        if status != "ok" and failed is None:
+            failed = f"ParentFailed: {t.event_name} {i} {_WHAT[status]}"
+    if failed is None or policy == "run":
+        return Expect("ran", _summary(marks))
+    if policy == "fail":
+        return Expect("parent-failed", error=failed)
+    return Expect("skipped")
+
+
+# ---------------------------------------------------------------- scenarios
+
+
+async def dependencies(producer: EventService, rng: random.Random, expect: Expectations) -> Release:
+    """Chains, a fan-in and failing parents (see the module docstring)."""
+    hold = 3600.0
+    roots: list[tuple[Event, float]] = []  # released at a random time within WINDOW
+
+    def root(event: Event, kind: str = "ran") -> Event:
+        expect[type(event), event.id] = Expect(kind)
+        roots.append((event, rng.uniform(0.3, WINDOW)))
+        return event
+
+    async def child(event: Event, parents: list[Key], policy: str = "fail") -> None:
+        expect[type(event), event.id] = child_expect(expect, parents, policy)
+        assert await producer.enqueue_with_delay(
+            event, rng.uniform(0, 0.2), after=parents, on_parent_failure=policy
+        )
+
+    # the roots exist (held) before their children link them
+    chains = 6
+    for c in range(chains):
+        root(StepA(id=f"ch{c}-1"))
+    leaves = [root(Leaf(id=f"leaf{n}")) for n in range(1000)]
+    failing = 12
+    for n in range(failing):
+        root(Bad(id=f"bad{n}", fail=True), "failed")
+        if n % 2:
+            root(Bad(id=f"good{n}"))
+    await producer.enqueue_many([(e, hold) for e, _ in roots])
+
+    for c in range(chains):  # 1 -> 2 -> ... -> 5, types alternating A, B, A, B, A
+        for step in range(2, 6):
+            kind: type[Event] = StepB if step % 2 == 0 else StepA
+            parent = StepA if step % 2 == 0 else StepB
+            await child(kind(id=f"ch{c}-{step}"), [(parent, f"ch{c}-{step - 1}")])
+    await child(Join(id="join"), [(Leaf, e.id) for e in leaves])
+    policies = ("fail", "run", "skip")
+    for n in range(failing):
+        parents: list[Key] = [(Bad, f"bad{n}")]
+        if n % 2:  # a second parent that succeeds, before or after the failing one
+            parents.insert(n % 4 // 2, (Bad, f"good{n}"))
+        await child(Kid(id=f"kid{n}"), parents, policies[n % 3])
+        await child(Grandkid(id=f"gk{n}"), [(Kid, f"kid{n}")], policies[n // 3 % 3])
+
+    async def release() -> None:
+        await producer.enqueue_many(roots, replace=True)
+
+    return release
+
+
+SCENARIOS: dict[str, Scenario] = {"dependencies": dependencies}
+
+
+# ---------------------------------------------------------------- the fleet
+
+
+@dataclass
+class Kill:
+    at: float  # time.monotonic()
+    leader: bool  # the process held the scheduler lock
+
+
+@dataclass
+class Fleet:
+    """FLEET worker processes, each SIGKILLed LIFE seconds after its start and replaced."""
+
+    url: str
+    prefix: str
+    cluster: bool
+    seed: int
+    client: Any
+    kills: list[Kill] = field(default_factory=list)
+    crashes: list[tuple[int, int | None]] = field(default_factory=list)  # (pid, exit code)
+    procs: dict[int, asyncio.subprocess.Process] = field(default_factory=dict)
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def slot(self, slot: int) -> None:
+        """Keep one worker running, killing each at a random moment, until told to stop."""
+        rng = random.Random(f"{self.seed}-{slot}")
+        lock = PrefixKeys(self.prefix).scheduler_lock
+        n = 0
+        while not self.stopping.is_set():
+            n += 1
+            args = [self.url, self.prefix, str(self.seed * 1000 + slot * 100 + n)]
+            proc = self.procs[slot] = await asyncio.create_subprocess_exec(
+                sys.executable,
+                str(WORKER),
+                *args,
+                *(["--cluster"] if self.cluster else []),
+                env={**os.environ, "PYTHONPATH": str(WORKER.parent.parent)},
+            )
+            # the chaos schedule (not a wait for correctness): kill it at this moment
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), rng.uniform(*LIFE))
+            if proc.returncode is not None:  # it ended on its own: only a bug does that
+                self.crashes.append((proc.pid, proc.returncode))
+                continue
+            if self.stopping.is_set():
+                return
+            holder = await self.client.get(lock)
+            proc.kill()
+            await proc.wait()
+            self.kills.append(Kill(time.monotonic(), holder == f"chaos-{proc.pid}".encode()))
+
+    async def stop_killing(self, slots: list[asyncio.Task[None]]) -> None:
+        """Stop killing and replacing workers (those running go on)."""
+        self.stopping.set()
+        for got in await asyncio.gather(*slots, return_exceptions=True):
+            if isinstance(got, BaseException):
+                raise got
+
+    async def stop(self) -> None:
+        """End the workers left (SIGTERM, then SIGKILL)."""
+        for proc in self.procs.values():
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                await asyncio.wait_for(proc.wait(), 10)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+
+
+# ---------------------------------------------------------------- checking
+
+
+@dataclass
+class Records:
+    runs: dict[str, int]
+    versions: Counter[str]
+    seen: dict[str, str]
+    early: set[str]
+
+
+async def _records(client: Any, prefix: str) -> Records:
+    k = record_keys(prefix)
+    runs = {a.decode(): int(b) for a, b in (await client.hgetall(k["runs"])).items()}
+    versions: Counter[str] = Counter(
+        m.decode().rsplit(" ", 1)[0] for m in await client.smembers(k["versions"])
+    )
+    seen = {a.decode(): b.decode() for a, b in (await client.hgetall(k["seen"])).items()}
+    early = {m.decode() for m in await client.smembers(k["early"])}
+    return Records(runs, versions, seen, early)
+
+
+def _name(key: Key) -> str:
+    return f"{key[0].event_name}:{key[1]}"
+
+
+async def _skipped(client: Any, prefix: str, t: type[Event]) -> int:
+    got = await client.hget(PrefixKeys(prefix).for_type(t.event_name).meta, "skipped")
+    return int(got or 0)
+
+
+async def _settled(
+    producer: EventService, client: Any, prefix: str, expect: Expectations
+) -> list[str]:
+    """What keeps the work from being done (empty: done): an expected run not seen yet,
+    an event not settled, a dead letter or skip count not reached."""
+    rec = await _records(client, prefix)
+    out = [
+        f"{_name(k)} not run yet"
+        for k, e in expect.items()
+        if e.kind == "ran" and rec.runs.get(_name(k), 0) == 0
+    ][:5]
+    stats = await producer.stats()
+    for t in KINDS:
+        s = stats.get(t.event_name)
+        if s is None:
+            continue
+        busy = {
+            "scheduled": s.scheduled,
+            "ready": s.ready,
+            "in flight": s.in_flight,
+            "waiting": s.waiting,
+            "relay backlog": s.relay_backlog,
+        }
+        out += [f"{t.event_name}: {v} {what}" for what, v in busy.items() if v]
+        dead = sum(1 for (k, _), e in expect.items() if k is t and "failed" in e.kind)
+        if s.dead != dead:
+            out.append(f"{t.event_name}: {s.dead} dead letters, {dead} expected")
+        skipped = sum(1 for (k, _), e in expect.items() if k is t and e.kind == "skipped")
+        if skipped and await _skipped(client, prefix, t) != skipped:
+            out.append(f"{t.event_name}: skipped count not {skipped} yet")
+    return out
+
+
+async def _problems(
+    producer: EventService, client: Any, prefix: str, expect: Expectations
+) -> list[str]:
+    """Every way the outcome differs from ``expect`` (empty: as expected)."""
+    rec = await _records(client, prefix)
+    out = [f"{x} ran while a parent was pending (released early)" for x in sorted(rec.early)]
+    for key, e in expect.items():
+        name = _name(key)
+        runs, versions = rec.runs.get(name, 0), rec.versions.get(name, 0)
+        if e.kind == "ran":
+            if runs == 0:
+                out.append(f"{name}: never ran")
+            elif versions != 1:
+                out.append(f"{name}: ran from {versions} enqueues (versions), 1 expected")
+            elif rec.seen.get(name, "") != e.seen:
+                out.append(f"{name}: saw its parents {rec.seen.get(name)!r}, not {e.seen!r}")
+        elif e.kind in ("parent-failed", "skipped") and runs:
+            out.append(f"{name}: ran {runs} times, expected {e.kind}")
+    for t in KINDS:
+        want = {i for (k, i), e in expect.items() if k is t and "failed" in e.kind}
+        letters = await producer.dead_letters(t, limit=1000)
+        got = {d.id for d in letters}
+        if got != want:
+            out.append(
+                f"{t.event_name}: dead letters {sorted(got - want)} not expected, "
+                f"{sorted(want - got)} missing"
+            )
+        for d in letters:
+            e = expect.get((t, d.id))
+            if e is None:
+                continue
+            error = d.error or ""
+            if e.kind == "parent-failed" and not error.startswith(e.error):
+                out.append(f"{_name((t, d.id))}: error {error!r}, expected {e.error!r}...")
+            if e.kind == "failed" and not error.startswith(("RuntimeError", "LeaseExpired")):
+                out.append(f"{_name((t, d.id))}: error {error!r}")
+        skipped = sum(1 for (k, _), e in expect.items() if k is t and e.kind == "skipped")
+        if (got_skipped := await _skipped(client, prefix, t)) != skipped:
+            out.append(f"{t.event_name}: {got_skipped} skipped, {skipped} expected")
+    stats = await producer.stats()
+    for t in KINDS:
+        s = stats.get(t.event_name)
+        if s is not None and (s.waiting or s.scheduled or s.ready or s.in_flight):
+            out.append(f"{t.event_name}: left {s}")
+    return out
+
+
+async def _dependency_state(client: Any, prefix: str) -> dict[str, list[bytes]]:
+    """Dependency records left in Redis, per key (none expected once all is done)."""
+    out: dict[str, list[bytes]] = {}
+    for t in KINDS:
+        keys = PrefixKeys(prefix).for_type(t.event_name)
+        for key, got in (
+            (keys.deps, await client.hkeys(keys.deps)),
+            (keys.relay, await client.zrange(keys.relay, 0, -1)),
+            (keys.waiting, await client.zrange(keys.waiting, 0, -1)),
+        ):
+            if got:
+                out[key] = sorted(got)[:10]
+    return out
+
+
+# ---------------------------------------------------------------- the run
+
+
+async def run_chaos(
+    url: str, prefix: str, wait_for: Any, *, cluster: bool, scenarios: list[str]
+) -> None:
+    """Run ``scenarios`` under the fleet's kills and check their outcomes."""
+    seed = int(os.environ.get("DELAYQ_CHAOS_SEED") or random.SystemRandom().randrange(10**6))
+    print(f"chaos seed {seed} (DELAYQ_CHAOS_SEED={seed} replays the kill schedule)")
+    try:
+        await _run(url, prefix, wait_for, cluster, scenarios, seed)
+    except AssertionError as exc:
+        raise AssertionError(f"[chaos seed {seed}] {exc}") from exc
+
+
+async def _run(
+    url: str, prefix: str, wait_for: Any, cluster: bool, scenarios: list[str], seed: int
+) -> None:
+    client: Any = aioredis.RedisCluster.from_url(url) if cluster else aioredis.Redis.from_url(url)
+    rng = random.Random(seed)
+    fleet = Fleet(url, prefix, cluster, seed, client)
+    expect: Expectations = {}
+    began = time.monotonic()
+    slots: list[asyncio.Task[None]] = []
+    try:
+        async with EventService.from_url(
+            url, cluster=cluster, prefix=prefix, enable_scheduling=False
+        ) as producer:
+            slots = [asyncio.create_task(fleet.slot(i)) for i in range(FLEET)]
+            releases = [await SCENARIOS[s](producer, rng, expect) for s in scenarios]
+
+            async def leading() -> bool:
+                holder = await client.get(PrefixKeys(prefix).scheduler_lock)
+                return holder is not None and holder.startswith(b"chaos-")
+
+            await wait_for(leading, timeout=30, interval=0.05)
+            start = time.monotonic()
+            for release in releases:
+                await release()
+            left: list[str] = []
+
+            async def done() -> bool:
+                nonlocal left
+                left = await _settled(producer, client, prefix, expect)
+                return not left
+
+            try:
+                await wait_for(done, timeout=SETTLE_TIMEOUT, interval=0.2)
+            except WaitTimeout:
+                problems = await _problems(producer, client, prefix, expect)
+                state = await _dependency_state(client, prefix)
+                raise AssertionError(
+                    f"not done after {SETTLE_TIMEOUT}s: {left}; problems: {problems[:20]}; "
+                    f"dependency state: {state}"
+                ) from None
+            end = time.monotonic()
+            await fleet.stop_killing(slots)
+            during = [k for k in fleet.kills if start <= k.at <= end]
+            leader = sum(k.leader for k in during)
+            print(
+                f"chaos {scenarios} cluster={cluster}: work done in {end - start:.1f}s, "
+                f"{len(during)} kills meanwhile ({leader} of the leader), "
+                f"{len(fleet.kills)} in all, run {time.monotonic() - began:.1f}s"
+            )
+            problems = await _problems(producer, client, prefix, expect)
+            assert not problems, "\n".join(problems[:40])
+            # nothing waits, nothing is relayed: only the dead letters' own records remain
+            state = await _dependency_state(client, prefix)
+            assert not [k for k in state if not k.endswith(":deps")], state
+            for t in KINDS:
+                await producer.purge_dead_letters(t)
+
+            async def clean() -> bool:
+                return not await _dependency_state(client, prefix)
+
+            try:
+                await wait_for(clean, timeout=10, interval=0.1)
+            except WaitTimeout:
+                raise AssertionError(
+                    f"dependency state left: {await _dependency_state(client, prefix)}"
+                ) from None
+            assert not fleet.crashes, f"workers ended on their own: {fleet.crashes}"
+            assert len(during) >= MIN_KILLS, f"only {len(during)} kills during the work"
+            assert leader >= MIN_LEADER_KILLS, f"only {leader} kills of the leader"
+    finally:
+        if not fleet.stopping.is_set():
+            await fleet.stop_killing(slots)
+        await fleet.stop()
+        await client.aclose()
+
+
+async def test_chaos_dependencies(redis_url, prefix, wait_for):
+    await run_chaos(redis_url, prefix, wait_for, cluster=False, scenarios=["dependencies"])
+
+
+async def test_chaos_dependencies_on_a_cluster(cluster, prefix, wait_for):
+    await run_chaos(cluster.url, prefix, wait_for, cluster=True, scenarios=["dependencies"])
