@@ -1,10 +1,13 @@
 """A worker process for tests/test_chaos.py, which SIGKILLs it at a random moment.
 
-    python tests/chaos_worker.py URL PREFIX SEED [--cluster]
+    python tests/chaos_worker.py URL PREFIX SEED [--cluster] [--die-at-step K]
 
 It handles every chaos event type (``KINDS``) with one recording handler and leads the
 scheduler when it holds the lock (its token is ``chaos-<pid>``, so the test can tell
-whether it kills the leader). Each handler call records, in keys of one hash tag (see
+whether it kills the leader). With ``--die-at-step K`` it SIGKILLs itself right after
+its relay's K-th step (``read``, ``applied``, ``relayed``, ``audit-linked``: see
+delayq/runtime/relay.py), unless the test kills it first. Its relay audits waiting
+children from 1 s after their enqueue (5 s by default), so audits run during the test. Each handler call records, in keys of one hash tag (see
 ``record_keys``), before the handler returns (so before its ack):
 
 - ``runs``: ``"<type>:<id>"`` -> handler calls (at least once: a SIGKILL between a
@@ -35,6 +38,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from delayq import Event, EventService, current_delivery, fixed
+from delayq.runtime import relay
 
 
 class StepA(Event, event_name="cx-step-a", results=timedelta(minutes=10)):
@@ -67,6 +71,10 @@ class Grandkid(Event, event_name="cx-grandkid"):
     """A child of a Kid."""
 
 
+class Late(Event, event_name="cx-late"):
+    """A child enqueued while its parent may be running, done, or handed on."""
+
+
 # type -> (concurrency, retry_attempts: None for the service's)
 KINDS: dict[type[Event], tuple[int, int | None]] = {
     StepA: (4, None),
@@ -76,6 +84,7 @@ KINDS: dict[type[Event], tuple[int, int | None]] = {
     Bad: (4, 0),
     Kid: (4, None),
     Grandkid: (4, None),
+    Late: (4, None),
 }
 
 OPTIONS: dict[str, Any] = {
@@ -124,7 +133,18 @@ async def main() -> None:
     parser.add_argument("prefix")
     parser.add_argument("seed", type=int)
     parser.add_argument("--cluster", action="store_true")
+    parser.add_argument("--die-at-step", type=int, default=0)
     args = parser.parse_args()
+    if args.die_at_step:
+        left = args.die_at_step
+
+        def step(name: str) -> None:
+            nonlocal left
+            left -= 1
+            if left == 0:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        relay.STEP_HOOK = step
     logging.basicConfig(
         level=logging.WARNING, format="%(relativeCreated)6.0fms %(process)d %(name)s: %(message)s"
     )
@@ -165,6 +185,7 @@ async def main() -> None:
     ) as service:
         assert service._scheduler is not None
         service._scheduler.token = token
+        service._scheduler.relay.audit_ms = 1000
         for kind, (concurrency, attempts) in KINDS.items():
             service.add_handler(kind, handle, concurrency, retry_attempts=attempts)
         await service.start()

@@ -3,17 +3,22 @@
 
 A fleet of three worker processes (tests/chaos_worker.py) runs while each is SIGKILLed at
 a random moment 1 to 3 s after it started and replaced at once, so the scheduler lock and
-its relay keep moving from process to process. Scenarios enqueue their work with its
+its relay keep moving from process to process; one worker in three also kills itself
+right after a random step of its relay, if it leads long enough to reach it (a kill
+between two steps of a hand-over, not only somewhere near one). Scenarios enqueue their work with its
 roots held back, then release the roots; the work then runs under the kills:
 
 - ``dependencies``: several 5-deep chains (each step ``after=`` the previous, the steps'
   types alternating, on different cluster slots), a 1,000-parent fan-in, and parents that
   fail (dead letters) with children and grandchildren of every ``on_parent_failure``
-  policy, some with a second parent that succeeds.
+  policy, some with a second parent that succeeds; and children enqueued during the work
+  after a chain's step that keeps its result (it may be pending, running, done or handed
+  on by then: each must see it ``ok`` with its result).
 
-A scenario is one function that enqueues its work, writes what it expects of each event
-in ``expect`` and returns the coroutine function that releases its roots; a batch
-scenario is one more such function (its types go into ``chaos_worker.KINDS``).
+A scenario is one function that enqueues its work (its roots held back), writes what it
+expects of each event in ``expect`` and returns the coroutine function that releases its
+roots and does what it does during the work; a batch scenario is one more such function
+(its types go into ``chaos_worker.KINDS``), named in ``SCENARIOS``.
 
 **What is counted.** Handlers are at least once: a SIGKILL between a handler and its ack
 runs it again, so handler calls prove nothing. A child is released once when one
@@ -42,7 +47,6 @@ while work was pending.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import random
 import signal
@@ -63,7 +67,18 @@ from delayq.testing import WaitTimeout
 
 WORKER = Path(__file__).with_name("chaos_worker.py")
 sys.path.insert(0, str(WORKER.parent))
-from chaos_worker import KINDS, Bad, Grandkid, Join, Kid, Leaf, StepA, StepB, record_keys  # noqa: E402
+from chaos_worker import (  # noqa: E402
+    KINDS,
+    Bad,
+    Grandkid,
+    Join,
+    Kid,
+    Late,
+    Leaf,
+    StepA,
+    StepB,
+    record_keys,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -73,6 +88,8 @@ WINDOW = 12.0  # roots are released over this many seconds
 SETTLE_TIMEOUT = 45.0
 MIN_KILLS = 8  # kills while work is pending, at least
 MIN_LEADER_KILLS = 2
+STEP_KILLS = 3  # one spawn in STEP_KILLS dies at a random relay step, if it reaches it
+STEPS = (1, 150)  # that step's number (a leader takes ~100 steps a second here)
 
 
 # ---------------------------------------------------------------- what is expected
@@ -169,10 +186,25 @@ async def dependencies(producer: EventService, rng: random.Random, expect: Expec
         await child(Kid(id=f"kid{n}"), parents, policies[n % 3])
         await child(Grandkid(id=f"gk{n}"), [(Kid, f"kid{n}")], policies[n // 3 % 3])
 
-    async def release() -> None:
-        await producer.enqueue_many(roots, replace=True)
+    # children enqueued during the work, each at its moment, after a step keeping results
+    late: list[tuple[float, Event, Key]] = []
+    for c in range(chains):
+        for j in range(2):
+            parent = (StepA, f"ch{c}-{rng.choice((1, 3, 5))}")
+            event = Late(id=f"late{c}-{j}")
+            expect[Late, event.id] = child_expect(expect, [parent], "fail")
+            late.append((rng.uniform(0.3, WINDOW), event, parent))
+    late.sort(key=lambda x: x[0])
 
-    return release
+    async def run() -> None:
+        began = time.monotonic()
+        await producer.enqueue_many(roots, replace=True)
+        for at, event, parent in late:
+            # the scenario's schedule, not a wait for correctness
+            await asyncio.sleep(max(0.0, began + at - time.monotonic()))
+            assert await producer.enqueue_with_delay(event, 0, after=[parent])
+
+    return run
 
 
 SCENARIOS: dict[str, Scenario] = {"dependencies": dependencies}
@@ -185,6 +217,7 @@ SCENARIOS: dict[str, Scenario] = {"dependencies": dependencies}
 class Kill:
     at: float  # time.monotonic()
     leader: bool  # the process held the scheduler lock
+    step: bool = False  # it killed itself after a relay step (so it led)
 
 
 @dataclass
@@ -209,16 +242,28 @@ class Fleet:
         while not self.stopping.is_set():
             n += 1
             args = [self.url, self.prefix, str(self.seed * 1000 + slot * 100 + n)]
+            if self.cluster:
+                args.append("--cluster")
+            if rng.randrange(STEP_KILLS) == 0:
+                args += ["--die-at-step", str(rng.randint(*STEPS))]
+            life = rng.uniform(*LIFE)
             proc = self.procs[slot] = await asyncio.create_subprocess_exec(
                 sys.executable,
                 str(WORKER),
                 *args,
-                *(["--cluster"] if self.cluster else []),
                 env={**os.environ, "PYTHONPATH": str(WORKER.parent.parent)},
             )
-            # the chaos schedule (not a wait for correctness): kill it at this moment
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), rng.uniform(*LIFE))
+            # the chaos schedule (not a wait for correctness): kill it at this moment,
+            # unless it kills itself first
+            ended = asyncio.ensure_future(proc.wait())
+            stopping = asyncio.ensure_future(self.stopping.wait())
+            await asyncio.wait([ended, stopping], timeout=life, return_when="FIRST_COMPLETED")
+            stopping.cancel()
+            ended.cancel()
+            await asyncio.gather(ended, stopping, return_exceptions=True)
+            if proc.returncode == -signal.SIGKILL:  # after its relay step
+                self.kills.append(Kill(time.monotonic(), True, True))
+                continue
             if proc.returncode is not None:  # it ended on its own: only a bug does that
                 self.crashes.append((proc.pid, proc.returncode))
                 continue
@@ -412,8 +457,7 @@ async def _run(
 
             await wait_for(leading, timeout=30, interval=0.05)
             start = time.monotonic()
-            for release in releases:
-                await release()
+            await asyncio.gather(*(release() for release in releases))
             left: list[str] = []
 
             async def done() -> bool:
@@ -434,10 +478,12 @@ async def _run(
             await fleet.stop_killing(slots)
             during = [k for k in fleet.kills if start <= k.at <= end]
             leader = sum(k.leader for k in during)
+            at_steps = sum(k.step for k in during)
             print(
                 f"chaos {scenarios} cluster={cluster}: work done in {end - start:.1f}s, "
-                f"{len(during)} kills meanwhile ({leader} of the leader), "
-                f"{len(fleet.kills)} in all, run {time.monotonic() - began:.1f}s"
+                f"{len(during)} kills meanwhile ({leader} of the leader, {at_steps} of them "
+                f"right after a relay step), {len(fleet.kills)} in all, "
+                f"run {time.monotonic() - began:.1f}s"
             )
             problems = await _problems(producer, client, prefix, expect)
             assert not problems, "\n".join(problems[:40])
