@@ -2,7 +2,7 @@
 (docs/WORKFLOWS.md, "Across slots, never stuck"; issue 33).
 
 A fleet of three worker processes (tests/chaos_worker.py) runs while each is SIGKILLed at
-a random moment 1 to 3 s after it started and replaced at once, so the scheduler lock and
+a random moment 1 to 3 s after it is up (it handles and leads) and replaced at once, so the scheduler lock and
 its relay keep moving from process to process; one worker in three also kills itself
 right after a random step of its relay, if it leads long enough to reach it (a kill
 between two steps of a hand-over, not only somewhere near one). Scenarios enqueue their work with its
@@ -83,7 +83,8 @@ from chaos_worker import (  # noqa: E402
 pytestmark = pytest.mark.slow
 
 FLEET = 3
-LIFE = (1.0, 3.0)  # seconds from its start until a worker is killed
+LIFE = (1.0, 3.0)  # seconds from when a worker is up until it is killed
+START_TIMEOUT = 30.0  # a worker not up by then is killed (counted as a kill)
 WINDOW = 12.0  # roots are released over this many seconds
 SETTLE_TIMEOUT = 45.0
 MIN_KILLS = 8  # kills while work is pending, at least
@@ -222,7 +223,7 @@ class Kill:
 
 @dataclass
 class Fleet:
-    """FLEET worker processes, each SIGKILLed LIFE seconds after its start and replaced."""
+    """FLEET worker processes, each SIGKILLed LIFE seconds after it is up, and replaced."""
 
     url: str
     prefix: str
@@ -232,6 +233,7 @@ class Fleet:
     kills: list[Kill] = field(default_factory=list)
     crashes: list[tuple[int, int | None]] = field(default_factory=list)  # (pid, exit code)
     procs: dict[int, asyncio.subprocess.Process] = field(default_factory=dict)
+    startups: list[float] = field(default_factory=list)  # seconds from spawn to ready
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def slot(self, slot: int) -> None:
@@ -247,20 +249,30 @@ class Fleet:
             if rng.randrange(STEP_KILLS) == 0:
                 args += ["--die-at-step", str(rng.randint(*STEPS))]
             life = rng.uniform(*LIFE)
+            spawned = time.monotonic()
             proc = self.procs[slot] = await asyncio.create_subprocess_exec(
                 sys.executable,
                 str(WORKER),
                 *args,
+                stdout=asyncio.subprocess.PIPE,
                 env={**os.environ, "PYTHONPATH": str(WORKER.parent.parent)},
             )
-            # the chaos schedule (not a wait for correctness): kill it at this moment,
-            # unless it kills itself first
+            assert proc.stdout is not None
+            # the chaos schedule (not a wait for correctness): kill it `life` seconds after
+            # it is up (its start takes 0.5-2 s on a loaded machine), unless it kills itself
+            # first
+            up = asyncio.ensure_future(proc.stdout.readline())
             ended = asyncio.ensure_future(proc.wait())
             stopping = asyncio.ensure_future(self.stopping.wait())
-            await asyncio.wait([ended, stopping], timeout=life, return_when="FIRST_COMPLETED")
-            stopping.cancel()
-            ended.cancel()
-            await asyncio.gather(ended, stopping, return_exceptions=True)
+            await asyncio.wait(
+                [up, ended, stopping], timeout=START_TIMEOUT, return_when="FIRST_COMPLETED"
+            )
+            if up.done() and up.result():
+                self.startups.append(time.monotonic() - spawned)
+                await asyncio.wait([ended, stopping], timeout=life, return_when="FIRST_COMPLETED")
+            for task in (up, ended, stopping):
+                task.cancel()
+            await asyncio.gather(up, ended, stopping, return_exceptions=True)
             if proc.returncode == -signal.SIGKILL:  # after its relay step
                 self.kills.append(Kill(time.monotonic(), True, True))
                 continue
@@ -460,9 +472,14 @@ async def _run(
             await asyncio.gather(*(release() for release in releases))
             left: list[str] = []
 
+            shown = time.monotonic()
+
             async def done() -> bool:
-                nonlocal left
+                nonlocal left, shown
                 left = await _settled(producer, client, prefix, expect)
+                if left and time.monotonic() - shown > 5:  # shown with a failure
+                    shown = time.monotonic()
+                    print(f"{shown - start:.0f}s: {len(fleet.kills)} kills; left: {left[:8]}")
                 return not left
 
             try:
@@ -483,7 +500,8 @@ async def _run(
                 f"chaos {scenarios} cluster={cluster}: work done in {end - start:.1f}s, "
                 f"{len(during)} kills meanwhile ({leader} of the leader, {at_steps} of them "
                 f"right after a relay step), {len(fleet.kills)} in all, "
-                f"run {time.monotonic() - began:.1f}s"
+                f"run {time.monotonic() - began:.1f}s; workers up in "
+                f"{sum(fleet.startups) / max(1, len(fleet.startups)):.2f}s on average"
             )
             problems = await _problems(producer, client, prefix, expect)
             assert not problems, "\n".join(problems[:40])
