@@ -4,11 +4,12 @@
 
 It handles every chaos event type (``KINDS``) with one recording handler and leads the
 scheduler when it holds the lock (its token is ``chaos-<pid>``, so the test can tell
-whether it kills the leader). With ``--die-at-step K`` it SIGKILLs itself right after
-its relay's K-th step (``read``, ``applied``, ``relayed``, ``audit-linked``: see
-delayq/runtime/relay.py), unless the test kills it first. Its relay audits waiting
-children from 1 s after their enqueue (5 s by default), so audits run during the test. Each handler call records, in keys of one hash tag (see
-``record_keys``), before the handler returns (so before its ack):
+whether it kills the leader); it prints ``ready`` once it is up. With ``--die-at-step
+K`` it SIGKILLs itself right after its relay's K-th step (``read``, ``applied``,
+``relayed``, ``audit-linked``: see delayq/runtime/relay.py), unless the test kills it
+first. Its relay audits waiting children from 1 s after their enqueue (5 s by default),
+so that audits run during the test. Each handler call records, in keys of one hash tag
+(``record_keys``), before the handler returns (so before its ack):
 
 - ``runs``: ``"<type>:<id>"`` -> handler calls (at least once: a SIGKILL between a
   handler and its ack runs it again);
@@ -58,7 +59,8 @@ class Join(Event, event_name="cx-join"):
 
 
 class Bad(Event, event_name="cx-bad"):
-    """A parent that fails (a dead letter) when ``fail``, else succeeds."""
+    """A parent that fails when ``fail``; handled with ``retry_attempts=0``, so its
+    handler's first failure makes a dead letter."""
 
     fail: bool = False
 
