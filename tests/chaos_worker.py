@@ -179,16 +179,13 @@ async def main() -> None:
 
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    token = f"chaos-{os.getpid()}"
-    async with EventService.from_url(
-        args.url, cluster=args.cluster, prefix=args.prefix, **OPTIONS
-    ) as service:
-        assert service._scheduler is not None
-        service._scheduler.token = token
-        service._scheduler.relay.audit_ms = 1000
-        for kind, (concurrency, attempts) in KINDS.items():
-            service.add_handler(kind, handle, concurrency, retry_attempts=attempts)
-        await service.start()
+    service = EventService.from_url(args.url, cluster=args.cluster, prefix=args.prefix, **OPTIONS)
+    assert service._scheduler is not None
+    service._scheduler.token = f"chaos-{os.getpid()}"  # before its start takes the lock
+    service._scheduler.relay.audit_ms = 1000
+    for kind, (concurrency, attempts) in KINDS.items():
+        service.add_handler(kind, handle, concurrency, retry_attempts=attempts)
+    async with service:
         print("ready", flush=True)  # the test counts this worker's life from here
         await stop.wait()
     await rec.aclose()

@@ -503,13 +503,22 @@ async def _run(
             left: list[str] = []
 
             shown = time.monotonic()
+            lock = PrefixKeys(prefix).scheduler_lock
 
             async def done() -> bool:
                 nonlocal left, shown
                 left = await _settled(producer, client, prefix, expect)
                 if left and time.monotonic() - shown > 5:  # shown with a failure
                     shown = time.monotonic()
-                    print(f"{shown - start:.0f}s: {len(fleet.kills)} kills; left: {left[:8]}")
+                    relays = {
+                        k: v
+                        for k, v in (await _dependency_state(client, prefix)).items()
+                        if k.endswith(":relay")
+                    }
+                    print(
+                        f"{shown - start:.0f}s: {len(fleet.kills)} kills; left: {left[:8]}; "
+                        f"relay work: {relays}; lock: {await client.get(lock)!r}"
+                    )
                 return not left
 
             try:
