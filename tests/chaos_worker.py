@@ -1,13 +1,14 @@
 """A worker process for tests/test_chaos.py, which SIGKILLs it at a random moment.
 
-    python tests/chaos_worker.py URL PREFIX SEED [--cluster] [--die-at-step K]
+    python tests/chaos_worker.py URL PREFIX SEED [--cluster] [--die-at-step K] [--warm]
 
 It handles every chaos event type (``KINDS``) with one recording handler and leads the
 scheduler when it holds the lock (its token is ``chaos-<pid>``, so the test can tell
-whether it kills the leader); it prints ``ready`` once it is up. With ``--die-at-step
-K`` it SIGKILLs itself right after its relay's K-th step (``read``, ``applied``,
-``relayed``, ``audit-linked``: see delayq/runtime/relay.py), unless the test kills it
-first. Its relay audits waiting children from 1 s after their enqueue (5 s by default),
+whether it kills the leader); it prints ``ready`` once it is up. With ``--warm`` it waits
+for a line on its stdin once imported, before it starts. With ``--die-at-step K`` it
+SIGKILLs itself right after its relay's K-th step (``read``, ``applied``, ``relayed``,
+``audit-linked``: see delayq/runtime/relay.py), unless the test kills it first. Its
+relay audits waiting children from 1 s after their enqueue (5 s by default),
 so that audits run during the test. Each handler call records, in keys of one hash tag
 (``record_keys``), before the handler returns (so before its ack):
 
@@ -32,6 +33,7 @@ import logging
 import os
 import random
 import signal
+import sys
 from collections import Counter
 from datetime import timedelta
 from typing import Any
@@ -134,6 +136,7 @@ async def main() -> None:
     parser.add_argument("seed", type=int)
     parser.add_argument("--cluster", action="store_true")
     parser.add_argument("--die-at-step", type=int, default=0)
+    parser.add_argument("--warm", action="store_true")
     args = parser.parse_args()
     if args.die_at_step:
         left = args.die_at_step
@@ -151,12 +154,19 @@ async def main() -> None:
     jitter = random.Random(args.seed)
     keys = record_keys(args.prefix)
     order = [keys[k] for k in ("runs", "versions", "seen", "early")]
+    rec = aioredis.Redis.from_url(args.url)
     if args.cluster:
+        # the records' node, talked to directly: a fresh cluster client may fail its first
+        # commands while it settles its connections (and a Bad's handler must fail with
+        # its own error); the test's cluster has no failover
         from redis.asyncio.cluster import RedisCluster
 
-        rec: aioredis.Redis | RedisCluster = RedisCluster.from_url(args.url)
-    else:
-        rec = aioredis.Redis.from_url(args.url)
+        probe = RedisCluster.from_url(args.url)
+        await probe.initialize()
+        node = probe.get_node_from_key(order[0])
+        await probe.aclose()
+        await rec.aclose()
+        rec = aioredis.Redis(host=node.host, port=node.port)
 
     async def handle(event: Event) -> object:
         d = current_delivery()
@@ -192,4 +202,6 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    if "--warm" in sys.argv:  # imported: wait for the word to start
+        sys.stdin.readline()
     asyncio.run(main())
