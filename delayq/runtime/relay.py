@@ -54,6 +54,8 @@ log = logging.getLogger("delayq.relay")
 _MEMBERS = 256
 _CHILDREN = 256
 _READ = 1024
+# links (and answers applied) per script call of an audit
+_LINKS = 1024
 # every this many scheduling intervals the relay reads the set of dependency shards and
 # looks at each (a lost wake-up costs that much latency; unused, one SMEMBERS per sweep);
 # between sweeps it looks at a shard when woken for it or when its next work is due
@@ -179,8 +181,8 @@ class Relay:
             partial = False
             if work.completions:
                 partial = not await self._hand_on(shard, work.completions)
-            for audit in work.audits:
-                await self._audit(shard, audit)
+            if work.audits:
+                await self._audit(shard, work.audits)
             if (
                 not partial
                 and not work.more
@@ -228,28 +230,38 @@ class Relay:
         _step("relayed")
         return all(done)
 
-    async def _audit(self, shard: str, a: Audit) -> None:
-        """Link a waiting child's open edges again; apply the answers of parents done."""
-        by_shard: dict[str, list[tuple[str, str]]] = {}
-        for ptype, pid in a.parents:
-            for pshard in parent_shards(self._store, ptype, pid, self._partitions(ptype)):
-                by_shard.setdefault(pshard, []).append((ptype, pid))
+    async def _audit(self, shard: str, audits: list[Audit]) -> None:
+        """Link waiting children's open edges again; apply the answers of parents done.
+
+        The audits read in one call go together: one ``dep_link`` call per parent shard
+        (``_LINKS`` links at most), then ``dep_apply`` calls for the answers, not a round
+        trip per child (20,000 children of one parent audited one by one held the relay,
+        and every other shard's completions, for ~12 s)."""
+        by_shard: dict[str, list[tuple[str, str, str]]] = {}  # (parent type, id, child id)
+        for a in audits:
+            for ptype, pid in a.parents:
+                for pshard in parent_shards(self._store, ptype, pid, self._partitions(ptype)):
+                    by_shard.setdefault(pshard, []).append((ptype, pid, a.child_id))
         new = [x for x in by_shard if x not in self._noted]
         if new:  # a parent's shard not linked before (its type's new layout, say)
             await self._store.dependencies.note_dependency_shards(new)
             self._noted.update(new)
-        said: dict[tuple[str, str], list[bytes]] = {}
+        said: dict[tuple[str, str, str], list[bytes]] = {}
         for pshard, refs in by_shard.items():
-            answers = await self._store.dependencies.dep_link(
-                pshard, [(pid, shard, a.child_id) for _, pid in refs]
-            )
-            for ref, answer in zip(refs, answers, strict=True):
-                said.setdefault(ref, []).append(answer)
+            for i in range(0, len(refs), _LINKS):
+                part = refs[i : i + _LINKS]
+                answers = await self._store.dependencies.dep_link(
+                    pshard, [(pid, shard, cid) for _, pid, cid in part]
+                )
+                for ref, answer in zip(part, answers, strict=True):
+                    said.setdefault(ref, []).append(answer)
         edges: list[tuple[str, str, bytes]] = []
-        for (ptype, pid), answers in said.items():
+        for (ptype, pid, cid), answers in said.items():
             answer = merge_answers(answers)
             if answer != b"p":
-                edges.append((a.child_id, f"{ptype}\0{pid}", answer))
+                edges.append((cid, f"{ptype}\0{pid}", answer))
         _step("audit-linked")
-        if edges:
-            await self._store.dependencies.dep_apply(shard, edges, self._keep_ms(shard))
+        for i in range(0, len(edges), _LINKS):
+            await self._store.dependencies.dep_apply(
+                shard, edges[i : i + _LINKS], self._keep_ms(shard)
+            )
