@@ -21,7 +21,9 @@ answers of parents already done: that finishes an enqueue whose caller died betw
 steps, and releases a child whose parent vanished without a completion by its policy.
 Wake-ups (``dep:<shard>`` on the wake-up channel, published after an ack that completed
 a parent) only make it faster: every dependency shard is looked at every ten scheduling
-intervals, and each when its next work (a completion, an audit) is due. A batch shard's
+intervals, and each when its next work (a completion, an audit) is due. A pass reads the
+shards in turn, one read each, until none has more due: a shard with much work (a large
+fan-out, many audits) delays the others by one read, not by all of it. A batch shard's
 look also sweeps it (:class:`~delayq.operations.batches.BatchSweeper`: batches whose open
 lease ran out, adds not confirmed within their grace, done batches past the retention).
 """
@@ -160,35 +162,44 @@ class Relay:
             self._noted |= shards
             todo |= shards
         todo |= {s for s, at in self._next.items() if at <= now}
-        for shard in sorted(todo):
-            await self.relay_shard(shard)
+        # one read per shard in turn until none has more due: a shard with much due work (a
+        # fan-out, its audits, a burst of completions) holds the others (those woken
+        # meanwhile too) one read, not all of its work
+        turn = sorted(todo)
+        while turn:
+            turn = [shard for shard in turn if await self._relay_once(shard)]
+            if turn and self._woken:
+                turn += sorted(self._woken.difference(turn))
+                self._woken.clear()
         nearest = min(self._next.values(), default=math.inf)
         return max(0.0, min(nearest, self._last_all + sweep) - anyio.current_time())
 
     async def relay_shard(self, shard: str) -> None:
         """Hand on every due completion of ``shard`` and run its due audits (and, in a
         batch shard, its due sweep: :class:`~delayq.operations.batches.BatchSweeper`)."""
-        while True:
-            work = await self._store.dependencies.dep_work(
-                shard,
-                limit=_MEMBERS,
-                per=_CHILDREN,
-                audit_ms=self.audit_ms,
-                audit_cap_ms=_AUDIT_CAP_MS,
-                most=_READ,
-            )
-            _step("read")
-            partial = False
-            if work.completions:
-                partial = not await self._hand_on(shard, work.completions)
-            if work.audits:
-                await self._audit(shard, work.audits)
-            if (
-                not partial
-                and not work.more
-                and len(work.completions) + len(work.audits) < _MEMBERS
-            ):
-                break
+        while await self._relay_once(shard):
+            pass
+
+    async def _relay_once(self, shard: str) -> bool:
+        """Hand on the due completions and run the due audits of one read of ``shard``;
+        True while more is due there (else its sweep, if a batch shard, and its next time
+        are done)."""
+        work = await self._store.dependencies.dep_work(
+            shard,
+            limit=_MEMBERS,
+            per=_CHILDREN,
+            audit_ms=self.audit_ms,
+            audit_cap_ms=_AUDIT_CAP_MS,
+            most=_READ,
+        )
+        _step("read")
+        partial = False
+        if work.completions:
+            partial = not await self._hand_on(shard, work.completions)
+        if work.audits:
+            await self._audit(shard, work.audits)
+        if partial or work.more or len(work.completions) + len(work.audits) >= _MEMBERS:
+            return True
         wait = -1 if work.next_ms < 0 else max(0, work.next_ms - work.now_ms)
         if is_batch_shard(shard):
             swept = await self.sweeper.sweep(shard)
@@ -198,6 +209,7 @@ class Relay:
             self._next.pop(shard, None)
         else:
             self._next[shard] = anyio.current_time() + wait / 1000
+        return False
 
     async def _hand_on(self, shard: str, completions: list[Completion]) -> bool:
         """Apply completions read in one call to their children: one script call per child
