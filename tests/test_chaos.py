@@ -38,6 +38,9 @@ in flight (``stats()``, ``inspect``), the dead letters are exactly those the pol
 make, no dependency record is left but a dead letter's own, and none once they are
 purged (``deps``, ``relay``, ``waiting`` empty).
 
+The harness (the fleet, the checks) and the scenarios live in this one module (over 400
+lines) so that a scenario is added as one function beside the others.
+
 The kill schedule is seeded: the seed is printed (and named in a failure), and
 ``DELAYQ_CHAOS_SEED=<seed>`` replays it (process timing is the machine's, so a replay
 hits other steps; the outcome must not change). The test asserts that enough kills, and
@@ -252,8 +255,8 @@ class Fleet:
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def _spawn(self, rng: random.Random, seed: int) -> tuple[Process, float]:
-        """A worker started as far as it can go without touching Redis (imports, the
-        service built), waiting for a line on its stdin; and when to kill it once it is up."""
+        """A worker started as far as its imports, waiting for a line on its stdin to go on;
+        and when to kill it once it is up."""
         args = [self.url, self.prefix, str(seed), "--warm"]
         if self.cluster:
             args.append("--cluster")
