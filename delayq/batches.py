@@ -3,9 +3,15 @@
 The public values: :class:`Batch` (the handle ``async with service.batch(...)`` gives,
 and ``current_delivery().batch`` inside a member's or a callback's handler),
 :class:`BatchInfo` (``service.batch_info(id)``, ``service.batches()``) and
-:class:`BatchMember` (one member's outcome). The engine lives below the facade: the
-store's part ``storage/batches.py``, the scripts ``lua/batch_*.lua``, the producer's steps
-``operations/batches.py`` and the relay (``runtime/relay.py``).
+:class:`BatchMember` (one member's outcome), :class:`BatchCounts`
+(``service.batch_counts()``). The engine lives below the facade: the store's part
+``storage/batches.py``, the scripts ``lua/batch_*.lua``, the producer's steps
+``operations/batches.py``, the reads ``operations/batch_reads.py``, and the relay
+(``runtime/relay.py``) with its sweep of the batch shards (``runtime/batch_sweep.py``).
+
+(Over 400 lines: one job, the public face of batches: the values a batch is read as,
+each field documented for the API reference and written out by its ``to_dict``, and the
+handle whose ``enqueue_*`` mirror the service's.)
 """
 
 from __future__ import annotations

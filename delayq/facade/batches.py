@@ -1,5 +1,5 @@
-"""``EventService``'s batches (:mod:`~delayq.operations.batches`; docs/WORKFLOWS.md,
-"Batches")."""
+"""``EventService``'s batches (:mod:`~delayq.operations.batches`, the reads
+:mod:`~delayq.operations.batch_reads`; docs/WORKFLOWS.md, "Batches")."""
 
 from __future__ import annotations
 

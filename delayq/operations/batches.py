@@ -1,10 +1,12 @@
-"""Batches (docs/WORKFLOWS.md, "Batches"): opening one, adding members, closing it, and
-the relay's sweep of the batch shards.
+"""A batch's producer side (docs/WORKFLOWS.md, "Batches"): opening one, adding members,
+closing it; :class:`Batches` is also what a :class:`~delayq.Batch` handle and the
+service's batch calls go through (reads: :mod:`delayq.operations.batch_reads`).
 
 A batch is a *child* of its members (their completions reach it through the relay, as a
 parent's reach its children) and a *parent* of its callbacks (they wait for it with
 ``after=[(BATCH_TYPE, batch id)]``). Every step is one script on one slot, in an order
-where a process killed between any two leaves something the sweep finishes:
+where a process killed between any two leaves something the sweep
+(:mod:`delayq.runtime.batch_sweep`) finishes:
 
 Opening (``async with service.batch(...)``): ``nested-added`` (a nested batch: its parent
 batch learns of it, ``batch_add.lua``), ``opened`` (``batch_open.lua``: the batch, live,
@@ -18,11 +20,14 @@ confirmed), ``enqueued`` (the usual enqueue route, every option of it), ``linked
 (``dep_link.lua`` in each member's shard: the batch becomes the member's child, or the
 member is done already and answers its record), ``applied`` (those records,
 ``batch_apply.lua``), ``confirmed`` (``batch_confirm.lua``). An add not confirmed within
-its grace is settled by the sweep: linked again (idempotent); pending: confirmed; done:
-applied; never enqueued ("missing"): dropped from the batch.
+its grace is settled by the sweep with the same linking (:func:`link_members`: linked
+again, idempotent; pending: confirmed; done: applied; never enqueued ("missing"):
+dropped from the batch).
 
-(Over 400 lines: one job, the batch's producer side and its sweep, which share the
-linking of members and the reading of a batch.)
+(Over 400 lines: one job, the producer's steps. Opening, adding and closing share one
+open lease and one kill-safe order of steps, and each step's undoing on failure (the
+callbacks cancelled after a failed open, an add's members settled after a failed step)
+reads the state of the steps before it.)
 """
 
 from __future__ import annotations
@@ -32,42 +37,36 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from types import TracebackType
-from typing import Any, cast
+from typing import Any
 
-from ..batches import (
-    FAILED_LISTED,
-    FAILED_SHOWN,
-    Batch,
-    BatchCounts,
-    BatchInfo,
-    BatchMember,
-    BatchState,
-    MemberStatus,
-)
+from ..batches import Batch, BatchCounts, BatchInfo, BatchMember, BatchState
 from ..codec import add_to_context, check_context
 from ..context import BATCH_KEY, BATCH_NAME_KEY, current_delivery
 from ..errors import BatchClosedError, DecodeError
 from ..events import Event, EventTypes
 from ..flow.priorities import check_priority
 from ..keyspace.shards import BATCH_TYPE, batch_shard, shard_for
-from ..results import decode_parent
-from ..storage.batches import BatchRead
 from ..storage.store import Store
-from .dependencies import Dependencies, merge_answers, parent_shards
+from .batch_reads import (
+    member_ref,
+    read_counts,
+    read_info,
+    read_listing,
+    read_members,
+    split_ref,
+)
+from .dependencies import Dependencies, NotedShards, merge_answers, parent_shards
 from .enqueueing import Enqueuer, timed_envelopes, with_timeout
 
 __all__ = [
+    "AUDIT_MS",
     "GRACE_MS",
     "LEASE_MS",
-    "RETENTION_MS",
     "STEP_HOOK",
-    "BatchSweeper",
     "Batches",
     "link_members",
-    "member_ref",
 ]
 
 log = logging.getLogger("delayq.batches")
@@ -79,25 +78,13 @@ producer died) the relay's sweep closes the batch."""
 GRACE_MS = 30_000
 """How long an add may stay unconfirmed before the sweep settles it."""
 
-RETENTION_MS = 86_400_000
-"""How long a done batch is kept (``batch_info``, ``batches("done")``): a day."""
-
 AUDIT_MS = 60_000
 """The sweep links a closed batch's pending members again once no member has finished for
 this long (ms), then again as long after as none has, up to an hour: a member gone without
 a completion (deleted by hand, its last delivery group removed) counts as vanished, so no
 batch waits for ever."""
 
-_AUDIT_CAP_MS = 3_600_000
-_AUDITED = 2000  # members looked at per batch per audit (the rest at its next ones)
-
-STUCK_MS = 3_600_000
-"""A closed batch with no member finished for this long is stuck (``batches()``'s
-default ``stuck_after``)."""
-
 _NAME_MAX = 200
-_STALE_ADDS = 2000  # stale unconfirmed adds batch_counts.lua looks at per shard
-_SWEPT = 64  # of each kind of sweep work per look
 
 STEP_HOOK: Callable[[str], None] | None = None
 """Tests only: called with each step's name (``"nested-added"``, ``"opened"``,
@@ -108,25 +95,6 @@ STEP_HOOK: Callable[[str], None] | None = None
 def _step(name: str) -> None:
     if STEP_HOOK is not None:
         STEP_HOOK(name)
-
-
-def member_ref(type_name: str, event_id: str) -> str:
-    """A member's ref in its batch: ``"<type> NUL <id>"`` (what the relay hands on)."""
-    return f"{type_name}\0{event_id}"
-
-
-def _split(ref: str) -> tuple[str, str]:
-    kind, _, member_id = ref.partition("\0")
-    return kind, member_id
-
-
-def check_batch_id(batch_id: object) -> str:
-    """A batch id as ``batch_info`` takes it: a non-empty str of letters, digits, ``-``, ``_``."""
-    if not isinstance(batch_id, str):
-        raise TypeError(f"a batch id is a str, not {type(batch_id).__name__}")
-    if not batch_id or len(batch_id) > 100 or not all(c.isalnum() or c in "-_" for c in batch_id):
-        raise ValueError(f"not a batch id: {batch_id!r}")
-    return batch_id
 
 
 async def link_members(
@@ -151,13 +119,13 @@ async def link_members(
     bshard = batch_shard(batch_id)
     by_shard: dict[str, list[str]] = {}
     for ref in refs:
-        kind, member_id = _split(ref)
+        kind, member_id = split_ref(ref)
         for shard in parent_shards(store, kind, member_id, partitions(kind)):
             by_shard.setdefault(shard, []).append(ref)
     await note(list(by_shard))  # the relay looks at the members' shards for completions
     said: dict[str, list[bytes]] = {}
     for shard, group in by_shard.items():
-        links = [(_split(ref)[1], bshard, batch_id) for ref in group]
+        links = [(split_ref(ref)[1], bshard, batch_id) for ref in group]
         for ref, answer in zip(group, await store.dependencies.dep_link(shard, links), strict=True):
             said.setdefault(ref, []).append(answer)
     _step("linked")
@@ -226,7 +194,8 @@ class _Open(AbstractAsyncContextManager[Batch]):
 
 class Batches:
     """The batch engine of one service: the operations behind :class:`delayq.Batch` and
-    ``service.batch()``, ``batch_info()``, ``batches()`` (see the module docstring)."""
+    ``service.batch()`` (see the module docstring), and the reads behind
+    ``batch_info()``, ``batches()`` and ``batch_counts()`` (with this engine's grace)."""
 
     def __init__(
         self,
@@ -239,21 +208,14 @@ class Batches:
         self._types = types
         self._enqueuer = enqueuer
         self._dependencies = dependencies
-        self._noted: set[str] = set()  # shards recorded as dependency shards by this process
+        self._noted = NotedShards(store)
         self.lease_ms = LEASE_MS
         self.grace_ms = GRACE_MS
         self.audit_ms = AUDIT_MS
 
     def partitions(self, name: str) -> int:
         """The partition count of a type known by name (its class's, else Redis's)."""
-        cls = self._types.cls_of(name)
-        return cls.event_partitions if cls is not None else self._store.types.layouts(name)[0]
-
-    async def _note(self, shards_: Sequence[str]) -> None:
-        new = [s for s in dict.fromkeys(shards_) if s not in self._noted]
-        if new:
-            await self._store.dependencies.note_dependency_shards(new)
-            self._noted.update(new)
+        return self._dependencies.partitions(name)
 
     # -- the producer's side ----------------------------------------------------------
 
@@ -300,14 +262,14 @@ class Batches:
         own_ref = member_ref(BATCH_TYPE, batch_id)
         if parent is not None:
             children.append((batch_shard(parent.id), parent.id))
-            await self._note([bshard, batch_shard(parent.id)])
+            await self._noted.note([bshard, batch_shard(parent.id)])
             code, _ = await store.batches.add(
                 parent.id, [own_ref], grace_ms=self.grace_ms, adder=parent._member
             )
             self._check_open(parent.id, code)
             _step("nested-added")
         else:
-            await self._note([bshard])
+            await self._noted.note([bshard])
         refs = {policy: ref for _, policy, _, ref in callbacks}
         enqueued: list[tuple[str, str]] = []  # callbacks enqueued (cancelled if the open fails)
         try:
@@ -331,7 +293,7 @@ class Batches:
                     policy=policy,
                     dependencies=self._dependencies,
                 )
-                kind, callback_id = _split(ref)
+                kind, callback_id = split_ref(ref)
                 if added:
                     enqueued.append((kind, callback_id))
                 else:  # kept as it was: it would not wait for this batch
@@ -434,10 +396,8 @@ class Batches:
             refs.append(member_ref(self._types.name(type(event)), event.id))
         todo = await self._added(batch, refs)
         done = [False] * len(events)
-        if not todo:
-            return done
-        chosen = [refs[i] for i in todo]
-        try:
+
+        async def enqueue() -> None:
             if len(todo) == 1 or absolute:
                 for i in todo:
                     event, ms = events[i]
@@ -451,13 +411,8 @@ class Batches:
                 got = await self._enqueuer.many(items, 0, ctx, False, key, priority)
                 for i, added in zip(todo, got, strict=True):
                     done[i] = added
-            _step("enqueued")
-            await link_members(
-                self._store, batch.id, chosen, self.partitions, self._note, missing="done"
-            )
-        except Exception:
-            await self._settle_now(batch.id, chosen)
-            raise
+
+        await self._enqueue_and_link(batch.id, [refs[i] for i in todo], enqueue)
         return done
 
     async def add_envelopes(
@@ -486,13 +441,11 @@ class Batches:
         refs = [member_ref(name, item[0]) for item in marked]
         todo = await self._added(batch, refs)
         codes = [0] * len(marked)
-        if not todo:
-            return codes
-        chosen = [refs[i] for i in todo]
         levels: int | Sequence[int] | None = (
             [priority[i] for i in todo] if isinstance(priority, (list, tuple)) else priority
         )
-        try:
+
+        async def enqueue() -> None:
             got = await self._enqueuer.envelopes(
                 name,
                 [marked[i] for i in todo],
@@ -503,94 +456,55 @@ class Batches:
             )
             for i, code in zip(todo, got, strict=True):
                 codes[i] = code
-            _step("enqueued")
-            await link_members(
-                self._store, batch.id, chosen, self.partitions, self._note, missing="done"
-            )
-        except Exception:
-            await self._settle_now(batch.id, chosen)
-            raise
+
+        await self._enqueue_and_link(batch.id, [refs[i] for i in todo], enqueue)
         return codes
 
-    async def _settle_now(self, batch_id: str, refs: list[str]) -> None:
-        """An add failed between its steps: settle its members now (as the sweep would
-        after their grace), when Redis lets us."""
+    async def _enqueue_and_link(
+        self, batch_id: str, refs: list[str], enqueue: Callable[[], Awaitable[None]]
+    ) -> None:
+        """An add's steps after ``added`` for the members ``refs`` it chose (none: nothing
+        to do): ``enqueue()`` (the usual route), then :func:`link_members`. An add failing
+        between its steps is settled now (as the sweep would after its grace), when Redis
+        lets us."""
+        if not refs:
+            return
         try:
+            await enqueue()
+            _step("enqueued")
             await link_members(
-                self._store, batch_id, refs, self.partitions, self._note, missing="drop"
+                self._store, batch_id, refs, self.partitions, self._noted.note, missing="done"
             )
-        except Exception as exc:
-            log.warning(
-                "batch %s: settling a failed add failed too (%s); the sweep will", batch_id, exc
-            )
+        except Exception:
+            try:
+                await link_members(
+                    self._store, batch_id, refs, self.partitions, self._noted.note, missing="drop"
+                )
+            except Exception as exc:
+                log.warning(
+                    "batch %s: settling a failed add failed too (%s); the sweep will", batch_id, exc
+                )
+            raise
 
-    # -- reading ----------------------------------------------------------------------
+    # -- reading (operations/batch_reads.py) -----------------------------------------
 
     async def info(self, batch_id: str, members: int = 20) -> BatchInfo:
         """One batch (``service.batch_info``); ``LookupError`` when there is none."""
-        read = await self._store.batches.info(
-            check_batch_id(batch_id), failed=FAILED_SHOWN, waiting=members
-        )
-        if not read.record:
-            raise LookupError(f"no batch {batch_id!r} (never opened, or removed after a day)")
-        return _info(batch_id, read, STUCK_MS, self.grace_ms)
+        return await read_info(self._store, batch_id, members, grace_ms=self.grace_ms)
 
     async def members(self, batch_id: str, status: str | None, limit: int) -> list[BatchMember]:
         """A batch's members with their outcomes (at most ``limit``; only ``status``)."""
-        check_batch_id(batch_id)
-        out: list[BatchMember] = []
-        cursor = 0
-        while len(out) < limit:
-            cursor, page = await self._store.batches.members(batch_id, cursor, 500)
-            for ref, record in page:
-                member = _member(ref, record)
-                if status is None or member.status == status:
-                    out.append(member)
-            if cursor == 0:
-                break
-        return out[:limit]
+        return await read_members(self._store, batch_id, status, limit)
 
     async def listing(
         self, state: BatchState | None, limit: int, stuck_after_ms: int
     ) -> list[BatchInfo]:
-        """``service.batches()``: newest first. One ``SMEMBERS`` (the batch shards in use:
-        a prefix that never opened a batch stops there), one pipeline of
-        ``batch_list.lua`` over those shards, one of ``batch_info.lua`` over the batches
-        listed (each with at most :data:`~delayq.batches.FAILED_LISTED` failed ids)."""
-        shards_ = await self._store.batches.shards_in_use()
-        if not shards_:
-            return []
-        wanted = "all" if state is None else state
-        pairs = await self._store.batches.list_ids(shards_, wanted, limit, stuck_after_ms)
-        found = sorted(((created, batch_id) for batch_id, created in pairs), reverse=True)
-        ids = [batch_id for _, batch_id in found[:limit]]
-        reads = await self._store.batches.infos(ids, failed=FAILED_LISTED, waiting=0)
-        out = []
-        for batch_id, read in zip(ids, reads, strict=True):
-            if not read.record:
-                continue  # removed since it was listed
-            info = _info(batch_id, read, stuck_after_ms, self.grace_ms)
-            if state == "stuck" and info.state != "stuck":
-                info = _as_stuck(info, "an add not confirmed past its grace")
-            out.append(info)
-        return out
+        """``service.batches()``: newest first (:func:`~.batch_reads.read_listing`)."""
+        return await read_listing(self._store, state, limit, stuck_after_ms, grace_ms=self.grace_ms)
 
     async def counts(self, stuck_after_ms: int) -> BatchCounts:
-        """``service.batch_counts()``: one ``SMEMBERS`` (the batch shards in use), then one
-        pipeline of ``batch_counts.lua`` over them (none for a prefix without batches)."""
-        shards_ = await self._store.batches.shards_in_use()
-        got = await self._store.batches.counts(
-            shards_, idle_ms=stuck_after_ms, stale_ms=self.grace_ms + 60_000, most=_STALE_ADDS
-        )
-        return BatchCounts(
-            open=sum(c.open for c in got),
-            waiting=sum(c.waiting for c in got),
-            stuck=sum(c.stuck for c in got),
-            done=sum(c.done for c in got),
-            relay_backlog=sum(c.relay_due for c in got),
-            relay_lag=max((c.relay_age_ms for c in got), default=0) / 1000,
-            shards=len(shards_),
-        )
+        """``service.batch_counts()`` (:func:`~.batch_reads.read_counts`)."""
+        return await read_counts(self._store, stuck_after_ms, grace_ms=self.grace_ms)
 
     # -- the consumer's handles ---------------------------------------------------------
 
@@ -611,157 +525,3 @@ class Batches:
         except (LookupError, ValueError):
             return Batch(self, batch_id)
         return Batch(self, batch_id, info.name, parent=info.parent, info=info)
-
-
-def _as_stuck(info: BatchInfo, reason: str) -> BatchInfo:
-    return replace(info, state="stuck", stuck_reason=reason)
-
-
-def utc(ms: int | None) -> datetime | None:
-    """A time in ms on Redis's clock as a UTC datetime (None stays None)."""
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, timezone.utc)
-
-
-def _int(record: dict[str, str], name: str) -> int | None:
-    raw = record.get(name)
-    if raw is None or raw == "":
-        return None
-    try:
-        return int(float(raw))
-    except ValueError:
-        return None
-
-
-def _ref(raw: str | None) -> tuple[str, str] | None:
-    if not raw:
-        return None
-    return _split(raw)
-
-
-def _info(batch_id: str, read: BatchRead, stuck_ms: int, grace_ms: int) -> BatchInfo:
-    """A :class:`BatchInfo` from what ``batch_info.lua`` read."""
-    rec, now = read.record, read.now_ms
-    created = _int(rec, "created") or 0
-    closed, done, last = _int(rec, "closed"), _int(rec, "done"), _int(rec, "last")
-    lease = _int(rec, "lease")
-    unconfirmed = _int(rec, "unconf") or 0
-    state: BatchState
-    reason = None
-    if done is not None:
-        state = "done"
-    elif closed is None:
-        state = "open"
-        if lease is not None and lease < now:
-            state, reason = "stuck", "open past its lease (its producer died?): the sweep closes it"
-    else:
-        state = "waiting"
-        idle = now - max(closed, last or 0)
-        if idle >= stuck_ms:
-            state = "stuck"
-            reason = f"no member finished for {idle // 1000} s"
-    if state != "done" and reason is None and unconfirmed:
-        if now - max(created, last or 0) > 2 * grace_ms + 60_000:
-            state, reason = "stuck", "an add not confirmed past its grace"
-    return BatchInfo(
-        id=batch_id,
-        name=rec.get("name"),
-        state=state,
-        total=_int(rec, "total") or 0,
-        pending=_int(rec, "pending") or 0,
-        succeeded=_int(rec, "ok") or 0,
-        failed=_int(rec, "failed") or 0,
-        failed_ids=tuple(_split(ref) for ref in read.failed),
-        created_at=datetime.fromtimestamp(created / 1000, timezone.utc),
-        closed_at=utc(closed),
-        done_at=utc(done),
-        last_done_at=utc(last),
-        lease_until=utc(lease) if closed is None else None,
-        expires_at=None if done is None else utc(done + RETENTION_MS),
-        on_complete=_ref(rec.get("complete")),
-        on_success=_ref(rec.get("success")),
-        parent=rec.get("parent") or None,
-        unconfirmed=unconfirmed,
-        waiting_on=tuple(_split(ref) for ref in read.waiting),
-        stuck_reason=reason,
-    )
-
-
-def _member(ref: str, record: bytes) -> BatchMember:
-    kind, member_id = _split(ref)
-    p = decode_parent(kind, member_id, record)
-    status = cast("MemberStatus", p.status)
-    return BatchMember(kind, member_id, status, p.value, p.error, p.done_ms)
-
-
-class BatchSweeper:
-    """The relay's look at a batch shard: closes the batches whose open lease ran out,
-    settles adds not confirmed within their grace, removes done batches past the
-    retention. Each step is idempotent, so a sweeper killed anywhere loses nothing."""
-
-    def __init__(self, store: Store, partitions: Callable[[str], int]):
-        self._store = store
-        self._partitions = partitions
-        self._noted: set[str] = set()
-        self._cursors: dict[str, int] = {}  # batch id -> where its audit goes on
-        self.retention_ms = RETENTION_MS
-        self.grace_ms = GRACE_MS
-        self.audit_ms = AUDIT_MS
-
-    async def _note(self, shards_: Sequence[str]) -> None:
-        new = [s for s in shards_ if s not in self._noted]
-        if new:
-            await self._store.dependencies.note_dependency_shards(new)
-            self._noted.update(new)
-
-    async def audit(self, batch_id: str) -> None:
-        """Link a closed batch's pending members again (up to :data:`_AUDITED` members
-        looked at; the next audit goes on from there): a member done or gone hands its
-        record (``"vanished"``: a failure) to the batch now. Adds not confirmed yet are
-        the unconfirmed sweep's."""
-        store = self._store
-        cursor, looked, pending = self._cursors.get(batch_id, 0), 0, []
-        while looked < _AUDITED:
-            cursor, page = await store.batches.members(batch_id, cursor, 500)
-            looked += len(page)
-            pending += [ref for ref, record in page if not record]
-            if cursor == 0:
-                break
-        self._cursors[batch_id] = cursor
-        pending = [
-            r for r in pending if r not in await store.batches.unconfirmed(batch_id, pending)
-        ]
-        await link_members(store, batch_id, pending, self._partitions, self._note, missing="ignore")
-
-    async def sweep(self, shard: str) -> int:
-        """Sweep one batch shard; ms until its next sweep work is due (-1: none)."""
-        store = self._store
-        work = await store.batches.sweep(
-            shard,
-            limit=_SWEPT,
-            retention_ms=self.retention_ms,
-            grace_ms=self.grace_ms,
-            audit_ms=self.audit_ms,
-            audit_cap_ms=_AUDIT_CAP_MS,
-        )
-        for batch_id in work.expired:
-            if await store.batches.close(batch_id, audit_ms=self.audit_ms, sweep=True):
-                log.warning(
-                    "batch %s: its open lease ran out (its producer died or stalled): closed",
-                    batch_id,
-                )
-        by_batch: dict[str, list[str]] = {}
-        for batch_id, ref in work.unconfirmed:
-            by_batch.setdefault(batch_id, []).append(ref)
-        for batch_id, refs in by_batch.items():
-            await link_members(store, batch_id, refs, self._partitions, self._note, missing="drop")
-        if work.old:
-            await store.batches.trim(shard, work.old, self.retention_ms)
-            for batch_id in work.old:
-                self._cursors.pop(batch_id, None)
-        for batch_id in work.audits:
-            await self.audit(batch_id)
-        if max(len(work.expired), len(work.unconfirmed), len(work.old), len(work.audits)) >= _SWEPT:
-            return 0  # more may be due: look again at once
-        if work.next_ms < 0:
-            return -1
-        return max(0, work.next_ms - work.now_ms)

@@ -34,6 +34,7 @@ __all__ = [
     "POLICIES",
     "STEP_HOOK",
     "Dependencies",
+    "NotedShards",
     "ParentFailurePolicy",
     "ParentRef",
     "merge_answers",
@@ -128,6 +129,23 @@ def merge_answers(answers: Sequence[bytes]) -> bytes:
     return answers[0]
 
 
+class NotedShards:
+    """Records shards as dependency shards (``{p}:dshards``, the set the relay reads: its
+    shards to look at), each once per process: the first time a shard is named, one
+    ``SADD`` of those not recorded yet; afterwards nothing."""
+
+    def __init__(self, store: Store):
+        self._store = store
+        self._noted: set[str] = set()  # recorded by this process (its own calls)
+
+    async def note(self, shards: Iterable[str]) -> None:
+        """Record ``shards`` (those this process has not recorded yet)."""
+        new = [s for s in dict.fromkeys(shards) if s not in self._noted]
+        if new:
+            await self._store.dependencies.note_dependency_shards(new)
+            self._noted.update(new)
+
+
 class Dependencies:
     """Enqueues children (see the module docstring)."""
 
@@ -137,10 +155,11 @@ class Dependencies:
         self._types = types
         # a tracing is configured: children carry their parents' creation contexts
         self._traced = traced
-        self._noted: set[str] = set()  # shards recorded as dependency shards by this process
+        self._noted = NotedShards(store)
         self.audit_ms = AUDIT_MS
 
-    def _partitions(self, name: str) -> int:
+    def partitions(self, name: str) -> int:
+        """The partition count of a type known by name (its class's, else Redis's)."""
         cls = self._types.cls_of(name)
         return cls.event_partitions if cls is not None else self._store.types.layouts(name)[0]
 
@@ -164,11 +183,8 @@ class Dependencies:
         added, 0 kept: the id existed, and its dependencies stay as they were)."""
         store = self._store
         split = self._router.split(name, partitions, items)
-        homes = {(t, p): parent_shards(store, t, p, self._partitions(t)) for t, p in parents}
-        new = [s for s in {*split, *(x for h in homes.values() for x in h)} if s not in self._noted]
-        if new:
-            await store.dependencies.note_dependency_shards(new)
-            self._noted.update(new)
+        homes = {(t, p): parent_shards(store, t, p, self.partitions(t)) for t, p in parents}
+        await self._noted.note({*split, *(x for h in homes.values() for x in h)})
         if self._traced:
             items = await self._with_parent_spans(items, parents, homes)
         codes = [0] * len(items)

@@ -24,7 +24,7 @@ a parent) only make it faster: every dependency shard is looked at every ten sch
 intervals, and each when its next work (a completion, an audit) is due. A pass reads the
 shards in turn, one read each, until none has more due: a shard with much work (a large
 fan-out, many audits) delays the others by one read, not by all of it. A batch shard's
-look also sweeps it (:class:`~delayq.operations.batches.BatchSweeper`: batches whose open
+look also sweeps it (:class:`~delayq.runtime.batch_sweep.BatchSweeper`: batches whose open
 lease ran out, adds not confirmed within their grace, done batches past the retention).
 """
 
@@ -41,10 +41,10 @@ from .._pacing import MAX_BACKOFF, wait_to_retry
 from ..events import find_event_type
 from ..keyspace.shards import is_batch_shard, parse_shard
 from ..metrics import ServiceMetrics
-from ..operations.batches import BatchSweeper
 from ..operations.dependencies import AUDIT_MS, merge_answers, parent_shards
 from ..storage.dependencies import Audit, Completion
 from ..storage.store import Store
+from .batch_sweep import BatchSweeper
 
 __all__ = ["STEP_HOOK", "Relay"]
 
@@ -176,7 +176,7 @@ class Relay:
 
     async def relay_shard(self, shard: str) -> None:
         """Hand on every due completion of ``shard`` and run its due audits (and, in a
-        batch shard, its due sweep: :class:`~delayq.operations.batches.BatchSweeper`)."""
+        batch shard, its due sweep: :class:`~delayq.runtime.batch_sweep.BatchSweeper`)."""
         while await self._relay_once(shard):
             pass
 

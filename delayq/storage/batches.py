@@ -4,7 +4,8 @@ members, is handed their completions, closed, swept and read.
 Each call is one script on one batch shard (one slot; ``lua/batch_*.lua``): the shard's
 keys by name, then each batch's own keys (``keyspace.scripts.BATCH_KEYS``). What crosses
 slots (a member's enqueue and link, a completion's hand-on) is the business of
-:mod:`delayq.operations.batches` and the relay (:mod:`delayq.runtime.relay`).
+:mod:`delayq.operations.batches` and the relay (:mod:`delayq.runtime.relay`, its sweep
+:mod:`delayq.runtime.batch_sweep`); the reads are :mod:`delayq.operations.batch_reads`'.
 """
 
 from __future__ import annotations
