@@ -16,7 +16,7 @@ from rich.text import Text
 
 from ..batches import BATCH_TYPE, BatchInfo, BatchState
 from .ops import Connection, Json, Limit, parse_delay, run, with_connection
-from .output import add_columns, console, fail, print_json, text, when
+from .output import add_columns, console, fail, not_found, print_json, text, when
 
 __all__ = ["STATES", "batch_line", "progress", "register"]
 
@@ -165,11 +165,7 @@ def show(
 
     info = run(main)
     if info is None:
-        if as_json:
-            print_json(None)
-        else:
-            console.print(text(f"no batch {batch_id!r} under prefix {conn.prefix!r}"))
-        raise typer.Exit(1)
+        not_found(f"no batch {batch_id!r} under prefix {conn.prefix!r}", as_json)
     if as_json:
         print_json(info.to_dict())
         return

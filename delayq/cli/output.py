@@ -11,6 +11,7 @@ import sys
 from datetime import datetime, timezone
 from typing import Any, NoReturn
 
+import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -23,6 +24,7 @@ __all__ = [
     "err_console",
     "fail",
     "fail_line",
+    "not_found",
     "print_json",
     "text",
     "when",
@@ -60,6 +62,16 @@ def print_json(data: Any) -> None:
     """Write ``data`` as JSON on stdout (for scripts)."""
     sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
     sys.stdout.flush()
+
+
+def not_found(message: str, as_json: bool) -> NoReturn:
+    """End a command that shows one thing which is not there, with exit code 1: ``message``
+    on a terminal (shown literally), ``null`` with ``--json``."""
+    if as_json:
+        print_json(None)
+    else:
+        console.print(text(message))
+    raise typer.Exit(1)
 
 
 def add_columns(table: Table, names: tuple[str, ...]) -> None:

@@ -13,7 +13,7 @@ from rich.table import Table
 from ..events import validate_name
 from ..schedules.api import ScheduleInfo
 from .ops import Connection, Json, run, with_connection
-from .output import add_columns, console, fail, print_json, text, when
+from .output import add_columns, console, fail, not_found, print_json, text, when
 
 __all__ = ["register", "schedule_json"]
 
@@ -136,11 +136,7 @@ def show(
 
     info = run(main)
     if info is None:
-        if as_json:
-            print_json(None)
-        else:
-            console.print(text(f"no schedule named {name!r}"))
-        raise typer.Exit(1)
+        not_found(f"no schedule named {name!r}", as_json)
     data = schedule_json(info)
     if as_json:
         print_json(data)

@@ -1,6 +1,7 @@
 """The dashboard's Starlette app: its shared state (:class:`Dashboard`) and :func:`create_app`.
 
-Pages and live fragments are in :mod:`.pages`, the POST actions in
+Pages and live fragments are in :mod:`.pages` (the queues'), :mod:`.events` (one event's),
+:mod:`.schedules` and :mod:`.batches`, the POST actions in
 :mod:`.actions`, how values are shown in :mod:`.format`, and the CSRF and
 Origin checks and security headers in :mod:`.security`. Pages read through the
 public :class:`~delayq.EventService` API only, one bounded page at a time.
@@ -31,6 +32,7 @@ from ..service import EventService
 from . import format as fmt
 from .actions import Actions
 from .batches import BatchesPage
+from .events import EventPage
 from .pages import Pages
 from .schedules import SchedulesPage
 from .security import AuthHook, Csrf, SecurityMiddleware, normalise_origin
@@ -256,6 +258,7 @@ def create_app(
     actions = Actions(dash)
     schedules = SchedulesPage(dash)
     batches = BatchesPage(dash)
+    events = EventPage(dash)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -273,7 +276,7 @@ def create_app(
         Route("/live/overview", pages.overview_live, name="overview_live"),
         Route("/type", pages.type_page, name="type"),
         Route("/live/type", pages.type_live, name="type_live"),
-        Route("/event", pages.event_page, name="event"),
+        Route("/event", events.page, name="event"),
         Route("/workers", pages.workers_page, name="workers"),
         Route("/schedules", schedules.page, name="schedules"),
         Route("/batches", batches.list_page, name="batches"),
