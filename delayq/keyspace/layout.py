@@ -13,8 +13,9 @@ copies of the per-delivery keys under ``{p:T}:g:G:``. Which of them each Lua scr
 in which order, is :data:`delayq.keyspace.scripts.SCRIPT_KEYS`.
 
 (Over 400 lines: one job, naming every key. The prefix's keys, a type's, a delivery
-group's view and a priority level's are one table read from three sides; split, the
-views would have to reach into each other's names.)
+group's view, a priority level's and a batch shard's (a type's keys under the shard's
+tag, with its batches' own) are one table read from several sides; split, the views
+would have to reach into each other's names.)
 """
 
 from __future__ import annotations

@@ -10,9 +10,11 @@ outcome is counted as ``enqueued``, ``kept`` (the id existed) or
 :class:`~delayq.observer.Observer` wrap the encoding, so a trace context
 travels in the stored envelope.
 
-(Over 400 lines: one job, the producer's side of an enqueue, with the per-event options
-checks, enqueue hooks, timeouts, priority levels and the ``after=`` route (a child's
-three registration steps) that the routes share.)
+(Over 400 lines: one job, the producer's side of an enqueue: the per-event options
+checks, enqueue hooks, timeouts and priority levels that the single, many and envelope
+routes share, and the ``after=`` route up to its registration (whose three steps are
+:mod:`delayq.operations.dependencies`'); a batch's adds and callbacks
+(:mod:`delayq.operations.batches`) go through these routes too.)
 """
 
 from __future__ import annotations

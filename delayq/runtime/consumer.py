@@ -15,8 +15,8 @@ claims) is a :class:`~delayq.runtime.fetching.Fetcher` the consumer owns, over t
 :mod:`delayq.runtime.consumer_settings`.
 
 (Over 400 lines: one job, a delivery from claim to outcome, with the optional timeout,
-middleware, parents' outcomes and kept-result steps beside the plain path they must not
-slow.)
+middleware, parents' outcomes, batch handle (``current_delivery().batch`` of a batch's
+member or callback) and kept-result steps beside the plain path they must not slow.)
 """
 
 from __future__ import annotations
