@@ -17,13 +17,9 @@ from typing import Any
 from ..keyspace.scripts import SCRIPT_KEYS, keys_for
 from ..keyspace.shards import batch_shard, is_batch_shard
 from .base import StoreCore
-from .dependencies import nudge_relay
+from .dependencies import _str, nudge_relay
 
 __all__ = ["BatchRead", "BatchStore", "BatchSweep", "ShardCounts"]
-
-
-def _str(value: Any) -> str:
-    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,21 +171,17 @@ class BatchStore:
         """A batch shard's due sweep work (``batch_sweep.lua``)."""
         args = [limit, retention_ms, grace_ms, audit_ms, audit_cap_ms]
         r = await self._run("batch_sweep", shard, [], args)
+        lists: list[list[str]] = []  # after the two times, four lists: a length, its items
         at = 2
-        n = int(r[at])
-        expired = [_str(x) for x in r[at + 1 : at + 1 + n]]
-        at += 1 + n
-        m = int(r[at])
+        for _ in range(4):
+            n = int(r[at])
+            lists.append([_str(x) for x in r[at + 1 : at + 1 + n]])
+            at += 1 + n
+        expired, entries, old, audits = lists
         unconfirmed = []
-        for entry in r[at + 1 : at + 1 + m]:
-            batch_id, _, ref = _str(entry).partition("\0")
+        for entry in entries:  # "<batch id> NUL <member ref>"
+            batch_id, _, ref = entry.partition("\0")
             unconfirmed.append((batch_id, ref))
-        at += 1 + m
-        k = int(r[at])
-        old = [_str(x) for x in r[at + 1 : at + 1 + k]]
-        at += 1 + k
-        a = int(r[at])
-        audits = [_str(x) for x in r[at + 1 : at + 1 + a]]
         return BatchSweep(int(r[0]), int(r[1]), expired, unconfirmed, old, audits)
 
     async def trim(self, shard: str, batch_ids: Sequence[str], retention_ms: int) -> int:
