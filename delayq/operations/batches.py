@@ -24,10 +24,11 @@ its grace is settled by the sweep with the same linking (:func:`link_members`: l
 again, idempotent; pending: confirmed; done: applied; never enqueued ("missing"):
 dropped from the batch).
 
-(Over 400 lines: one job, the producer's steps. Opening, adding and closing share one
-open lease and one kill-safe order of steps, and each step's undoing on failure (the
-callbacks cancelled after a failed open, an add's members settled after a failed step)
-reads the state of the steps before it.)
+(Over 400 lines: one job, the producer's steps. Opening, adding and closing are one
+sequence under one open lease, each step written with its kill-safe order and its
+undoing after a failure (the callbacks cancelled after a failed open, an add's members
+settled after a failed step); the engine's reads and the consumer's handles add a few
+lines each.)
 """
 
 from __future__ import annotations
@@ -499,11 +500,11 @@ class Batches:
     async def listing(
         self, state: BatchState | None, limit: int, stuck_after_ms: int
     ) -> list[BatchInfo]:
-        """``service.batches()``: newest first (:func:`~.batch_reads.read_listing`)."""
+        """``service.batches()``: newest first (:func:`~delayq.operations.batch_reads.read_listing`)."""
         return await read_listing(self._store, state, limit, stuck_after_ms, grace_ms=self.grace_ms)
 
     async def counts(self, stuck_after_ms: int) -> BatchCounts:
-        """``service.batch_counts()`` (:func:`~.batch_reads.read_counts`)."""
+        """``service.batch_counts()`` (:func:`~delayq.operations.batch_reads.read_counts`)."""
         return await read_counts(self._store, stuck_after_ms, grace_ms=self.grace_ms)
 
     # -- the consumer's handles ---------------------------------------------------------
