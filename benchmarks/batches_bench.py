@@ -360,6 +360,10 @@ async def add_rate(url: str, n: int, chunk: int) -> dict[str, float]:
     return out
 
 
+def _rounded(row: dict[str, Any]) -> str:
+    return json.dumps({k: round(v, 1) if isinstance(v, float) else v for k, v in row.items()})
+
+
 def _median(rows: list[dict[str, Any]], key: str) -> float:
     return float(statistics.median(r[key] for r in rows))
 
@@ -383,8 +387,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 out["redis"] = await _redis_version(server.url)
                 row = await big_batch(server.url, args.members, args.chunk, args.concurrency)
             rounds.append(row)
-            print(f"big round {i + 1}: " + json.dumps({k: round(v, 1) for k, v in row.items()}),
-                  flush=True)  # fmt: skip
+            print(f"big round {i + 1}: {_rounded(row)}", flush=True)
         out["big"] = {"rounds": rounds, "median": {k: _median(rounds, k) for k in rounds[0]}}
     if "nested" in parts:
         rounds = []
@@ -392,8 +395,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             with RedisServer() as server:
                 row = await nested(server.url, args.inner, args.leaves, args.concurrency)
             rounds.append(row)
-            print(f"nested round {i + 1}: " + json.dumps({k: round(v, 1) for k, v in row.items()}),
-                  flush=True)  # fmt: skip
+            print(f"nested round {i + 1}: {_rounded(row)}", flush=True)
         out["nested"] = {"rounds": rounds, "median": {k: _median(rounds, k) for k in rounds[0]}}
     if "memory" in parts:
         with RedisServer() as server:
@@ -404,9 +406,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 out[name] = await memory_finished(
                     server.url, args.memory_members, kept, args.concurrency
                 )
-        print("memory: " + json.dumps(
-            {k: out[k] for k in ("memory_pending", "memory_finished", "memory_finished_kept")}),
-            flush=True)  # fmt: skip
+        for name in ("memory_pending", "memory_finished", "memory_finished_kept"):
+            print(f"{name}: {_rounded(out[name])}", flush=True)
     if "add" in parts:
         chunks = [int(c) for c in args.add_chunks.split(",")]
         rows: dict[int, list[dict[str, float]]] = {c: [] for c in chunks}
@@ -427,8 +428,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 def _commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, text=True,
-                              capture_output=True, check=True).stdout.strip()  # fmt: skip
+        argv = ["git", "rev-parse", "--short", "HEAD"]
+        done = subprocess.run(argv, cwd=HERE, text=True, capture_output=True, check=True)
+        return done.stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -469,18 +471,19 @@ def table(fig: dict[str, Any]) -> str:
         ]
     if "memory_pending" in fig:
         p, f, k = fig["memory_pending"], fig["memory_finished"], fig["memory_finished_kept"]
+        plain = p["bytes_per_plain_scheduled_event"]
         lines += [
-            f"| memory per pending member beyond the plain event ({p['bytes_per_plain_scheduled_event']:.0f} B), "
+            f"| memory per pending member beyond the plain event ({plain:.0f} B), "
             f"{p['members']:,} members | {p['bytes_per_pending_member_beyond_plain']:.0f} B "
-            f"(members hash {p['members_hash_bytes_per_pending_member']:.0f} B, "
-            f"the member type's `deps` {p['member_type_deps_hash_bytes_per_pending_member']:.0f} B) |",
+            f"(members hash {p['members_hash_bytes_per_pending_member']:.0f} B, the member "
+            f"type's `deps` {p['member_type_deps_hash_bytes_per_pending_member']:.0f} B) |",
             f"| memory per finished member, kept for the batch's retention | "
             f"{f['bytes_per_finished_member']:.0f} B "
             f"(members hash {f['members_hash_bytes_per_finished_member']:.0f} B) |",
             f"| the same, member type keeping a 16-byte result (`results=`) | "
             f"{k['bytes_per_finished_member']:.0f} B "
             f"(members hash {k['members_hash_bytes_per_finished_member']:.0f} B) |",
-        ]  # fmt: skip
+        ]
     for chunk, row in fig.get("add", {}).items():
         lines.append(
             f"| add rate, chunks of {int(chunk):,}: batch / plain `enqueue_many` "

@@ -15,6 +15,7 @@ process, ``scheduling_interval`` 1 s: the wake-ups, not the sweeps, carry each s
 
     python -m benchmarks.dependencies_bench                       # 10 steps, 1,000 parents
     python -m benchmarks.dependencies_bench --children 2000       # quicker memory
+    python -m benchmarks.dependencies_bench --rounds 5            # medians of 5 chains, fan-ins
 
 Prints a table and writes ``benchmarks/results/dependencies-<stamp>.json``.
 """
@@ -24,7 +25,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
+import sys
 import time
 import uuid
 from datetime import datetime, timezone
@@ -124,17 +127,39 @@ async def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--parents", type=int, default=1000)
     parser.add_argument("--children", type=int, default=10000)
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="chain and fan-in rounds, a fresh server each (medians)",
+    )
     args = parser.parse_args()
+    load_before = os.getloadavg()
+    rounds = []
+    for i in range(args.rounds):
+        with RedisServer() as server:
+            rounds.append(await chain_and_fan_in(server.url, args.steps, args.parents))
+        if args.rounds > 1:
+            print(f"round {i + 1}: " + json.dumps({k: round(v, 1) for k, v in rounds[-1].items()}))
+    figures: dict[str, Any] = {
+        k: v if isinstance(v, int) else statistics.median(r[k] for r in rounds)
+        for k, v in rounds[0].items()
+    }
     with RedisServer() as server:
-        figures = await chain_and_fan_in(server.url, args.steps, args.parents)
         figures |= await memory(server.url, args.children)
     for name, value in figures.items():
         print(f"| {name} | {value:.1f} |" if isinstance(value, float) else f"| {name} | {value} |")
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d-%H%M")
     out = HERE / "results" / f"dependencies-{stamp}.json"
-    out.write_text(
-        json.dumps({"command": "python -m benchmarks.dependencies_bench", **figures}, indent=2)
-    )
+    command = " ".join(["python -m benchmarks.dependencies_bench", *sys.argv[1:]])
+    extra: dict[str, Any] = {"rounds": rounds} if args.rounds > 1 else {}
+    machine = {
+        "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg(),
+        "cpus": os.cpu_count(),
+    }
+    out.write_text(json.dumps({"command": command, **figures, **extra, **machine}, indent=2))
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

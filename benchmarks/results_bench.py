@@ -13,6 +13,7 @@ Against a fresh private redis-server:
 
     python -m benchmarks.results_bench                    # 20,000 events, 500 waits
     python -m benchmarks.results_bench --events 2000 --waits 100     # quick
+    python -m benchmarks.results_bench --rounds 5 --waits 300        # medians of 5 rounds
 
 Prints a table and writes ``benchmarks/results/results-<stamp>.json``.
 """
@@ -22,7 +23,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
+import statistics
+import sys
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -50,6 +54,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--events", type=int, default=20_000)
     p.add_argument("--waits", type=int, default=500)
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="wake-up rounds of --waits each, a fresh server each (medians of their p50/p99)",
+    )
     p.add_argument("--out", type=Path, default=HERE / "results")
     p.add_argument("--no-write", action="store_true", help="print only, write no JSON")
     return p.parse_args(argv)
@@ -123,17 +133,32 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    """Run both measurements on a private server; return the figures."""
+    """Run both measurements on private servers; return the figures."""
+    per_round: list[list[float]] = []
+    for _ in range(args.rounds):
+        with RedisServer() as server:
+            per_round.append(await wake_latency(server.url, args.waits))
     with RedisServer() as server:
-        lat = await wake_latency(server.url, args.waits)
         kept = await memory_per_event(server.url, Kept, args.events)
         plain = await memory_per_event(server.url, NotKept, args.events)
         version = (await aioredis.from_url(server.url).info("server"))["redis_version"]
+    rounds = [
+        {"wake_p50_ms": 1000 * pct(r, 0.5), "wake_p99_ms": 1000 * pct(r, 0.99)} for r in per_round
+    ]
+    extra: dict[str, Any] = {}
+    if args.rounds > 1:
+        pooled = [x for r in per_round for x in r]
+        extra = {
+            "rounds": rounds,
+            "pooled_wake_p50_ms": 1000 * pct(pooled, 0.5),
+            "pooled_wake_p99_ms": 1000 * pct(pooled, 0.99),
+        }
     return {
         "waits": args.waits,
         "events": args.events,
-        "wake_p50_ms": 1000 * pct(lat, 0.5),
-        "wake_p99_ms": 1000 * pct(lat, 0.99),
+        "wake_p50_ms": statistics.median(r["wake_p50_ms"] for r in rounds),
+        "wake_p99_ms": statistics.median(r["wake_p99_ms"] for r in rounds),
+        **extra,
         "bytes_per_kept_result": kept - plain,
         "bytes_kept_type": kept,
         "bytes_plain_type": plain,
@@ -145,9 +170,26 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 def run(argv: list[str] | None = None) -> None:
     """Measure, print the table, write the JSON."""
     args = parse_args(argv)
+    load_before = os.getloadavg()
     figures = asyncio.run(main(args))
-    print(f"result() wake-up, {figures['waits']} waits:  p50 {figures['wake_p50_ms']:.2f} ms  "
-          f"p99 {figures['wake_p99_ms']:.2f} ms")  # fmt: skip
+    command = " ".join(
+        ["python -m benchmarks.results_bench", *(argv if argv is not None else sys.argv[1:])]
+    )
+    figures |= {
+        "command": command,
+        "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg(),
+        "cpus": os.cpu_count(),
+    }
+    for i, r in enumerate(figures.get("rounds", [])):
+        print(f"round {i + 1}: p50 {r['wake_p50_ms']:.2f} ms  p99 {r['wake_p99_ms']:.2f} ms")
+    of = ""
+    if "rounds" in figures:
+        pooled = (figures["pooled_wake_p50_ms"], figures["pooled_wake_p99_ms"])
+        print(f"pooled: p50 {pooled[0]:.2f} ms  p99 {pooled[1]:.2f} ms")
+        of = " (medians of the rounds)"
+    p50, p99 = figures["wake_p50_ms"], figures["wake_p99_ms"]
+    print(f"result() wake-up, {figures['waits']} waits{of}:  p50 {p50:.2f} ms  p99 {p99:.2f} ms")
     print(
         f"memory per kept result ({figures['events']} events, 16-byte value): "
         f"{figures['bytes_per_kept_result']:.0f} B  (type with results "
