@@ -12,8 +12,9 @@ default service options (``scheduling_interval`` 1 s), one process:
   ways: on Redis's clock, the last member's ack (its completion record in the batch's
   members hash) → the callback's claim (``current_delivery().claimed_us``), with the batch's
   ``done_at`` between them; and in the process, the last member's handler end → the
-  callback's handler start (which adds the ack task's wait before its call). ``--rounds``
-  rounds, a fresh server each; medians and every round.
+  callback's handler start (which adds the ack task's wait before its call). Each round
+  also handles the same events without a batch (``plain_events_per_s``, on a fresh server,
+  after the batch). ``--rounds`` rounds, a fresh server each; medians and every round.
 * **nested** — a batch of ``--inner`` members, each of which opens a child batch of
   ``--leaves`` no-op members in its handler (2 levels), the outer batch with an
   ``on_complete``: the time from the outer batch's open to its callback, and from the last
@@ -218,6 +219,33 @@ async def big_batch(url: str, n: int, chunk: int, concurrency: int) -> dict[str,
     }
 
 
+async def plain_events(url: str, n: int, chunk: int, concurrency: int) -> float:
+    """The same ``n`` no-op events without a batch, handled the same way: events per second
+    (the baseline of the big batch's members per second)."""
+    prefix = "bp" + uuid.uuid4().hex[:6]
+    first: list[float] = []
+    last = [0.0]
+    count = [0]
+    done = asyncio.Event()
+
+    async def handle(event: Plain) -> None:
+        if not first:
+            first.append(time.perf_counter())
+        count[0] += 1
+        last[0] = time.perf_counter()
+        if count[0] == n:
+            done.set()
+
+    async with EventService.from_url(url, prefix=prefix, enable_scheduling=False) as producer:
+        for part in _chunks(n, chunk):
+            await producer.enqueue_many([Plain(id=f"m{j:07d}") for j in part])
+    worker = EventService.from_url(url, prefix=prefix)
+    worker.add_handler(Plain, handle, concurrency=concurrency)
+    async with worker:
+        await asyncio.wait_for(done.wait(), 600)
+    return n / (last[0] - first[0])
+
+
 async def nested(url: str, inner: int, leaves: int, concurrency: int) -> dict[str, Any]:
     """A batch of ``inner`` members, each opening a child batch of ``leaves`` members."""
     prefix = "bn" + uuid.uuid4().hex[:6]
@@ -386,6 +414,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             with RedisServer() as server:
                 out["redis"] = await _redis_version(server.url)
                 row = await big_batch(server.url, args.members, args.chunk, args.concurrency)
+            with RedisServer() as server:
+                plain = await plain_events(server.url, args.members, args.chunk, args.concurrency)
+            row["plain_events_per_s"] = plain
+            row["members_per_s_over_plain"] = row["members_per_s"] / plain
             rounds.append(row)
             print(f"big round {i + 1}: {_rounded(row)}", flush=True)
         out["big"] = {"rounds": rounds, "median": {k: _median(rounds, k) for k in rounds[0]}}
@@ -444,8 +476,9 @@ def table(fig: dict[str, Any]) -> str:
         lines += [
             f"| batch of {n} no-op members, added in chunks of {int(m['chunk']):,}: members "
             f"added per second (median of {r}) | {m['add_per_s']:,.0f} |",
-            f"| the same batch handled by one process: members per second | "
-            f"{m['members_per_s']:,.0f} |",
+            f"| the same batch handled by one process: members per second (the same events "
+            f"without a batch; median ratio) | {m['members_per_s']:,.0f} "
+            f"({m['plain_events_per_s']:,.0f}; {m['members_per_s_over_plain']:.2f}) |",
             f"| last member's ack → batch done (Redis's clock) | "
             f"{m['last_ack_to_batch_done_ms']:.0f} ms |",
             f"| last member's ack → `on_complete` claimed / `on_success` claimed "
