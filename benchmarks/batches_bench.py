@@ -14,7 +14,8 @@ default service options (``scheduling_interval`` 1 s), one process:
   ``done_at`` between them; and in the process, the last member's handler end → the
   callback's handler start (which adds the ack task's wait before its call). Each round
   also handles the same events without a batch (``plain_events_per_s``, on a fresh server,
-  after the batch). ``--rounds`` rounds, a fresh server each; medians and every round.
+  after the batch), and reads the CPU time each case used, in the process and in the
+  redis-server (``/proc``): steadier than rates on a shared machine. ``--rounds`` rounds, a fresh server each; medians and every round.
 * **nested** — a batch of ``--inner`` members, each of which opens a child batch of
   ``--leaves`` no-op members in its handler (2 levels), the outer batch with an
   ``on_complete``: the time from the outer batch's open to its callback, and from the last
@@ -124,6 +125,15 @@ async def _wait(pred: Any, timeout: float = 600) -> None:
         await asyncio.sleep(0.002)
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _server_cpu_s(server: RedisServer) -> float:
+    """The redis-server process's CPU time so far (user + system, /proc)."""
+    fields = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
 def _chunks(n: int, size: int) -> list[range]:
     return [range(i, min(n, i + size)) for i in range(0, n, size)]
 
@@ -167,8 +177,9 @@ class Callbacks:
         self.info[event.id] = batch.info if batch is not None else None
 
 
-async def big_batch(url: str, n: int, chunk: int, concurrency: int) -> dict[str, Any]:
+async def big_batch(server: RedisServer, n: int, chunk: int, concurrency: int) -> dict[str, Any]:
     """One batch of ``n`` no-op members: the add, the handling, the callbacks' delays."""
+    url = server.url
     prefix = "bb" + uuid.uuid4().hex[:6]
     first: list[float] = []
     last = [0.0]
@@ -196,8 +207,10 @@ async def big_batch(url: str, n: int, chunk: int, concurrency: int) -> dict[str,
     worker.add_handler(Success, calls.handle)
     client = aioredis.Redis.from_url(url)
     try:
+        cpu, server_cpu = time.process_time(), _server_cpu_s(server)
         async with worker:
             await _wait(lambda: len(calls.started) == 2)
+            cpu, server_cpu = time.process_time() - cpu, _server_cpu_s(server) - server_cpu
             info = await worker.batch_info(batch.id)
         last_ack = await _last_ack_ms(client, prefix, [batch.id])
     finally:
@@ -211,6 +224,8 @@ async def big_batch(url: str, n: int, chunk: int, concurrency: int) -> dict[str,
         "add_per_s": n / add_s,
         "handle_s": last[0] - first[0],
         "members_per_s": n / (last[0] - first[0]),
+        "worker_cpu_us_per_member": cpu / n * 1e6,
+        "server_cpu_us_per_member": server_cpu / n * 1e6,
         "last_ack_to_batch_done_ms": done - last_ack,
         "last_ack_to_on_complete_claim_ms": calls.claimed_ms["c"] - last_ack,
         "last_ack_to_on_success_claim_ms": calls.claimed_ms["s"] - last_ack,
@@ -219,9 +234,12 @@ async def big_batch(url: str, n: int, chunk: int, concurrency: int) -> dict[str,
     }
 
 
-async def plain_events(url: str, n: int, chunk: int, concurrency: int) -> float:
+async def plain_events(
+    server: RedisServer, n: int, chunk: int, concurrency: int
+) -> dict[str, float]:
     """The same ``n`` no-op events without a batch, handled the same way: events per second
-    (the baseline of the big batch's members per second)."""
+    and CPU per event (the baseline of the big batch's figures)."""
+    url = server.url
     prefix = "bp" + uuid.uuid4().hex[:6]
     first: list[float] = []
     last = [0.0]
@@ -241,9 +259,15 @@ async def plain_events(url: str, n: int, chunk: int, concurrency: int) -> float:
             await producer.enqueue_many([Plain(id=f"m{j:07d}") for j in part])
     worker = EventService.from_url(url, prefix=prefix)
     worker.add_handler(Plain, handle, concurrency=concurrency)
+    cpu, server_cpu = time.process_time(), _server_cpu_s(server)
     async with worker:
         await asyncio.wait_for(done.wait(), 600)
-    return n / (last[0] - first[0])
+        cpu, server_cpu = time.process_time() - cpu, _server_cpu_s(server) - server_cpu
+    return {
+        "plain_events_per_s": n / (last[0] - first[0]),
+        "plain_worker_cpu_us_per_event": cpu / n * 1e6,
+        "plain_server_cpu_us_per_event": server_cpu / n * 1e6,
+    }
 
 
 async def nested(url: str, inner: int, leaves: int, concurrency: int) -> dict[str, Any]:
@@ -413,11 +437,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         for i in range(args.rounds):
             with RedisServer() as server:
                 out["redis"] = await _redis_version(server.url)
-                row = await big_batch(server.url, args.members, args.chunk, args.concurrency)
+                row = await big_batch(server, args.members, args.chunk, args.concurrency)
             with RedisServer() as server:
-                plain = await plain_events(server.url, args.members, args.chunk, args.concurrency)
-            row["plain_events_per_s"] = plain
-            row["members_per_s_over_plain"] = row["members_per_s"] / plain
+                row |= await plain_events(server, args.members, args.chunk, args.concurrency)
+            row["members_per_s_over_plain"] = row["members_per_s"] / row["plain_events_per_s"]
             rounds.append(row)
             print(f"big round {i + 1}: {_rounded(row)}", flush=True)
         out["big"] = {"rounds": rounds, "median": {k: _median(rounds, k) for k in rounds[0]}}
@@ -479,6 +502,10 @@ def table(fig: dict[str, Any]) -> str:
             f"| the same batch handled by one process: members per second (the same events "
             f"without a batch; median ratio) | {m['members_per_s']:,.0f} "
             f"({m['plain_events_per_s']:,.0f}; {m['members_per_s_over_plain']:.2f}) |",
+            f"| CPU per member: the worker process (handlers, acks, relay) / redis-server "
+            f"(the same events without a batch) | {m['worker_cpu_us_per_member']:.0f} / "
+            f"{m['server_cpu_us_per_member']:.0f} µs ({m['plain_worker_cpu_us_per_event']:.0f} / "
+            f"{m['plain_server_cpu_us_per_event']:.0f} µs) |",
             f"| last member's ack → batch done (Redis's clock) | "
             f"{m['last_ack_to_batch_done_ms']:.0f} ms |",
             f"| last member's ack → `on_complete` claimed / `on_success` claimed "
