@@ -16,6 +16,7 @@ process, ``scheduling_interval`` 1 s: the wake-ups, not the sweeps, carry each s
     python -m benchmarks.dependencies_bench                       # 10 steps, 1,000 parents
     python -m benchmarks.dependencies_bench --children 2000       # quicker memory
     python -m benchmarks.dependencies_bench --rounds 5            # medians of 5 chains, fan-ins
+    python -m benchmarks.dependencies_bench --out /tmp/figures    # the JSON elsewhere
 
 Prints a table and writes ``benchmarks/results/dependencies-<stamp>.json``.
 """
@@ -133,6 +134,7 @@ async def main() -> None:
         default=1,
         help="chain and fan-in rounds, a fresh server each (medians)",
     )
+    parser.add_argument("--out", type=Path, default=HERE / "results", help="where the JSON goes")
     args = parser.parse_args()
     load_before = os.getloadavg()
     rounds = []
@@ -150,7 +152,8 @@ async def main() -> None:
     for name, value in figures.items():
         print(f"| {name} | {value:.1f} |" if isinstance(value, float) else f"| {name} | {value} |")
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d-%H%M")
-    out = HERE / "results" / f"dependencies-{stamp}.json"
+    args.out.mkdir(parents=True, exist_ok=True)
+    out = args.out / f"dependencies-{stamp}.json"
     command = " ".join(["python -m benchmarks.dependencies_bench", *sys.argv[1:]])
     extra: dict[str, Any] = {"rounds": rounds} if args.rounds > 1 else {}
     machine = {
