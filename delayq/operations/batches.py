@@ -58,7 +58,7 @@ from .batch_reads import (
     read_members,
     split_ref,
 )
-from .dependencies import Dependencies, NotedShards, merge_answers, parent_shards
+from .dependencies import Dependencies, NotedShards, chunked, merge_answers, parent_shards
 from .enqueueing import Enqueuer, timed_envelopes, with_timeout
 
 __all__ = [
@@ -114,7 +114,13 @@ async def link_members(
     as done; ``"drop"`` (the sweep's look at adds left unconfirmed) it was never enqueued,
     and is dropped from the batch; ``"ignore"`` (the audit of confirmed pending members)
     its completion has reached the batch already. ``note`` records the members' shards as
-    dependency shards (the relay's)."""
+    dependency shards (the relay's).
+
+    Each step goes in chunks of :data:`~delayq.operations.dependencies.CHUNK` members,
+    one script call each, and a chunk is a complete step for its members: until its
+    confirm a member is unconfirmed, so whatever a process killed between two chunks
+    leaves (some members linked, applied or confirmed, the others not yet) the sweep
+    settles by linking again, and linking, applying and confirming are idempotent."""
     if not refs:
         return
     bshard = batch_shard(batch_id)
@@ -126,9 +132,11 @@ async def link_members(
     await note(list(by_shard))  # the relay looks at the members' shards for completions
     said: dict[str, list[bytes]] = {}
     for shard, group in by_shard.items():
-        links = [(split_ref(ref)[1], bshard, batch_id) for ref in group]
-        for ref, answer in zip(group, await store.dependencies.dep_link(shard, links), strict=True):
-            said.setdefault(ref, []).append(answer)
+        for part in chunked(group):
+            links = [(split_ref(ref)[1], bshard, batch_id) for ref in part]
+            answers = await store.dependencies.dep_link(shard, links)
+            for ref, answer in zip(part, answers, strict=True):
+                said.setdefault(ref, []).append(answer)
     _step("linked")
     records: list[tuple[str, bytes]] = []
     linked: list[str] = []
@@ -141,10 +149,11 @@ async def link_members(
                 records.append((ref, b""))  # never enqueued: dropped (if still unconfirmed)
         else:
             records.append((ref, answer))
-    if records:
-        await store.batches.apply(bshard, {batch_id: records})
+    for done in chunked(records):
+        await store.batches.apply(bshard, {batch_id: list(done)})
     _step("applied")
-    await store.batches.confirm(batch_id, linked)
+    for pending in chunked(linked):
+        await store.batches.confirm(batch_id, pending)
     _step("confirmed")
 
 
@@ -365,15 +374,29 @@ class Batches:
         return {**(with_timeout(check_context(context), timeout) or {}), **extra}
 
     async def _added(self, batch: Batch, refs: list[str]) -> list[int]:
-        """The first step of an add: the indexes of ``refs`` to enqueue and link."""
+        """The first step of an add: the indexes of ``refs`` to enqueue and link.
+
+        In chunks, one ``batch_add.lua`` call each; a chunk is a complete step for its
+        members (pending and unconfirmed): a process killed before the next chunk leaves
+        adds the sweep drops after their grace (they were never enqueued), and a later
+        chunk that fails has the earlier chunks' members settled now."""
         if not refs:
             return []
-        code, answers = await self._store.batches.add(
-            batch.id, refs, grace_ms=self.grace_ms, adder=batch._member
-        )
-        self._check_open(batch.id, code)
+        todo: list[int] = []
+        at = 0  # where the chunk starts in refs
+        try:
+            for part in chunked(refs):
+                code, answers = await self._store.batches.add(
+                    batch.id, part, grace_ms=self.grace_ms, adder=batch._member
+                )
+                self._check_open(batch.id, code)
+                todo += [at + i for i, answer in enumerate(answers) if answer in ("n", "u")]
+                at += len(part)
+        except Exception:
+            await self._settle(batch.id, [refs[i] for i in todo])
+            raise
         _step("added")
-        return [i for i, answer in enumerate(answers) if answer in ("n", "u")]
+        return todo
 
     async def add(
         self,
@@ -477,15 +500,23 @@ class Batches:
                 self._store, batch_id, refs, self.partitions, self._noted.note, missing="done"
             )
         except Exception:
-            try:
-                await link_members(
-                    self._store, batch_id, refs, self.partitions, self._noted.note, missing="drop"
-                )
-            except Exception as exc:
-                log.warning(
-                    "batch %s: settling a failed add failed too (%s); the sweep will", batch_id, exc
-                )
+            await self._settle(batch_id, refs)
             raise
+
+    async def _settle(self, batch_id: str, refs: list[str]) -> None:
+        """Settle the members ``refs`` of an add that failed between its steps now, as the
+        sweep would after their grace (enqueued: linked; never enqueued: dropped), when
+        Redis lets us (else the sweep will)."""
+        if not refs:
+            return
+        try:
+            await link_members(
+                self._store, batch_id, refs, self.partitions, self._noted.note, missing="drop"
+            )
+        except Exception as exc:
+            log.warning(
+                "batch %s: settling a failed add failed too (%s); the sweep will", batch_id, exc
+            )
 
     # -- reading (operations/batch_reads.py) -----------------------------------------
 

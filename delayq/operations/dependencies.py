@@ -18,8 +18,8 @@ A parent done after step 2 hands its completion to the child through the relay.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Literal, TypeVar
 
 from ..codec import add_to_context, open_envelope
 from ..context import PARENT_SPANS_KEY
@@ -31,12 +31,14 @@ from ..storage.store import Store
 
 __all__ = [
     "AUDIT_MS",
+    "CHUNK",
     "POLICIES",
     "STEP_HOOK",
     "Dependencies",
     "NotedShards",
     "ParentFailurePolicy",
     "ParentRef",
+    "chunked",
     "merge_answers",
     "parent_refs",
     "parent_shards",
@@ -58,9 +60,23 @@ enqueue (then as long again as it has waited, up to an hour): what finishes a
 registration whose caller died between two steps, and what releases a child whose parent
 vanished without a completion."""
 
+CHUNK = 1024
+"""The most links (children, members, answers) one script call of the dependencies' and
+the batches' steps takes, so that no call holds Redis for long whatever the caller
+passed (an ``enqueue_many`` of 100,000 children, a batch's add of 100,000 members, the
+relay's audits): a longer list goes in :func:`chunked` calls."""
+
 STEP_HOOK: Callable[[str], None] | None = None
 """Tests only: called with each step's name (``"waiting"``, ``"linked"``, ``"applied"``)
 after it, so a test can kill the process there."""
+
+_T = TypeVar("_T")
+
+
+def chunked(items: Sequence[_T], size: int = CHUNK) -> Iterator[Sequence[_T]]:
+    """``items`` in slices of at most ``size`` (:data:`CHUNK`): one script call each."""
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
 
 
 def _step(name: str) -> None:
@@ -189,20 +205,27 @@ class Dependencies:
             items = await self._with_parent_spans(items, parents, homes)
         codes = [0] * len(items)
         added: list[tuple[str, str]] = []  # (child shard, child id)
+        # Each step goes in chunks of CHUNK links, one script call each (dep_wait writes a
+        # child with all its edges: CHUNK // len(parents) children a call), and a chunk is
+        # a complete step for its children (written whole; linked, applied: idempotent):
+        # a caller killed between two chunks leaves some children a step ahead of the
+        # others, and the audit finishes each written one as after a kill between steps.
+        per = max(1, CHUNK // len(parents))
         for shard, indexes in split.items():
             await store.types.register_type(shard)
-            got = await store.dependencies.dep_wait(
-                shard,
-                [items[i] for i in indexes],
-                absolute=absolute,
-                policy=policy,
-                audit_ms=self.audit_ms,
-                parents=parents,
-            )
-            for i, code in zip(indexes, got, strict=True):
-                codes[i] = code
-                if code:
-                    added.append((shard, items[i][0]))
+            for some in chunked(indexes, per):
+                got = await store.dependencies.dep_wait(
+                    shard,
+                    [items[i] for i in some],
+                    absolute=absolute,
+                    policy=policy,
+                    audit_ms=self.audit_ms,
+                    parents=parents,
+                )
+                for i, code in zip(some, got, strict=True):
+                    codes[i] = code
+                    if code:
+                        added.append((shard, items[i][0]))
         _step("waiting")
         if not added:
             return codes
@@ -213,9 +236,10 @@ class Dependencies:
         answers: dict[tuple[str, str, str, str], list[bytes]] = {}
         for pshard, refs in by_parent_shard.items():
             links = [(t, p, cshard, cid) for t, p in refs for cshard, cid in added]
-            replies = await store.dependencies.dep_link(pshard, [x[1:] for x in links])
-            for link, reply in zip(links, replies, strict=True):
-                answers.setdefault(link, []).append(reply)
+            for part in chunked(links):
+                replies = await store.dependencies.dep_link(pshard, [x[1:] for x in part])
+                for link, reply in zip(part, replies, strict=True):
+                    answers.setdefault(link, []).append(reply)
         done: dict[str, list[tuple[str, str, bytes]]] = {}
         for (ptype, pid, cshard, cid), said in answers.items():
             answer = merge_answers(said)
@@ -223,7 +247,8 @@ class Dependencies:
                 done.setdefault(cshard, []).append((cid, f"{ptype}\0{pid}", answer))
         _step("linked")
         for cshard, edges in done.items():
-            await store.dependencies.dep_apply(cshard, edges, self.keep_ms(cshard))
+            for chunk in chunked(edges):
+                await store.dependencies.dep_apply(cshard, chunk, self.keep_ms(cshard))
         _step("applied")
         return codes
 
@@ -242,7 +267,9 @@ class Dependencies:
                 by_shard.setdefault(pshard, []).append(ref)
         found: dict[tuple[str, str], str] = {}
         for pshard, refs in by_shard.items():
-            got = await self._store.dependencies.envelopes(pshard, [p for _, p in refs])
+            got: list[bytes | None] = []
+            for part in chunked(refs):
+                got += await self._store.dependencies.envelopes(pshard, [p for _, p in part])
             for ref, envelope in zip(refs, got, strict=True):
                 if envelope is None or ref in found:
                     continue

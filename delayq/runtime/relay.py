@@ -41,7 +41,7 @@ from .._pacing import MAX_BACKOFF, wait_to_retry
 from ..events import find_event_type
 from ..keyspace.shards import is_batch_shard, parse_shard
 from ..metrics import ServiceMetrics
-from ..operations.dependencies import AUDIT_MS, merge_answers, parent_shards
+from ..operations.dependencies import AUDIT_MS, chunked, merge_answers, parent_shards
 from ..storage.dependencies import Audit, Completion
 from ..storage.store import Store
 from .batch_sweep import BatchSweeper
@@ -56,8 +56,6 @@ log = logging.getLogger("delayq.relay")
 _MEMBERS = 256
 _CHILDREN = 256
 _READ = 1024
-# links (and answers applied) per script call of an audit
-_LINKS = 1024
 # every this many scheduling intervals the relay reads the set of dependency shards and
 # looks at each (a lost wake-up costs that much latency; unused, one SMEMBERS per sweep);
 # between sweeps it looks at a shard when woken for it or when its next work is due
@@ -246,9 +244,10 @@ class Relay:
         """Link waiting children's open edges again; apply the answers of parents done.
 
         The audits read in one call go together: one ``dep_link`` call per parent shard
-        (``_LINKS`` links at most), then ``dep_apply`` calls for the answers, not a round
-        trip per child (20,000 children of one parent audited one by one held the relay,
-        and every other shard's completions, for ~12 s)."""
+        (:data:`~delayq.operations.dependencies.CHUNK` links at most), then ``dep_apply``
+        calls for the answers, not a round trip per child (20,000 children of one parent
+        audited one by one held the relay, and every other shard's completions, for
+        ~12 s)."""
         by_shard: dict[str, list[tuple[str, str, str]]] = {}  # (parent type, id, child id)
         for a in audits:
             for ptype, pid in a.parents:
@@ -260,8 +259,7 @@ class Relay:
             self._noted.update(new)
         said: dict[tuple[str, str, str], list[bytes]] = {}
         for pshard, refs in by_shard.items():
-            for i in range(0, len(refs), _LINKS):
-                part = refs[i : i + _LINKS]
+            for part in chunked(refs):
                 answers = await self._store.dependencies.dep_link(
                     pshard, [(pid, shard, cid) for _, pid, cid in part]
                 )
@@ -273,7 +271,5 @@ class Relay:
             if answer != b"p":
                 edges.append((cid, f"{ptype}\0{pid}", answer))
         _step("audit-linked")
-        for i in range(0, len(edges), _LINKS):
-            await self._store.dependencies.dep_apply(
-                shard, edges[i : i + _LINKS], self._keep_ms(shard)
-            )
+        for chunk in chunked(edges):
+            await self._store.dependencies.dep_apply(shard, chunk, self._keep_ms(shard))
