@@ -14,7 +14,9 @@ failure's record that changed nothing: the lease had gone), ``redis_errors``;
 recurring schedules
 (:mod:`delayq.schedules`): ``schedule_fires``, ``schedule_skipped`` (by the
 overlap policy), ``schedule_catch_up`` (fired over a second after the slot),
-``schedule_missed`` (passed over by the catch-up policy), ``schedule_triggers``
+``schedule_missed`` (passed over by the catch-up policy), ``schedule_triggers``;
+batches (docs/WORKFLOWS.md, "Batches"): ``batch_completions_ignored`` (members'
+completions the relay handed to a batch already done or removed: they changed nothing)
 
 gauges: ``in_flight`` (handlers running in this process), ``concurrency`` (the
 handler's slots in this process: set when a handler is added, 0 when it is

@@ -443,7 +443,7 @@ async def test_every_metric_is_documented_and_the_dashboard_uses_real_ones() -> 
     for name in (
         "enqueued", "kept", "replaced", "cancelled", "moved", "delivered", "succeeded", "failed",
         "retried", "dead_lettered", "decode_errors", "leases_lost", "stale_outcomes",
-        "redis_errors",
+        "redis_errors", "batch_completions_ignored",
     ):  # fmt: skip
         metrics.increment(name, event_type="t")
     metrics.gauge("in_flight", 1, event_type="t")

@@ -118,6 +118,11 @@ _COUNTERS: dict[str, tuple[str, str, str | None]] = {
         "Claims held back by flow limits (paused, fleet concurrency or rate; docs/FLOW.md)",
         None,
     ),
+    "batch_completions_ignored": (
+        "batch_completions_ignored",
+        "Members' completions handed to a batch already done or removed (they changed nothing)",
+        None,
+    ),
 }
 # counters (metric names) a delivery group's consumer reports: they have a ``group`` label
 # (a Redis error is the process's, not a group's)

@@ -230,8 +230,8 @@ class Relay:
             _step("applied")
         for cshard, members in to_batches.items():
             ignored, _ = await self._store.batches.apply(cshard, members)
-            if ignored:
-                self._metrics.increment("batch_completions_ignored", ignored)
+            if ignored:  # (the members are all of this shard's type)
+                self._metrics.increment("batch_completions_ignored", ignored, event_type=kind)
                 log.info("%d member completions came after their batch was done", ignored)
             _step("applied")
         done = await self._store.dependencies.dep_relayed_many(
