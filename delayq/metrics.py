@@ -10,7 +10,8 @@ Names reported:
 counters: ``enqueued``, ``kept``, ``replaced``, ``cancelled``, ``moved``,
 ``delivered``, ``succeeded``, ``failed``, ``retried``, ``dead_lettered``,
 ``decode_errors``, ``leases_lost``, ``stale_outcomes`` (a success's ack or a
-failure's record that changed nothing: the lease had gone), ``redis_errors``;
+failure's record that changed nothing: the lease had gone), ``redis_errors``,
+``scheduler_takeovers`` (the scheduler lock taken from a leader that went silent);
 recurring schedules
 (:mod:`delayq.schedules`): ``schedule_fires``, ``schedule_skipped`` (by the
 overlap policy), ``schedule_catch_up`` (fired over a second after the slot),

@@ -479,6 +479,37 @@ async def test_every_metric_is_documented_and_the_dashboard_uses_real_ones() -> 
     assert {"delayq_queue_oldest_overdue_seconds", "delayq_lateness_seconds_bucket"} <= used
 
 
+def test_every_counter_counted_is_declared_exported_and_documented() -> None:
+    """Each counter name the library counts (``increment("x", ...)``, ``bind_increment``,
+    the enqueue outcomes) is named in delayq/metrics.py's docstring, exported by
+    PrometheusMetrics with its own help text, and in docs/OBSERVABILITY.md's table."""
+    import ast
+
+    from delayq import metrics as metrics_module
+    from delayq.operations.enqueueing import _OUTCOMES
+    from delayq.prometheus.sink import _COUNTERS
+
+    counted = set(_OUTCOMES.values())
+    for path in (ROOT / "delayq").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("increment", "bind_increment")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
+                counted.add(node.args[0].value)
+    assert {"enqueued", "redis_errors", "batch_completions_ignored"} <= counted
+    declared = metrics_module.__doc__ or ""
+    doc = (ROOT / "docs" / "OBSERVABILITY.md").read_text()
+    for name in sorted(counted):
+        assert f"``{name}``" in declared, f"{name}: not named in delayq/metrics.py"
+        assert name in _COUNTERS, f"{name}: not in delayq/prometheus/sink.py's _COUNTERS"
+        assert f"| `delayq_{_COUNTERS[name][0]}_total` |" in doc, f"{name}: not documented"
+
+
 async def test_serve_answers_only_metrics_and_stops_cleanly() -> None:
     registry = CollectorRegistry()
     PrometheusMetrics(registry).increment("enqueued", 3, event_type="t")

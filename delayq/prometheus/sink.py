@@ -96,6 +96,11 @@ _COUNTERS: dict[str, tuple[str, str, str | None]] = {
         None,
     ),
     "redis_errors": ("redis_errors", "Redis calls that failed (then retried)", None),
+    "scheduler_takeovers": (
+        "scheduler_takeovers",
+        "Scheduler locks this process took from a silent leader (events left overdue)",
+        None,
+    ),
     "schedule_fires": ("schedule_fires", "Slots of recurring schedules fired", None),
     "schedule_skipped": ("schedule_skipped", "Schedule slots skipped by the overlap policy", None),
     "schedule_catch_up": (
