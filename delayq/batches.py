@@ -19,13 +19,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from .durations import delay_ms, due_unix_ms
+from .events import Event, Item, item_due
 from .keyspace.shards import BATCH_TYPE as _BATCH_TYPE
-
-if TYPE_CHECKING:
-    from .events import Event
 
 __all__ = [
     "BATCH_TYPE",
@@ -371,7 +369,7 @@ class Batch:
 
     async def enqueue_many(
         self,
-        events: Iterable[Event | tuple[Event, float | timedelta]],
+        events: Iterable[Item],
         delay: float | timedelta = 0,
         *,
         context: Mapping[str, str] | None = None,
@@ -382,12 +380,7 @@ class Batch:
         """Add many events (events due after ``delay``, or ``(event, delay)`` pairs) in one
         add; one result per event, in order (as ``EventService.enqueue_many``)."""
         default = delay_ms(delay)
-        items: list[tuple[Event, int]] = []
-        for item in events:
-            if isinstance(item, tuple):
-                items.append((item[0], delay_ms(item[1])))
-            else:
-                items.append((item, default))
+        items = [item_due(item, default) for item in events]  # as the service's items
         return await self._ops.add(self, items, False, context, key, timeout, priority)
 
     async def enqueue_envelopes(

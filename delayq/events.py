@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from .durations import seconds_to_ms
+from .durations import delay_ms, seconds_to_ms
 from .flow.priorities import check_priority
 from .keyspace.names import validate_name
 from .keyspace.shards import check_partitions
@@ -25,10 +25,12 @@ __all__ = [
     "Event",
     "EventMeta",
     "EventTypes",
+    "Item",
     "check_event",
     "check_event_type",
     "event_name",
     "find_event_type",
+    "item_due",
     "validate_name",
 ]
 
@@ -175,6 +177,24 @@ def check_event(event: object) -> Event:
     if not event.id:
         raise ValueError(f"event id must not be empty: {event!r}")
     return event
+
+
+Item = Event | tuple[Event, float | timedelta]
+"""An item of ``enqueue_many`` (the service's, a batch's, the outbox's): an event, or
+``(event, delay)``."""
+
+
+def item_due(item: Item, default_ms: int) -> tuple[Event, int]:
+    """``(event, delay in ms)`` of an ``enqueue_many`` item (not yet checked as an event):
+    an event is due after ``default_ms``; a tuple must be a pair whose delay is seconds or
+    a ``timedelta``, finite and >= 0 (else ``TypeError``/``ValueError``). The one parser
+    of those items, so that every ``enqueue_many`` refuses the same items the same way."""
+    if isinstance(item, tuple):
+        if len(item) != 2:
+            raise TypeError(f"enqueue_many items are events or (event, delay): {item!r}")
+        event, item_delay = item
+        return event, delay_ms(item_delay)
+    return item, default_ms
 
 
 def event_name(event_type: type[Event] | Event) -> str:

@@ -46,7 +46,7 @@ from ..batches import Batch, BatchCounts, BatchInfo, BatchMember, BatchState
 from ..codec import add_to_context, check_context
 from ..context import BATCH_KEY, BATCH_NAME_KEY, current_delivery
 from ..errors import BatchClosedError, DecodeError
-from ..events import Event, EventTypes
+from ..events import Event, EventTypes, check_event
 from ..flow.priorities import check_priority
 from ..keyspace.shards import BATCH_TYPE, batch_shard, shard_for
 from ..storage.store import Store
@@ -415,8 +415,7 @@ class Batches:
         ctx = self._context(batch, context, timeout)
         refs = []
         for event, _ in events:
-            if not isinstance(event, Event):
-                raise TypeError(f"a batch's members are events, not {event!r}")
+            check_event(event)  # (as the service's enqueue checks it) before anything is written
             refs.append(member_ref(self._types.name(type(event)), event.id))
         todo = await self._added(batch, refs)
         done = [False] * len(events)

@@ -30,7 +30,15 @@ from ..codec import Codec, add_to_context, check_context
 from ..context import AFTER_KEY, TIMEOUT_KEY
 from ..durations import delay_ms
 from ..errors import DecodeError
-from ..events import Event, EventTypes, check_event, find_event_type, validate_name
+from ..events import (
+    Event,
+    EventTypes,
+    Item,
+    check_event,
+    find_event_type,
+    item_due,
+    validate_name,
+)
 from ..flow.dedup import Dedup, check_debounce
 from ..flow.keys import check_key, event_key
 from ..flow.priorities import check_priority
@@ -50,9 +58,7 @@ __all__ = [
     "CancelResult",
     "EnqueueHook",
     "Enqueuer",
-    "Item",
     "after_envelopes",
-    "item_due",
     "with_timeout",
 ]
 
@@ -66,9 +72,6 @@ _OUTCOMES: dict[int, str] = {
 # an IntEnum member costs some 900 CPU instructions, 1.5 % of the whole enqueue)
 _KEPT = int(Enqueued.KEPT)
 _UNBOUND: Any = object()
-
-Item = Event | tuple[Event, float | timedelta]
-"""An item of ``enqueue_many``: an event, or ``(event, delay)``."""
 
 
 class CancelResult(enum.Enum):
@@ -133,16 +136,6 @@ def after_envelopes(items: Sequence[tuple[str, bytes, int]]) -> list[tuple[str, 
         except DecodeError as exc:
             raise ValueError(f"{item[0]!r}: {exc}") from exc
     return out
-
-
-def item_due(item: Item, default_ms: int) -> tuple[Event, int]:
-    """``(event, delay in ms)`` of an ``enqueue_many`` item (not yet checked as an event)."""
-    if isinstance(item, tuple):
-        if len(item) != 2:
-            raise TypeError(f"enqueue_many items are events or (event, delay): {item!r}")
-        event, item_delay = item
-        return event, delay_ms(item_delay)
-    return item, default_ms
 
 
 class Enqueuer:

@@ -15,9 +15,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..codec import Codec, Serializer
-from ..events import Event, EventTypes, check_event
+from ..events import Event, EventTypes, check_event, item_due
 from ..operations.dependencies import ParentFailurePolicy, ParentRef, check_policy, parent_refs
-from ..operations.enqueueing import item_due
 from ..retry import delay_ms, due_unix_ms
 from . import _db
 from .schema import validate_schema
