@@ -161,6 +161,10 @@ class NotedShards:
             await self._store.dependencies.note_dependency_shards(new)
             self._noted.update(new)
 
+    def known(self, shards: Iterable[str]) -> None:
+        """``shards`` are recorded already (read from the set): never ``SADD`` them."""
+        self._noted.update(shards)
+
 
 class Dependencies:
     """Enqueues children (see the module docstring)."""

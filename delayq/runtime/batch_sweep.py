@@ -36,10 +36,10 @@ class BatchSweeper:
     settles adds not confirmed within their grace, removes done batches past the
     retention. Each step is idempotent, so a sweeper killed anywhere loses nothing."""
 
-    def __init__(self, store: Store, partitions: Callable[[str], int]):
+    def __init__(self, store: Store, partitions: Callable[[str], int], noted: NotedShards):
         self._store = store
         self._partitions = partitions
-        self._noted = NotedShards(store)
+        self._noted = noted  # the relay's: the dependency shards known to be recorded
         self._cursors: dict[str, int] = {}  # batch id -> where its audit goes on
         self.retention_ms = RETENTION_MS
         self.grace_ms = GRACE_MS

@@ -41,7 +41,13 @@ from .._pacing import MAX_BACKOFF, wait_to_retry
 from ..events import find_event_type
 from ..keyspace.shards import is_batch_shard, parse_shard
 from ..metrics import ServiceMetrics
-from ..operations.dependencies import AUDIT_MS, chunked, merge_answers, parent_shards
+from ..operations.dependencies import (
+    AUDIT_MS,
+    NotedShards,
+    chunked,
+    merge_answers,
+    parent_shards,
+)
 from ..storage.dependencies import Audit, Completion
 from ..storage.store import Store
 from .batch_sweep import BatchSweeper
@@ -94,8 +100,8 @@ class Relay:
         self._wake: anyio.Event | None = None
         self._next: dict[str, float] = {}  # shard -> when it has work next (monotonic s)
         self._last_all = -math.inf
-        self._noted: set[str] = set()  # dependency shards known to be recorded as such
-        self.sweeper = BatchSweeper(store, self._partitions)
+        self._noted = NotedShards(store)  # dependency shards known to be recorded as such
+        self.sweeper = BatchSweeper(store, self._partitions, self._noted)
         """The batch shards' sweep (open leases, unconfirmed adds, retention)."""
 
     def _keep_ms(self, shard: str) -> int | None:
@@ -157,7 +163,7 @@ class Relay:
         if now - self._last_all >= sweep:
             self._last_all = now
             shards = await self._store.dependencies.dependency_shards()
-            self._noted |= shards
+            self._noted.known(shards)
             todo |= shards
         todo |= {s for s, at in self._next.items() if at <= now}
         # one read per shard in turn until none has more due: a shard with much due work (a
@@ -253,10 +259,8 @@ class Relay:
             for ptype, pid in a.parents:
                 for pshard in parent_shards(self._store, ptype, pid, self._partitions(ptype)):
                     by_shard.setdefault(pshard, []).append((ptype, pid, a.child_id))
-        new = [x for x in by_shard if x not in self._noted]
-        if new:  # a parent's shard not linked before (its type's new layout, say)
-            await self._store.dependencies.note_dependency_shards(new)
-            self._noted.update(new)
+        # a parent's shard not recorded yet (its type's new layout, say)
+        await self._noted.note(by_shard)
         said: dict[tuple[str, str, str], list[bytes]] = {}
         for pshard, refs in by_shard.items():
             for part in chunked(refs):
