@@ -336,6 +336,52 @@ async def test_an_unconfirmed_add_is_settled_by_the_sweep(redis_url, prefix, wai
         assert (info.total, info.succeeded, info.unconfirmed) == (1, 1, 0)
 
 
+async def test_a_member_the_sweep_drops_during_a_slow_add_still_counts(redis_url, prefix, wait_for):
+    """An add slower than its grace: the sweep settles a member linked (``prelinked``) but
+    not enqueued yet: it looks never enqueued and is dropped (unlinked). The add then
+    enqueues it, finds it no longer unconfirmed, and links it again: its completion
+    counts, as any member's whose completion arrives after it was dropped."""
+    from delayq.operations.batches import link_members
+
+    rec = Recorder()
+    async with _service(redis_url, prefix, rec) as service:
+        engine = service._batches
+        real = engine._prelink
+
+        async def prelinked_then_swept(batch: Batch, answers: dict[str, str]) -> set[str]:
+            go = await real(batch, answers)
+            refs = list(answers)
+            # the sweep's settling of those adds, past their grace
+            await link_members(
+                service._store,
+                batch.id,
+                refs,
+                engine.partitions,
+                engine._noted.note,
+                missing="drop",
+            )
+            return go
+
+        async with service.batch(on_complete=Done(id="slow")) as batch:
+            assert await batch.enqueue_with_delay(Plain(id="held"), 3600)  # keeps it waiting
+            engine._prelink = prelinked_then_swept  # type: ignore[method-assign]
+            try:
+                assert await batch.enqueue_with_delay(Plain(id="slow"), 0)
+            finally:
+                del engine._prelink
+            assert (await service.batch_info(batch.id)).total == 1  # "slow" was dropped
+
+        async def counted() -> bool:
+            return (await service.batch_info(batch.id)).succeeded == 1
+
+        await wait_for(lambda: rec.runs.get(("bt-plain", "slow")) == 1, timeout=10)
+        await wait_for(counted, timeout=10)
+        await service.enqueue_with_delay(Plain(id="held"), 0, replace=True)
+        await wait_for(lambda: ("bt-done", "slow") in rec.runs, timeout=10)
+        info = await service.batch_info(batch.id)
+        assert (info.total, info.succeeded, info.unconfirmed) == (2, 2, 0)
+
+
 async def test_batch_counts_tell_stuck_batches_apart(redis_url, prefix, wait_for):
     """``batch_counts()`` from the shards' sorted sets: an open batch past its lease is
     stuck, and so is one holding an add no sweep settled (no relay runs here); their due

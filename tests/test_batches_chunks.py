@@ -102,7 +102,9 @@ async def test_an_add_of_more_members_than_a_chunk(
         calls = await monitor.calls()
     refs = _chunks(N, CHUNK)  # [1024, 1024, 500]
     assert calls["batch_add"] == [3 + n for n in refs]  # batch id, grace, adder, the refs
-    assert calls["dep_link"] == [3 * n for n in refs]  # (member id, batch shard, batch id)
+    # batch shard, batch id, (member id, "n"): each linked before its enqueue
+    assert calls["dep_prelink"] == [2 + 2 * n for n in refs]
+    assert "dep_link" not in calls  # every member enqueued now: linked already
     assert calls["batch_confirm"] == [1 + n for n in refs]
     assert "batch_apply" not in calls  # every member pending
     assert len(calls["enqueue"]) == len(_chunks(N, 200))  # the usual route: 200 a call
@@ -110,33 +112,39 @@ async def test_an_add_of_more_members_than_a_chunk(
     assert (info.state, info.total, info.pending, info.unconfirmed) == ("waiting", N, N, 0)
 
 
-async def test_members_done_before_their_link_are_applied_in_chunks(
+async def test_a_failed_add_is_settled_in_chunks(
     private_server: RedisServer, producer: EventService, prefix: str
 ) -> None:
-    """Members done (and gone) between their enqueue and their link: the link answers
-    each one's record, applied to the batch in chunks."""
-    events_key = PrefixKeys(prefix).for_shard(shard_for("ck-member", "m0", 1)).events
-    raw = redis.Redis.from_url(private_server.url)
+    """An add whose enqueue fails (Redis gone, say) after its members were linked settles
+    them at once: linked before an enqueue that never came, each is dropped (``dep_link``
+    answers "vanished" and unlinks it), applied to the batch in chunks."""
 
-    def handled_at_once(step: str) -> None:  # as if a worker had handled every member
-        if step == "enqueued":
-            raw.delete(events_key)
+    def enqueue_fails(step: str) -> None:
+        if step == "prelinked":
+            raise ConnectionError("the enqueue failed")
 
-    batch_ops.STEP_HOOK = handled_at_once
+    batch_ops.STEP_HOOK = enqueue_fails
     try:
         async with ScriptCalls(private_server, producer) as monitor:
-            async with producer.batch() as batch:
-                assert all(await batch.enqueue_many([ChunkMember(id=f"m{i}") for i in range(N)]))
+            with pytest.raises(ConnectionError):
+                async with producer.batch() as batch:
+                    await batch.enqueue_many([ChunkMember(id=f"m{i}") for i in range(N)])
             calls = await monitor.calls()
     finally:
         batch_ops.STEP_HOOK = None
-        raw.close()
     refs = _chunks(N, CHUNK)
+    assert calls["dep_prelink"] == [2 + 2 * n for n in refs]
+    assert "enqueue" not in calls
     assert calls["dep_link"] == [3 * n for n in refs]
-    assert calls["batch_apply"] == [2 + 2 * n for n in refs]  # batch id, n, (ref, record)s
-    assert "batch_confirm" not in calls  # applying a record confirms the member
+    assert calls["batch_apply"] == [2 + 2 * n for n in refs]  # batch id, n, (ref, '')s
+    assert "batch_confirm" not in calls  # dropped, not confirmed
     info = await producer.batch_info(batch.id)
-    assert (info.state, info.total, info.succeeded, info.unconfirmed) == ("done", N, N, 0)
+    assert (info.state, info.total, info.unconfirmed) == ("done", 0, 0)
+    raw = redis.Redis.from_url(private_server.url)
+    try:  # nothing of the links is left in the members' slot
+        assert raw.hkeys(PrefixKeys(prefix).for_shard(shard_for("ck-member", "m0", 1)).deps) == []
+    finally:
+        raw.close()
 
 
 async def test_children_of_many_links_go_in_chunks(

@@ -23,15 +23,17 @@ from delayq.keyspace.shards import BATCH_SHARDS, BATCH_TYPE, shards
 
 WORKER = Path(__file__).with_name("batch_worker.py")
 sys.path.insert(0, str(WORKER.parent))
-from batch_worker import Done, Member  # noqa: E402
+from batch_worker import Adder, Done, Member  # noqa: E402
 from test_dependencies_kill import _exited, _runs, _slot, _stop  # noqa: E402
 
 
-def _spawn(url: str, prefix: str, mode: str, stop_at: str | None, cluster: bool) -> Any:
+def _spawn(
+    url: str, prefix: str, mode: str, stop_at: str | None, cluster: bool, *extra: str
+) -> Any:
     import os
     import subprocess
 
-    cmd = [sys.executable, str(WORKER), url, prefix, mode]
+    cmd = [sys.executable, str(WORKER), url, prefix, mode, *extra]
     if stop_at:
         cmd += ["--stop-at", stop_at]
     if cluster:
@@ -44,7 +46,13 @@ async def _leftovers(client: Any, prefix: str) -> list[bytes]:
     """Relay and link state left once everything is done (none expected)."""
     keys = PrefixKeys(prefix)
     out: list[bytes] = []
-    for shard in ("bk-member", "bk-done", *shards(BATCH_TYPE, BATCH_SHARDS)):
+    for shard in (
+        "bk-member",
+        "bk-plain",
+        "bk-adder",
+        "bk-done",
+        *shards(BATCH_TYPE, BATCH_SHARDS),
+    ):
         tk = keys.for_shard(shard)
         out += [k for k in await client.hkeys(tk.deps) if not k.startswith((b"f:", b"c:", b"b:"))]
         out += await client.zrange(tk.relay, 0, -1)
@@ -115,14 +123,21 @@ PRODUCER_STEPS = {
     "opened": (0, 0, False),  # no callback was enqueued: nothing runs
     "callbacks": (0, 0, False),
     "added": (0, 0, False),
-    "enqueued": (1, 1, True),  # done before its link: its kept result counts
+    "prelinked": (0, 0, False),
+    "enqueued": (1, 1, True),  # done before its add's link: its completion counts
     "linked": (1, 1, True),
     "applied": (1, 1, True),
 }
 
 
-@pytest.mark.parametrize("step", list(PRODUCER_STEPS))
-async def test_the_producer_killed_between_steps(redis_url, prefix, wait_for, step):
+@pytest.mark.parametrize(
+    "step,plain",
+    [(step, False) for step in PRODUCER_STEPS]
+    # a member whose type keeps no results: done before the sweep links it, it leaves no
+    # result to answer with (its completion reaches the batch through the relay)
+    + [(step, True) for step in ("added", "prelinked", "enqueued", "linked")],
+)
+async def test_the_producer_killed_between_steps(redis_url, prefix, wait_for, step, plain):
     client = aioredis.Redis.from_url(redis_url)
     worker = _spawn(redis_url, prefix, "work", None, False)
     try:
@@ -130,7 +145,8 @@ async def test_the_producer_killed_between_steps(redis_url, prefix, wait_for, st
         async with EventService.from_url(
             redis_url, prefix=prefix, enable_scheduling=False
         ) as service:
-            producer = _spawn(redis_url, prefix, "produce", step, False)
+            extra = ["--plain"] if plain else []
+            producer = _spawn(redis_url, prefix, "produce", step, False, *extra)
             assert await _exited(producer, 20) == -signal.SIGKILL
             (listed,) = await service.batches()
             total, succeeded, member_ran = PRODUCER_STEPS[step]
@@ -152,11 +168,54 @@ async def test_the_producer_killed_between_steps(redis_url, prefix, wait_for, st
                 await wait_for(clean, timeout=20)
                 runs = await _runs(client, prefix)
                 assert "bk-done:done" not in runs
-            assert ("bk-member:m" in runs) == member_ran
+            member = "bk-plain:m" if plain else "bk-member:m"
+            assert runs.get(member, 0) == (1 if member_ran else 0)
             info = await service.batch_info(listed.id)
             assert (info.total, info.succeeded, info.unconfirmed) == (total, succeeded, 0)
+            # a member linked before its enqueue that never came leaves no link behind
+            assert await _links(client, prefix) == []
     finally:
         _stop(worker)
+        await client.aclose()
+
+
+async def _links(client: Any, prefix: str) -> list[bytes]:
+    """The members' dependency fields left (none once every completion is handed on)."""
+    keys = PrefixKeys(prefix)
+    out: list[bytes] = []
+    for t in ("bk-member", "bk-plain", "bk-adder"):
+        out += await client.hkeys(keys.for_shard(t).deps)
+    return out
+
+
+@pytest.mark.parametrize("step", ["added", "prelinked", "enqueued", "linked", "applied"])
+async def test_a_member_adding_killed_between_steps(redis_url, prefix, wait_for, step):
+    """A running member adds a member whose type keeps no results to its own batch and
+    is SIGKILLed right after ``step`` of that add; its retry (on a second worker, once
+    the member it enqueued, if it did, is done) adds the same member again: the member
+    runs once, and counts once."""
+    client = aioredis.Redis.from_url(redis_url)
+    first = _spawn(redis_url, prefix, "work", None, False, "--stop-at-batch", step)
+    second = None
+    try:
+        await wait_for(lambda: client.scard(f"{prefix}-ready"), timeout=20)
+        async with EventService.from_url(
+            redis_url, prefix=prefix, enable_scheduling=False
+        ) as service:
+            async with service.batch(on_complete=Done(id="done")) as batch:
+                await batch.enqueue_with_delay(Adder(id="a"), 0)
+            assert await _exited(first, 20) == -signal.SIGKILL
+            second = _spawn(redis_url, prefix, "work", None, False)
+            runs = await _finished(client, prefix, wait_for)
+            assert runs == {"bk-adder:a": 2, "bk-plain:x": 1, "bk-done:done": 1}
+            assert await client.get(f"{prefix}-seen") == b"2 2 0"
+            info = await service.batch_info(batch.id)
+            assert (info.total, info.succeeded, info.unconfirmed) == (2, 2, 0)
+            assert await _links(client, prefix) == []
+    finally:
+        _stop(first)
+        if second is not None:
+            _stop(second)
         await client.aclose()
 
 

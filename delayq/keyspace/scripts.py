@@ -211,6 +211,8 @@ SCRIPT_KEYS: dict[str, tuple[str, ...]] = {
     # a completion is applied to the child, the relay reads its work and clears it
     "dep_wait": _names("events meta dedup deps relay waiting"),
     "dep_link": _names("events errors dead meta groups dedup results rexp deps"),
+    # a batch's members link it before they are enqueued (an add's step)
+    "dep_prelink": _names("events dead meta groups dedup deps"),
     "dep_apply": _names("events scheduled errors dead meta groups deps relay waiting results rexp"),
     "dep_work": _names("deps relay"),
     "dep_relayed": _names("events deps relay"),

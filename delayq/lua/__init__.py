@@ -49,6 +49,7 @@ PER_TYPE = (
     "key_backlog",
     "dep_wait",
     "dep_link",
+    "dep_prelink",
     "dep_apply",
     "dep_work",
     "dep_relayed",

@@ -49,6 +49,12 @@ local function dep_gone(id)
   end
 end
 
+-- Whether child number n of P (its `l:` field's value) is covered by a completion of P:
+-- one came after it was linked (b:P counts those), so the relay hands it on (or has).
+local function dep_covered(id, n)
+  return n <= (tonumber(redis.call('HGET', K_DEPS, 'b:' .. id)) or 0)
+end
+
 -- P is done with `outcome` at `now`: its children linked since the last completion are
 -- handed the record (false: P has no children; nothing written).
 local function dep_complete(id, outcome, now)

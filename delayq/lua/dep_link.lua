@@ -10,7 +10,10 @@
 --   (vanished: it was linked, and left without a completion).
 -- Guarantees: idempotent: a child linked already is not linked twice, so the audit may
 -- link again whenever it likes. A parent is pending while its envelope is stored and it
--- is not a dead letter of a type without delivery groups.
+-- is not a dead letter of a type without delivery groups. A child linked and neither
+-- pending nor covered by a completion since (linked before the parent was enqueued, a
+-- batch's member, see dep_prelink.lua, and the parent never came; or the parent left
+-- without a completion) is unlinked and answered "v".
 local now = clock_ms()
 local fan = grouped()
 local out, marked = {}, false
@@ -19,23 +22,27 @@ for i = 1, #ARGV, 3 do
   local lkey = 'l:' .. pid .. '\0' .. cshard .. '\0' .. cid
   local dead = redis.call('ZSCORE', K_DEAD, pid)
   local live = redis.call('HEXISTS', K_EVENTS, pid) == 1 and (fan or not dead)
-  if redis.call('HEXISTS', K_DEPS, lkey) == 1
-      and (live or redis.call('HEXISTS', K_DEPS, 'f:' .. pid) == 1) then
+  local n = tonumber(redis.call('HGET', K_DEPS, lkey))
+  if n and (live or dep_covered(pid, n)) then
     out[#out + 1] = 'p'  -- linked: the relay hands it the completion
   elseif live then
     if not marked then dep_mark() marked = true end  -- its acks now write completions
-    local n = redis.call('HINCRBY', K_DEPS, 'c:' .. pid, 1)
+    n = redis.call('HINCRBY', K_DEPS, 'c:' .. pid, 1)
     redis.call('HSET', K_DEPS, 'k:' .. pid .. '\0' .. n, cshard .. '\0' .. cid, lkey, n)
     out[#out + 1] = 'p'
+  elseif n then
+    -- linked, yet gone without a completion (its last delivery group removed, moved
+    -- to another layout, deleted by hand, never enqueued after its link): "vanished", a
+    -- failure for the child's policy
+    redis.call('HDEL', K_DEPS, lkey, 'k:' .. pid .. '\0' .. n)
+    if n == 1 and tonumber(redis.call('HGET', K_DEPS, 'c:' .. pid)) == 1
+        and redis.call('HEXISTS', K_DEPS, 'b:' .. pid) == 0 then
+      redis.call('HDEL', K_DEPS, 'c:' .. pid)  -- its only link ever: nothing of it is left
+    end
+    out[#out + 1] = string.format('%.0f', now) .. ':v'
   else
     local record = redis.call('HGET', K_DEPS, 'f:' .. pid)
-    local n = redis.call('HGET', K_DEPS, lkey)
-    if not record and n then
-      -- linked, yet gone without a completion (its last delivery group removed, moved
-      -- to another layout, deleted by hand): "vanished", a failure for the child's policy
-      redis.call('HDEL', K_DEPS, lkey, 'k:' .. pid .. '\0' .. n)
-      record = string.format('%.0f', now) .. ':v'
-    elseif not record then
+    if not record then
       local t = string.format('%.0f', now)
       local kept = redis.call('HGET', K_RESULTS, pid)
       if dead then

@@ -16,13 +16,17 @@ renewed in the background; the block's end closes the batch (``batch_close.lua``
 producer that dies leaves an open batch whose lease runs out: the sweep closes it.
 
 Adding (``batch.enqueue_*``): ``added`` (``batch_add.lua``: new members pending and not
-confirmed), ``enqueued`` (the usual enqueue route, every option of it), ``linked``
-(``dep_link.lua`` in each member's shard: the batch becomes the member's child, or the
-member is done already and answers its record), ``applied`` (those records,
-``batch_apply.lua``), ``confirmed`` (``batch_confirm.lua``). An add not confirmed within
-its grace is settled by the sweep with the same linking (:func:`link_members`: linked
-again, idempotent; pending: confirmed; done: applied; never enqueued ("missing"):
-dropped from the batch).
+confirmed), ``prelinked`` (``dep_prelink.lua`` in the shard each member is enqueued to:
+the batch becomes its child before it exists, so that a member done before the add's
+link still hands its completion to the batch; a member an earlier add of it enqueued,
+pending or done since, is not enqueued again), ``enqueued`` (the usual enqueue route,
+every option of it), ``linked`` (``dep_link.lua`` in each shard of the members not
+enqueued now: linked, or the member is done already and answers its record; those
+enqueued now are linked already), ``applied`` (those records, ``batch_apply.lua``),
+``confirmed`` (``batch_confirm.lua``). An add not confirmed within its grace is settled
+by the sweep with the same linking (:func:`link_members`: linked again, idempotent;
+pending: confirmed; done: applied; never enqueued ("missing", or "vanished": linked
+before an enqueue that never came): dropped from the batch).
 
 (Over 400 lines: one job, the producer's steps. Opening, adding and closing are one
 sequence under one open lease, each step written with its kill-safe order and its
@@ -89,8 +93,9 @@ _NAME_MAX = 200
 
 STEP_HOOK: Callable[[str], None] | None = None
 """Tests only: called with each step's name (``"nested-added"``, ``"opened"``,
-``"callbacks"``, ``"added"``, ``"enqueued"``, ``"linked"``, ``"applied"``,
-``"confirmed"``, ``"closed"``) after it, so a test can kill the process there."""
+``"callbacks"``, ``"added"``, ``"prelinked"``, ``"enqueued"``, ``"linked"``,
+``"applied"``, ``"confirmed"``, ``"closed"``) after it, so a test can kill the process
+there."""
 
 
 def _step(name: str) -> None:
@@ -106,23 +111,36 @@ async def link_members(
     note: Callable[[Sequence[str]], Awaitable[None]],
     *,
     missing: str,
+    linked: Sequence[str] = (),
 ) -> None:
     """Link members to their batch in their shards (``dep_link.lua``), then apply the
-    records of those done already and confirm those linked. A member that does not exist
-    and never linked the batch (``dep_link.lua`` answers "missing"): ``missing="done"``
-    (an add's own step, right after the enqueue) it was done before its link, and counts
-    as done; ``"drop"`` (the sweep's look at adds left unconfirmed) it was never enqueued,
-    and is dropped from the batch; ``"ignore"`` (the audit of confirmed pending members)
-    its completion has reached the batch already. ``note`` records the members' shards as
-    dependency shards (the relay's).
+    records of those done already and confirm those linked. ``linked``: members linked
+    already (an add's members enqueued now, linked before their enqueue), confirmed first
+    without a look, unless one of them was settled meanwhile (the sweep dropped it: an
+    add slower than its grace; or its completion reached the batch): then they are
+    linked again with ``refs``. A member that does not exist and never linked the batch
+    (``dep_link.lua`` answers "missing"): ``missing="done"`` (an add's own step, right
+    after the enqueue) it was done before its link, and counts as done; ``"drop"`` (the
+    sweep's look at adds left unconfirmed) it was never enqueued, and is dropped from the
+    batch (so is one linked by its add before an enqueue that never came: "vanished");
+    ``"ignore"`` (the audit of confirmed pending members) its completion has reached the
+    batch already. ``note`` records the members' shards as dependency shards (the
+    relay's).
 
     Each step goes in chunks of :data:`~delayq.operations.dependencies.CHUNK` members,
     one script call each, and a chunk is a complete step for its members: until its
     confirm a member is unconfirmed, so whatever a process killed between two chunks
     leaves (some members linked, applied or confirmed, the others not yet) the sweep
     settles by linking again, and linking, applying and confirming are idempotent."""
-    if not refs:
+    if not refs and not linked:
         return
+    refs = list(refs)
+    if linked:
+        confirmed = 0
+        for part in chunked(linked):
+            confirmed += await store.batches.confirm(batch_id, part)
+        if confirmed < len(linked):
+            refs += linked
     bshard = batch_shard(batch_id)
     by_shard: dict[str, list[str]] = {}
     for ref in refs:
@@ -139,21 +157,21 @@ async def link_members(
                 said.setdefault(ref, []).append(answer)
     _step("linked")
     records: list[tuple[str, bytes]] = []
-    linked: list[str] = []
+    pending: list[str] = []
     for ref, answers in said.items():
         answer = merge_answers(answers)
+        outcome = answer.partition(b":")[2][:1]
         if answer == b"p":
-            linked.append(ref)
-        elif missing != "done" and answer.partition(b":")[2][:1] == b"m":
-            if missing == "drop":
-                records.append((ref, b""))  # never enqueued: dropped (if still unconfirmed)
-        else:
+            pending.append(ref)
+        elif missing == "drop" and outcome in (b"m", b"v"):
+            records.append((ref, b""))  # never enqueued: dropped (if still unconfirmed)
+        elif missing != "ignore" or outcome != b"m":
             records.append((ref, answer))
     for done in chunked(records):
         await store.batches.apply(bshard, {batch_id: list(done)})
     _step("applied")
-    for pending in chunked(linked):
-        await store.batches.confirm(batch_id, pending)
+    for part in chunked(pending):
+        await store.batches.confirm(batch_id, part)
     _step("confirmed")
 
 
@@ -373,16 +391,17 @@ class Batches:
             extra[BATCH_NAME_KEY] = batch.name
         return {**(with_timeout(check_context(context), timeout) or {}), **extra}
 
-    async def _added(self, batch: Batch, refs: list[str]) -> list[int]:
-        """The first step of an add: the indexes of ``refs`` to enqueue and link.
+    async def _added(self, batch: Batch, refs: list[str]) -> dict[int, str]:
+        """The first step of an add: the indexes of ``refs`` to enqueue and link, each with
+        ``batch_add.lua``'s answer (``"n"`` new, ``"u"`` added before, not confirmed).
 
         In chunks, one ``batch_add.lua`` call each; a chunk is a complete step for its
         members (pending and unconfirmed): a process killed before the next chunk leaves
         adds the sweep drops after their grace (they were never enqueued), and a later
         chunk that fails has the earlier chunks' members settled now."""
         if not refs:
-            return []
-        todo: list[int] = []
+            return {}
+        todo: dict[int, str] = {}
         at = 0  # where the chunk starts in refs
         try:
             for part in chunked(refs):
@@ -390,7 +409,9 @@ class Batches:
                     batch.id, part, grace_ms=self.grace_ms, adder=batch._member
                 )
                 self._check_open(batch.id, code)
-                todo += [at + i for i, answer in enumerate(answers) if answer in ("n", "u")]
+                todo.update(
+                    (at + i, answer) for i, answer in enumerate(answers) if answer in ("n", "u")
+                )
                 at += len(part)
         except Exception:
             await self._settle(batch.id, [refs[i] for i in todo])
@@ -420,22 +441,23 @@ class Batches:
         todo = await self._added(batch, refs)
         done = [False] * len(events)
 
-        async def enqueue() -> None:
-            if len(todo) == 1 or absolute:
-                for i in todo:
+        async def enqueue(chosen: list[int]) -> list[bool]:
+            if len(chosen) == 1 or absolute:
+                for i in chosen:
                     event, ms = events[i]
                     done[i] = await self._enqueuer.one(
                         event, ms, absolute, ctx, False, key, priority
                     )
-            else:
+            elif chosen:
                 items: list[Any] = [
-                    (events[i][0], timedelta(milliseconds=events[i][1])) for i in todo
+                    (events[i][0], timedelta(milliseconds=events[i][1])) for i in chosen
                 ]
                 got = await self._enqueuer.many(items, 0, ctx, False, key, priority)
-                for i, added in zip(todo, got, strict=True):
+                for i, added in zip(chosen, got, strict=True):
                     done[i] = added
+            return [done[i] for i in chosen]
 
-        await self._enqueue_and_link(batch.id, [refs[i] for i in todo], enqueue)
+        await self._enqueue_and_link(batch, refs, todo, enqueue)
         return done
 
     async def add_envelopes(
@@ -464,43 +486,101 @@ class Batches:
         refs = [member_ref(name, item[0]) for item in marked]
         todo = await self._added(batch, refs)
         codes = [0] * len(marked)
-        levels: int | Sequence[int] | None = (
-            [priority[i] for i in todo] if isinstance(priority, (list, tuple)) else priority
-        )
 
-        async def enqueue() -> None:
+        async def enqueue(chosen: list[int]) -> list[bool]:
+            if not chosen:
+                return []
+            levels: int | Sequence[int] | None = (
+                [priority[i] for i in chosen] if isinstance(priority, (list, tuple)) else priority
+            )
             got = await self._enqueuer.envelopes(
                 name,
-                [marked[i] for i in todo],
+                [marked[i] for i in chosen],
                 absolute=absolute,
                 replace=False,
-                keys=None if keys is None else [keys[i] for i in todo],
+                keys=None if keys is None else [keys[i] for i in chosen],
                 priorities=levels,
             )
-            for i, code in zip(todo, got, strict=True):
+            for i, code in zip(chosen, got, strict=True):
                 codes[i] = code
+            return [code == 1 for code in got]
 
-        await self._enqueue_and_link(batch.id, [refs[i] for i in todo], enqueue)
+        await self._enqueue_and_link(batch, refs, todo, enqueue)
         return codes
 
     async def _enqueue_and_link(
-        self, batch_id: str, refs: list[str], enqueue: Callable[[], Awaitable[None]]
+        self,
+        batch: Batch,
+        refs: list[str],
+        todo: dict[int, str],
+        enqueue: Callable[[list[int]], Awaitable[list[bool]]],
     ) -> None:
-        """An add's steps after ``added`` for the members ``refs`` it chose (none: nothing
-        to do): ``enqueue()`` (the usual route), then :func:`link_members`. An add failing
-        between its steps is settled now (as the sweep would after its grace), when Redis
-        lets us."""
-        if not refs:
+        """An add's steps after ``added`` for the members it chose (``todo``: indexes of
+        ``refs`` and ``batch_add.lua``'s answers; none: nothing to do): ``prelinked``,
+        ``enqueue(indexes)`` (the usual route; what it enqueued now) of those an earlier
+        add did not enqueue, then :func:`link_members` (those enqueued now are linked: only
+        confirmed). An add failing between its steps is settled now (as the sweep would
+        after its grace), when Redis lets us."""
+        if not todo:
             return
+        chosen = [refs[i] for i in todo]
         try:
-            await enqueue()
+            go = await self._prelink(batch, {refs[i]: answer for i, answer in todo.items()})
+            _step("prelinked")
+            wanted = [i for i in todo if refs[i] in go]
+            fresh = {
+                refs[i] for i, added in zip(wanted, await enqueue(wanted), strict=True) if added
+            }
             _step("enqueued")
             await link_members(
-                self._store, batch_id, refs, self.partitions, self._noted.note, missing="done"
+                self._store,
+                batch.id,
+                [ref for ref in chosen if ref not in fresh],
+                self.partitions,
+                self._noted.note,
+                missing="done",
+                linked=sorted(fresh),
             )
         except Exception:
-            await self._settle(batch_id, refs)
+            await self._settle(batch.id, chosen)
             raise
+
+    async def _prelink(self, batch: Batch, answers: dict[str, str]) -> set[str]:
+        """Link the batch to members about to be enqueued, in the shard each is enqueued to
+        (``dep_prelink.lua``, in chunks); the refs to enqueue: not those an earlier add of
+        them (``batch_add.lua`` answered "u") enqueued, pending or done since. A "u" member
+        its earlier add did not link is asked about again (``batch_add.lua``): done since
+        (its completion reached the batch), or confirmed, it is not enqueued."""
+        bshard = batch_shard(batch.id)
+
+        async def link(wanted: dict[str, str]) -> dict[str, bytes]:
+            by_shard: dict[str, list[str]] = {}
+            for ref in wanted:
+                kind, member_id = split_ref(ref)
+                # the shard the enqueue writes it to (the enqueue's own partition count)
+                shard = shard_for(kind, member_id, await self._enqueuer.partitions_of(kind))
+                by_shard.setdefault(shard, []).append(ref)
+            await self._noted.note(list(by_shard))  # the relay looks there for completions
+            said: dict[str, bytes] = {}
+            for shard, group in by_shard.items():
+                for part in chunked(group):
+                    pairs = [(split_ref(ref)[1], wanted[ref]) for ref in part]
+                    got = await self._store.dependencies.dep_prelink(shard, bshard, batch.id, pairs)
+                    said.update(zip(part, got, strict=True))
+            return said
+
+        said = await link(answers)
+        again = [ref for ref, answer in said.items() if answer == b"x"]
+        renewed: dict[str, str] = {}
+        for part in chunked(again):
+            code, now = await self._store.batches.add(
+                batch.id, part, grace_ms=self.grace_ms, adder=batch._member
+            )
+            self._check_open(batch.id, code)
+            renewed.update((ref, "n") for ref, a in zip(part, now, strict=True) if a in ("n", "u"))
+        if renewed:
+            said.update(await link(renewed))
+        return {ref for ref, answer in said.items() if answer == b"e"}
 
     async def _settle(self, batch_id: str, refs: list[str]) -> None:
         """Settle the members ``refs`` of an add that failed between its steps now, as the

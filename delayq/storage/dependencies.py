@@ -128,6 +128,16 @@ class DependencyStore:
         reply = await self._core.run("dep_link", shard, args)
         return [r if isinstance(r, bytes) else str(r).encode() for r in reply]
 
+    async def dep_prelink(
+        self, shard: str, batch_shard: str, batch_id: str, members: Sequence[tuple[str, str]]
+    ) -> list[bytes]:
+        """Link batch ``batch_id`` to ``(member id, "n" or "u")`` about to be enqueued in
+        ``shard``; per member ``b"e"`` (enqueue it), ``b"p"`` (pending), ``b"d"`` (done
+        since an earlier add) or ``b"x"`` (ask the batch again) (``dep_prelink.lua``)."""
+        args = [batch_shard, batch_id, *(x for pair in members for x in pair)]
+        reply = await self._core.run("dep_prelink", shard, args)
+        return [r if isinstance(r, bytes) else str(r).encode() for r in reply]
+
     async def dep_apply(
         self, shard: str, edges: Sequence[tuple[str, str, bytes]], keep_ms: int | None
     ) -> Applied:
